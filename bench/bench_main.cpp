@@ -1,0 +1,131 @@
+// fa_bench: every registered kernel at the benchmark shapes.
+//
+//   fa_bench                                   everything
+//   fa_bench --benchmark_filter=attn_fwd       one family (softmax, gemm, transpose, attn_fwd, attn_bwd)
+//   fa_bench --benchmark_format=json --benchmark_out=bench.json   for bench/compare_sdpa.py
+//
+// Each benchmark runs one "iteration" whose manual time is the harness's median over many timed
+// runs (CUDA events, warm-up first, L2 flushed before each run). Counters: TFLOP/s for attention
+// and GEMM (attention forward FLOPs = 4*B*H*Nq*Nk*D, halved when causal; backward = 2.5x), GB/s
+// for memory-bound kernels (each input read once, each output written once).
+#include <benchmark/benchmark.h>
+
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "ceilings.h"
+#include "gpu.h"
+#include "harness.h"
+#include "registry.h"
+
+namespace {
+
+fa::RunOptions timing_only() {
+  fa::RunOptions o;
+  o.check = false;
+  o.time = true;
+  o.timing.warmup = 3;
+  o.timing.repeats = 30;
+  return o;
+}
+
+void report(benchmark::State& st, const fa::RunResult& r) {
+  if (r.status == fa::Status::Unsupported || r.status == fa::Status::NoGpu) {
+    st.SkipWithError(r.message.c_str());
+    for (auto _ : st) {
+    }
+    return;
+  }
+  for (auto _ : st) st.SetIterationTime(r.ms * 1e-3);
+  if (r.tflops > 0) st.counters["TFLOPs"] = r.tflops;
+  if (r.gbps > 0) st.counters["GBps"] = r.gbps;
+  if (r.pct > 0) st.counters["pct_of_copy"] = r.pct;
+}
+
+template <class F> void add(const std::string& name, F body) {
+  benchmark::RegisterBenchmark(name.c_str(), [body](benchmark::State& st) { body(st); })
+      ->UseManualTime()
+      ->Iterations(1)
+      ->Unit(benchmark::kMillisecond);
+}
+
+void register_all() {
+  // Ceilings first: every percentage elsewhere is of these.
+  add("ceiling/copy_bandwidth", [](benchmark::State& st) {
+    double gbps = fa::have_gpu() ? fa::copy_bandwidth_gbps() : 0;
+    if (gbps == 0) {
+      st.SkipWithError("no GPU");
+      for (auto _ : st) {
+      }
+      return;
+    }
+    for (auto _ : st) st.SetIterationTime(2.0 * (1 << 30) / (gbps * 1e9));
+    st.counters["GBps"] = gbps;
+  });
+
+  for (const fa::SoftmaxKernel* k : fa::entries_with_prefix<fa::SoftmaxKernel>(""))
+    for (fa::SoftmaxShape s : {fa::SoftmaxShape{4096, 4096}, fa::SoftmaxShape{16384, 1024},
+                               fa::SoftmaxShape{1024, 65536}})
+      add("softmax/" + k->name + "/" + s.str(),
+          [k, s](benchmark::State& st) { report(st, fa::run_softmax(*k, s, timing_only())); });
+
+  for (const fa::TransposeKernel* k : fa::entries_with_prefix<fa::TransposeKernel>(""))
+    add("transpose/" + k->name + "/8192x8192", [k](benchmark::State& st) {
+      report(st, fa::run_transpose(*k, {8192, 8192}, timing_only()));
+    });
+
+  for (const fa::GemmKernel* k : fa::entries_with_prefix<fa::GemmKernel>(""))
+    for (fa::DType t : k->dtypes)
+      for (int64_t n : {1024, 4096}) {
+        fa::GemmShape s{n, n, n};
+        add(std::string("gemm/") + k->name + "/" + fa::dtype_name(t) + "/" + s.str(),
+            [k, s, t](benchmark::State& st) { report(st, fa::run_gemm(*k, s, t, timing_only())); });
+      }
+
+  // The FlashAttention protocol: 16384 tokens per batch, hidden 2048, N from 512 to 16384.
+  for (const fa::AttentionFwdKernel* k : fa::entries_with_prefix<fa::AttentionFwdKernel>(""))
+    for (fa::DType t : k->dtypes)
+      for (int d : k->head_dims) {
+        if (d != 64 && d != 128) continue;
+        for (bool causal : {false, true})
+          for (int64_t n : {512, 1024, 2048, 4096, 8192, 16384}) {
+            // The fp32 teaching kernels are slow: keep them to the short end of the sweep.
+            if (t == fa::DType::F32 && n > 2048) continue;
+            fa::AttentionShape s{16384 / n, 2048 / d, n, n, d, causal, 0.0f};
+            add(std::string("attn_fwd/") + k->name + "/" + fa::dtype_name(t) + "/D" +
+                    std::to_string(d) + "/" + (causal ? "causal" : "full") + "/N" + std::to_string(n),
+                [k, s, t](benchmark::State& st) {
+                  report(st, fa::run_attention_fwd(*k, s, t, timing_only()));
+                });
+          }
+      }
+
+  for (const fa::AttentionBwdKernel* k : fa::entries_with_prefix<fa::AttentionBwdKernel>(""))
+    for (fa::DType t : k->dtypes)
+      for (int d : k->head_dims) {
+        if (d != 64 && d != 128) continue;
+        for (bool causal : {false, true})
+          for (int64_t n : {512, 1024, 2048, 4096, 8192, 16384}) {
+            if (t == fa::DType::F32 && n > 2048) continue;
+            fa::AttentionShape s{16384 / n, 2048 / d, n, n, d, causal, 0.0f};
+            add(std::string("attn_bwd/") + k->name + "/" + fa::dtype_name(t) + "/D" +
+                    std::to_string(d) + "/" + (causal ? "causal" : "full") + "/N" + std::to_string(n),
+                [k, s, t](benchmark::State& st) {
+                  report(st, fa::run_attention_bwd(*k, s, t, timing_only()));
+                });
+          }
+      }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::cerr << "fa_bench on " << fa::describe_gpu() << "\n";
+  register_all();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,25 @@
+# fa_add_chapter(NUMBER 01 NAME ch01_safe_softmax SOURCES kernels.cu chapter.cpp ...)
+#
+# A chapter is an OBJECT library (its kernels, its CPU models and its program body) plus a tiny
+# program built from common/chapter_main.cpp. OBJECT libraries keep every object file, so the
+# static registration lines in the kernels always run: the chapter program, the tour, the tests
+# and the benchmarks all see the same registered kernels.
+set_property(GLOBAL PROPERTY FA_CHAPTER_LIBS "")
+
+function(fa_add_chapter)
+  cmake_parse_arguments(CH "" "NUMBER;NAME" "SOURCES" ${ARGN})
+  set(lib fa_ch${CH_NUMBER})
+  add_library(${lib} OBJECT ${CH_SOURCES})
+  target_link_libraries(${lib} PUBLIC fa_common)
+  target_include_directories(${lib} PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
+  add_executable(${CH_NAME} ${PROJECT_SOURCE_DIR}/common/chapter_main.cpp)
+  target_compile_definitions(${CH_NAME} PRIVATE FA_CHAPTER_NUMBER="${CH_NUMBER}")
+  target_link_libraries(${CH_NAME} PRIVATE ${lib} fa_refs)
+  set_property(GLOBAL APPEND PROPERTY FA_CHAPTER_LIBS ${lib})
+endfunction()
+
+# fa_link_all_chapters(<target>): link every chapter's kernels into a test, benchmark or the tour.
+function(fa_link_all_chapters target)
+  get_property(libs GLOBAL PROPERTY FA_CHAPTER_LIBS)
+  target_link_libraries(${target} PRIVATE ${libs} fa_common)
+endfunction()

@@ -1,0 +1,124 @@
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <map>
+#include <utility>
+
+#include "buffer.h"
+#include "ceilings.h"
+#include "check.h"
+#include "registry.h"
+#include "timing.h"
+
+namespace fa {
+
+namespace {
+
+#define FA_CUBLAS_CHECK(expr)                                                                \
+  do {                                                                                       \
+    cublasStatus_t st_ = (expr);                                                             \
+    if (st_ != CUBLAS_STATUS_SUCCESS)                                                        \
+      ::fa::throw_error(std::string("cuBLAS error ") + cublasGetStatusString(st_) + " in " #expr, \
+                        __FILE__, __LINE__);                                                 \
+  } while (0)
+
+cublasHandle_t handle() {
+  static cublasHandle_t h = [] {
+    cublasHandle_t hh;
+    FA_CUBLAS_CHECK(cublasCreate(&hh));
+    return hh;
+  }();
+  return h;
+}
+
+cudaDataType_t cuda_type(DType t) {
+  switch (t) {
+    case DType::F32: return CUDA_R_32F;
+    case DType::F16: return CUDA_R_16F;
+    case DType::BF16: return CUDA_R_16BF;
+  }
+  return CUDA_R_32F;
+}
+
+// One float4 (16 bytes) per thread per step, grid-stride: the widest plain load there is.
+__global__ void copy_vec4_kernel(const float4* __restrict__ in, float4* __restrict__ out,
+                                 int64_t n4) {
+  int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n4; i += stride)
+    out[i] = in[i];
+}
+__global__ void copy_tail_kernel(const float* __restrict__ in, float* __restrict__ out,
+                                 int64_t begin, int64_t n) {
+  int64_t i = begin + int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = in[i];
+}
+
+void gemm_ex(const void* A, const void* B, void* C, cudaDataType_t c_type, GemmShape s,
+             DType dtype, cudaStream_t stream) {
+  FA_CUBLAS_CHECK(cublasSetStream(handle(), stream));
+  const float alpha = 1.0f, beta = 0.0f;
+  // cuBLAS is column-major. Row-major C = A*B is column-major C^T = B^T * A^T, so we pass B
+  // first and swap M and N: no data is moved.
+  FA_CUBLAS_CHECK(cublasGemmEx(handle(), CUBLAS_OP_N, CUBLAS_OP_N, int(s.N), int(s.M), int(s.K),
+                               &alpha, B, cuda_type(dtype), int(s.N), A, cuda_type(dtype),
+                               int(s.K), &beta, C, c_type, int(s.N), CUBLAS_COMPUTE_32F,
+                               CUBLAS_GEMM_DEFAULT));
+}
+
+}  // namespace
+
+void copy_kernel_launch(const float* in, float* out, int64_t n, cudaStream_t stream) {
+  const int threads = 256;
+  int64_t n4 = n / 4;
+  if (n4 > 0) {
+    int blocks = 132 * 16;  // enough resident blocks to fill any current GPU
+    copy_vec4_kernel<<<blocks, threads, 0, stream>>>(reinterpret_cast<const float4*>(in),
+                                                     reinterpret_cast<float4*>(out), n4);
+    FA_CHECK_LAUNCH();
+  }
+  int64_t tail = n - n4 * 4;
+  if (tail > 0) {
+    copy_tail_kernel<<<1, threads, 0, stream>>>(in, out, n4 * 4, n);
+    FA_CHECK_LAUNCH();
+  }
+}
+
+double copy_bandwidth_gbps() {
+  static const double gbps = [] {
+    const int64_t n = int64_t(1) << 28;  // 1 GiB of floats each way
+    DeviceBuffer in(n * 4), out(n * 4);
+    in.zero();
+    Timing t = time_gpu([&](cudaStream_t s) { copy_kernel_launch(in.as<float>(), out.as<float>(), n, s); },
+                        TimingOptions{3, 20, true});
+    return 2.0 * n * 4 / (t.median_ms * 1e-3) / 1e9;
+  }();
+  return gbps;
+}
+
+double cublas_tflops(DType dtype, int n) {
+  static std::map<std::pair<int, int>, double> cache;
+  auto key = std::make_pair(int(dtype), n);
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  size_t el = dtype_size(dtype);
+  GemmShape s{n, n, n};
+  // Random-ish, non-zero inputs: tensor cores run measurably faster on zeros.
+  std::vector<float> host(size_t(n) * n);
+  for (size_t i = 0; i < host.size(); ++i) host[i] = 0.25f + float((i * 2654435761u) % 1000) * 1e-3f;
+  DeviceBuffer A = to_device(dtype, host), B = to_device(dtype, host);
+  DeviceBuffer C(size_t(n) * n * el);
+  cudaDataType_t c_type = cuda_type(dtype);  // 16-bit output for the 16-bit "peak"
+  Timing t = time_gpu([&](cudaStream_t st) { gemm_ex(A.data(), B.data(), C.data(), c_type, s, dtype, st); },
+                      TimingOptions{3, 20, true});
+  double tf = s.flops() / (t.median_ms * 1e-3) / 1e12;
+  cache[key] = tf;
+  return tf;
+}
+
+void cublas_gemm(const void* A, const void* B, float* C, GemmShape shape, DType dtype,
+                 cudaStream_t stream) {
+  gemm_ex(A, B, C, CUDA_R_32F, shape, dtype, stream);
+}
+
+}  // namespace fa

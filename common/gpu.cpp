@@ -1,0 +1,69 @@
+#include "gpu.h"
+
+#include <cuda_runtime_api.h>
+
+#include <sstream>
+
+namespace fa {
+
+const GpuInfo& gpu_info() {
+  static const GpuInfo info = [] {
+    GpuInfo g;
+    int count = 0;
+    cudaError_t err = cudaGetDeviceCount(&count);
+    if (err != cudaSuccess || count == 0) {
+      g.why_absent = err != cudaSuccess ? std::string("no usable CUDA device: ") +
+                                              cudaGetErrorString(err)
+                                        : "no CUDA device found";
+      cudaGetLastError();  // clear the error so later calls start clean
+      return g;
+    }
+    cudaDeviceProp p{};
+    if (cudaGetDeviceProperties(&p, 0) != cudaSuccess) {
+      g.why_absent = "cudaGetDeviceProperties failed";
+      cudaGetLastError();
+      return g;
+    }
+    g.present = true;
+    g.name = p.name;
+    g.sm = p.major * 10 + p.minor;
+    g.sm_count = p.multiProcessorCount;
+    cudaDeviceGetAttribute(&g.clock_khz, cudaDevAttrClockRate, 0);
+    cudaDeviceGetAttribute(&g.memory_clock_khz, cudaDevAttrMemoryClockRate, 0);
+    cudaDeviceGetAttribute(&g.memory_bus_bits, cudaDevAttrGlobalMemoryBusWidth, 0);
+    g.global_mem = p.totalGlobalMem;
+    g.l2_bytes = static_cast<size_t>(p.l2CacheSize);
+    g.smem_per_block = p.sharedMemPerBlock;
+    g.smem_per_block_optin = p.sharedMemPerBlockOptin;
+    g.smem_per_sm = p.sharedMemPerMultiprocessor;
+    g.regs_per_block = p.regsPerBlock;
+    g.regs_per_sm = p.regsPerMultiprocessor;
+    g.max_threads_per_sm = p.maxThreadsPerMultiProcessor;
+    g.warp_size = p.warpSize;
+    return g;
+  }();
+  return info;
+}
+
+bool have_gpu() { return gpu_info().present; }
+
+std::string gpu_skip_reason(int min_sm) {
+  const GpuInfo& g = gpu_info();
+  if (!g.present) return "no GPU: " + g.why_absent;
+  if (g.sm < min_sm) {
+    std::ostringstream os;
+    os << g.name << " is sm_" << g.sm << "; this kernel needs sm_" << min_sm << " or newer";
+    return os.str();
+  }
+  return "";
+}
+
+std::string describe_gpu() {
+  const GpuInfo& g = gpu_info();
+  if (!g.present) return "no GPU (" + g.why_absent + ")";
+  std::ostringstream os;
+  os << g.name << " (sm_" << g.sm << ", " << g.sm_count << " SMs)";
+  return os.str();
+}
+
+}  // namespace fa

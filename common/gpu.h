@@ -1,0 +1,40 @@
+// gpu.h: is there a GPU, which one, and can it run a given kernel? Tests and programs ask here
+// and skip with a reason instead of crashing on a machine without one.
+#pragma once
+#include <cstddef>
+#include <string>
+
+namespace fa {
+
+struct GpuInfo {
+  bool present = false;
+  std::string why_absent;  // filled when present == false
+  int device = 0;
+  std::string name;
+  int sm = 0;  // compute capability as major*10+minor: 90 for an H100
+  int sm_count = 0;
+  int clock_khz = 0;
+  int memory_clock_khz = 0;
+  int memory_bus_bits = 0;
+  size_t global_mem = 0;
+  size_t l2_bytes = 0;
+  size_t smem_per_block = 0;         // default limit per block (48 KiB)
+  size_t smem_per_block_optin = 0;   // after cudaFuncSetAttribute
+  size_t smem_per_sm = 0;
+  int regs_per_block = 0;
+  int regs_per_sm = 0;
+  int max_threads_per_sm = 0;
+  int warp_size = 32;
+};
+
+const GpuInfo& gpu_info();  // queried once
+bool have_gpu();
+
+// "" when the local GPU can run a kernel needing compute capability `min_sm`; otherwise the
+// reason to print (no GPU, or the GPU is too old).
+std::string gpu_skip_reason(int min_sm = 70);
+
+// The GPU was not compiled for: the build's CUDA architectures do not include this GPU's.
+std::string describe_gpu();
+
+}  // namespace fa

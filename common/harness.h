@@ -1,0 +1,82 @@
+// harness.h: run one registered kernel on one shape, check it against the float64 reference, and
+// time it. The chapter programs, the tests and the benchmarks all go through these functions, so
+// a kernel is judged the same way everywhere.
+//
+// Each run: draws seeded inputs (non-zero mean), rounds them to the kernel's dtype, poisons the
+// outputs (so unwritten elements fail), runs the kernel once, compares every output with the
+// reference (compare.h), then times it (timing.h) if asked.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "compare.h"
+#include "random.h"
+#include "registry.h"
+#include "timing.h"
+
+namespace fa {
+
+struct RunOptions {
+  uint64_t seed = 20261121;
+  bool check = true;  // compare with the reference
+  bool time = true;   // measure the median time
+  TimingOptions timing;
+  float input_mean = kDefaultInputMean;
+  float input_std = kDefaultInputStd;
+  // Softmax only: edit the input before it is uploaded (insert -inf, offset by 1e4, ...).
+  std::function<void(std::vector<float>& x, SoftmaxShape s)> softmax_input_hook;
+  // Attention: the checks sample heads and rows once the CPU reference would take too long.
+  // 0 = automatic; the run's `note` says what was checked.
+  int64_t check_heads = 0;
+  // Attention backward: the forward kernel that produces O and L ("" = the best registered one
+  // that supports the dtype and head dim).
+  std::string forward_kernel;
+  // Override the default tolerance (has_tolerance = true).
+  bool has_tolerance = false;
+  Tolerance tolerance;
+};
+
+enum class Status { Pass, Fail, Unsupported, NoGpu };
+const char* status_name(Status s);
+
+struct RunResult {
+  std::string kernel, shape, dtype;
+  Status status = Status::Pass;
+  std::string message;  // why it was unsupported, skipped, or failed (the compare reports)
+  std::string note;     // e.g. "checked 3 of 64 heads"
+  std::vector<CompareResult> checks;
+  double ms = -1;       // median time
+  double tflops = -1;   // compute-bound problems
+  double gbps = -1;     // memory-bound problems: minimal bytes (each input read once, each output
+                        // written once) over time
+  int passes = 0;       // softmax: global-memory passes the kernel makes (reads + the write)
+  double pct = -1;      // of the ceiling named by pct_of
+  std::string pct_of;
+  bool ok() const { return status == Status::Pass; }
+  double max_error() const;
+  std::string report() const;  // every check's report, the shape and the seed
+};
+
+RunResult run_softmax(const SoftmaxKernel& k, SoftmaxShape s, const RunOptions& opt = {});
+RunResult run_gemm(const GemmKernel& k, GemmShape s, DType t, const RunOptions& opt = {});
+RunResult run_transpose(const TransposeKernel& k, TransposeShape s, const RunOptions& opt = {});
+RunResult run_attention_fwd(const AttentionFwdKernel& k, AttentionShape s, DType t,
+                            const RunOptions& opt = {});
+RunResult run_attention_bwd(const AttentionBwdKernel& k, AttentionShape s, DType t,
+                            const RunOptions& opt = {});
+
+// True when the kernel lists this dtype / head dim (the harness reports UNSUPPORTED otherwise).
+bool supports(const std::vector<DType>& dtypes, DType t);
+bool supports(const std::vector<int>& head_dims, int d);
+// The most advanced forward kernel (last by name among "05/...") that takes dtype t and head dim d.
+const AttentionFwdKernel* best_forward_kernel(DType t, int d);
+
+// A table: kernel | shape | dtype | ms | TFLOP/s or GB/s | % of ceiling | max error | status.
+void print_table(std::ostream& os, const std::string& title, const std::vector<RunResult>& rows);
+// Prints the full report of every row that did not pass. Returns the number of failures.
+int print_failures(std::ostream& os, const std::vector<RunResult>& rows);
+
+}  // namespace fa

@@ -1,0 +1,73 @@
+// shapes.h: the problems of this repository and their memory layouts. Every offset is 64-bit:
+// an attention tensor of 4 x 32 x 16384 x 128 already has 2^28 elements, and the tests go past 2^31.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#if defined(__CUDACC__)
+#define FA_HD __host__ __device__ __forceinline__
+#else
+#define FA_HD inline
+#endif
+
+namespace fa {
+
+// Row softmax: x and y are row-major [rows, cols]; each row is normalised on its own.
+struct SoftmaxShape {
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int64_t numel() const { return rows * cols; }
+  std::string str() const;
+};
+
+// GEMM: C[M, N] = A[M, K] * B[K, N], all row-major, C in fp32.
+struct GemmShape {
+  int64_t M = 0, N = 0, K = 0;
+  double flops() const { return 2.0 * double(M) * double(N) * double(K); }
+  std::string str() const;
+};
+
+// Transpose: out[cols, rows] = in[rows, cols]^T, fp32, row-major.
+struct TransposeShape {
+  int64_t rows = 0, cols = 0;
+  int64_t numel() const { return rows * cols; }
+  std::string str() const;
+};
+
+// Attention: Q is [batch, heads, seq_q, head_dim]; K and V are [batch, heads, seq_k, head_dim];
+// O is shaped like Q; L (the log-sum-exp of each row of scale * Q K^T) is [batch, heads, seq_q],
+// always fp32. All row-major.
+//
+// Causal masking is aligned to the bottom-right corner, as FlashAttention does: query i sees keys
+// j <= i + (seq_k - seq_q). With seq_q == seq_k this is the usual j <= i. When seq_q > seq_k the
+// first (seq_q - seq_k) queries see no key at all: their O is 0 and their L is -inf.
+struct AttentionShape {
+  int64_t batch = 1, heads = 1, seq_q = 0, seq_k = 0, head_dim = 64;
+  bool causal = false;
+  float scale = 0.0f;  // 0 means the default 1/sqrt(head_dim)
+
+  float softmax_scale() const {
+    return scale != 0.0f ? scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
+  }
+  int64_t bh() const { return batch * heads; }
+  int64_t q_numel() const { return bh() * seq_q * head_dim; }
+  int64_t k_numel() const { return bh() * seq_k * head_dim; }
+  int64_t lse_numel() const { return bh() * seq_q; }
+  // Forward FLOPs: two matmuls of 2*Nq*Nk*D each; causal does about half of them.
+  double fwd_flops() const {
+    double f = 4.0 * double(bh()) * double(seq_q) * double(seq_k) * double(head_dim);
+    return causal ? f / 2 : f;
+  }
+  // Backward: the convention of the FlashAttention papers (five matmuls, counted as 2.5x).
+  double bwd_flops() const { return 2.5 * fwd_flops(); }
+  std::string str() const;
+};
+
+// The last key index that query row i may see (inclusive), bottom-right aligned. Negative means
+// the row sees no key. Without causal masking every row sees keys 0..seq_k-1.
+FA_HD int64_t causal_last_key(int64_t i, int64_t seq_q, int64_t seq_k) {
+  return i + (seq_k - seq_q);
+}
+
+}  // namespace fa

@@ -1,0 +1,120 @@
+// The checking machinery itself: the comparison rules, dtype conversion, the command line, and
+// the registry. If these are wrong, every "PASS" in the repository means nothing.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "cli.h"
+#include "compare.h"
+#include "dtype.h"
+#include "random.h"
+#include "registry.h"
+
+namespace {
+
+TEST(Compare, NaNFailsEvenWhenEverythingElseMatches) {
+  std::vector<double> ref = {1, 2, 3};
+  std::vector<float> got = {1, std::nanf(""), 3};
+  fa::CompareResult r = fa::compare_allclose("y", got.data(), ref.data(), 3, 1e9, 1e9);
+  EXPECT_FALSE(r.ok);
+  EXPECT_EQ(r.nonfinite, 1);
+  EXPECT_EQ(r.first_bad, 1);
+  EXPECT_NE(r.report().find("poison"), std::string::npos) << r.report();
+}
+
+TEST(Compare, InfiniteReferenceMustBeMatchedExactly) {
+  const double ninf = -std::numeric_limits<double>::infinity();
+  std::vector<double> ref = {ninf, 0.5};
+  std::vector<float> ok = {-std::numeric_limits<float>::infinity(), 0.5f};
+  std::vector<float> bad = {-1e30f, 0.5f};
+  EXPECT_TRUE(fa::compare_allclose("L", ok.data(), ref.data(), 2, 1e-6, 0).ok);
+  EXPECT_FALSE(fa::compare_allclose("L", bad.data(), ref.data(), 2, 1e-6, 0).ok);
+}
+
+TEST(Compare, AllCloseUsesAtolPlusRtol) {
+  std::vector<double> ref = {100.0, 0.0};
+  std::vector<float> got = {100.05f, 0.0f};
+  EXPECT_TRUE(fa::compare_allclose("x", got.data(), ref.data(), 2, 0.0, 1e-3).ok);
+  EXPECT_FALSE(fa::compare_allclose("x", got.data(), ref.data(), 2, 0.0, 1e-4).ok);
+}
+
+TEST(Compare, FlashRuleScalesWithTheNaiveError) {
+  std::vector<double> ref = {1.0, 2.0, 3.0};
+  std::vector<float> naive = {1.01f, 2.0f, 3.0f};  // naive error 0.01
+  std::vector<float> good = {1.0f, 2.015f, 3.0f};  // 0.015 <= 2 * 0.01
+  std::vector<float> bad = {1.0f, 2.03f, 3.0f};    // 0.03 > 2 * 0.01
+  EXPECT_TRUE(fa::compare_flash_rule("O", good.data(), ref.data(), naive.data(), 3, 2.0, 1e-6).ok);
+  fa::CompareResult r = fa::compare_flash_rule("O", bad.data(), ref.data(), naive.data(), 3, 2.0, 1e-6);
+  EXPECT_FALSE(r.ok);
+  EXPECT_NEAR(r.naive_err, 0.01, 1e-6);
+  EXPECT_EQ(r.first_bad, 1);
+}
+
+TEST(Compare, ReportNamesTheMultiDimensionalIndex) {
+  EXPECT_EQ(fa::format_index(7, {2, 2, 2}, {"b", "i", "d"}), "[b=1, i=1, d=1]");
+  EXPECT_EQ(fa::format_index(5, {2, 3}, {"row", "col"}), "[row=1, col=2]");
+}
+
+TEST(DType, RoundTripsAndRounding) {
+  EXPECT_EQ(fa::round_to(fa::DType::BF16, 1.0f), 1.0f);
+  EXPECT_EQ(fa::round_to(fa::DType::F16, 65504.0f), 65504.0f);
+  EXPECT_TRUE(std::isinf(fa::round_to(fa::DType::F16, 70000.0f)));
+  EXPECT_EQ(fa::round_to(fa::DType::F16, 1.0f + 1.0f / 4096), 1.0f);  // ties to even
+  EXPECT_EQ(fa::round_to(fa::DType::BF16, 1.0f + 1.0f / 256), 1.0f);
+  EXPECT_EQ(fa::round_to(fa::DType::F16, 5.9604645e-08f), 5.9604645e-08f);  // smallest subnormal
+  EXPECT_TRUE(std::isnan(fa::half_bits_to_float(0xFFFF))) << "0xFFFF (the poison) is NaN";
+  EXPECT_TRUE(std::isnan(fa::bf16_bits_to_float(0xFFFF)));
+  std::vector<float> v = fa::random_normal(1000, 1);
+  for (fa::DType t : {fa::DType::F16, fa::DType::BF16}) {
+    std::vector<float> r = v;
+    fa::round_in_place(t, r);
+    std::vector<float> back = fa::decode(t, fa::encode(t, r).data(), r.size());
+    EXPECT_EQ(back, r);
+  }
+}
+
+TEST(Random, SeededReproducibleAndOffset) {
+  std::vector<float> a = fa::random_normal(10000, 42), b = fa::random_normal(10000, 42),
+                     c = fa::random_normal(10000, 43);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+  double mean = 0;
+  for (float x : a) mean += x;
+  mean /= a.size();
+  EXPECT_NEAR(mean, fa::kDefaultInputMean, 0.05) << "inputs must not be zero-mean";
+  for (float x : a) EXPECT_NE(x, 0.0f);
+}
+
+TEST(Cli, ParsesAndRejectsMalformedValues) {
+  fa::Cli ok("p", "t");
+  ok.option("rows", "4096", "r").option("sizes", "1,17", "s").flag("fast", "f");
+  EXPECT_TRUE(ok.parse({"--rows=1k", "--sizes", "3,5", "--fast"}));
+  EXPECT_EQ(ok.get_int("rows"), 1024);
+  EXPECT_EQ(ok.get_int_list("sizes"), (std::vector<int64_t>{3, 5}));
+  EXPECT_TRUE(ok.get_bool("fast"));
+
+  fa::Cli bad("p", "t");
+  bad.option("rows", "4096", "r");
+  EXPECT_FALSE(bad.parse({"--rows=12x"}));
+  EXPECT_EQ(bad.exit_code(), 2);
+  fa::Cli unknown("p", "t");
+  EXPECT_FALSE(unknown.parse({"--nope=1"}));
+  EXPECT_EQ(unknown.exit_code(), 2);
+}
+
+TEST(Registry, EveryRegisteredNameHasAChapterPrefix) {
+  auto check = [](const std::vector<std::string>& names) {
+    for (const std::string& n : names)
+      EXPECT_NE(n.find('/'), std::string::npos) << n << " should be <chapter>/<version>";
+  };
+  check(fa::entry_names<fa::SoftmaxKernel>());
+  check(fa::entry_names<fa::GemmKernel>());
+  check(fa::entry_names<fa::TransposeKernel>());
+  check(fa::entry_names<fa::AttentionFwdKernel>());
+  check(fa::entry_names<fa::AttentionBwdKernel>());
+  EXPECT_NE(fa::find_entry<fa::GemmKernel>("ref/cublas"), nullptr);
+}
+
+}  // namespace

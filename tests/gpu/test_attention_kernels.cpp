@@ -1,0 +1,132 @@
+// Every registered attention kernel, forward (chapter 05) and backward (chapter 06), in each dtype
+// and head dim it lists: ragged lengths, seq_q != seq_k both ways, causal on and off (bottom-right
+// aligned, including rows that see no key), a non-default scale, inputs scaled up 5x, fresh inputs
+// on several runs, batch*heads beyond 65535, and (label long) a tensor past 2^31 elements.
+#include "test_util.h"
+
+namespace {
+
+using fa::AttentionShape;
+
+fa::RunOptions check_only(uint64_t seed) {
+  fa::RunOptions o;
+  o.seed = seed;
+  o.time = false;
+  return o;
+}
+
+// (seq_q, seq_k) pairs from ../shared/reference/checking-and-timing.md.
+const std::vector<std::pair<int64_t, int64_t>> kRagged = {
+    {1, 1}, {17, 17}, {113, 203}, {203, 113}, {127, 129}, {512, 256}, {1023, 1023}, {1025, 1025}};
+
+template <class K> std::vector<std::pair<fa::DType, int>> variants(const K& k) {
+  std::vector<std::pair<fa::DType, int>> out;
+  for (fa::DType t : k.dtypes)
+    for (int d : k.head_dims) out.push_back({t, d});
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+class AttentionFwdKernels : public ::testing::TestWithParam<std::string> {
+ protected:
+  const fa::AttentionFwdKernel& kernel() {
+    return *fa::find_entry<fa::AttentionFwdKernel>(GetParam());
+  }
+};
+
+TEST_P(AttentionFwdKernels, RaggedShapesCausalAndNot) {
+  FA_SKIP_WITHOUT_GPU(kernel().min_sm);
+  for (auto [t, d] : variants(kernel()))
+    for (auto [nq, nk] : kRagged)
+      for (bool causal : {false, true}) {
+        AttentionShape s{2, 3, nq, nk, d, causal, 0.0f};
+        SCOPED_TRACE(s.str() + " " + fa::dtype_name(t));
+        FA_EXPECT_PASS(fa::run_attention_fwd(kernel(), s, t, check_only(nq * 7 + nk)));
+      }
+}
+
+TEST_P(AttentionFwdKernels, NonDefaultScaleAndLargeInputs) {
+  FA_SKIP_WITHOUT_GPU(kernel().min_sm);
+  for (auto [t, d] : variants(kernel())) {
+    AttentionShape s{1, 2, 300, 257, d, true, 0.37f};
+    FA_EXPECT_PASS(fa::run_attention_fwd(kernel(), s, t, check_only(11)));
+    fa::RunOptions big = check_only(12);
+    big.input_std = 5.0f;  // scores 25x larger: the running max must do its job
+    big.input_mean = 2.5f;
+    s.scale = 0.0f;
+    FA_EXPECT_PASS(fa::run_attention_fwd(kernel(), s, t, big));
+  }
+}
+
+TEST_P(AttentionFwdKernels, FreshInputsEveryRun) {
+  FA_SKIP_WITHOUT_GPU(kernel().min_sm);
+  for (auto [t, d] : variants(kernel()))
+    for (uint64_t seed = 1; seed <= 3; ++seed)
+      FA_EXPECT_PASS(fa::run_attention_fwd(kernel(), {2, 2, 4097, 4097, d, seed == 2, 0.0f}, t,
+                                           check_only(seed)));
+}
+
+TEST_P(AttentionFwdKernels, ManyHeadsBeyondGridLimit) {
+  FA_SKIP_WITHOUT_GPU(kernel().min_sm);
+  auto [t, d] = variants(kernel()).front();
+  fa::RunOptions o = check_only(13);
+  o.check_heads = 3;  // first, middle and last (b, h): the ones a grid-limit bug would break
+  FA_EXPECT_PASS(fa::run_attention_fwd(kernel(), {70000, 1, 17, 17, d, true, 0.0f}, t, o));
+}
+
+TEST_P(AttentionFwdKernels, LongTensorPast2to31Elements) {
+  FA_SKIP_WITHOUT_GPU(kernel().min_sm);
+  auto [t, d] = variants(kernel()).back();
+  // 2^31 / (seq * d) heads, plus a few: q has more than 2^31 elements.
+  int64_t seq = 1024, heads = (int64_t(1) << 31) / (seq * d) + 3;
+  if (fa::gpu_info().global_mem < size_t(8) * heads * seq * d * fa::dtype_size(t))
+    GTEST_SKIP() << "not enough GPU memory for a >2^31-element tensor";
+  fa::RunOptions o = check_only(14);
+  o.check_heads = 2;  // the first and the last head: past 2^31 lives there
+  FA_EXPECT_PASS(fa::run_attention_fwd(kernel(), {1, heads, seq, seq, d, false, 0.0f}, t, o));
+}
+
+INSTANTIATE_TEST_SUITE_P(Registered, AttentionFwdKernels,
+                         ::testing::ValuesIn(fa::entry_names<fa::AttentionFwdKernel>()),
+                         RegistryNamePrinter());
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(AttentionFwdKernels);
+
+// ---------------------------------------------------------------------------------------------
+class AttentionBwdKernels : public ::testing::TestWithParam<std::string> {
+ protected:
+  const fa::AttentionBwdKernel& kernel() {
+    return *fa::find_entry<fa::AttentionBwdKernel>(GetParam());
+  }
+};
+
+TEST_P(AttentionBwdKernels, RaggedShapesCausalAndNot) {
+  FA_SKIP_WITHOUT_GPU(kernel().min_sm);
+  for (auto [t, d] : variants(kernel()))
+    for (auto [nq, nk] : kRagged)
+      for (bool causal : {false, true}) {
+        AttentionShape s{1, 2, nq, nk, d, causal, 0.0f};
+        SCOPED_TRACE(s.str() + " " + fa::dtype_name(t));
+        FA_EXPECT_PASS(fa::run_attention_bwd(kernel(), s, t, check_only(nq * 5 + nk)));
+      }
+}
+
+TEST_P(AttentionBwdKernels, NonDefaultScale) {
+  FA_SKIP_WITHOUT_GPU(kernel().min_sm);
+  for (auto [t, d] : variants(kernel()))
+    FA_EXPECT_PASS(fa::run_attention_bwd(kernel(), {2, 2, 200, 333, d, true, 0.29f}, t, check_only(21)));
+}
+
+TEST_P(AttentionBwdKernels, ManyHeadsBeyondGridLimit) {
+  FA_SKIP_WITHOUT_GPU(kernel().min_sm);
+  auto [t, d] = variants(kernel()).front();
+  fa::RunOptions o = check_only(22);
+  o.check_heads = 3;
+  FA_EXPECT_PASS(fa::run_attention_bwd(kernel(), {70000, 1, 17, 17, d, true, 0.0f}, t, o));
+}
+
+INSTANTIATE_TEST_SUITE_P(Registered, AttentionBwdKernels,
+                         ::testing::ValuesIn(fa::entry_names<fa::AttentionBwdKernel>()),
+                         RegistryNamePrinter());
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(AttentionBwdKernels);
+
+}  // namespace

@@ -1,0 +1,34 @@
+// Every registered GEMM (chapter 03 and the cuBLAS reference row), at the shapes that catch tile
+// and tail bugs, in every dtype the kernel takes.
+#include "test_util.h"
+
+namespace {
+
+class GemmKernels : public ::testing::TestWithParam<std::string> {
+ protected:
+  const fa::GemmKernel& kernel() { return *fa::find_entry<fa::GemmKernel>(GetParam()); }
+};
+
+TEST_P(GemmKernels, RaggedShapes) {
+  FA_SKIP_WITHOUT_GPU(kernel().min_sm);
+  fa::RunOptions o;
+  o.time = false;
+  for (fa::DType t : kernel().dtypes)
+    for (fa::GemmShape s : {fa::GemmShape{1, 1, 1}, fa::GemmShape{17, 33, 65},
+                            fa::GemmShape{127, 129, 255}, fa::GemmShape{1000, 1000, 1000}})
+      FA_EXPECT_PASS(fa::run_gemm(kernel(), s, t, o));
+}
+
+TEST_P(GemmKernels, Long4096Cubed) {
+  FA_SKIP_WITHOUT_GPU(kernel().min_sm);
+  fa::RunOptions o;
+  o.time = false;
+  for (fa::DType t : kernel().dtypes) FA_EXPECT_PASS(fa::run_gemm(kernel(), {4096, 4096, 4096}, t, o));
+}
+
+INSTANTIATE_TEST_SUITE_P(Registered, GemmKernels,
+                         ::testing::ValuesIn(fa::entry_names<fa::GemmKernel>()),
+                         RegistryNamePrinter());
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(GemmKernels);
+
+}  // namespace
