@@ -15,6 +15,9 @@ function(fa_add_chapter)
   add_executable(${CH_NAME} ${PROJECT_SOURCE_DIR}/common/chapter_main.cpp)
   target_compile_definitions(${CH_NAME} PRIVATE FA_CHAPTER_NUMBER="${CH_NUMBER}")
   target_link_libraries(${CH_NAME} PRIVATE ${lib} fa_refs)
+  if(TARGET fa_user)  # the reader's own kernels (chapters/user/) appear in every chapter program
+    target_link_libraries(${CH_NAME} PRIVATE fa_user)
+  endif()
   set_property(GLOBAL APPEND PROPERTY FA_CHAPTER_LIBS ${lib})
 endfunction()
 
