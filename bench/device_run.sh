@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# device_run.sh: the whole GPU session in one script (configure, build, test, tour, benchmarks,
+# PyTorch SDPA comparison, sanitizers), every log under $OUT (default ./out).
+#
+#   bash bench/device_run.sh build test          # first call
+#   bash bench/device_run.sh tour bench sdpa     # second call, while the machine is warm
+#
+# Stages: build, test, testlong, tour, bench, benchquick, sdpa, sanitize, mystery.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/out}
+mkdir -p "$OUT"
+BUILD=${BUILD:-build}
+JOBS=${JOBS:-$(nproc)}
+log() { echo "[$(date +%H:%M:%S)] $*" | tee -a "$OUT/steps.log"; }
+
+for stage in "$@"; do
+  case "$stage" in
+    build)
+      log "gpu: $(nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader 2>&1)"
+      nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1
+      log "configure"
+      cmake --preset default -DCMAKE_CUDA_ARCHITECTURES=90 > "$OUT/configure.log" 2>&1 || { tail -30 "$OUT/configure.log"; exit 1; }
+      log "build (-j$JOBS)"
+      cmake --build "$BUILD" -j "$JOBS" > "$OUT/build.log" 2>&1 || { grep -E "error|Error" "$OUT/build.log" | head -40; exit 1; }
+      grep -E "warning" "$OUT/build.log" | sort | uniq -c | sort -rn | head -20 > "$OUT/build_warnings.txt"
+      log "build done"
+      ;;
+    test)
+      log "ctest (cpu + gpu, no long)"
+      ctest --test-dir "$BUILD" -LE "long|sanitize" -j 4 --output-on-failure --timeout 900 > "$OUT/ctest.log" 2>&1
+      log "ctest rc=$?"; tail -25 "$OUT/ctest.log"
+      ;;
+    testlong)
+      log "ctest long"
+      ctest --test-dir "$BUILD" -L long --output-on-failure --timeout 900 > "$OUT/ctest_long.log" 2>&1
+      log "ctest long rc=$?"; tail -15 "$OUT/ctest_long.log"
+      ;;
+    tour)
+      log "tour"
+      "$BUILD/bin/tour" > "$OUT/tour.log" 2>&1
+      log "tour rc=$?"; tail -12 "$OUT/tour.log"
+      ;;
+    bench)
+      log "fa_bench"
+      "$BUILD/bin/fa_bench" --benchmark_format=console --benchmark_out="$OUT/bench.json" \
+        --benchmark_out_format=json ${BENCH_FILTER:+--benchmark_filter=$BENCH_FILTER} > "$OUT/bench.log" 2>&1
+      log "fa_bench rc=$?"
+      ;;
+    benchquick)
+      log "fa_bench quick"
+      "$BUILD/bin/fa_bench" --benchmark_filter='ceiling|softmax/.*/4096x4096|softmax/.*/16384x1024|transpose|gemm/.*/4096x|attn_fwd/05/v[2-9].*/(bf16)/.*/N(4096|8192)|attn_bwd/06/v[2-9].*/bf16/.*/N(4096|8192)' \
+        --benchmark_out="$OUT/bench.json" --benchmark_out_format=json > "$OUT/bench.log" 2>&1
+      log "fa_bench rc=$?"
+      ;;
+    sdpa)
+      log "compare_sdpa"
+      PYTHONUNBUFFERED=1 python3 bench/compare_sdpa.py "$OUT/bench.json" --out "$OUT" > "$OUT/sdpa.log" 2>&1
+      log "sdpa rc=$?"; tail -40 "$OUT/sdpa.log"
+      ;;
+    sanitize)
+      log "ctest sanitize"
+      ctest --test-dir "$BUILD" -L sanitize --output-on-failure --timeout 900 > "$OUT/sanitize.log" 2>&1
+      log "sanitize rc=$?"; tail -15 "$OUT/sanitize.log"
+      ;;
+    mystery)
+      log "matmul mystery sweep"
+      "$BUILD/bin/ch03_tiled_matmul" --sweep=1536:2304:16 --csv="$OUT/mystery.csv" > "$OUT/mystery.log" 2>&1
+      python3 chapters/03_tiled_matmul/plot_mystery.py "$OUT/mystery.csv" "$OUT/mystery.png" >> "$OUT/mystery.log" 2>&1
+      log "mystery rc=$?"
+      ;;
+    *) echo "unknown stage $stage"; exit 2 ;;
+  esac
+done

@@ -1,0 +1,2 @@
+// Placeholder while the chapter program is written (ch05a).
+namespace {}

@@ -1,0 +1,25 @@
+// ch06_preprocess.h: the first step of every backward kernel in this chapter.
+//
+//   D_i = rowsum(dO_i * O_i)   (one float per query row, [batch, heads, seq_q], fp32)
+//
+// D_i equals rowsum(P_i * dP_i), the term the softmax Jacobian subtracts in dS = P * (dP - D)
+// (notes/06_flash_backward.md derives it). Computing it up front from O and dO costs one
+// memory-bound pass and saves a whole row reduction inside the dK/dV and dQ loops.
+//
+// Shared by every 06/ backward kernel (v1 fp32, and the tensor-core versions) so each one reuses
+// the same, tested preprocess. Defined in v1_delta_preprocess.cu.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include "dtype.h"
+#include "shapes.h"
+
+namespace fa {
+
+// o and dout are `t` (fp32, fp16 or bf16) with the layout of Q ([batch, heads, seq_q, head_dim]);
+// delta is fp32 [batch, heads, seq_q]. Products are accumulated in fp32. One warp per row,
+// vectorised loads when the head dim and the pointers allow it. Any head_dim >= 1 works.
+void launch_delta_preprocess(const void* o, const void* dout, float* delta,
+                             const AttentionShape& s, DType t, cudaStream_t st);
+
+}  // namespace fa
