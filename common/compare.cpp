@@ -138,8 +138,11 @@ std::string CompareResult::report() const {
   os << std::setprecision(6);
   os << what << ": " << (ok ? "PASS" : "FAIL") << " (" << count << " elements, tolerance "
      << tol.str() << ")\n";
-  os << "  max abs error " << max_abs << " at " << format_index(worst, dims, names)
-     << ", max rel error " << max_rel << "\n";
+  if (worst >= 0)
+    os << "  max abs error " << max_abs << " at " << format_index(worst, dims, names)
+       << ", max rel error " << max_rel << "\n";
+  else
+    os << "  max abs error -, max rel error - (no element was finite where the reference is)\n";
   if (naive_err >= 0)
     os << "  naive same-precision implementation's max error " << naive_err
        << " -> allowed max error " << bound << "\n";
@@ -149,7 +152,8 @@ std::string CompareResult::report() const {
     os << "\n  first mismatch at " << format_index(first_bad, dims, names) << ": got "
        << got_at_first_bad << ", expected " << ref_at_first_bad << "\n";
     if (std::isnan(got_at_first_bad))
-      os << "  hint: NaN is the poison value: was this element ever written?\n";
+      os << "  hint: outputs are poisoned with NaN before the run: either this element was never\n"
+            "  written, or the kernel computed a NaN itself (inf/inf, (-inf)-(-inf), 0*inf)\n";
   }
   return os.str();
 }

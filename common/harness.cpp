@@ -74,6 +74,17 @@ template <class F> void guarded(RunResult& r, F body) {
   } catch (const Unsupported& e) {
     r.status = Status::Unsupported;
     r.message = e.what();
+  } catch (const Error& e) {
+    // A CUDA error is a failed run, reported with its file and line. One special case gets a
+    // hint: the binary holds no code for this GPU (built for another architecture).
+    std::string what = e.what();
+    r.status = Status::Fail;
+    r.message = what;
+    if (what.find("cudaErrorNoKernelImageForDevice") != std::string::npos) {
+      r.status = Status::Unsupported;
+      r.message = what + " (rebuild with -DCMAKE_CUDA_ARCHITECTURES=" +
+                  std::to_string(gpu_info().sm) + ")";
+    }
   }
 }
 

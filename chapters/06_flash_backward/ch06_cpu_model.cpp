@@ -1,0 +1,277 @@
+// ch06_cpu_model.cpp: the backward derivation as plain loops (see ch06_cpu_model.h).
+#include "ch06_cpu_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "random.h"
+#include "reference.h"
+
+namespace ch06 {
+namespace {
+
+constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+
+// Can query row i see key j? Causal masking is bottom-right aligned (shapes.h).
+bool visible(const fa::AttentionShape& s, int64_t i, int64_t j) {
+  return !s.causal || j <= fa::causal_last_key(i, s.seq_q, s.seq_k);
+}
+
+double dot(const float* a, const float* b, int64_t d) {
+  double acc = 0;
+  for (int64_t x = 0; x < d; ++x) acc += double(a[x]) * double(b[x]);
+  return acc;
+}
+
+}  // namespace
+
+void forward(const float* q, const float* k, const float* v, const fa::AttentionShape& s,
+             std::vector<double>& O, std::vector<double>& L) {
+  const int64_t d = s.head_dim;
+  const double scale = s.softmax_scale();
+  O.assign(size_t(s.q_numel()), 0.0);
+  L.assign(size_t(s.lse_numel()), kNegInf);
+  std::vector<double> srow(size_t(s.seq_k));
+  for (int64_t bh = 0; bh < s.bh(); ++bh) {
+    const float* Q = q + bh * s.seq_q * d;
+    const float* K = k + bh * s.seq_k * d;
+    const float* V = v + bh * s.seq_k * d;
+    for (int64_t i = 0; i < s.seq_q; ++i) {
+      double m = kNegInf;
+      for (int64_t j = 0; j < s.seq_k; ++j) {
+        srow[j] = visible(s, i, j) ? scale * dot(Q + i * d, K + j * d, d) : kNegInf;
+        m = std::max(m, srow[j]);
+      }
+      if (m == kNegInf) continue;  // no visible key: O = 0, L = -inf
+      double l = 0;
+      for (int64_t j = 0; j < s.seq_k; ++j) l += srow[j] == kNegInf ? 0.0 : std::exp(srow[j] - m);
+      const double Li = m + std::log(l);
+      L[bh * s.seq_q + i] = Li;
+      double* Oi = O.data() + (bh * s.seq_q + i) * d;
+      for (int64_t j = 0; j < s.seq_k; ++j) {
+        if (srow[j] == kNegInf) continue;
+        const double p = std::exp(srow[j] - Li);
+        for (int64_t x = 0; x < d; ++x) Oi[x] += p * V[j * d + x];
+      }
+    }
+  }
+}
+
+Grads standard_backward(const float* q, const float* k, const float* v, const float* dO,
+                        const fa::AttentionShape& s) {
+  const int64_t d = s.head_dim, nq = s.seq_q, nk = s.seq_k;
+  const double scale = s.softmax_scale();
+  Grads g;
+  g.dQ.assign(size_t(s.q_numel()), 0.0);
+  g.dK.assign(size_t(s.k_numel()), 0.0);
+  g.dV.assign(size_t(s.k_numel()), 0.0);
+  g.D.assign(size_t(s.lse_numel()), 0.0);
+  std::vector<double> O, L;
+  forward(q, k, v, s, O, L);
+  std::vector<double> P(size_t(nq * nk)), dP(size_t(nq * nk)), dS(size_t(nq * nk));
+  for (int64_t bh = 0; bh < s.bh(); ++bh) {
+    const float* Q = q + bh * nq * d;
+    const float* K = k + bh * nk * d;
+    const float* V = v + bh * nk * d;
+    const float* dOh = dO + bh * nq * d;
+    // P = softmax(scale Q K^T), row by row, with the saved L: P_ij = exp(S_ij - L_i).
+    for (int64_t i = 0; i < nq; ++i) {
+      const double Li = L[bh * nq + i];
+      for (int64_t j = 0; j < nk; ++j)
+        P[i * nk + j] = (Li == kNegInf || !visible(s, i, j))
+                            ? 0.0
+                            : std::exp(scale * dot(Q + i * d, K + j * d, d) - Li);
+    }
+    // D_i = rowsum(dO_i o O_i).
+    for (int64_t i = 0; i < nq; ++i) {
+      double acc = 0;
+      for (int64_t x = 0; x < d; ++x) acc += double(dOh[i * d + x]) * O[(bh * nq + i) * d + x];
+      g.D[bh * nq + i] = acc;
+    }
+    // dV = P^T dO.
+    for (int64_t j = 0; j < nk; ++j)
+      for (int64_t i = 0; i < nq; ++i)
+        for (int64_t x = 0; x < d; ++x)
+          g.dV[(bh * nk + j) * d + x] += P[i * nk + j] * double(dOh[i * d + x]);
+    // dP = dO V^T, then dS = P o (dP - D) (the softmax Jacobian, row by row).
+    for (int64_t i = 0; i < nq; ++i)
+      for (int64_t j = 0; j < nk; ++j) {
+        dP[i * nk + j] = dot(dOh + i * d, V + j * d, d);
+        dS[i * nk + j] = P[i * nk + j] * (dP[i * nk + j] - g.D[bh * nq + i]);
+      }
+    // dQ = scale dS K, dK = scale dS^T Q (the scale multiplied S, so it multiplies both).
+    for (int64_t i = 0; i < nq; ++i)
+      for (int64_t j = 0; j < nk; ++j) {
+        const double ds = scale * dS[i * nk + j];
+        for (int64_t x = 0; x < d; ++x) {
+          g.dQ[(bh * nq + i) * d + x] += ds * double(K[j * d + x]);
+          g.dK[(bh * nk + j) * d + x] += ds * double(Q[i * d + x]);
+        }
+      }
+  }
+  return g;
+}
+
+Grads flash_backward_tiled(const float* q, const float* k, const float* v, const float* dO,
+                           const double* O, const double* L, const fa::AttentionShape& s,
+                           TileSizes tiles) {
+  const int64_t d = s.head_dim, nq = s.seq_q, nk = s.seq_k, Br = tiles.Br, Bc = tiles.Bc;
+  const double scale = s.softmax_scale();
+  const int64_t diag = nk - nq;  // causal: query i sees keys j <= i + diag
+  Grads g;
+  g.dQ.assign(size_t(s.q_numel()), 0.0);
+  g.dK.assign(size_t(s.k_numel()), 0.0);
+  g.dV.assign(size_t(s.k_numel()), 0.0);
+  g.D.assign(size_t(s.lse_numel()), 0.0);
+
+  // One Br x Bc tile of P and dS: the only "attention matrix" memory the algorithm needs.
+  std::vector<double> P(size_t(Br * Bc)), dS(size_t(Br * Bc));
+  // Recompute the tile (q0, k0) of P and dS from Q, K, V, dO, L and D.
+  auto tile = [&](int64_t bh, int64_t q0, int64_t k0) {
+    const float* Q = q + bh * nq * d;
+    const float* K = k + bh * nk * d;
+    const float* V = v + bh * nk * d;
+    const float* dOh = dO + bh * nq * d;
+    for (int64_t r = 0; r < Br; ++r)
+      for (int64_t c = 0; c < Bc; ++c) {
+        const int64_t i = q0 + r, j = k0 + c;
+        double p = 0, ds = 0;
+        if (i < nq && j < nk && visible(s, i, j)) {
+          const double Li = L[bh * nq + i];
+          // A row with no visible key has L = -inf: its P is 0, not exp(-inf + inf) = NaN.
+          if (Li != kNegInf) {
+            p = std::exp(scale * dot(Q + i * d, K + j * d, d) - Li);
+            const double dp = dot(dOh + i * d, V + j * d, d);
+            ds = p * (dp - g.D[bh * nq + i]);
+          }
+        }
+        P[r * Bc + c] = p;
+        dS[r * Bc + c] = ds;
+      }
+  };
+
+  for (int64_t bh = 0; bh < s.bh(); ++bh) {
+    // Preprocess: D_i = rowsum(dO_i o O_i), one pass over O and dO.
+    for (int64_t i = 0; i < nq; ++i) {
+      double acc = 0;
+      for (int64_t x = 0; x < d; ++x)
+        acc += double(dO[(bh * nq + i) * d + x]) * O[(bh * nq + i) * d + x];
+      g.D[bh * nq + i] = acc;
+    }
+    const float* Q = q + bh * nq * d;
+    const float* K = k + bh * nk * d;
+    const float* dOh = dO + bh * nq * d;
+
+    // dK, dV: the outer loop owns one K/V tile, so dK_j and dV_j are private accumulators.
+    for (int64_t k0 = 0; k0 < nk; k0 += Bc) {
+      // The first query that sees key k0 is k0 - diag; Q tiles entirely above it are skipped.
+      const int64_t i_first = s.causal ? std::max<int64_t>(0, k0 - diag) : 0;
+      for (int64_t q0 = (i_first / Br) * Br; q0 < nq; q0 += Br) {
+        tile(bh, q0, k0);
+        for (int64_t c = 0; c < Bc && k0 + c < nk; ++c)
+          for (int64_t r = 0; r < Br && q0 + r < nq; ++r) {
+            const double p = P[r * Bc + c], ds = scale * dS[r * Bc + c];
+            for (int64_t x = 0; x < d; ++x) {
+              g.dV[(bh * nk + k0 + c) * d + x] += p * double(dOh[(q0 + r) * d + x]);  // P^T dO
+              g.dK[(bh * nk + k0 + c) * d + x] += ds * double(Q[(q0 + r) * d + x]);   // dS^T Q
+            }
+          }
+      }
+    }
+
+    // dQ: the outer loop owns one Q tile, so dQ_i is a private accumulator too.
+    for (int64_t q0 = 0; q0 < nq; q0 += Br) {
+      // The last key any row of this tile sees is (last row) + diag; later K tiles are skipped.
+      const int64_t k_end =
+          s.causal ? std::min<int64_t>(nk, std::min(q0 + Br, nq) - 1 + diag + 1) : nk;
+      for (int64_t k0 = 0; k0 < k_end; k0 += Bc) {
+        tile(bh, q0, k0);
+        for (int64_t r = 0; r < Br && q0 + r < nq; ++r)
+          for (int64_t c = 0; c < Bc && k0 + c < nk; ++c) {
+            const double ds = scale * dS[r * Bc + c];
+            for (int64_t x = 0; x < d; ++x)
+              g.dQ[(bh * nq + q0 + r) * d + x] += ds * double(K[(k0 + c) * d + x]);  // dS K
+          }
+      }
+    }
+  }
+  return g;
+}
+
+std::vector<double> rowsum_p_dp(const float* q, const float* k, const float* v, const float* dO,
+                                const fa::AttentionShape& s) {
+  const int64_t d = s.head_dim, nq = s.seq_q, nk = s.seq_k;
+  const double scale = s.softmax_scale();
+  std::vector<double> O, L, out(size_t(s.lse_numel()), 0.0);
+  forward(q, k, v, s, O, L);
+  for (int64_t bh = 0; bh < s.bh(); ++bh)
+    for (int64_t i = 0; i < nq; ++i) {
+      const double Li = L[bh * nq + i];
+      if (Li == kNegInf) continue;
+      double acc = 0;
+      for (int64_t j = 0; j < nk; ++j) {
+        if (!visible(s, i, j)) continue;
+        const double p = std::exp(scale * dot(q + (bh * nq + i) * d, k + (bh * nk + j) * d, d) - Li);
+        const double dp = dot(dO + (bh * nq + i) * d, v + (bh * nk + j) * d, d);
+        acc += p * dp;
+      }
+      out[bh * nq + i] = acc;
+    }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+std::vector<double> train_toy(const ToyProblem& p, const GradSource& grads) {
+  const fa::AttentionShape& s = p.shape;
+  // The target comes from a "teacher" head; the student starts from different random weights.
+  std::vector<float> tq = fa::random_normal(s.q_numel(), fa::derive_seed(p.seed, 1), 0.0f, 1.0f);
+  std::vector<float> tk = fa::random_normal(s.k_numel(), fa::derive_seed(p.seed, 2), 0.0f, 1.0f);
+  std::vector<float> tv = fa::random_normal(s.k_numel(), fa::derive_seed(p.seed, 3), 0.0f, 1.0f);
+  std::vector<double> target, unused;
+  forward(tq.data(), tk.data(), tv.data(), s, target, unused);
+  std::vector<float> q = fa::random_normal(s.q_numel(), fa::derive_seed(p.seed, 4), 0.0f, 1.0f);
+  std::vector<float> k = fa::random_normal(s.k_numel(), fa::derive_seed(p.seed, 5), 0.0f, 1.0f);
+  std::vector<float> v = fa::random_normal(s.k_numel(), fa::derive_seed(p.seed, 6), 0.0f, 1.0f);
+
+  std::vector<double> losses;
+  std::vector<double> O, L;
+  std::vector<float> dO(size_t(s.q_numel()));
+  auto step = [](std::vector<float>& w, const std::vector<double>& gw, double lr) {
+    for (size_t x = 0; x < w.size(); ++x) w[x] = static_cast<float>(double(w[x]) - lr * gw[x]);
+  };
+  for (int it = 0; it <= p.steps; ++it) {
+    forward(q.data(), k.data(), v.data(), s, O, L);
+    double loss = 0;
+    for (size_t x = 0; x < O.size(); ++x) {
+      const double e = O[x] - target[x];
+      loss += 0.5 * e * e;
+      dO[x] = static_cast<float>(e);  // dLoss/dO, stored as the kernel would read it
+    }
+    losses.push_back(loss);
+    if (it == p.steps) break;
+    Grads g = grads(q, k, v, dO, O, L, s);
+    step(q, g.dQ, p.lr);
+    step(k, g.dK, p.lr);
+    step(v, g.dV, p.lr);
+  }
+  return losses;
+}
+
+Grads grads_from_tiled(const std::vector<float>& q, const std::vector<float>& k,
+                       const std::vector<float>& v, const std::vector<float>& dO,
+                       const std::vector<double>& O, const std::vector<double>& L,
+                       const fa::AttentionShape& s) {
+  return flash_backward_tiled(q.data(), k.data(), v.data(), dO.data(), O.data(), L.data(), s,
+                              TileSizes{3, 5});  // tiles that do not divide N = 8, on purpose
+}
+
+Grads grads_from_reference(const std::vector<float>& q, const std::vector<float>& k,
+                           const std::vector<float>& v, const std::vector<float>& dO,
+                           const std::vector<double>&, const std::vector<double>&,
+                           const fa::AttentionShape& s) {
+  fa::AttentionBwdRef r = fa::attention_backward_ref(q.data(), k.data(), v.data(), dO.data(), s);
+  return Grads{r.dQ, r.dK, r.dV, r.D};
+}
+
+}  // namespace ch06

@@ -1,0 +1,84 @@
+// ch06_cpu_model.h: the FlashAttention-2 backward pass, made executable on the CPU.
+//
+// Two implementations of the same gradients, both in float64 from the float inputs a kernel sees:
+//
+//  * standard_backward: the derivation "by hand", with the whole N x N matrix P materialised
+//      P = softmax(scale Q K^T),  dV = P^T dO,  dP = dO V^T,  dS = P o (dP - D),
+//      dQ = scale dS K,  dK = scale dS^T Q,  D_i = rowsum(dO_i o O_i).
+//    This is what fa::attention_backward_ref computes (with Eigen); ours is plain loops.
+//
+//  * flash_backward_tiled: the algorithm the GPU kernels implement, with explicit block loops.
+//    It never holds more than one Br x Bc tile of S, P, dP, dS at a time and recomputes P from
+//    the saved log-sum-exp L instead of storing it:
+//      preprocess:  D_i = rowsum(dO_i o O_i)
+//      dK, dV:      for each K/V tile (Bc rows), loop over the Q tiles (Br rows) that can see it
+//      dQ:          for each Q tile, loop over the K/V tiles it can see
+//
+// The tests (tests/cpu/test_ch06_*.cpp) check the two against each other and against the float64
+// reference, and run a few steps of gradient descent with each.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "shapes.h"
+
+namespace ch06 {
+
+struct Grads {
+  std::vector<double> dQ, dK, dV, D;  // layouts of q, k, v and L
+};
+
+struct TileSizes {
+  int64_t Br = 16;  // query rows per tile
+  int64_t Bc = 16;  // key rows per tile
+};
+
+// Everything below takes whole tensors, [batch, heads, seq, head_dim] row-major, like the kernels.
+
+// The forward the backward needs: O and L = logsumexp_j(scale q_i . k_j) (-inf for a row that
+// sees no key, whose O is 0). Plain loops, float64.
+void forward(const float* q, const float* k, const float* v, const fa::AttentionShape& s,
+             std::vector<double>& O, std::vector<double>& L);
+
+// The standard backward with P materialised (one head at a time).
+Grads standard_backward(const float* q, const float* k, const float* v, const float* dO,
+                        const fa::AttentionShape& s);
+
+// The tiled FlashAttention-2 backward. O and L come from the forward (they are what the forward
+// kernel saved). Fully masked tiles are skipped, exactly as the kernels skip them.
+Grads flash_backward_tiled(const float* q, const float* k, const float* v, const float* dO,
+                           const double* O, const double* L, const fa::AttentionShape& s,
+                           TileSizes tiles);
+
+// rowsum(P o dP) for every query row: the quantity D_i = rowsum(dO_i o O_i) stands in for.
+std::vector<double> rowsum_p_dp(const float* q, const float* k, const float* v, const float* dO,
+                                const fa::AttentionShape& s);
+
+// ---- A training step: learn Q, K, V of one head so that attention(Q, K, V) fits a target O*. --
+// loss = 0.5 ||O - O*||^2, so dL/dO = O - O*; the gradient source turns (q, k, v, dO, O, L) into
+// dQ, dK, dV. Parameters are stored as float (what a kernel would read); updates are float64.
+struct ToyProblem {
+  fa::AttentionShape shape{1, 1, 8, 8, 4, false, 0.0f};
+  int steps = 20;
+  double lr = 0.5;
+  uint64_t seed = 6;
+};
+using GradSource = std::function<Grads(const std::vector<float>& q, const std::vector<float>& k,
+                                       const std::vector<float>& v, const std::vector<float>& dO,
+                                       const std::vector<double>& O, const std::vector<double>& L,
+                                       const fa::AttentionShape& s)>;
+// Returns the loss before each step and after the last (steps + 1 values).
+std::vector<double> train_toy(const ToyProblem& p, const GradSource& grads);
+
+// Gradient sources for train_toy.
+Grads grads_from_tiled(const std::vector<float>& q, const std::vector<float>& k,
+                       const std::vector<float>& v, const std::vector<float>& dO,
+                       const std::vector<double>& O, const std::vector<double>& L,
+                       const fa::AttentionShape& s);
+Grads grads_from_reference(const std::vector<float>& q, const std::vector<float>& k,
+                           const std::vector<float>& v, const std::vector<float>& dO,
+                           const std::vector<double>& O, const std::vector<double>& L,
+                           const fa::AttentionShape& s);
+
+}  // namespace ch06

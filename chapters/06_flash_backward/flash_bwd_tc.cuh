@@ -1,0 +1,93 @@
+// flash_bwd_tc.cuh: the shared-memory tile loader and the three fragment loaders that the
+// tensor-core backward kernels (06/v2_mma) are built from. Device code only.
+//
+// Shared-memory tiles are row-major [rows][D + kPad] in the 16-bit dtype. The padding of 8
+// elements (16 bytes) shifts each row by 16 bytes modulo 128, so the eight row addresses of one
+// ldmatrix 8x8 matrix fall into eight different 16-byte bank groups: no bank conflicts, with or
+// without .trans, and every 16-byte cp.async destination stays aligned.
+//
+// The fragment layouts are those of common/mma.cuh (g = lane / 4, t = lane % 4). Each loader
+// below is one ldmatrix.x4; lane l gives the row address of matrix i = l / 8, row r = l % 8.
+#pragma once
+#include <cstdint>
+
+#include "mma.cuh"
+
+namespace fa::bwd_tc {
+
+constexpr int kPad = 8;  // elements of padding per shared-memory row (16 bytes)
+
+// Copy rows [row0, row0 + ROWS) of a [seq, D] row-major matrix `g` into the padded tile `s`,
+// 16 bytes per cp.async. Rows at or past `seq` are zero-filled (nothing is read for them).
+template <class T, int D, int ROWS, int THREADS>
+__device__ __forceinline__ void load_tile_async(T* s, const T* g, int64_t row0, int64_t seq,
+                                                int tid) {
+  constexpr int kChunksPerRow = D * int(sizeof(T)) / 16;
+  constexpr int kChunks = ROWS * kChunksPerRow;
+  constexpr int kLd = D + kPad;
+#pragma unroll
+  for (int c = tid; c < kChunks; c += THREADS) {
+    const int r = c / kChunksPerRow;
+    const int cc = c % kChunksPerRow;
+    const bool valid = row0 + r < seq;
+    const T* src = valid ? g + (row0 + r) * int64_t(D) + cc * 8 : g;
+    fa::mma::cp_async_16(s + r * kLd + cc * 8, src, valid);
+  }
+}
+
+// A fragment of the 16x16 block A[m0.., k0..] of a row-major tile (A = the tile itself).
+// Matrices: 0 = rows 0-7 / cols 0-7 -> a[0], 1 = rows 8-15 / cols 0-7 -> a[1],
+//           2 = rows 0-7 / cols 8-15 -> a[2], 3 = rows 8-15 / cols 8-15 -> a[3].
+template <int LD, class T>
+__device__ __forceinline__ void load_a(uint32_t (&a)[4], const T* s, int m0, int k0, int lane) {
+  const int i = lane >> 3, r = lane & 7;
+  fa::mma::ldmatrix_x4(a, s + (m0 + r + (i & 1) * 8) * LD + k0 + (i >> 1) * 8);
+}
+
+// B fragments of two adjacent n-tiles (n0..n0+7 and n0+8..n0+15, k0..k0+15) when B = X^T, i.e.
+// B[k][n] = X[n][k] with X the row-major tile (rows are n). Used for S = Q K^T (X = K) and its
+// relatives: the "col-major B" of mma.sync is exactly a row-major X, so no transpose is needed.
+// b[0], b[1] -> n-tile n0;  b[2], b[3] -> n-tile n0 + 8.
+template <int LD, class T>
+__device__ __forceinline__ void load_b_xt(uint32_t (&b)[4], const T* s, int n0, int k0,
+                                          int lane) {
+  const int i = lane >> 3, r = lane & 7;
+  fa::mma::ldmatrix_x4(b, s + (n0 + r + (i >> 1) * 8) * LD + k0 + (i & 1) * 8);
+}
+
+// B fragments of two adjacent n-tiles when B = X, i.e. B[k][n] = X[k][n] with X the row-major
+// tile (rows are k). mma.sync wants pairs along k, which are a column of X: ldmatrix .trans
+// hands thread (g, t) the elements X[2t][g], X[2t+1][g] of each 8x8 matrix. Used for dV += P^T dO
+// (X = dO), dK += dS^T Q (X = Q), dQ += dS K (X = K).
+// b[0], b[1] -> n-tile n0;  b[2], b[3] -> n-tile n0 + 8.
+template <int LD, class T>
+__device__ __forceinline__ void load_b_x(uint32_t (&b)[4], const T* s, int k0, int n0,
+                                         int lane) {
+  const int i = lane >> 3, r = lane & 7;
+  fa::mma::ldmatrix_x4_trans(b, s + (k0 + r + (i & 1) * 8) * LD + n0 + (i >> 1) * 8);
+}
+
+// The C fragments of two adjacent n-tiles (16 columns) of a 16 x N accumulator, rounded to 16
+// bits, are exactly the A fragment of the 16x16 block with those columns as k:
+//   a[0] = C[g][2t..]   (tile j, c[0..1])    a[1] = C[g+8][2t..]   (tile j, c[2..3])
+//   a[2] = C[g][2t+8..] (tile j+1, c[0..1])  a[3] = C[g+8][2t+8..] (tile j+1, c[2..3])
+// This is why P and dS never go through shared memory.
+template <class T>
+__device__ __forceinline__ void acc_to_a(uint32_t (&a)[4], const float (&c0)[4],
+                                         const float (&c1)[4]) {
+  a[0] = fa::mma::pack2<T>(c0[0], c0[1]);
+  a[1] = fa::mma::pack2<T>(c0[2], c0[3]);
+  a[2] = fa::mma::pack2<T>(c1[0], c1[1]);
+  a[3] = fa::mma::pack2<T>(c1[2], c1[3]);
+}
+
+template <class T>
+__device__ __forceinline__ void mma_pair(float (&d0)[4], float (&d1)[4], const uint32_t (&a)[4],
+                                         const uint32_t (&b)[4]) {
+  const uint32_t b0[2] = {b[0], b[1]};
+  const uint32_t b1[2] = {b[2], b[3]};
+  fa::mma::mma_16816<T>(d0, a, b0);
+  fa::mma::mma_16816<T>(d1, a, b1);
+}
+
+}  // namespace fa::bwd_tc
