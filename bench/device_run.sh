@@ -5,13 +5,16 @@
 #   bash bench/device_run.sh build test          # first call
 #   bash bench/device_run.sh tour bench sdpa     # second call, while the machine is warm
 #
-# Stages: build, test, testlong, tour, bench, benchquick, sdpa, sanitize, mystery.
+# Stages: build, test, testlong, tour, bench, benchquick, sdpa, memdemo, sanitize, mystery.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
 BUILD=${BUILD:-build}
 JOBS=${JOBS:-$(nproc)}
+# Everything except 06/forward_helper, the deliberately simple forward that chapter 06 uses to make
+# O and L on its own (one thread per query row: minutes at the protocol's largest shapes).
+FULL_FILTER='ceiling|softmax|transpose|gemm|attn_fwd/05/|attn_bwd/06/'
 log() { echo "[$(date +%H:%M:%S)] $*" | tee -a "$OUT/steps.log"; }
 
 for stage in "$@"; do
@@ -44,7 +47,7 @@ for stage in "$@"; do
     bench)
       log "fa_bench"
       "$BUILD/bin/fa_bench" --benchmark_format=console --benchmark_out="$OUT/bench.json" \
-        --benchmark_out_format=json ${BENCH_FILTER:+--benchmark_filter=$BENCH_FILTER} > "$OUT/bench.log" 2>&1
+        --benchmark_out_format=json --benchmark_filter="${BENCH_FILTER:-$FULL_FILTER}" > "$OUT/bench.log" 2>&1
       log "fa_bench rc=$?"
       ;;
     benchquick)
@@ -57,6 +60,11 @@ for stage in "$@"; do
       log "compare_sdpa"
       PYTHONUNBUFFERED=1 python3 bench/compare_sdpa.py "$OUT/bench.json" --out "$OUT" > "$OUT/sdpa.log" 2>&1
       log "sdpa rc=$?"; tail -40 "$OUT/sdpa.log"
+      ;;
+    memdemo)
+      log "chapter 05 memory demo (N = 65536)"
+      "$BUILD/bin/ch05_flash_forward" --memory-demo > "$OUT/memdemo.log" 2>&1
+      log "memdemo rc=$?"; tail -15 "$OUT/memdemo.log"
       ;;
     sanitize)
       log "ctest sanitize"

@@ -17,4 +17,8 @@ void naive_softmax_demo(const float* x, float* y, fa::SoftmaxShape shape, cudaSt
 void softmax_v3_warp_shuffle_vec4(const float* x, float* y, fa::SoftmaxShape shape,
                                   cudaStream_t stream);
 
+// v4: the row held in registers (falls back to v3 for rows that do not fit).
+void softmax_v4_row_in_registers(const float* x, float* y, fa::SoftmaxShape shape,
+                                 cudaStream_t stream);
+
 }  // namespace ch01

@@ -387,6 +387,9 @@ flash_fwd_v2_kernel(const Params p) {
   // fragments), and no cp.async targets sQ any more, so a warp-level sync is enough.
   // Each thread writes 4 bytes at (row g or g+8, col 8dn + 2t): with the padded pitch these 32
   // writes fall in 32 different banks.
+  // Lanes of a warp may drift apart (independent thread scheduling): make sure every lane's
+  // ldmatrix reads of these rows are done before any lane overwrites them (racecheck caught this).
+  __syncwarp();
   T* sO = tile_row<D>(sQ, warp * kRowsPerWarp);
 #pragma unroll
   for (int dn = 0; dn < kOTiles; ++dn) {

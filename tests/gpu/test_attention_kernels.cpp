@@ -53,17 +53,31 @@ TEST_P(AttentionFwdKernels, NonDefaultScaleAndLargeInputs) {
     fa::RunOptions big = check_only(12);
     big.input_std = 5.0f;  // scores 25x larger: the running max must do its job
     big.input_mean = 2.5f;
+    if (t == fa::DType::F32) {
+      // Scores reach ~250 here; fp32 rounds them to ~1e-5 and the softmax passes that on, so a
+      // correct fp32 kernel is off by up to ~5e-4 (measured on an H100, 2026-11-21). The 16-bit
+      // rule adapts by itself; the fixed fp32 tolerance is widened for this test alone.
+      big.has_tolerance = true;
+      big.tolerance = fa::Tolerance::allclose(1e-3, 1e-3);
+    }
     s.scale = 0.0f;
     FA_EXPECT_PASS(fa::run_attention_fwd(kernel(), s, t, big));
   }
 }
 
+// A racy kernel can pass one run: several runs with fresh inputs in every variant, and the long
+// 4097 (one past a power of two, so every tile loop has a one-row tail) in the first and last.
 TEST_P(AttentionFwdKernels, FreshInputsEveryRun) {
   FA_SKIP_WITHOUT_GPU(kernel().min_sm);
-  for (auto [t, d] : variants(kernel()))
+  auto all = variants(kernel());
+  for (auto [t, d] : all)
     for (uint64_t seed = 1; seed <= 3; ++seed)
-      FA_EXPECT_PASS(fa::run_attention_fwd(kernel(), {2, 2, 4097, 4097, d, seed == 2, 0.0f}, t,
+      FA_EXPECT_PASS(fa::run_attention_fwd(kernel(), {2, 2, 1025, 1025, d, seed == 2, 0.0f}, t,
                                            check_only(seed)));
+  FA_EXPECT_PASS(fa::run_attention_fwd(kernel(), {1, 2, 4097, 4097, all.front().second, true, 0.0f},
+                                       all.front().first, check_only(4)));
+  FA_EXPECT_PASS(fa::run_attention_fwd(kernel(), {1, 2, 4097, 4097, all.back().second, false, 0.0f},
+                                       all.back().first, check_only(5)));
 }
 
 TEST_P(AttentionFwdKernels, ManyHeadsBeyondGridLimit) {
