@@ -32,9 +32,24 @@ double RunResult::max_error() const {
   return m;
 }
 
+// In an exercise build, a kernel whose file still came from the generator says so.
+static std::string exercise_hint(const std::string& kernel) {
+  for (const Exercise& e : registry<Exercise>())
+    for (const std::string& k : e.kernels)
+      if (k == kernel)
+        return "TODO in " + e.name + ": not implemented? This is an exercise build: " +
+               std::to_string(e.todos) +
+               " TODO(exercise) block(s) were cut out of that file; fill them in.";
+  return "";
+}
+
 std::string RunResult::report() const {
   std::ostringstream os;
   os << kernel << " on " << shape << " " << dtype << ": " << status_name(status) << "\n";
+  if (status == Status::Fail) {
+    std::string hint = exercise_hint(kernel);
+    if (!hint.empty()) os << "  " << hint << "\n";
+  }
   if (!message.empty()) os << "  " << message << "\n";
   if (!note.empty()) os << "  " << note << "\n";
   for (const CompareResult& c : checks) os << c.report();

@@ -108,6 +108,15 @@ struct Chapter {
   ChapterFn run = nullptr;
 };
 
+// ---- Exercises: a file generated from a solution with its key parts cut out (see exercise.h).
+// The generated file registers itself, so a failing run of one of its kernels can say
+// "TODO in <file>: not implemented" instead of leaving the student with a bare mismatch.
+struct Exercise {
+  std::string name;                  // the exercise file, relative to the repository root
+  std::vector<std::string> kernels;  // registered kernels defined in that file
+  int todos = 0;                     // TODO blocks the generator cut out
+};
+
 // ---- The registry itself. ----------------------------------------------------------------------
 template <class K> std::vector<K>& registry();           // all registered entries, in order
 template <class K> bool register_entry(const K& entry);  // aborts on a duplicate name

@@ -1,0 +1,132 @@
+#include "exercise.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+namespace fa {
+
+namespace {
+
+std::string trim(const std::string& s) {
+  size_t b = s.find_first_not_of(" \t\r"), e = s.find_last_not_of(" \t\r");
+  return b == std::string::npos ? "" : s.substr(b, e - b + 1);
+}
+
+std::string read_all(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream os;
+  os << in.rdbuf();
+  return os.str();
+}
+
+}  // namespace
+
+std::string exercise_path_for(const std::string& solution_path) {
+  std::filesystem::path p(solution_path);
+  return (p.parent_path() / "exercises" / p.filename()).generic_string();
+}
+
+ExerciseResult make_exercise(const std::string& solution, const std::string& solution_path,
+                             const std::string& exercise_path) {
+  static const std::regex kKernels(R"(^\s*//\s*EXERCISE-KERNELS:\s*(.+)$)");
+  static const std::regex kBegin(R"(^(\s*)//\s*EXERCISE\(([^)]+)\):\s*(.*)$)");
+  static const std::regex kPlaceholder(R"(^\s*//\s*EXERCISE-PLACEHOLDER\s*$)");
+  static const std::regex kEnd(R"(^\s*//\s*EXERCISE-END\s*$)");
+
+  ExerciseResult r;
+  std::vector<std::string> kernels;
+  std::ostringstream out;
+  out << "// GENERATED from " << solution_path << " by fa_make_exercise: this is the exercise.\n"
+      << "// Fill in every TODO(exercise) block; the tests and benchmarks run your version when the\n"
+      << "// project is configured with -DFA_BUILD_EXERCISES=ON (preset \"exercises\").\n";
+  enum { Outside, Solution, Placeholder } state = Outside;
+  std::istringstream in(solution);
+  std::string line;
+  int line_no = 0, begin_line = 0;
+  while (std::getline(in, line)) {
+    ++line_no;
+    std::smatch m;
+    if (state == Outside) {
+      if (std::regex_match(line, m, kKernels)) {
+        std::stringstream ks(m[1].str());
+        std::string k;
+        while (std::getline(ks, k, ','))
+          if (!trim(k).empty()) kernels.push_back(trim(k));
+        out << line << "\n";
+      } else if (std::regex_match(line, m, kBegin)) {
+        state = Solution;
+        begin_line = line_no;
+        ++r.todos;
+        out << m[1].str() << "// TODO(exercise " << trim(m[2].str()) << "): " << trim(m[3].str())
+            << "\n";
+      } else if (std::regex_match(line, kPlaceholder) || std::regex_match(line, kEnd)) {
+        r.error = solution_path + ":" + std::to_string(line_no) + ": marker outside an EXERCISE block";
+        return r;
+      } else {
+        out << line << "\n";
+      }
+    } else if (std::regex_match(line, kBegin)) {
+      r.error = solution_path + ":" + std::to_string(line_no) + ": EXERCISE block inside another";
+      return r;
+    } else if (std::regex_match(line, kPlaceholder)) {
+      if (state == Placeholder) {
+        r.error = solution_path + ":" + std::to_string(line_no) + ": two EXERCISE-PLACEHOLDER lines";
+        return r;
+      }
+      state = Placeholder;
+    } else if (std::regex_match(line, kEnd)) {
+      state = Outside;
+    } else if (state == Placeholder) {
+      // The stand-in the student replaces. In the solution it is commented out ("// code"), so
+      // that it does not compile there; the exercise gets it without the comment marker.
+      size_t indent = line.find_first_not_of(" \t");
+      if (indent != std::string::npos && line.compare(indent, 3, "// ") == 0)
+        line.erase(indent, 3);
+      else if (indent != std::string::npos && line.compare(indent, 2, "//") == 0)
+        line.erase(indent, 2);
+      out << line << "\n";
+    }                       // state == Solution: the lines the student writes are dropped
+  }
+  if (state != Outside) {
+    r.error = solution_path + ":" + std::to_string(begin_line) + ": EXERCISE block never ends";
+    return r;
+  }
+  if (kernels.empty()) {
+    r.error = solution_path + ": no '// EXERCISE-KERNELS: name, ...' line";
+    return r;
+  }
+  if (r.todos == 0) {
+    r.error = solution_path + ": no EXERCISE(...) block";
+    return r;
+  }
+  out << "\n// Registered so that a failing test names this file (see common/exercise.h).\n"
+      << "#include \"registry.h\"\nFA_REGISTER(Exercise, {\"" << exercise_path << "\", {";
+  for (size_t i = 0; i < kernels.size(); ++i) out << (i ? ", " : "") << "\"" << kernels[i] << "\"";
+  out << "}, " << r.todos << "});\n";
+  r.text = out.str();
+  r.ok = true;
+  return r;
+}
+
+std::vector<std::string> find_marked_solutions(const std::string& repo_root) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> found;
+  fs::path chapters = fs::path(repo_root) / "chapters";
+  if (!fs::exists(chapters)) return found;
+  for (const auto& entry : fs::recursive_directory_iterator(chapters)) {
+    if (!entry.is_regular_file()) continue;
+    const fs::path& p = entry.path();
+    if (p.parent_path().filename() == "exercises") continue;
+    std::string ext = p.extension().string();
+    if (ext != ".cu" && ext != ".cpp" && ext != ".cuh" && ext != ".h") continue;
+    if (read_all(p).find("EXERCISE-KERNELS:") == std::string::npos) continue;
+    found.push_back(fs::relative(p, repo_root).generic_string());
+  }
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+}  // namespace fa

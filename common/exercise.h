@@ -1,0 +1,44 @@
+// exercise.h: exercises generated from the solutions, so the two never drift.
+//
+// A solution file marks what the student writes:
+//
+//   // EXERCISE-KERNELS: 01/v3_warp_shuffle_vec4          (once, near the top: what it registers)
+//   ...
+//   // EXERCISE(warp-max): reduce v over the warp with __shfl_xor_sync, offsets 16, 8, 4, 2, 1
+//   for (int offset = 16; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(~0u, v, offset));
+//   // EXERCISE-PLACEHOLDER
+//   // v = v;   (optional, commented out here: code that stands in for the solution so the
+//   //           exercise compiles; the generator removes the leading "// ")
+//   // EXERCISE-END
+//
+// make_exercise() turns that into the student's file: every region becomes
+// "// TODO(exercise warp-max): <hint>" followed by the placeholder lines, and the file ends with a
+// registration (registry.h: Exercise) that names it, so a failing test says
+// "TODO in chapters/01_safe_softmax/exercises/v3_warp_shuffle_vec4.cu: not implemented".
+// Generated files live in chapters/NN_*/exercises/; `cmake --build build --target exercises`
+// regenerates them, and the CPU test ExercisesInSync fails when one is stale.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace fa {
+
+struct ExerciseResult {
+  bool ok = false;
+  std::string text;   // the exercise file
+  std::string error;  // why not, when !ok (unbalanced markers, no EXERCISE-KERNELS line, ...)
+  int todos = 0;
+};
+
+// solution_path and exercise_path are relative to the repository root (they go into comments
+// and the registration).
+ExerciseResult make_exercise(const std::string& solution_text, const std::string& solution_path,
+                             const std::string& exercise_path);
+
+// Solution files (relative paths) under chapters/ that contain an EXERCISE-KERNELS line.
+std::vector<std::string> find_marked_solutions(const std::string& repo_root);
+
+// chapters/01_x/v3.cu -> chapters/01_x/exercises/v3.cu
+std::string exercise_path_for(const std::string& solution_path);
+
+}  // namespace fa

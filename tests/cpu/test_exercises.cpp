@@ -1,0 +1,76 @@
+// The exercise generator (common/exercise.h): what it cuts, what it refuses, and that every
+// committed exercise is exactly what the generator makes of today's solution (so exercise and
+// solution never drift). A course that edits the exercises in place can skip the last test with
+// `ctest -E ExercisesInSync`.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "exercise.h"
+
+namespace {
+
+const char* kSolution =
+    "// EXERCISE-KERNELS: 99/demo\n"
+    "int f(int x) {\n"
+    "  int y = 0;\n"
+    "  // EXERCISE(square): set y to x squared\n"
+    "  y = x * x;\n"
+    "  // EXERCISE-PLACEHOLDER\n"
+    "  // (void)x;\n"
+    "  // EXERCISE-END\n"
+    "  return y;\n"
+    "}\n";
+
+TEST(Exercises, GeneratorCutsTheSolutionAndKeepsThePlaceholder) {
+  fa::ExerciseResult r = fa::make_exercise(kSolution, "chapters/99/demo.cu", "chapters/99/exercises/demo.cu");
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_EQ(r.todos, 1);
+  EXPECT_EQ(r.text.find("y = x * x;"), std::string::npos) << "the solution line must be gone";
+  EXPECT_NE(r.text.find("  // TODO(exercise square): set y to x squared\n  (void)x;\n"), std::string::npos)
+      << r.text;
+  EXPECT_NE(r.text.find("FA_REGISTER(Exercise, {\"chapters/99/exercises/demo.cu\", {\"99/demo\"}, 1});"),
+            std::string::npos)
+      << r.text;
+}
+
+TEST(Exercises, GeneratorRefusesBrokenMarkers) {
+  EXPECT_FALSE(fa::make_exercise("// EXERCISE-KERNELS: a\n// EXERCISE(x): y\nint z;\n", "s", "e").ok)
+      << "a block that never ends";
+  EXPECT_FALSE(fa::make_exercise("// EXERCISE(x): y\n// EXERCISE-END\n", "s", "e").ok)
+      << "no EXERCISE-KERNELS line";
+  EXPECT_FALSE(fa::make_exercise("// EXERCISE-KERNELS: a\n// EXERCISE-END\n", "s", "e").ok)
+      << "an END without a block";
+}
+
+TEST(Exercises, EveryChapterHasAnExercise) {
+  std::vector<std::string> solutions = fa::find_marked_solutions(FA_SOURCE_DIR);
+  for (const char* chapter : {"chapters/00_", "chapters/01_", "chapters/02_", "chapters/03_",
+                              "chapters/04_", "chapters/05_", "chapters/06_"}) {
+    bool found = false;
+    for (const std::string& s : solutions) found = found || s.rfind(chapter, 0) == 0;
+    EXPECT_TRUE(found) << chapter << "* has no marked solution file";
+  }
+}
+
+TEST(Exercises, ExercisesInSync) {
+  namespace fs = std::filesystem;
+  for (const std::string& sol : fa::find_marked_solutions(FA_SOURCE_DIR)) {
+    std::ifstream in(fs::path(FA_SOURCE_DIR) / sol, std::ios::binary);
+    std::ostringstream text;
+    text << in.rdbuf();
+    const std::string ex = fa::exercise_path_for(sol);
+    fa::ExerciseResult r = fa::make_exercise(text.str(), sol, ex);
+    ASSERT_TRUE(r.ok) << r.error;
+    std::ifstream committed(fs::path(FA_SOURCE_DIR) / ex, std::ios::binary);
+    ASSERT_TRUE(committed.good()) << ex << " is missing: run `cmake --build build --target exercises`";
+    std::ostringstream have;
+    have << committed.rdbuf();
+    EXPECT_EQ(have.str(), r.text) << ex << " is stale (its solution " << sol
+                                  << " changed): run `cmake --build build --target exercises`";
+  }
+}
+
+}  // namespace
