@@ -10,6 +10,7 @@
 // Consecutive threadIdx.x values form warps of 32 that execute one instruction at a time together
 // (SIMT). A block runs on one SM from start to finish; blocks never talk to each other except
 // through global memory.
+// EXERCISE-KERNELS: 00/vector_add, 00/matrix_add
 #include "ch00_gpu_basics.h"
 #include "check.h"
 
@@ -19,6 +20,7 @@ namespace {
 
 __global__ void vector_add_kernel(const float* __restrict__ a, const float* __restrict__ b,
                                   float* __restrict__ c, int64_t n) {
+  // EXERCISE(vector-add-index): i = blockIdx.x * blockDim.x + threadIdx.x in int64_t (32-bit math wraps past 2^32), then add only where i < n: the grid is rounded up, so the last block has extra threads
   // Global index of this thread: the blocks before ours hold blockIdx.x * blockDim.x threads,
   // and we are number threadIdx.x within ours. Computed in 64 bits: blockIdx.x * blockDim.x
   // in 32-bit unsigned arithmetic wraps past 2^32 elements (16 GiB of floats).
@@ -27,6 +29,9 @@ __global__ void vector_add_kernel(const float* __restrict__ a, const float* __re
   // They must do nothing: this test is what makes every size (not just multiples of the block)
   // correct.
   if (i < n) c[i] = a[i] + b[i];
+  // EXERCISE-PLACEHOLDER
+  // (void)a, (void)b, (void)c, (void)n;  // stand-in: nothing is written yet
+  // EXERCISE-END
 }
 
 // The same kernel without the bounds test. Every one of the grid x block threads writes c[i], so
@@ -47,6 +52,7 @@ constexpr int kTileRows = 8;   // blockDim.y: 8 warps per block, 256 threads
 
 __global__ void matrix_add_kernel(const float* __restrict__ A, const float* __restrict__ B,
                                   float* __restrict__ C, int64_t rows, int64_t cols) {
+  // EXERCISE(matrix-add-index): column from the x dimension, row from y (threadIdx.x = consecutive columns keeps a warp coalesced); guard BOTH row < rows and col < cols, offset = row * cols + col
   int64_t col = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;  // which column we own
   int64_t row = int64_t(blockIdx.y) * blockDim.y + threadIdx.y;  // which row we own
   // Both directions can be ragged: the right-most blocks stick out past `cols`, the bottom ones
@@ -55,6 +61,9 @@ __global__ void matrix_add_kernel(const float* __restrict__ A, const float* __re
     int64_t offset = row * cols + col;  // row-major: a row is `cols` floats long
     C[offset] = A[offset] + B[offset];
   }
+  // EXERCISE-PLACEHOLDER
+  // (void)A, (void)B, (void)C, (void)rows, (void)cols;  // stand-in: nothing is written yet
+  // EXERCISE-END
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 // removes the passes themselves.
 //
 // Speed: (measured: see notes/01_safe_softmax.md)
+// EXERCISE-KERNELS: 01/v3_warp_shuffle_vec4
 #include <algorithm>
 #include <cstdint>
 #include <limits>
@@ -35,12 +36,18 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr unsigned kFullMask = 0xffffffffu;
 
 __device__ __forceinline__ float warp_max(float v) {
+  // EXERCISE(warp-max): butterfly over offsets 16, 8, 4, 2, 1: v = fmaxf(v, __shfl_xor_sync(kFullMask, v, offset)); after 5 steps EVERY lane holds the warp's max
   for (int offset = kWarp / 2; offset > 0; offset /= 2)
     v = fmaxf(v, __shfl_xor_sync(kFullMask, v, offset));
+  // EXERCISE-PLACEHOLDER
+  // (void)kFullMask;  // stand-in: v is still only this lane's value
+  // EXERCISE-END
   return v;
 }
 __device__ __forceinline__ float warp_sum(float v) {
+  // EXERCISE(warp-sum): the same butterfly with + instead of fmaxf (xor, not down: a shfl_down tree leaves the sum in lane 0 only, and block_reduce needs it in every lane)
   for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(kFullMask, v, offset);
+  // EXERCISE-END
   return v;
 }
 

@@ -21,6 +21,7 @@
 // 16-byte aligned; scalar loads with the same layout otherwise. Out-of-row slots hold -inf.
 //
 // Speed: (measured: see notes/02_online_softmax.md)
+// EXERCISE-KERNELS: 02/v2_single_read
 #include <algorithm>
 #include <limits>
 
@@ -70,6 +71,7 @@ __global__ void __launch_bounds__(kBlock)
     }
 
     // ---- this thread's (m_t, l_t); v becomes e^(v - m_t) ----
+    // EXERCISE(thread-stats): m_t = max of v[]; then v[j] = expf(v[j] - m_t) in place and l_t = their sum -- but subtract 0, not m_t, when m_t is -inf (all-padding thread), or -inf - -inf gives NaN
     float m_t = kNegInf;
 #pragma unroll
     for (int j = 0; j < kPerThread; ++j) m_t = fmaxf(m_t, v[j]);
@@ -82,13 +84,20 @@ __global__ void __launch_bounds__(kBlock)
       v[j] = expf(v[j] - ref);
       l_t += v[j];
     }
+    // EXERCISE-PLACEHOLDER
+    // float m_t = kNegInf, l_t = 0.0f;  // stand-in: the empty state, v[] untouched
+    // EXERCISE-END
 
     // ---- the row's (m, l) ----
     const Stats s = group_merge<kGroup>(Stats{m_t, l_t}, buf[parity]);
     parity ^= 1;
 
     // ---- write: y = e^(v - m_t) * e^(m_t - m) / l. All -inf row (m = -inf, l = 0): zeros. ----
+    // EXERCISE(merge-scale): the merge rule once per thread: v holds e^(x - m_t), so y = v * e^(m_t - m) / l with (m, l) = s (use rescale(), it is 1 when m_t == m); scale = 0 for an all -inf row (s.m == -inf)
     const float scale = (s.m == kNegInf) ? 0.0f : rescale(m_t, s.m) / s.l;
+    // EXERCISE-PLACEHOLDER
+    // const float scale = 0.0f * s.l;  // stand-in: writes zeros
+    // EXERCISE-END
     if constexpr (kVec4) {
       float4* y4 = reinterpret_cast<float4*>(yr);
 #pragma unroll

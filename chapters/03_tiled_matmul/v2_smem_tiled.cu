@@ -7,6 +7,7 @@
 // Ragged edges: loads outside the matrices put zeros in the tile (they add nothing to the sum);
 // stores outside C are skipped.
 // Measured: see notes/03_tiled_matmul.md.
+// EXERCISE-KERNELS: 03/v2_smem_tiled
 #include "ch03_common.cuh"
 #include "check.h"
 #include "registry.h"
@@ -25,13 +26,22 @@ __global__ void gemm_smem_kernel(const float* __restrict__ A, const float* __res
   const int64_t j = int64_t(blockIdx.x) * kTile + tx;
   float acc = 0.0f;
   for (int64_t k0 = 0; k0 < K; k0 += kTile) {
+    // EXERCISE(load-tiles): each thread stages ONE element of each tile: As[ty][tx] = A[i][k0 + tx], Bs[ty][tx] = B[k0 + ty][j] (row-major, tx along a row: coalesced), 0.0f outside M/N/K; then __syncthreads() before anyone reads a tile
     // Consecutive tx read consecutive addresses in both loads: coalesced.
     As[ty][tx] = (i < M && k0 + tx < K) ? A[i * K + k0 + tx] : 0.0f;
     Bs[ty][tx] = (k0 + ty < K && j < N) ? B[(k0 + ty) * N + j] : 0.0f;
     __syncthreads();
+    // EXERCISE-PLACEHOLDER
+    // As[ty][tx] = 0.0f;  // stand-in: empty tiles
+    // Bs[ty][tx] = 0.0f;
+    // EXERCISE-END
+    // EXERCISE(tile-product): acc += As[ty][k] * Bs[k][tx] for k = 0 .. kTile-1 (row ty of the A tile times column tx of the B tile), then a second __syncthreads() so no thread overwrites a tile that others still read
 #pragma unroll
     for (int k = 0; k < kTile; ++k) acc += As[ty][k] * Bs[k][tx];  // As: broadcast; Bs: a row
     __syncthreads();  // the next iteration overwrites the tiles
+    // EXERCISE-PLACEHOLDER
+    // acc += As[ty][tx] * Bs[ty][tx];  // stand-in: one product per tile instead of kTile
+    // EXERCISE-END
   }
   if (i < M && j < N) C[i * N + j] = acc;
 }

@@ -3,6 +3,7 @@
 // read tile[tx][y] for tx = 0..31 hits banks (33*tx + y) % 32 = (tx + y) % 32: all 32 different.
 // The row writes stay conflict-free. Cost: 32 words of shared memory per tile.
 // Measured: see notes/04_coalesced_loads.md.
+// EXERCISE-KERNELS: 04/v3_smem_padded
 #include "ch04_transpose.cuh"
 #include "registry.h"
 
@@ -13,7 +14,12 @@ constexpr int kPad = 1;
 
 __global__ void transpose_padded_kernel(const float* __restrict__ in, float* __restrict__ out,
                                         int64_t rows, int64_t cols) {
+  // EXERCISE(padded-tile): declare the shared tile with kPad extra columns, [kTile][kTile + kPad]: a row stride of 33 words puts the column read tile[tx][y] in 32 different banks
   __shared__ float tile[kTile][kTile + kPad];
+  // EXERCISE-PLACEHOLDER
+  // __shared__ float tile[kTile][kTile];  // stand-in: unpadded, 32-way bank conflicts on the column read
+  // (void)kPad;
+  // EXERCISE-END
   const TileCoords t = tile_coords(cols);
   const int tx = threadIdx.x, ty = threadIdx.y;
 #pragma unroll
@@ -25,9 +31,15 @@ __global__ void transpose_padded_kernel(const float* __restrict__ in, float* __r
   __syncthreads();
 #pragma unroll
   for (int p = 0; p < kPasses; ++p) {
+    // EXERCISE(transposed-write): the tile lands at the mirrored place: output row t.c0 + y, column t.r0 + tx of the cols x rows matrix (row stride rows), value tile[tx][y] -- the transpose happens in the shared read, so consecutive tx still write consecutive addresses
     const int y = ty + p * kRowsPerPass;
     const int64_t orow = t.c0 + y, ocol = t.r0 + tx;
     if (orow < cols && ocol < rows) out[orow * rows + ocol] = tile[tx][y];
+    // EXERCISE-PLACEHOLDER
+    // const int y = ty + p * kRowsPerPass;  // stand-in: a plain copy, nothing is transposed
+    // const int64_t r = t.r0 + y, c = t.c0 + tx;
+    // if (r < rows && c < cols) out[r * cols + c] = tile[y][tx];
+    // EXERCISE-END
   }
 }
 

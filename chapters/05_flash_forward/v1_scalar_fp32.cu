@@ -22,6 +22,7 @@
 // ragged last tile) pay for the element-wise mask.
 //
 // Speed: (measured: see notes/05_flash_forward.md)
+// EXERCISE-KERNELS: 05/v1_scalar_fp32
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -128,12 +129,16 @@ flash_fwd_v1_kernel(const float* __restrict__ Q, const float* __restrict__ K,
     }
 
     // ---- Online softmax: a new max rescales what was accumulated against the old one.
+    // EXERCISE(online-rescale): m_new = max(m, m_tile); skip the tile (continue) while m_new is still -inf; alpha = expf(m - m_new) rescales what was summed against the old max: multiply l AND every o[t] by it
     const float m_new = fmaxf(m, m_tile);
     if (m_new == -INFINITY) continue;  // this row has seen no key yet (same for its 4 threads)
     const float alpha = expf(m - m_new);  // exp(-inf) = 0 on the first visible tile
     l *= alpha;
 #pragma unroll
     for (int t = 0; t < kDimsPerThread; ++t) o[t] *= alpha;
+    // EXERCISE-PLACEHOLDER
+    // const float m_new = m_tile;  // stand-in: forgets the running max, rescales nothing
+    // EXERCISE-END
 
     // ---- P = exp(S - m_new), l += rowsum(P), O += P V_tile (still unnormalised).
 #pragma unroll
@@ -150,12 +155,18 @@ flash_fwd_v1_kernel(const float* __restrict__ Q, const float* __restrict__ K,
   // ---- Epilogue: divide by l once, and save L = m + log(l) for the backward pass. A row that
   // saw no key at all (causal, seq_q > seq_k) has l = 0: O = 0 and L = -inf by convention.
   if (!row_valid) return;
+  // EXERCISE(normalise): O = o / l, so inv_l = 1 / l -- but 0 when l == 0 (a causal row that saw no key), which makes O = 0 instead of NaN
   const bool sees_nothing = l == 0.0f;
   const float inv_l = sees_nothing ? 0.0f : 1.0f / l;
+  // EXERCISE-PLACEHOLDER
+  // const float inv_l = 1.0f;  // stand-in: O left unnormalised
+  // EXERCISE-END
   float* Oh = O + bh * seq_q * D;
 #pragma unroll
   for (int t = 0; t < kDimsPerThread; ++t) Oh[i * D + part + t * kThreadsPerRow] = o[t] * inv_l;
+  // EXERCISE(logsumexp): one thread of the row (part == 0) saves L = m + logf(l) to Lse[bh * seq_q + i] for the backward pass; -INFINITY when l == 0
   if (part == 0) Lse[bh * seq_q + i] = sees_nothing ? -INFINITY : m + logf(l);
+  // EXERCISE-END
 }
 
 template <int D> void launch_v1(const AttentionFwdArgs& a, cudaStream_t stream) {

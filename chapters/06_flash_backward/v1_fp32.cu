@@ -13,6 +13,10 @@
 //
 // Scalar fp32 FMAs, no tensor cores: the later versions (v2, v3) are the fast ones.
 // (measured: see notes/06_flash_backward.md)
+//
+// EXERCISE-KERNELS: 06/v1_fp32
+// (The exercise also covers v1_fp32_common.cuh: exercises/v1_fp32.cu includes the exercise copy
+// of that header, which sits next to it.)
 #include "ch06_preprocess.h"
 #include "check.h"
 #include "registry.h"
@@ -63,7 +67,9 @@ void run_v1_fp32(const AttentionBwdArgs& a, cudaStream_t st) {
   const AttentionShape& s = a.shape;
   if (s.bh() == 0) return;
   const BwdParams p = make_params(a);
+  // EXERCISE(delta): first D_i = rowsum(dO_i o O_i) into a.delta (launch_delta_preprocess, ch06_preprocess.h): dS = P o (dP - D) needs it, and it is a cheap dot product instead of rowsum(P o dP)
   launch_delta_preprocess(a.o, a.dout, a.delta, s, a.dtype, st);
+  // EXERCISE-END
   switch (s.head_dim) {
     case 32: launch_dkdv_dq<32>(p, s.bh(), st); break;
     case 64: launch_dkdv_dq<64>(p, s.bh(), st); break;

@@ -14,6 +14,7 @@
 // same shared row the 4 distinct addresses sit in 4 consecutive banks (no bank conflicts).
 //
 // Everything is recomputed from the saved L: P_ij = exp(scale q_i.k_j - L_i), never stored.
+// EXERCISE-KERNELS: 06/v1_fp32
 #pragma once
 #include <cuda_runtime.h>
 
@@ -59,7 +60,11 @@ __device__ __forceinline__ float group_sum(float x) {
 // P_ij from the saved L_i, or 0 when j is masked, out of range, or the row sees no key (L = -inf:
 // exp(S - L) would be exp(-inf + inf) = NaN).
 __device__ __forceinline__ float prob(float s_scaled, float L, bool visible) {
+  // EXERCISE(recompute-p): P_ij = expf(s_scaled - L): the saved log-sum-exp normalises in one step; return 0 when !visible or L == -INFINITY (a row that saw no key: -inf - -inf is NaN)
   return (visible && L != -INFINITY) ? expf(s_scaled - L) : 0.0f;
+  // EXERCISE-PLACEHOLDER
+  // return 0.0f;  // stand-in: P = 0
+  // EXERCISE-END
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -134,12 +139,17 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(BwdParams p) {
       const int64_t i = q0 + r;
       const bool visible = valid_j && (!p.causal || j <= i + diag);
       const float pij = prob(s * p.scale, L_s[r], visible);
+      // EXERCISE(ds-dkdv): ds = P o (dP - D): pij * (dp - D_s[r]); then for every owned column c: dv[c] += pij * dO[i] (from do_s[r]) and dk[c] += ds * q[i] (from q_s[r]); the scale of dK comes at the store
       const float ds = pij * (dp - D_s[r]);
 #pragma unroll
       for (int c = 0; c < kCols; ++c) {
         dv[c] += pij * do_s[r][g + kGroup * c];
         dk[c] += ds * q_s[r][g + kGroup * c];
       }
+      // EXERCISE-PLACEHOLDER
+      // (void)pij, (void)dp;  // stand-in: dS = 0, dK and dV stay 0
+      // const float ds = 0.0f;
+      // EXERCISE-END
       if constexpr (kAtomicDq) {
         // dQ_i += scale * sum_j ds_ij k_j: first sum the warp's 8 key rows with shuffles (lanes
         // g, g+4, ..., g+28 hold the same columns), then lanes 0..3 add the warp's share.
@@ -227,9 +237,13 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(BwdParams p) {
       const int64_t j = k0 + cc;
       const bool visible = valid_i && (!p.causal || j <= i + diag);
       const float pij = prob(s * p.scale, Li, visible);
+      // EXERCISE(ds-dq): the same ds = pij * (dp - Di), here accumulated as dQ_i += ds * k_j: dq[c] += ds * k_s[cc][...] over the owned columns (dQ's scale comes at the store)
       const float ds = pij * (dp - Di);
 #pragma unroll
       for (int c = 0; c < kCols; ++c) dq[c] += ds * k_s[cc][g + kGroup * c];
+      // EXERCISE-PLACEHOLDER
+      // (void)pij, (void)dp, (void)Di;  // stand-in: dQ stays 0
+      // EXERCISE-END
     }
   }
 

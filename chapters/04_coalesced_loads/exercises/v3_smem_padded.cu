@@ -1,0 +1,54 @@
+// GENERATED from chapters/04_coalesced_loads/v3_smem_padded.cu by fa_make_exercise: this is the exercise.
+// Fill in every TODO(exercise) block; the tests and benchmarks run your version when the
+// project is configured with -DFA_BUILD_EXERCISES=ON (preset "exercises").
+// 04/v3_smem_padded: tile[32][33].
+// What changed vs v2: one unused column. Row y of the tile now starts at word 33*y, so the column
+// read tile[tx][y] for tx = 0..31 hits banks (33*tx + y) % 32 = (tx + y) % 32: all 32 different.
+// The row writes stay conflict-free. Cost: 32 words of shared memory per tile.
+// Measured: see notes/04_coalesced_loads.md.
+// EXERCISE-KERNELS: 04/v3_smem_padded
+#include "ch04_transpose.cuh"
+#include "registry.h"
+
+namespace fa::ch04 {
+namespace {
+
+constexpr int kPad = 1;
+
+__global__ void transpose_padded_kernel(const float* __restrict__ in, float* __restrict__ out,
+                                        int64_t rows, int64_t cols) {
+  // TODO(exercise padded-tile): declare the shared tile with kPad extra columns, [kTile][kTile + kPad]: a row stride of 33 words puts the column read tile[tx][y] in 32 different banks
+  __shared__ float tile[kTile][kTile];  // stand-in: unpadded, 32-way bank conflicts on the column read
+  (void)kPad;
+  const TileCoords t = tile_coords(cols);
+  const int tx = threadIdx.x, ty = threadIdx.y;
+#pragma unroll
+  for (int p = 0; p < kPasses; ++p) {
+    const int y = ty + p * kRowsPerPass;
+    const int64_t r = t.r0 + y, c = t.c0 + tx;
+    if (r < rows && c < cols) tile[y][tx] = in[r * cols + c];
+  }
+  __syncthreads();
+#pragma unroll
+  for (int p = 0; p < kPasses; ++p) {
+    // TODO(exercise transposed-write): the tile lands at the mirrored place: output row t.c0 + y, column t.r0 + tx of the cols x rows matrix (row stride rows), value tile[tx][y] -- the transpose happens in the shared read, so consecutive tx still write consecutive addresses
+    const int y = ty + p * kRowsPerPass;  // stand-in: a plain copy, nothing is transposed
+    const int64_t r = t.r0 + y, c = t.c0 + tx;
+    if (r < rows && c < cols) out[r * cols + c] = tile[y][tx];
+  }
+}
+
+void transpose_v3(const float* in, float* out, TransposeShape s, cudaStream_t stream) {
+  launch_transpose(transpose_padded_kernel, in, out, s, stream);
+}
+
+}  // namespace
+
+FA_REGISTER(TransposeKernel, {"04/v3_smem_padded", transpose_v3,
+                              "tile[32][33]: the padding column removes the bank conflicts"});
+
+}  // namespace fa::ch04
+
+// Registered so that a failing test names this file (see common/exercise.h).
+#include "registry.h"
+FA_REGISTER(Exercise, {"chapters/04_coalesced_loads/exercises/v3_smem_padded.cu", {"04/v3_smem_padded"}, 2});
