@@ -1,7 +1,8 @@
 // fa_bench: every registered kernel at the benchmark shapes.
 //
 //   fa_bench                                   everything
-//   fa_bench --benchmark_filter=attn_fwd       one family (softmax, gemm, transpose, attn_fwd, attn_bwd)
+//   fa_bench --benchmark_filter=attn_fwd       one family (softmax, gemm, transpose, attn_fwd, attn_bwd,
+//                                              bwd_preprocess)
 //   fa_bench --benchmark_format=json --benchmark_out=bench.json   for bench/compare_sdpa.py
 //
 // Each benchmark runs one "iteration" whose manual time is the harness's median over many timed
@@ -14,7 +15,10 @@
 #include <string>
 #include <vector>
 
+#include "buffer.h"
 #include "ceilings.h"
+#include "ch06_preprocess.h"  // chapter 06's D_i = rowsum(dO o O) preprocess
+#include "device_fill.h"
 #include "gpu.h"
 #include "harness.h"
 #include "registry.h"
@@ -99,6 +103,38 @@ void register_all() {
                   report(st, fa::run_attention_fwd(*k, s, t, timing_only()));
                 });
           }
+      }
+
+  // The backward's preprocess, D_i = rowsum(dO_i o O_i): memory-bound, so GB/s against the copy
+  // ceiling (bytes: O and dO read once, D written once in fp32).
+  for (fa::DType t : {fa::DType::BF16, fa::DType::F32})
+    for (int d : {64, 128})
+      for (int64_t n : {1024, 8192}) {
+        fa::AttentionShape s{16384 / n, 2048 / d, n, n, d, false, 0.0f};
+        add(std::string("bwd_preprocess/06/") + fa::dtype_name(t) + "/D" + std::to_string(d) +
+                "/N" + std::to_string(n),
+            [s, t](benchmark::State& st) {
+              if (!fa::have_gpu()) {
+                st.SkipWithError("no GPU");
+                for (auto _ : st) {
+                }
+                return;
+              }
+              const size_t el = fa::dtype_size(t);
+              fa::DeviceBuffer o(s.q_numel() * el), dout(s.q_numel() * el),
+                  delta(s.lse_numel() * sizeof(float));
+              fa::fill_random_device(t, o.data(), s.q_numel(), 1, 0.5f, 1.0f);
+              fa::fill_random_device(t, dout.data(), s.q_numel(), 2, 0.5f, 1.0f);
+              fa::Timing tm = fa::time_gpu(
+                  [&](cudaStream_t stream) {
+                    fa::launch_delta_preprocess(o.data(), dout.data(), delta.as<float>(), s, t, stream);
+                  },
+                  timing_only().timing);
+              for (auto _ : st) st.SetIterationTime(tm.median_ms * 1e-3);
+              double bytes = 2.0 * s.q_numel() * el + s.lse_numel() * sizeof(float);
+              st.counters["GBps"] = bytes / (tm.median_ms * 1e-3) / 1e9;
+              st.counters["pct_of_copy"] = 100.0 * st.counters["GBps"] / fa::copy_bandwidth_gbps();
+            });
       }
 
   for (const fa::AttentionBwdKernel* k : fa::entries_with_prefix<fa::AttentionBwdKernel>(""))

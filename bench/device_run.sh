@@ -14,7 +14,7 @@ BUILD=${BUILD:-build}
 JOBS=${JOBS:-$(nproc)}
 # Everything except 06/forward_helper, the deliberately simple forward that chapter 06 uses to make
 # O and L on its own (one thread per query row: minutes at the protocol's largest shapes).
-FULL_FILTER='ceiling|softmax|transpose|gemm|attn_fwd/05/|attn_bwd/06/'
+FULL_FILTER='ceiling|softmax|transpose|gemm|attn_fwd/05/|attn_bwd/06/|bwd_preprocess'
 log() { echo "[$(date +%H:%M:%S)] $*" | tee -a "$OUT/steps.log"; }
 
 for stage in "$@"; do

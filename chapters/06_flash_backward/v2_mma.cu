@@ -532,18 +532,19 @@ void attention_bwd_v2(const fa::AttentionBwdArgs& a, cudaStream_t stream) {
   const fa::AttentionShape& s = a.shape;
   FA_UNSUPPORTED_IF(a.dtype != fa::DType::BF16 && a.dtype != fa::DType::F16,
                     "06/v2_mma takes bf16 and fp16 only");
-  FA_UNSUPPORTED_IF(s.head_dim != 64 && s.head_dim != 128,
-                    "06/v2_mma is instantiated for head_dim 64 and 128 only");
+  FA_UNSUPPORTED_IF(s.head_dim != 32 && s.head_dim != 64 && s.head_dim != 96 && s.head_dim != 128,
+                    "06/v2_mma is instantiated for head_dim 32, 64, 96 and 128 only");
 
   // 1. D = rowsum(dO * O), before the two kernels that read it (same stream).
   fa::launch_delta_preprocess(a.o, a.dout, a.delta, s, a.dtype, stream);
 
   // 2. dK, dV and 3. dQ.
   const bool bf16 = a.dtype == fa::DType::BF16;
-  if (s.head_dim == 64) {
-    bf16 ? launch<__nv_bfloat16, 64>(a, stream) : launch<__half, 64>(a, stream);
-  } else {
-    bf16 ? launch<__nv_bfloat16, 128>(a, stream) : launch<__half, 128>(a, stream);
+  switch (s.head_dim) {  // every D here is a multiple of 16, which the mma loops need
+    case 32: bf16 ? launch<__nv_bfloat16, 32>(a, stream) : launch<__half, 32>(a, stream); break;
+    case 64: bf16 ? launch<__nv_bfloat16, 64>(a, stream) : launch<__half, 64>(a, stream); break;
+    case 96: bf16 ? launch<__nv_bfloat16, 96>(a, stream) : launch<__half, 96>(a, stream); break;
+    default: bf16 ? launch<__nv_bfloat16, 128>(a, stream) : launch<__half, 128>(a, stream); break;
   }
 }
 
@@ -553,6 +554,6 @@ FA_REGISTER(AttentionBwdKernel,
             {"06/v2_mma", attention_bwd_v2,
              "tensor cores (mma.sync), dK/dV kernel over key tiles + dQ kernel, no atomics",
              {fa::DType::BF16, fa::DType::F16},
-             {64, 128},
+             {32, 64, 96, 128},
              80,
              true});
