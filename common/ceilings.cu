@@ -8,6 +8,7 @@
 #include "buffer.h"
 #include "ceilings.h"
 #include "check.h"
+#include "cublas_check.h"
 #include "device_fill.h"
 #include "registry.h"
 #include "timing.h"
@@ -15,14 +16,6 @@
 namespace fa {
 
 namespace {
-
-#define FA_CUBLAS_CHECK(expr)                                                                \
-  do {                                                                                       \
-    cublasStatus_t st_ = (expr);                                                             \
-    if (st_ != CUBLAS_STATUS_SUCCESS)                                                        \
-      ::fa::throw_error(std::string("cuBLAS error ") + cublasGetStatusString(st_) + " in " #expr, \
-                        __FILE__, __LINE__);                                                 \
-  } while (0)
 
 cublasHandle_t handle() {
   static cublasHandle_t h = [] {

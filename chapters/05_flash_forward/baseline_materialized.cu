@@ -22,15 +22,9 @@
 #include <string>
 
 #include "check.h"
+#include "cublas_check.h"
 #include "registry.h"
 
-#define FA_CH05_CUBLAS_CHECK(expr)                                                              \
-  do {                                                                                          \
-    cublasStatus_t st_ = (expr);                                                                \
-    if (st_ != CUBLAS_STATUS_SUCCESS)                                                           \
-      ::fa::throw_error(std::string("cuBLAS error ") + cublasGetStatusString(st_) + " in " #expr, \
-                        __FILE__, __LINE__);                                                    \
-  } while (0)
 
 namespace fa {
 namespace {
@@ -40,7 +34,7 @@ constexpr int kSoftmaxThreads = 256;
 cublasHandle_t cublas_handle() {
   static cublasHandle_t h = [] {
     cublasHandle_t created;
-    FA_CH05_CUBLAS_CHECK(cublasCreate(&created));
+    FA_CUBLAS_CHECK(cublasCreate(&created));
     return created;
   }();
   return h;
@@ -178,7 +172,7 @@ void attention_materialized(const AttentionFwdArgs& a, cudaStream_t stream) {
   void* P = a.dtype == DType::F32 ? ws.ptr : static_cast<char*>(ws.ptr) + p_offset;
 
   cublasHandle_t h = cublas_handle();
-  FA_CH05_CUBLAS_CHECK(cublasSetStream(h, stream));
+  FA_CUBLAS_CHECK(cublasSetStream(h, stream));
   const cudaDataType_t t = cuda_type(a.dtype);
   const int Nq = int(s.seq_q), Nk = int(s.seq_k), D = int(s.head_dim), batch = int(s.bh());
   const float one = 1.0f, zero = 0.0f;
@@ -186,7 +180,7 @@ void attention_materialized(const AttentionFwdArgs& a, cudaStream_t stream) {
   // cuBLAS is column-major: a row-major [r, c] matrix is its column-major [c, r] transpose.
   // 1. S (row-major [Nq, Nk]) = Q K^T  <=>  S^T (col-major [Nk, Nq]) = (K^T)^T-as-stored * Q.
   //    K row-major [Nk, D] is col-major [D, Nk]: op T gives [Nk, D]. Q is col-major [D, Nq].
-  FA_CH05_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+  FA_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
       h, CUBLAS_OP_T, CUBLAS_OP_N, Nk, Nq, D, &one,
       a.k, t, D, int64_t(Nk) * D,
       a.q, t, D, int64_t(Nq) * D, &zero,
@@ -201,7 +195,7 @@ void attention_materialized(const AttentionFwdArgs& a, cudaStream_t stream) {
 
   // 3. O (row-major [Nq, D]) = P V  <=>  O^T (col-major [D, Nq]) = V^T (col-major [D, Nk], as
   //    stored) * P^T (col-major [Nk, Nq], as stored).
-  FA_CH05_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+  FA_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
       h, CUBLAS_OP_N, CUBLAS_OP_N, D, Nq, Nk, &one,
       a.v, t, D, int64_t(Nk) * D,
       P, t, Nk, int64_t(Nq) * Nk, &zero,
