@@ -54,6 +54,25 @@ template <class F> void add(const std::string& name, F body) {
       ->Unit(benchmark::kMillisecond);
 }
 
+// Every registered attention kernel of type K (forward or backward), in each dtype it takes, at
+// D 64 and 128, causal and not, N 512..16384 with B = 16384/N and H = 2048/D.
+template <class K, class Run> void add_attention_protocol(const std::string& family, Run run) {
+  for (const K* k : fa::entries_with_prefix<K>(""))
+    for (fa::DType t : k->dtypes)
+      for (int d : k->head_dims) {
+        if (d != 64 && d != 128) continue;
+        for (bool causal : {false, true})
+          for (int64_t n : {512, 1024, 2048, 4096, 8192, 16384}) {
+            // The fp32 teaching kernels are slow: keep them to the short end of the sweep.
+            if (t == fa::DType::F32 && n > 2048) continue;
+            fa::AttentionShape s{16384 / n, 2048 / d, n, n, d, causal, 0.0f};
+            add(family + k->name + "/" + fa::dtype_name(t) + "/D" + std::to_string(d) + "/" +
+                    (causal ? "causal" : "full") + "/N" + std::to_string(n),
+                [k, s, t, run](benchmark::State& st) { report(st, run(*k, s, t, timing_only())); });
+          }
+      }
+}
+
 void register_all() {
   // Ceilings first: every percentage elsewhere is of these.
   add("ceiling/copy_bandwidth", [](benchmark::State& st) {
@@ -88,22 +107,8 @@ void register_all() {
       }
 
   // The FlashAttention protocol: 16384 tokens per batch, hidden 2048, N from 512 to 16384.
-  for (const fa::AttentionFwdKernel* k : fa::entries_with_prefix<fa::AttentionFwdKernel>(""))
-    for (fa::DType t : k->dtypes)
-      for (int d : k->head_dims) {
-        if (d != 64 && d != 128) continue;
-        for (bool causal : {false, true})
-          for (int64_t n : {512, 1024, 2048, 4096, 8192, 16384}) {
-            // The fp32 teaching kernels are slow: keep them to the short end of the sweep.
-            if (t == fa::DType::F32 && n > 2048) continue;
-            fa::AttentionShape s{16384 / n, 2048 / d, n, n, d, causal, 0.0f};
-            add(std::string("attn_fwd/") + k->name + "/" + fa::dtype_name(t) + "/D" +
-                    std::to_string(d) + "/" + (causal ? "causal" : "full") + "/N" + std::to_string(n),
-                [k, s, t](benchmark::State& st) {
-                  report(st, fa::run_attention_fwd(*k, s, t, timing_only()));
-                });
-          }
-      }
+  add_attention_protocol<fa::AttentionFwdKernel>("attn_fwd/", fa::run_attention_fwd);
+  add_attention_protocol<fa::AttentionBwdKernel>("attn_bwd/", fa::run_attention_bwd);
 
   // The backward's preprocess, D_i = rowsum(dO_i o O_i): memory-bound, so GB/s against the copy
   // ceiling (bytes: O and dO read once, D written once in fp32).
@@ -137,21 +142,6 @@ void register_all() {
             });
       }
 
-  for (const fa::AttentionBwdKernel* k : fa::entries_with_prefix<fa::AttentionBwdKernel>(""))
-    for (fa::DType t : k->dtypes)
-      for (int d : k->head_dims) {
-        if (d != 64 && d != 128) continue;
-        for (bool causal : {false, true})
-          for (int64_t n : {512, 1024, 2048, 4096, 8192, 16384}) {
-            if (t == fa::DType::F32 && n > 2048) continue;
-            fa::AttentionShape s{16384 / n, 2048 / d, n, n, d, causal, 0.0f};
-            add(std::string("attn_bwd/") + k->name + "/" + fa::dtype_name(t) + "/D" +
-                    std::to_string(d) + "/" + (causal ? "causal" : "full") + "/N" + std::to_string(n),
-                [k, s, t](benchmark::State& st) {
-                  report(st, fa::run_attention_bwd(*k, s, t, timing_only()));
-                });
-          }
-      }
 }
 
 }  // namespace
