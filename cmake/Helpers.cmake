@@ -42,3 +42,20 @@ function(fa_link_all_chapters target)
   get_property(libs GLOBAL PROPERTY FA_CHAPTER_LIBS)
   target_link_libraries(${target} PRIVATE ${libs} fa_common)
 endfunction()
+
+# fa_add_chapter_sm90a(NUMBER 03 NAME ch03_tiled_matmul SOURCES sm90a/v7.cu ...): a chapter's
+# Hopper-only kernels, compiled for sm_90a alone (wgmma and TMA exist only there) into a second
+# OBJECT library that joins the chapter's program, the tour, the tests and the benchmarks.
+function(fa_add_chapter_sm90a)
+  cmake_parse_arguments(CH "" "NUMBER;NAME" "SOURCES" ${ARGN})
+  set(lib fa_ch${CH_NUMBER}_sm90a)
+  add_library(${lib} OBJECT ${CH_SOURCES})
+  target_link_libraries(${lib} PUBLIC fa_common)
+  target_include_directories(${lib} PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
+  # CUDA_ARCHITECTURES OFF: the flag below is the only architecture (CMake before 3.29 has no
+  # spelling for "90a" in CUDA_ARCHITECTURES that every supported version understands).
+  set_target_properties(${lib} PROPERTIES CUDA_ARCHITECTURES OFF)
+  target_compile_options(${lib} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-gencode=arch=compute_90a,code=sm_90a>)
+  target_link_libraries(${CH_NAME} PRIVATE ${lib})
+  set_property(GLOBAL APPEND PROPERTY FA_CHAPTER_LIBS ${lib})
+endfunction()

@@ -33,7 +33,7 @@ double RunResult::max_error() const {
 }
 
 // In an exercise build, a kernel whose file still came from the generator says so.
-static std::string exercise_hint(const std::string& kernel) {
+std::string exercise_hint(const std::string& kernel) {
   for (const Exercise& e : registry<Exercise>())
     for (const std::string& k : e.kernels)
       if (k == kernel)

@@ -69,6 +69,11 @@ RunResult run_attention_bwd(const AttentionBwdKernel& k, AttentionShape s, DType
                             const RunOptions& opt = {});
 
 // True when the kernel lists this dtype / head dim (the harness reports UNSUPPORTED otherwise).
+// In an exercise build, for a kernel (registry name, e.g. "00/vector_add") whose file is still
+// the generated exercise: "TODO in <file>: not implemented? ...". Otherwise "". Reports and tests
+// that call a kernel directly append it to their failure messages.
+std::string exercise_hint(const std::string& kernel);
+
 bool supports(const std::vector<DType>& dtypes, DType t);
 bool supports(const std::vector<int>& head_dims, int d);
 // The most advanced forward kernel (last by name among "05/...") that takes dtype t and head dim d.

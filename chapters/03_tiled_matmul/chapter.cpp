@@ -88,44 +88,67 @@ void wave_demo(std::ostream& os) {
   os << "  (--explain=N does this for our tensor-core kernel on this GPU; --sweep measures it)\n";
 }
 
-// SMs and resident v5 blocks per SM of this GPU, or an H100's when there is none.
-void machine_for_waves(int& sms, int& blocks_per_sm, std::string& where) {
-  if (have_gpu() && gpu_skip_reason(80).empty()) {
-    sms = gpu_info().sm_count;
-    blocks_per_sm = std::max(1, v5_blocks_per_sm(DType::BF16));
-    where = gpu_info().name + " (" + std::to_string(sms) + " SMs, " +
-            std::to_string(blocks_per_sm) + " v5 blocks per SM from the occupancy calculator)";
-  } else {
-    sms = kAssumedSms;
-    blocks_per_sm = kV5AssumedBlocksPerSm;
-    where = "no usable GPU here: assuming an H100 with 132 SMs and " +
-            std::to_string(blocks_per_sm) + " v5 blocks per SM";
-  }
+// The fastest tensor-core kernel that runs on this GPU (v7 on an H100/H200, else v5); without a
+// GPU, the one an H100 would run. The mystery sweep times it against cuBLAS.
+const TensorCoreGemmInfo& best_tensor_core_gemm() {
+#if FA_CH03_HAVE_SM90A
+  if (!have_gpu() || gpu_info().sm == 90) return v7_gemm_info();
+#endif
+  return v5_gemm_info();
+}
+
+// v7 loads with TMA only when rows are whole 16-byte multiples (n % 8 == 0 for a square n);
+// other sizes run v5's mma.sync code, with v5's tiles and waves.
+const TensorCoreGemmInfo& gemm_that_runs(int64_t n) {
+  const TensorCoreGemmInfo& best = best_tensor_core_gemm();
+  return n % 8 != 0 ? v5_gemm_info() : best;
+}
+
+bool usable_gpu() { return have_gpu() && gpu_skip_reason(80).empty(); }
+int sm_count() { return usable_gpu() ? gpu_info().sm_count : kAssumedSms; }
+
+// Resident blocks of `k` per SM: the occupancy calculator on this GPU, or the kernel's own
+// assumption for an H100 when there is none.
+int blocks_per_sm(const TensorCoreGemmInfo& k) {
+  return usable_gpu() ? std::max(1, k.blocks_per_sm(DType::BF16)) : k.assumed_blocks_per_sm;
+}
+
+std::string machine_line(const TensorCoreGemmInfo& k) {
+  const std::string blocks = std::to_string(blocks_per_sm(k)) + " blocks of " + k.name + " per SM";
+  if (usable_gpu())
+    return gpu_info().name + " (" + std::to_string(sm_count()) + " SMs, " + blocks +
+           " from the occupancy calculator)";
+  return "no usable GPU here: assuming an H100 with 132 SMs and " + blocks;
+}
+
+WaveInfo waves_of(int64_t n) {
+  const TensorCoreGemmInfo& k = gemm_that_runs(n);
+  return wave_info(n, n, k.tile_m, k.tile_n, sm_count(), blocks_per_sm(k));
 }
 
 void explain(std::ostream& os, int64_t n) {
-  int sms = 0, bps = 0;
-  std::string where;
-  machine_for_waves(sms, bps, where);
-  os << "\n== --explain=" << n << ": tiles and waves of " << best_tensor_core_kernel() << " ==\n"
-     << "  " << where << "\n";
-  for (int64_t m : {n - 1, n, n + 1})
-    if (m > 0) os << "  " << wave_info(m, m, kV5BlockM, kV5BlockN, sms, bps).str() << "\n";
+  const TensorCoreGemmInfo& best = best_tensor_core_gemm();
+  os << "\n== --explain=" << n << ": tiles and waves of " << best.name << " ==\n"
+     << "  " << machine_line(best) << "\n";
+  for (int64_t m : {n - 1, n, n + 1}) {
+    if (m <= 0) continue;
+    os << "  " << waves_of(m).str();
+    if (&gemm_that_runs(m) != &best) os << "  [" << m << " % 8 != 0: runs v5's code and tiles]";
+    os << "\n";
+  }
   os << "  for comparison, one 256x128 tile per SM (a typical cuBLAS tile; the one it really\n"
-     << "  picks is its own choice): " << wave_info(n, n, 256, 128, sms, 1).str() << "\n";
+     << "  picks is its own choice): " << wave_info(n, n, 256, 128, sm_count(), 1).str() << "\n";
 }
 
 // ---- GPU tier: the sweep -----------------------------------------------------------------------
 int sweep(std::ostream& os, const SweepRange& range, const std::string& csv_path, uint64_t seed,
           int repeats) {
-  int sms = 0, bps = 0;
-  std::string where;
-  machine_for_waves(sms, bps, where);
-  const bool gpu = have_gpu() && gpu_skip_reason(80).empty();
-  const GemmKernel* ours = find_entry<GemmKernel>(best_tensor_core_kernel());
+  const bool gpu = usable_gpu();
+  const TensorCoreGemmInfo& best = best_tensor_core_gemm();
+  const GemmKernel* ours = find_entry<GemmKernel>(best.name);
   FA_REQUIRE(ours != nullptr, "the tensor-core kernel is not linked in");
   os << "\n== Sweep " << range.start << ".." << range.stop << " step " << range.step
-     << ": cuBLAS bf16 vs " << ours->name << " ==\n  " << where << "\n";
+     << ": cuBLAS bf16 vs " << ours->name << " ==\n  " << machine_line(best) << "\n";
 
   std::ofstream csv(csv_path);
   if (!csv) throw Error("cannot write --csv file '" + csv_path + "'");
@@ -146,7 +169,7 @@ int sweep(std::ostream& os, const SweepRange& range, const std::string& csv_path
   topt.repeats = repeats;
   int64_t count = 0;
   for (int64_t n = range.start; n <= range.stop; n += range.step, ++count) {
-    const WaveInfo w = wave_info(n, n, kV5BlockM, kV5BlockN, sms, bps);
+    const WaveInfo w = waves_of(n);
     std::string cub, our;
     if (gpu) {
       // The leading n*n elements of the big buffers are an n x n row-major matrix.

@@ -29,7 +29,8 @@ TEST(Ch00Kernels, VectorAddRaggedSizesAndBlocks) {
       vector_add(da.as<float>(), db.as<float>(), dc.as<float>(), n, block, nullptr);
       dc.download(c.data(), dc.bytes());
       for (int64_t i = 0; i < n; ++i)
-        ASSERT_EQ(c[i], a[i] + b[i]) << "n=" << n << " block=" << block << " i=" << i;
+        ASSERT_EQ(c[i], a[i] + b[i]) << "n=" << n << " block=" << block << " i=" << i << "\n"
+                                     << fa::exercise_hint("00/vector_add");
     }
   }
 }
@@ -47,7 +48,8 @@ TEST(Ch00Kernels, MatrixAddRaggedShapes) {
     matrix_add(dA.as<float>(), dB.as<float>(), dC.as<float>(), rows, cols, nullptr);
     dC.download(C.data(), dC.bytes());
     for (int64_t i = 0; i < n; ++i)
-      ASSERT_EQ(C[i], A[i] + B[i]) << rows << "x" << cols << " at " << i / cols << "," << i % cols;
+      ASSERT_EQ(C[i], A[i] + B[i]) << rows << "x" << cols << " at " << i / cols << "," << i % cols
+                                   << "\n" << fa::exercise_hint("00/matrix_add");
   }
 }
 
@@ -86,7 +88,7 @@ TEST(Ch00Kernels, InvalidBlockThrowsAndLeavesTheContextUsable) {
   vector_add(da.as<float>(), db.as<float>(), dc.as<float>(), n, 256, nullptr);
   std::vector<float> c(n);
   dc.download(c.data(), dc.bytes());
-  for (float v : c) ASSERT_EQ(v, 0.0f);
+  for (float v : c) ASSERT_EQ(v, 0.0f) << fa::exercise_hint("00/vector_add");
 }
 
 TEST(Ch00Kernels, UnguardedKernelWritesExactlyThePredictedStrays) {

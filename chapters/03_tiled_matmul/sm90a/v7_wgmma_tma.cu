@@ -1,0 +1,267 @@
+// 03/v7_wgmma_tma: Hopper's own path to the tensor cores (sm_90a: H100, H200).
+// What changed vs v5: v5 stalls near 260 TFLOP/s on an H100 whatever its tiles (eight tile
+// configurations measured 240-280, notes/03_tiled_matmul.md), because mma.sync, the Ampere
+// instruction, only reaches about half of Hopper's tensor-core rate.
+// The full rate needs wgmma, which reads its operands straight from shared memory, and it needs
+// the shared memory filled without spending the multiplying warps' instructions on it: TMA.
+//
+//   block tile  128 x 256 of C, BK = 64, 4 stages of 48 KiB in shared memory (192 KiB)
+//   warps       3 warpgroups of 128 threads, specialised:
+//               producer   (warpgroup 0): one thread issues the TMA copies of each stage (A: one
+//                          128 x 64 box; B: four 64 x 64 boxes, 128 bytes wide as the swizzle
+//                          requires) after waiting for the stage to be free ("empty" mbarrier)
+//               consumers  (warpgroups 1, 2): each owns 64 rows x 256 columns of C (128 fp32
+//                          accumulators per thread); per stage: wait for "full", four wgmma
+//                          m64n256k16, commit, and release the *previous* stage once its wgmmas
+//                          are known to be done (wait_group 1), so one batch is always in flight
+//   layouts     A tile K-major and B tile MN-major, both in the 128-byte swizzle that TMA writes
+//               and wgmma reads (hopper.cuh explains the descriptors): no bank conflicts, no
+//               ldmatrix, no padding
+//   ragged      TMA zero-fills the parts of a box outside the matrix, so M, N and K tails cost
+//               nothing; C is stored from the accumulators with predicates. TMA needs 16-byte
+//               aligned row strides (K % 8 == 0 and N % 8 == 0) and aligned pointers; other
+//               shapes run v5's mma.sync code (ch03_mma_gemm.cuh); the tests cover both paths.
+//   block order grouped by 8 block rows, as in v5/v6, for L2 reuse.
+//
+// Not done (the next steps, each worth 5-15%): thread-block clusters with TMA multicast (two
+// blocks share one copy of a B tile), a persistent tile scheduler (no wave tail, epilogue of one
+// tile overlapped with the next), setmaxnreg to give the consumers the producer's registers,
+// and a bf16 C written through shared memory and TMA.
+// Measured: see the chapter README (H100, 2026-11-21).
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cudaTypedefs.h>
+
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+#include "ch03_gemm.h"
+#include "ch03_mma_gemm.cuh"
+#include "gpu.h"
+#include "hopper.cuh"
+#include "registry.h"
+
+namespace fa::ch03 {
+namespace {
+
+constexpr int kBM = 128, kBN = 256, kBK = 64;
+constexpr int kStages = 4;
+constexpr int kConsumers = 2;                        // warpgroups that multiply
+constexpr int kThreads = 128 * (1 + kConsumers);     // + the producer warpgroup
+constexpr int kRowsPerConsumer = kBM / kConsumers;   // 64: one wgmma M
+constexpr int kSwizzleCols = 64;                     // 128 bytes of 16-bit elements
+constexpr int kABytes = kBM * kBK * 2;               // 16 KiB
+constexpr int kBStripBytes = kBK * kSwizzleCols * 2; // 8 KiB: 64 k-rows of one 64-column strip
+constexpr int kBBytes = kBK * kBN * 2;               // 32 KiB = 4 strips
+constexpr int kStageBytes = kABytes + kBBytes;       // what TMA delivers per stage
+constexpr int kAtomBytes = 1024;                     // 8 rows x 128 bytes: one swizzle atom
+constexpr int kSmemBytes = kStages * kStageBytes + 2 * kStages * 8 + kAtomBytes;  // + barriers,
+                                                                                  // + alignment
+using FallbackTiles = mma_gemm::Tiles<128, 128, 32, 2, 4, 3, 2>;  // v5's tiles
+static_assert(kStageBytes % kAtomBytes == 0 && kABytes % kAtomBytes == 0, "atoms stay aligned");
+
+template <class T>
+__global__ void __launch_bounds__(kThreads, 1)
+gemm_wgmma_kernel(const __grid_constant__ CUtensorMap tmap_a,
+                  const __grid_constant__ CUtensorMap tmap_b, float* __restrict__ C, int64_t M,
+                  int64_t N, int64_t K, bool pair_ok) {
+  extern __shared__ unsigned char smem_raw[];
+  // The 128-byte swizzle repeats every 1024 bytes and wgmma assumes atoms start at multiples of
+  // 1024: align the stage buffers by hand (dynamic shared memory only promises 16 bytes).
+  const uint32_t raw = mma::smem_addr(smem_raw);
+  unsigned char* smem = smem_raw + ((kAtomBytes - raw % kAtomBytes) % kAtomBytes);
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + kStages * kStageBytes);  // TMA -> MMA
+  uint64_t* empty = full + kStages;                                             // MMA -> TMA
+  auto a_tile = [&](int s) { return smem + s * kStageBytes; };
+  auto b_tile = [&](int s) { return smem + s * kStageBytes + kABytes; };
+
+  // Grouped block order, as in v5/v6.
+  const int64_t tiles_m = ceil_div(M, kBM), tiles_n = ceil_div(N, kBN);
+  const int64_t bid = blockIdx.x;
+  const int64_t group_size = int64_t(mma_gemm::kGroupM) * tiles_n;
+  const int64_t first_m = (bid / group_size) * mma_gemm::kGroupM;
+  const int64_t group_rows =
+      (tiles_m - first_m < mma_gemm::kGroupM) ? tiles_m - first_m : mma_gemm::kGroupM;
+  const int tile_m = int(first_m + (bid % group_size) % group_rows);
+  const int tile_n = int((bid % group_size) / group_rows);
+  const int row0 = tile_m * kBM, col0 = tile_n * kBN;
+
+  const int warpgroup = threadIdx.x / 128, t = threadIdx.x % 128;
+  const int k_tiles = int(ceil_div(K, kBK));
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      hopper::mbar_init(&full[s], 1);                   // the producer's expect_tx arrival
+      hopper::mbar_init(&empty[s], 128 * kConsumers);   // every consumer thread, once per use
+    }
+    hopper::mbar_fence_init();
+  }
+  __syncthreads();
+
+  if (warpgroup == 0) {
+    // ---- producer: one thread keeps kStages copies in flight ----
+    if (t == 0) {
+      for (int kt = 0; kt < k_tiles; ++kt) {
+        const int s = kt % kStages, use = kt / kStages;
+        if (use > 0) hopper::mbar_wait(&empty[s], (use - 1) & 1);  // consumers freed it
+        hopper::mbar_arrive_expect_tx(&full[s], kStageBytes);
+        hopper::tma_load_2d(a_tile(s), &tmap_a, &full[s], kt * kBK, row0);
+        for (int j = 0; j < kBN / kSwizzleCols; ++j)
+          hopper::tma_load_2d(b_tile(s) + j * kBStripBytes, &tmap_b, &full[s],
+                              col0 + j * kSwizzleCols, kt * kBK);
+      }
+    }
+    return;  // the producer's other threads have nothing to do
+  }
+
+  // ---- consumers ----
+  const int consumer = warpgroup - 1;
+  float acc[128];
+#pragma unroll
+  for (int i = 0; i < 128; ++i) acc[i] = 0.f;
+
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    const int s = kt % kStages;
+    hopper::mbar_wait(&full[s], (kt / kStages) & 1);
+    hopper::fence_registers(acc);
+    hopper::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBK / 16; ++kk) {
+      // A: this consumer's 64 rows (64 x 128 bytes further), 16 k = 32 bytes further per step.
+      const uint64_t da = hopper::smem_desc_sw128(
+          a_tile(s) + consumer * kRowsPerConsumer * 128 + kk * 32, 16, kAtomBytes);
+      // B: 16 k-rows = two 8-row groups = 2048 bytes further per step; strips 8 KiB apart.
+      const uint64_t db =
+          hopper::smem_desc_sw128(b_tile(s) + kk * 2 * kAtomBytes, kBStripBytes, kAtomBytes);
+      if constexpr (std::is_same_v<T, __nv_bfloat16>)
+        hopper::wgmma_m64n256k16_bf16(acc, da, db, 1);
+      else
+        hopper::wgmma_m64n256k16_f16(acc, da, db, 1);
+    }
+    hopper::wgmma_commit();
+    hopper::wgmma_wait<1>();  // the batch of stage kt-1 is done reading its shared memory
+    hopper::fence_registers(acc);
+    if (kt > 0) hopper::mbar_arrive(&empty[(kt - 1) % kStages]);
+  }
+  hopper::wgmma_wait<0>();
+  hopper::fence_registers(acc);
+
+  // Epilogue: thread t holds rows 16w + g and 16w + g + 8 of this consumer's 64, columns
+  // 8j + 2q and 8j + 2q + 1 for j = 0..31 (hopper.cuh, the accumulator layout).
+  const int w = t / 32, g = (t % 32) / 4, q = t % 4;
+  const int64_t r = int64_t(row0) + consumer * kRowsPerConsumer + 16 * w + g;
+#pragma unroll
+  for (int j = 0; j < kBN / 8; ++j) {
+    const int64_t c = int64_t(col0) + 8 * j + 2 * q;
+    mma_gemm::store_pair(C, r, c, M, N, acc[4 * j], acc[4 * j + 1], pair_ok);
+    mma_gemm::store_pair(C, r + 8, c, M, N, acc[4 * j + 2], acc[4 * j + 3], pair_ok);
+  }
+}
+
+// ---- host side -------------------------------------------------------------------------------------
+
+// cuTensorMapEncodeTiled lives in the driver library; the runtime hands out its address, so the
+// project does not link libcuda directly.
+PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    FA_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000,
+                                                   cudaEnableDefault, &found));
+    FA_REQUIRE(found == cudaDriverEntryPointSuccess && p != nullptr,
+               "the driver does not provide cuTensorMapEncodeTiled (needs CUDA 12 or newer)");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
+  }();
+  return fn;
+}
+
+// A row-major [rows, cols] 16-bit matrix, read in boxes of box_rows x 64 columns (128 bytes, the
+// widest box the 128-byte swizzle allows), swizzled in shared memory, zeros outside the matrix.
+CUtensorMap make_tmap(const void* base, int64_t rows, int64_t cols, int box_rows, DType dtype) {
+  CUtensorMap map;
+  const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
+  const cuuint64_t strides[1] = {cuuint64_t(cols) * 2};  // bytes between rows
+  const cuuint32_t box[2] = {cuuint32_t(kSwizzleCols), cuuint32_t(box_rows)};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  const CUresult rc = encode_fn()(
+      &map, dtype == DType::BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+      2, const_cast<void*>(base), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  FA_REQUIRE(rc == CUDA_SUCCESS, "cuTensorMapEncodeTiled failed with CUresult " +
+                                     std::to_string(int(rc)) + " (rows " + std::to_string(rows) +
+                                     ", cols " + std::to_string(cols) + ")");
+  return map;
+}
+
+template <class T> void set_smem_limit() {
+  static const bool done = [] {
+    FA_CUDA_CHECK(cudaFuncSetAttribute(gemm_wgmma_kernel<T>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+    return true;
+  }();
+  (void)done;
+}
+
+template <class T>
+void launch(const void* A, const void* B, float* C, GemmShape s, DType dtype,
+            cudaStream_t stream) {
+  // TMA's rules: 16-byte aligned base and row strides, sizes below 2^31 (coordinates are int32).
+  const bool tma_ok = s.K % 8 == 0 && s.N % 8 == 0 && mma_gemm::aligned16(A) &&
+                      mma_gemm::aligned16(B) && s.M < (int64_t(1) << 31) &&
+                      s.N < (int64_t(1) << 31) && s.K < (int64_t(1) << 31);
+  if (!tma_ok) {  // ragged strides: v5's mma.sync code, which assembles odd chunks by hand
+    mma_gemm::launch<FallbackTiles, T>(A, B, C, s, stream);
+    return;
+  }
+  if (s.M == 0 || s.N == 0) return;
+  set_smem_limit<T>();
+  const CUtensorMap tmap_a = make_tmap(A, s.M, s.K, kBM, dtype);
+  const CUtensorMap tmap_b = make_tmap(B, s.K, s.N, kBK, dtype);
+  const int64_t blocks = ceil_div(s.M, kBM) * ceil_div(s.N, kBN);
+  const bool pair_ok = reinterpret_cast<uintptr_t>(C) % 8 == 0;  // N is even here
+  gemm_wgmma_kernel<T><<<unsigned(blocks), kThreads, kSmemBytes, stream>>>(tmap_a, tmap_b, C, s.M,
+                                                                          s.N, s.K, pair_ok);
+  FA_CHECK_LAUNCH();
+}
+
+void gemm_v7(const void* A, const void* B, float* C, GemmShape s, DType dtype,
+             cudaStream_t stream) {
+  FA_UNSUPPORTED_IF(dtype == DType::F32, "03/v7_wgmma_tma takes bf16 and fp16 only");
+  const GpuInfo& gpu = gpu_info();
+  FA_UNSUPPORTED_IF(gpu.sm != 90,
+                    "03/v7_wgmma_tma uses sm_90a instructions (wgmma, TMA): it runs on compute "
+                    "capability 9.0 (H100, H200) only");
+  if (dtype == DType::BF16) launch<__nv_bfloat16>(A, B, C, s, dtype, stream);
+  else launch<__half>(A, B, C, s, dtype, stream);
+}
+
+int v7_blocks_per_sm(DType dtype) {
+  int blocks = 0;
+  if (dtype == DType::F16) {
+    set_smem_limit<__half>();
+    FA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, gemm_wgmma_kernel<__half>,
+                                                                kThreads, kSmemBytes));
+  } else {
+    set_smem_limit<__nv_bfloat16>();
+    FA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &blocks, gemm_wgmma_kernel<__nv_bfloat16>, kThreads, kSmemBytes));
+  }
+  return blocks;
+}
+
+}  // namespace
+
+const TensorCoreGemmInfo& v7_gemm_info() {
+  static const TensorCoreGemmInfo info{"03/v7_wgmma_tma", kBM, kBN, 1, v7_blocks_per_sm};
+  return info;
+}
+
+FA_REGISTER(GemmKernel, {"03/v7_wgmma_tma", gemm_v7,
+                         "Hopper: TMA producer warpgroup + 2 wgmma consumer warpgroups, mbarrier "
+                         "pipeline, 128x256x64, 4 stages",
+                         {DType::BF16, DType::F16}, 90});
+
+}  // namespace fa::ch03

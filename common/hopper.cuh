@@ -1,0 +1,200 @@
+// hopper.cuh: thin, documented wrappers over the Hopper (sm_90a) instructions that chapter 03's
+// v7 is built from: the Tensor Memory Accelerator (TMA), mbarriers, and warpgroup MMA (wgmma).
+// Each wrapper is one or two instructions; the comments carry the facts needed to use them.
+// Compiled only for sm_90a (the "a" marks architecture-specific instructions that newer GPUs do
+// not promise to keep); elsewhere every wrapper traps, and kernels that use them register
+// min_sm = 90 and refuse any GPU that is not compute capability 9.0.
+//
+// The three ideas, in one paragraph each:
+// * TMA: one thread asks the copy engine for a whole 2-D box of a tensor (described once on the
+//   host by a CUtensorMap: base, sizes, strides, box, swizzle). The engine writes the box to shared
+//   memory, zero-filling whatever lies outside the tensor, and reports the bytes it wrote to an
+//   mbarrier. No thread spends instructions on addresses or predicates.
+// * mbarrier: a counter in shared memory with a phase bit. It completes a phase when the expected
+//   number of arrivals has happened *and* the expected bytes of TMA traffic have landed; waiters
+//   spin on the parity of the phase they need (0, 1, 0, 1, ... for uses 0, 1, 2, 3, ... of a
+//   buffer).
+// * wgmma: four warps (a warpgroup, 128 threads) issue one asynchronous MMA together:
+//   D[64 x N] (+)= A[64 x 16] * B[16 x N], A and B read straight from shared memory through
+//   64-bit "matrix descriptors", D in registers (N/2 fp32 per thread). Issue, commit the group,
+//   and wait for it later: the tensor cores work while the warps do other things.
+#pragma once
+#include <cstdint>
+
+#include "mma.cuh"  // smem_addr
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define FA_SM90A 1
+#else
+#define FA_SM90A 0
+#endif
+
+namespace fa::hopper {
+
+// ---- mbarrier ------------------------------------------------------------------------------------
+__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t arrivals) {
+#if FA_SM90A
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(mma::smem_addr(bar)), "r"(arrivals));
+#else
+  __trap();
+#endif
+}
+
+// Make the initialised barriers visible to the TMA engine (the "async proxy") before first use.
+__device__ __forceinline__ void mbar_fence_init() {
+#if FA_SM90A
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+#endif
+}
+
+// One arrival that also announces `bytes` of TMA traffic the current phase must wait for.
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+#if FA_SM90A
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n"
+               ::"r"(mma::smem_addr(bar)), "r"(bytes) : "memory");
+#else
+  __trap();
+#endif
+}
+
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+#if FA_SM90A
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(mma::smem_addr(bar)) : "memory");
+#else
+  __trap();
+#endif
+}
+
+// Spin until the phase with parity `parity` has completed.
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+#if FA_SM90A
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "WAIT_AGAIN:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT_AGAIN;\n"
+      "}\n" ::"r"(mma::smem_addr(bar)),
+      "r"(parity)
+      : "memory");
+#else
+  __trap();
+#endif
+}
+
+// ---- TMA -----------------------------------------------------------------------------------------
+// Copy the box at coordinates (c0 = innermost/column, c1 = row) of the tensor described by `tmap`
+// (a __grid_constant__ kernel parameter) into shared memory at `dst`; completion is reported to
+// `bar` as bytes. Out-of-range elements of the box are written as zeros.
+__device__ __forceinline__ void tma_load_2d(void* dst, const void* tmap, uint64_t* bar, int c0,
+                                            int c1) {
+#if FA_SM90A
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4}], [%2];\n" ::"r"(mma::smem_addr(dst)),
+      "l"(reinterpret_cast<uint64_t>(tmap)), "r"(mma::smem_addr(bar)), "r"(c0), "r"(c1)
+      : "memory");
+#else
+  __trap();
+#endif
+}
+
+// ---- wgmma ---------------------------------------------------------------------------------------
+// Shared-memory matrix descriptor for a tile stored in the 128-byte-swizzle layout that TMA
+// writes with CU_TENSOR_MAP_SWIZZLE_128B: rows of 128 bytes, the 16-byte chunks of row r XORed
+// with r % 8, so 8 rows (1024 bytes, aligned to 1024) form one swizzle atom.
+//   bits  0-13  start address >> 4       bits 16-29  leading byte offset >> 4 (LBO)
+//   bits 32-45  stride byte offset >> 4  bits 62-63  swizzle mode (1 = 128 bytes)
+// K-major operand (A here: a row holds 64 consecutive k): SBO = 1024, the step between groups of
+//   8 rows; LBO is unused. Moving 16 k to the right = adding 32 bytes to the start address.
+// MN-major operand (B here: a row holds 64 consecutive n of one k): LBO = the step between
+//   64-column strips, SBO = 1024, the step between groups of 8 k-rows.
+__device__ __forceinline__ uint64_t smem_desc_sw128(const void* tile, uint32_t lbo_bytes,
+                                                    uint32_t sbo_bytes) {
+  const uint64_t addr = mma::smem_addr(tile);
+  return ((addr & 0x3FFFF) >> 4) | (uint64_t((lbo_bytes >> 4) & 0x3FFF) << 16) |
+         (uint64_t((sbo_bytes >> 4) & 0x3FFF) << 32) | (uint64_t(1) << 62);
+}
+
+// Before the first wgmma of a batch: orders the warpgroup's earlier register and shared-memory
+// accesses before the asynchronous MMAs read them.
+__device__ __forceinline__ void wgmma_fence() {
+#if FA_SM90A
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wgmma_commit() {
+#if FA_SM90A
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#endif
+}
+// Wait until at most N committed wgmma groups of this warpgroup are still running.
+template <int N> __device__ __forceinline__ void wgmma_wait() {
+#if FA_SM90A
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+#endif
+}
+
+// Keep the compiler from moving accesses to the accumulators across wgmma issue/wait points: the
+// hardware writes them behind the compiler's back.
+template <int N> __device__ __forceinline__ void fence_registers(float (&d)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// D[64 x 256] (+)= A[64 x 16] * B[16 x 256] for one warpgroup, fp32 accumulators, A K-major and B
+// MN-major (the last two immediates: A not transposed, B transposed). With accumulate == 0 the
+// old D is ignored. Accumulator layout, thread t of the warpgroup, w = t / 32, g = (t % 32) / 4,
+// q = t % 4: d[4j + 0, 1] = D[16w + g][8j + 2q, +1] and d[4j + 2, 3] = D[16w + g + 8][8j + 2q, +1],
+// for j = 0..31 (the m16n8 C fragment of mma.sync, repeated along N).
+#define FA_WGMMA_M64N256K16(TYPE) \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"\
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32." TYPE "." TYPE " {"\
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"\
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"\
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"\
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"\
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"\
+        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95,"\
+        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111,"\
+        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127},"\
+        " %128, %129, p, 1, 1, 0, 1;\n}\n"\
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),\
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),\
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),\
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),\
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),\
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),\
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),\
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),\
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),\
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),\
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),\
+          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),\
+          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),\
+          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),\
+          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),\
+          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])\
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+
+__device__ __forceinline__ void wgmma_m64n256k16_bf16(float (&d)[128], uint64_t desc_a,
+                                                      uint64_t desc_b, int accumulate) {
+#if FA_SM90A
+  FA_WGMMA_M64N256K16("bf16");
+#else
+  __trap();
+#endif
+}
+
+__device__ __forceinline__ void wgmma_m64n256k16_f16(float (&d)[128], uint64_t desc_a,
+                                                     uint64_t desc_b, int accumulate) {
+#if FA_SM90A
+  FA_WGMMA_M64N256K16("f16");
+#else
+  __trap();
+#endif
+}
+
+#undef FA_WGMMA_M64N256K16
+
+}  // namespace fa::hopper
