@@ -59,7 +59,11 @@ constexpr int kStageBytes = kABytes + kBBytes;       // what TMA delivers per st
 constexpr int kAtomBytes = 1024;                     // 8 rows x 128 bytes: one swizzle atom
 constexpr int kSmemBytes = kStages * kStageBytes + 2 * kStages * 8 + kAtomBytes;  // + barriers,
                                                                                   // + alignment
-using FallbackTiles = mma_gemm::Tiles<128, 128, 32, 2, 4, 3, 2>;  // v5's tiles
+// Shapes TMA cannot load run this registered kernel. Called through the registry, not by
+// instantiating its template here: a kernel template instantiated in two translation units shares
+// its host-side "attribute already set" flag but not its device code (each file is its own CUDA
+// module), so the second copy would launch without its shared-memory opt-in.
+constexpr const char* kFallback = "03/v5_tensor_core";
 static_assert(kStageBytes % kAtomBytes == 0 && kABytes % kAtomBytes == 0, "atoms stay aligned");
 
 template <class T>
@@ -213,7 +217,9 @@ void launch(const void* A, const void* B, float* C, GemmShape s, DType dtype,
                       mma_gemm::aligned16(B) && s.M < (int64_t(1) << 31) &&
                       s.N < (int64_t(1) << 31) && s.K < (int64_t(1) << 31);
   if (!tma_ok) {  // ragged strides: v5's mma.sync code, which assembles odd chunks by hand
-    mma_gemm::launch<FallbackTiles, T>(A, B, C, s, stream);
+    const GemmKernel* v5 = find_entry<GemmKernel>(kFallback);
+    FA_REQUIRE(v5 != nullptr, std::string(kFallback) + " is not linked in");
+    v5->run(A, B, C, s, dtype, stream);
     return;
   }
   if (s.M == 0 || s.N == 0) return;
