@@ -43,7 +43,7 @@ function(fa_link_all_chapters target)
   target_link_libraries(${target} PRIVATE ${libs} fa_common)
 endfunction()
 
-# fa_add_chapter_sm90a(NUMBER 03 NAME ch03_tiled_matmul SOURCES sm90a/v7.cu ...): a chapter's
+# fa_add_chapter_sm90a(NUMBER 03 NAME ch03_tiled_matmul SOURCES sm90a/v6.cu ...): a chapter's
 # Hopper-only kernels, compiled for sm_90a alone (wgmma and TMA exist only there) into a second
 # OBJECT library that joins the chapter's program, the tour, the tests and the benchmarks.
 function(fa_add_chapter_sm90a)

@@ -15,7 +15,7 @@ struct TensorCoreGemmInfo {
 
 const TensorCoreGemmInfo& v5_gemm_info();  // v5_tensor_core.cu (mma.sync, sm_80 and newer)
 #if FA_CH03_HAVE_SM90A
-const TensorCoreGemmInfo& v7_gemm_info();  // sm90a/v7_wgmma_tma.cu (built when targeting 9.0)
+const TensorCoreGemmInfo& v6_gemm_info();  // sm90a/v6_wgmma_tma.cu (built when targeting 9.0)
 #endif
 
 }  // namespace fa::ch03

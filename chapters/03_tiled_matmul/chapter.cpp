@@ -88,16 +88,16 @@ void wave_demo(std::ostream& os) {
   os << "  (--explain=N does this for our tensor-core kernel on this GPU; --sweep measures it)\n";
 }
 
-// The fastest tensor-core kernel that runs on this GPU (v7 on an H100/H200, else v5); without a
+// The fastest tensor-core kernel that runs on this GPU (v6 on an H100/H200, else v5); without a
 // GPU, the one an H100 would run. The mystery sweep times it against cuBLAS.
 const TensorCoreGemmInfo& best_tensor_core_gemm() {
 #if FA_CH03_HAVE_SM90A
-  if (!have_gpu() || gpu_info().sm == 90) return v7_gemm_info();
+  if (!have_gpu() || gpu_info().sm == 90) return v6_gemm_info();
 #endif
   return v5_gemm_info();
 }
 
-// v7 loads with TMA only when rows are whole 16-byte multiples (n % 8 == 0 for a square n);
+// v6 loads with TMA only when rows are whole 16-byte multiples (n % 8 == 0 for a square n);
 // other sizes run v5's mma.sync code, with v5's tiles and waves.
 const TensorCoreGemmInfo& gemm_that_runs(int64_t n) {
   const TensorCoreGemmInfo& best = best_tensor_core_gemm();
@@ -153,7 +153,7 @@ int sweep(std::ostream& os, const SweepRange& range, const std::string& csv_path
   std::ofstream csv(csv_path);
   if (!csv) throw Error("cannot write --csv file '" + csv_path + "'");
   csv << "n,cublas_tflops,ours_tflops,tile_m,tile_n,tiles,sms,blocks_per_sm,waves,"
-         "waves_launched,last_wave_tiles,last_wave_occupancy,useful_fraction\n";
+         "waves_launched,last_wave_tiles,last_wave_occupancy,useful_fraction,kernel\n";
 
   DeviceBuffer dA, dB, dC;
   if (gpu) {
@@ -189,7 +189,7 @@ int sweep(std::ostream& os, const SweepRange& range, const std::string& csv_path
     csv << n << "," << cub << "," << our << "," << w.tile_m << "," << w.tile_n << "," << w.tiles
         << "," << w.sms << "," << w.blocks_per_sm << "," << w.waves << "," << w.waves_launched
         << "," << w.last_wave_tiles << "," << w.last_wave_occupancy << "," << w.useful_fraction
-        << "\n";
+        << "," << gemm_that_runs(n).name << "\n";  // the code that ran (v6 falls back to v5)
     if (gpu && (count < 8 || n + range.step > range.stop))
       os << "  n=" << n << "  cuBLAS " << cub << "  ours " << our << " TFLOP/s  waves "
          << std::fixed << std::setprecision(2) << w.waves << std::defaultfloat << "\n";

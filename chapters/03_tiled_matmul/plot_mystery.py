@@ -70,8 +70,10 @@ def main():
             sel = [p for p in pts if p[2] == a]
             ax.scatter([p[0] for p in sel], [p[1] for p in sel], s=10, color=colors[a],
                        label=f"cuBLAS bf16, n divisible by {a}")
+        # Older CSVs have no kernel column; those sweeps timed 03/v5_tensor_core.
+        names = sorted({r.get("kernel") or "03/v5_tensor_core" for r in rows})
         ax.plot([x for x, y in zip(n, ours) if y is not None], [y for y in ours if y is not None],
-                color="black", lw=1, label="03/v5_tensor_core (ours)")
+                color="black", lw=1, label=" / ".join(names) + " (ours)")
         for s in steps:
             ax.axvline(s, color="tab:red", ls=":", lw=0.8)
         ax.set_ylabel("TFLOP/s")

@@ -20,8 +20,9 @@
 // inside the matrix and its row stride keeps it aligned (K % 8 == 0 for A, N % 8 == 0 for B);
 // other chunks are assembled element by element with zeros outside (K = 1, 65, 255 take this
 // path). C is stored from the accumulators with predicates.
-// The code is in ch03_mma_gemm.cuh, written for any tile configuration: v7 reuses it for the
-// shapes TMA cannot load, and the tile tuning in notes/03_tiled_matmul.md ran it with seven others.
+// The code is in ch03_mma_gemm.cuh, written for any tile configuration: the tile tuning in
+// notes/03_tiled_matmul.md ran it with seven others. v6 calls this kernel for the shapes TMA
+// cannot load.
 // Measured (H100, 2026-11-21): 256-262 TFLOP/s bf16 at 4096^3, about 34% of cuBLAS. No tile
 // configuration of this code did better than 280 (notes): mma.sync itself is the limit on Hopper.
 #include <cuda_bf16.h>

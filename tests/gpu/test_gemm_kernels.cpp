@@ -16,7 +16,7 @@ TEST_P(GemmKernels, RaggedShapes) {
   for (fa::DType t : kernel().dtypes)
     // The first three have odd strides (16-byte vector loads and TMA impossible: the kernels'
     // element-by-element paths); the rest are multiples of 8 but of no tile, so the vector and
-    // TMA paths (03/v7 needs K % 8 == 0 and N % 8 == 0) meet tails in M, N and K.
+    // TMA paths (03/v6 needs K % 8 == 0 and N % 8 == 0) meet tails in M, N and K.
     for (fa::GemmShape s : {fa::GemmShape{1, 1, 1}, fa::GemmShape{17, 33, 65},
                             fa::GemmShape{127, 129, 255}, fa::GemmShape{1, 8, 16},
                             fa::GemmShape{200, 136, 72}, fa::GemmShape{1000, 1000, 1000}})

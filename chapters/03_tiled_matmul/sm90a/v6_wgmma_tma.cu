@@ -1,4 +1,4 @@
-// 03/v7_wgmma_tma: Hopper's own path to the tensor cores (sm_90a: H100, H200).
+// 03/v6_wgmma_tma: Hopper's own path to the tensor cores (sm_90a: H100, H200).
 // What changed vs v5: v5 stalls near 260 TFLOP/s on an H100 whatever its tiles (eight tile
 // configurations measured 240-280, notes/03_tiled_matmul.md), because mma.sync, the Ampere
 // instruction, only reaches about half of Hopper's tensor-core rate.
@@ -21,7 +21,7 @@
 //               nothing; C is stored from the accumulators with predicates. TMA needs 16-byte
 //               aligned row strides (K % 8 == 0 and N % 8 == 0) and aligned pointers; other
 //               shapes run v5's mma.sync code (ch03_mma_gemm.cuh); the tests cover both paths.
-//   block order grouped by 8 block rows, as in v5/v6, for L2 reuse.
+//   block order grouped by 8 block rows, as in v5, for L2 reuse.
 //
 // Not done (the next steps, each worth 5-15%): thread-block clusters with TMA multicast (two
 // blocks share one copy of a B tile), a persistent tile scheduler (no wave tail, epilogue of one
@@ -81,7 +81,7 @@ gemm_wgmma_kernel(const __grid_constant__ CUtensorMap tmap_a,
   auto a_tile = [&](int s) { return smem + s * kStageBytes; };
   auto b_tile = [&](int s) { return smem + s * kStageBytes + kABytes; };
 
-  // Grouped block order, as in v5/v6.
+  // Grouped block order, as in v5.
   const int64_t tiles_m = ceil_div(M, kBM), tiles_n = ceil_div(N, kBN);
   const int64_t bid = blockIdx.x;
   const int64_t group_size = int64_t(mma_gemm::kGroupM) * tiles_n;
@@ -233,18 +233,18 @@ void launch(const void* A, const void* B, float* C, GemmShape s, DType dtype,
   FA_CHECK_LAUNCH();
 }
 
-void gemm_v7(const void* A, const void* B, float* C, GemmShape s, DType dtype,
+void gemm_v6(const void* A, const void* B, float* C, GemmShape s, DType dtype,
              cudaStream_t stream) {
-  FA_UNSUPPORTED_IF(dtype == DType::F32, "03/v7_wgmma_tma takes bf16 and fp16 only");
+  FA_UNSUPPORTED_IF(dtype == DType::F32, "03/v6_wgmma_tma takes bf16 and fp16 only");
   const GpuInfo& gpu = gpu_info();
   FA_UNSUPPORTED_IF(gpu.sm != 90,
-                    "03/v7_wgmma_tma uses sm_90a instructions (wgmma, TMA): it runs on compute "
+                    "03/v6_wgmma_tma uses sm_90a instructions (wgmma, TMA): it runs on compute "
                     "capability 9.0 (H100, H200) only");
   if (dtype == DType::BF16) launch<__nv_bfloat16>(A, B, C, s, dtype, stream);
   else launch<__half>(A, B, C, s, dtype, stream);
 }
 
-int v7_blocks_per_sm(DType dtype) {
+int v6_blocks_per_sm(DType dtype) {
   int blocks = 0;
   if (dtype == DType::F16) {
     set_smem_limit<__half>();
@@ -260,12 +260,12 @@ int v7_blocks_per_sm(DType dtype) {
 
 }  // namespace
 
-const TensorCoreGemmInfo& v7_gemm_info() {
-  static const TensorCoreGemmInfo info{"03/v7_wgmma_tma", kBM, kBN, 1, v7_blocks_per_sm};
+const TensorCoreGemmInfo& v6_gemm_info() {
+  static const TensorCoreGemmInfo info{"03/v6_wgmma_tma", kBM, kBN, 1, v6_blocks_per_sm};
   return info;
 }
 
-FA_REGISTER(GemmKernel, {"03/v7_wgmma_tma", gemm_v7,
+FA_REGISTER(GemmKernel, {"03/v6_wgmma_tma", gemm_v6,
                          "Hopper: TMA producer warpgroup + 2 wgmma consumer warpgroups, mbarrier "
                          "pipeline, 128x256x64, 4 stages",
                          {DType::BF16, DType::F16}, 90});
