@@ -121,6 +121,11 @@ struct AttnCase {
   int64_t seq_q, seq_k, d;
   bool causal;
 };
+// How gtest (and ctest's test list) prints a case: its numbers, not its bytes.
+void PrintTo(const AttnCase& c, std::ostream* os) {
+  *os << "seq_q=" << c.seq_q << " seq_k=" << c.seq_k << " d=" << c.d
+      << (c.causal ? " causal" : "");
+}
 
 class AttentionReference : public ::testing::TestWithParam<AttnCase> {};
 
@@ -185,7 +190,14 @@ INSTANTIATE_TEST_SUITE_P(Shapes, AttentionReference,
                          ::testing::Values(AttnCase{1, 1, 8, false}, AttnCase{5, 5, 8, true},
                                            AttnCase{7, 4, 8, true},   // seq_q > seq_k: empty rows
                                            AttnCase{4, 9, 16, true},  // seq_q < seq_k
-                                           AttnCase{6, 11, 8, false}));
+                                           AttnCase{6, 11, 8, false}),
+                         // Readable, stable test names (the default prints the struct's bytes,
+                         // padding included, so names changed from build to build).
+                         [](const ::testing::TestParamInfo<AttnCase>& info) {
+                           const AttnCase& c = info.param;
+                           return "q" + std::to_string(c.seq_q) + "_k" + std::to_string(c.seq_k) +
+                                  "_d" + std::to_string(c.d) + (c.causal ? "_causal" : "");
+                         });
 
 TEST(AttentionReference, LowPrecisionNaiveIsCloseButNotExact) {
   AttentionShape s{1, 1, 33, 47, 64, false, 0.0f};
