@@ -15,9 +15,7 @@
 
 namespace fa {
 
-namespace {
-
-cublasHandle_t handle() {
+cublasHandle_t cublas_handle() {
   static cublasHandle_t h = [] {
     cublasHandle_t hh;
     FA_CUBLAS_CHECK(cublasCreate(&hh));
@@ -26,7 +24,7 @@ cublasHandle_t handle() {
   return h;
 }
 
-cudaDataType_t cuda_type(DType t) {
+cudaDataType_t cublas_type(DType t) {
   switch (t) {
     case DType::F32: return CUDA_R_32F;
     case DType::F16: return CUDA_R_16F;
@@ -34,6 +32,8 @@ cudaDataType_t cuda_type(DType t) {
   }
   return CUDA_R_32F;
 }
+
+namespace {
 
 // One float4 (16 bytes) per thread per step, grid-stride: the widest plain load there is.
 __global__ void copy_vec4_kernel(const float4* __restrict__ in, float4* __restrict__ out,
@@ -50,12 +50,12 @@ __global__ void copy_tail_kernel(const float* __restrict__ in, float* __restrict
 
 void gemm_ex(const void* A, const void* B, void* C, cudaDataType_t c_type, GemmShape s,
              DType dtype, cudaStream_t stream) {
-  FA_CUBLAS_CHECK(cublasSetStream(handle(), stream));
+  FA_CUBLAS_CHECK(cublasSetStream(cublas_handle(), stream));
   const float alpha = 1.0f, beta = 0.0f;
   // cuBLAS is column-major. Row-major C = A*B is column-major C^T = B^T * A^T, so we pass B
   // first and swap M and N: no data is moved.
-  FA_CUBLAS_CHECK(cublasGemmEx(handle(), CUBLAS_OP_N, CUBLAS_OP_N, int(s.N), int(s.M), int(s.K),
-                               &alpha, B, cuda_type(dtype), int(s.N), A, cuda_type(dtype),
+  FA_CUBLAS_CHECK(cublasGemmEx(cublas_handle(), CUBLAS_OP_N, CUBLAS_OP_N, int(s.N), int(s.M), int(s.K),
+                               &alpha, B, cublas_type(dtype), int(s.N), A, cublas_type(dtype),
                                int(s.K), &beta, C, c_type, int(s.N), CUBLAS_COMPUTE_32F,
                                CUBLAS_GEMM_DEFAULT));
 }
@@ -104,7 +104,7 @@ double cublas_tflops(DType dtype, int n) {
   fill_random_device(dtype, A.data(), int64_t(n) * n, 1, 0.0f, 1.0f);
   fill_random_device(dtype, B.data(), int64_t(n) * n, 2, 0.0f, 1.0f);
   DeviceBuffer C(size_t(n) * n * el);
-  cudaDataType_t c_type = cuda_type(dtype);  // 16-bit output for the 16-bit "peak"
+  cudaDataType_t c_type = cublas_type(dtype);  // 16-bit output for the 16-bit "peak"
   Timing t = time_gpu([&](cudaStream_t st) { gemm_ex(A.data(), B.data(), C.data(), c_type, s, dtype, st); },
                       TimingOptions{3, 20, true});
   double tf = s.flops() / (t.median_ms * 1e-3) / 1e12;

@@ -6,6 +6,14 @@
 #include <string>
 
 #include "check.h"
+#include "dtype.h"
+
+namespace fa {
+// The process's one cuBLAS handle (created on first use; callers set its stream), and the cuBLAS
+// name of a DType. Used by the ceilings (ceilings.cu) and chapter 05's materialised baseline.
+cublasHandle_t cublas_handle();
+cudaDataType_t cublas_type(DType t);
+}  // namespace fa
 
 #define FA_CUBLAS_CHECK(expr)                                                                     \
   do {                                                                                            \

@@ -31,15 +31,6 @@ namespace {
 
 constexpr int kSoftmaxThreads = 256;
 
-cublasHandle_t cublas_handle() {
-  static cublasHandle_t h = [] {
-    cublasHandle_t created;
-    FA_CUBLAS_CHECK(cublasCreate(&created));
-    return created;
-  }();
-  return h;
-}
-
 template <class T> __device__ __forceinline__ T from_float(float x);
 template <> __device__ __forceinline__ float from_float<float>(float x) { return x; }
 template <> __device__ __forceinline__ __half from_float<__half>(float x) {
@@ -100,14 +91,6 @@ masked_softmax_rows(const float* S, T* P, float* __restrict__ Lse,  // S and P a
   }
 }
 
-cudaDataType_t cuda_type(DType t) {
-  switch (t) {
-    case DType::F32: return CUDA_R_32F;
-    case DType::F16: return CUDA_R_16F;
-    case DType::BF16: return CUDA_R_16BF;
-  }
-  return CUDA_R_32F;
-}
 
 // Workspace for S (fp32) and, for 16-bit inputs, P (in the input dtype; fp32 P reuses S).
 // Allocated stream-ordered per call: inside a timing loop the pool hands the same memory back
@@ -173,7 +156,7 @@ void attention_materialized(const AttentionFwdArgs& a, cudaStream_t stream) {
 
   cublasHandle_t h = cublas_handle();
   FA_CUBLAS_CHECK(cublasSetStream(h, stream));
-  const cudaDataType_t t = cuda_type(a.dtype);
+  const cudaDataType_t t = cublas_type(a.dtype);
   const int Nq = int(s.seq_q), Nk = int(s.seq_k), D = int(s.head_dim), batch = int(s.bh());
   const float one = 1.0f, zero = 0.0f;
 

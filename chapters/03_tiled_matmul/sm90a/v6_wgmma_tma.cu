@@ -244,18 +244,16 @@ void gemm_v6(const void* A, const void* B, float* C, GemmShape s, DType dtype,
   else launch<__half>(A, B, C, s, dtype, stream);
 }
 
-int v6_blocks_per_sm(DType dtype) {
+template <class T> int blocks_per_sm() {
+  set_smem_limit<T>();
   int blocks = 0;
-  if (dtype == DType::F16) {
-    set_smem_limit<__half>();
-    FA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, gemm_wgmma_kernel<__half>,
-                                                                kThreads, kSmemBytes));
-  } else {
-    set_smem_limit<__nv_bfloat16>();
-    FA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &blocks, gemm_wgmma_kernel<__nv_bfloat16>, kThreads, kSmemBytes));
-  }
+  FA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, gemm_wgmma_kernel<T>,
+                                                              kThreads, kSmemBytes));
   return blocks;
+}
+
+int v6_blocks_per_sm(DType dtype) {
+  return dtype == DType::F16 ? blocks_per_sm<__half>() : blocks_per_sm<__nv_bfloat16>();
 }
 
 }  // namespace
