@@ -1,0 +1,280 @@
+// ch07_common.cuh: the pieces every chapter 07 rung shares, so that the rung files hold only the
+// structure of their kernel (and `diff v1 v2` shows only the idea that changed):
+//   * tile sizes per head dim, the shared-memory tile layout and the wgmma descriptors into it;
+//   * the online softmax on a wgmma accumulator fragment (mask, running max and sum, exp2);
+//   * P (the probabilities) packed from the S accumulators into register A fragments for P V;
+//   * the epilogue (O = acc / l, L = ln-sum-exp), with predicated stores;
+//   * host side: the TMA descriptors of Q, K, V and the fallback for shapes TMA cannot load.
+// Included by the sm_90a files only.
+#pragma once
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cudaTypedefs.h>
+
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "ch07_tiles.h"
+#include "check.h"
+#include "dtype.h"
+#include "hopper.cuh"
+#include "mma.cuh"
+#include "registry.h"
+
+namespace fa::ch07 {
+
+// ---- Tiles ---------------------------------------------------------------------------------------
+// One consumer warpgroup owns 64 query rows (one wgmma M). Per thread it holds the S tile, 64 x Bc
+// fp32 -> Bc / 2 registers, and the O tile, 64 x D fp32 -> D / 2 registers, plus P in 16 bits
+// (Bc / 4 registers) while P V runs:
+//   D =  64: Bc = 128  -> S 64 + O  32 + P 32 = 128 registers of tiles
+//   D = 128: Bc = 128  -> S 64 + O  64 + P 32 = 160
+//   D = 256: Bc =  64  -> S 32 + O 128 + P 16 = 176
+// A thread has at most 255 registers (240 after setmaxnreg in a 3-warpgroup kernel); addresses,
+// row statistics and loop state need about 40-60 more. D = 256 with Bc = 128 would need
+// 64 + 128 + 32 = 224 for the tiles alone and spill, so D = 256 halves Bc.
+template <int D> struct Tiles {
+  static_assert(D == 64 || D == 128 || D == 256, "head dims 64, 128, 256");
+  static constexpr int kBc = D <= 128 ? 128 : 64;  // keys per K/V tile
+  static constexpr int kStrips = D / 64;           // 128-byte column strips of one row of D
+  static constexpr int kSAcc = kBc / 2;            // S accumulators per thread
+  static constexpr int kOAcc = D / 2;              // O accumulators per thread
+  static constexpr int kPSlices = kBc / 16;        // k16 slices of P V
+  static constexpr int kKVBytes = kBc * D * 2;     // one K (or V) tile
+};
+
+constexpr int kRowsPerWarpgroup = 64;  // wgmma M
+constexpr int kSwizzleCols = 64;       // 128 bytes of 16-bit elements: the widest swizzled box
+constexpr int kAtomBytes = 1024;       // 8 rows x 128 bytes: one swizzle atom
+
+// Shared-memory layout of a [rows x D] tile as TMA writes it with the 128-byte swizzle: D / 64
+// column strips, strip s (columns 64s .. 64s+63) at byte s * rows * 128, row r of a strip at
+// r * 128 (its 16-byte chunks XOR-permuted by r % 8). rows % 8 == 0 keeps every strip on a
+// 1024-byte atom boundary, as the swizzle requires.
+//
+// Descriptors (hopper.cuh, smem_desc_sw128), for the k16 step kk of a product:
+//  * K-major operand, a [rows x D] tile read along D (Q as A and K as B of S = Q K^T): step kk lies
+//    in strip kk / 4, (kk % 4) * 32 bytes into each row; SBO = 1024 (the next 8 rows); LBO unused.
+//  * MN-major operand, a [Bc x D] tile read along its rows (V as B of O += P V: k = key = row,
+//    n = d = column): step kk starts at row 16 kk, i.e. 2 atoms = 2048 bytes further; the N
+//    direction crosses strips, LBO = the strip size Bc * 128; SBO = 1024 (the next 8 keys).
+template <int ROWS> __device__ __forceinline__ uint64_t desc_k_major(const unsigned char* tile,
+                                                                    int kk) {
+  return hopper::smem_desc_sw128(tile + (kk / 4) * ROWS * 128 + (kk % 4) * 32, 16, kAtomBytes);
+}
+template <int D> __device__ __forceinline__ uint64_t desc_v(const unsigned char* tile, int kk) {
+  return hopper::smem_desc_sw128(tile + kk * 2 * kAtomBytes, Tiles<D>::kBc * 128, kAtomBytes);
+}
+
+// ---- Kernel parameters ---------------------------------------------------------------------------
+struct Params {
+  void* o;
+  float* lse;
+  int64_t seq_q, seq_k;
+  int num_q_tiles;
+  bool causal;
+  float scale_log2;  // softmax_scale * log2(e); its absolute value is used (see negate_if)
+};
+
+// ---- Softmax on an accumulator fragment ----------------------------------------------------------
+// Thread t of a warpgroup (w = t / 32, g = (t % 32) / 4, q = t % 4) holds, of a 64 x N accumulator,
+// rows 16w + g (h = 0) and 16w + g + 8 (h = 1); element i is row h = (i / 2) % 2, column
+// 8 (i / 4) + 2q + i % 2 (hopper.cuh). The four threads of a quad hold a whole row between them.
+__device__ __forceinline__ float ex2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// A negative scale would turn the max of scale * s into a min: flip S instead and use |scale|
+// (scale * s = |scale| * (-s)), as 05/v3 does.
+template <int N> __device__ __forceinline__ void negate_if(float (&s)[N], bool negative) {
+  if (negative) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) s[i] = -s[i];
+  }
+}
+
+// Keys after a row's last visible key (causal) or at or past seq_k become -inf. last_key[h] is
+// the last key row h may see (ch07_tiles.h), k0 the first key of the tile.
+template <int N>
+__device__ __forceinline__ void mask_tile(float (&s)[N], int64_t k0, const int64_t (&last_key)[2],
+                                          int q) {
+  int lim[2];  // last visible column of each row, relative to the tile, clamped to [-1, 2N]
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t r = last_key[h] - k0;
+    lim[h] = int(r < -1 ? -1 : (r > 2 * N ? 2 * N : r));
+  }
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    const int col = 8 * (i / 4) + 2 * q + (i % 2);
+    if (col > lim[(i / 2) % 2]) s[i] = -INFINITY;
+  }
+}
+
+// One step of the online softmax on this tile's scores (raw units, max taken before scaling:
+// c = |scale| * log2 e > 0 rides in the exp2's FMA). Turns s into the unnormalised probabilities
+// p = 2^(c s - c m_new), updates the running max m (raw units) and this thread's partial sum l,
+// and returns in alpha the factor 2^(c m_old - c m_new) that O must be rescaled by.
+template <int N>
+__device__ __forceinline__ void online_softmax(float (&s)[N], float (&m)[2], float (&l)[2],
+                                               float c, float (&alpha)[2]) {
+  float m_new[2] = {m[0], m[1]};
+#pragma unroll
+  for (int i = 0; i < N; i += 4) {
+    m_new[0] = fmaxf(m_new[0], fmaxf(s[i], s[i + 1]));
+    m_new[1] = fmaxf(m_new[1], fmaxf(s[i + 2], s[i + 3]));
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {  // the quad's four threads hold the row
+    m_new[h] = fmaxf(m_new[h], __shfl_xor_sync(0xffffffffu, m_new[h], 1));
+    m_new[h] = fmaxf(m_new[h], __shfl_xor_sync(0xffffffffu, m_new[h], 2));
+  }
+  float base[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    base[h] = m_new[h] == -INFINITY ? 0.0f : m_new[h] * c;  // no key seen yet: no -inf - -inf
+    alpha[h] = ex2_approx(fmaf(m[h], c, -base[h]));         // 0 while m = -inf
+    m[h] = m_new[h];
+    l[h] *= alpha[h];
+  }
+#pragma unroll
+  for (int i = 0; i < N; i += 4) {
+    s[i] = ex2_approx(fmaf(s[i], c, -base[0]));
+    s[i + 1] = ex2_approx(fmaf(s[i + 1], c, -base[0]));
+    s[i + 2] = ex2_approx(fmaf(s[i + 2], c, -base[1]));
+    s[i + 3] = ex2_approx(fmaf(s[i + 3], c, -base[1]));
+    l[0] += s[i] + s[i + 1];
+    l[1] += s[i + 2] + s[i + 3];
+  }
+}
+
+template <int N> __device__ __forceinline__ void rescale(float (&o)[N], const float (&alpha)[2]) {
+#pragma unroll
+  for (int i = 0; i < N; i += 4) {
+    o[i] *= alpha[0];
+    o[i + 1] *= alpha[0];
+    o[i + 2] *= alpha[1];
+    o[i + 3] *= alpha[1];
+  }
+}
+
+// P (fp32 accumulators of S) -> register A fragments of P V, one per k16 slice of keys: the
+// accumulators of columns 16k .. 16k+15 are the A fragment of slice k (hopper.cuh, wgmma_rs).
+template <class T, int N>
+__device__ __forceinline__ void pack_p(const float (&s)[N], uint32_t (&p)[N / 8][4]) {
+#pragma unroll
+  for (int k = 0; k < N / 8; ++k) {
+    p[k][0] = mma::pack2<T>(s[8 * k + 0], s[8 * k + 1]);  // row g,     keys 16k + 2q, +1
+    p[k][1] = mma::pack2<T>(s[8 * k + 2], s[8 * k + 3]);  // row g + 8, keys 16k + 2q, +1
+    p[k][2] = mma::pack2<T>(s[8 * k + 4], s[8 * k + 5]);  // row g,     keys 16k + 8 + 2q, +1
+    p[k][3] = mma::pack2<T>(s[8 * k + 6], s[8 * k + 7]);  // row g + 8, keys 16k + 8 + 2q, +1
+  }
+}
+
+// ---- Epilogue ------------------------------------------------------------------------------------
+// O = acc / l in the dtype, L = ln(sum_j exp(scale s_j)) = (c m + log2 l) ln 2; a row that saw no
+// key (l = 0) gets O = 0 and L = -inf. row0: the warpgroup's first query row; rows at or past seq_q
+// are not stored. Each thread stores pairs of columns (4 bytes), so O must be 4-byte aligned.
+template <class T, int D>
+__device__ __forceinline__ void store_o_l(const float (&o)[D / 2], const float (&m)[2],
+                                          float (&l)[2], float c, T* O, float* L, int64_t row0,
+                                          int64_t seq_q, int t) {
+  const int w = t / 32, g = (t % 32) / 4, q = t % 4;
+  float inv_l[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+    inv_l[h] = l[h] > 0.0f ? 1.0f / l[h] : 0.0f;
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t row = row0 + 16 * w + g + 8 * h;
+    if (row >= seq_q) continue;
+    T* out = O + row * D + 2 * q;
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j)
+      *reinterpret_cast<uint32_t*>(out + 8 * j) =
+          mma::pack2<T>(o[4 * j + 2 * h] * inv_l[h], o[4 * j + 2 * h + 1] * inv_l[h]);
+    if (q == 0)
+      L[row] = l[h] > 0.0f ? (m[h] * c + log2f(l[h])) * 0.6931471805599453f : -INFINITY;
+  }
+}
+
+// ---- Host side -----------------------------------------------------------------------------------
+// Shapes TMA cannot load run this registered kernel, called through the registry (not by
+// instantiating its template here: each .cu file is its own CUDA module, and a kernel template
+// instantiated in two of them shares its host-side "shared memory already opted in" flag but not
+// its device code; see 03/v6). It takes head dims up to 128; D = 256 is then unsupported.
+constexpr const char* kFallback = "05/v3_fused_scale_warp_skip";
+
+inline bool aligned(const void* p, uintptr_t n) { return reinterpret_cast<uintptr_t>(p) % n == 0; }
+
+// TMA's rules: a 16-byte aligned base, row strides that are multiples of 16 bytes (D * 2 always is
+// for D = 64, 128, 256), sizes and coordinates that fit in int32. The epilogue stores O in
+// 4-byte pairs. Empty K (seq_k = 0) cannot be described either.
+inline bool tma_can_load(const AttentionFwdArgs& a) {
+  const AttentionShape& s = a.shape;
+  return aligned(a.q, 16) && aligned(a.k, 16) && aligned(a.v, 16) && aligned(a.o, 4) &&
+         s.seq_k > 0 && s.seq_q < INT_MAX - 512 && s.seq_k < INT_MAX - 512 && s.bh() < INT_MAX;
+}
+
+inline void run_fallback(const AttentionFwdArgs& a, cudaStream_t stream) {
+  const AttentionFwdKernel* k = find_entry<AttentionFwdKernel>(kFallback);
+  FA_REQUIRE(k != nullptr, std::string(kFallback) + " is not linked in");
+  k->run(a, stream);
+}
+
+// cuTensorMapEncodeTiled lives in the driver; the runtime hands out its address (as in 03/v6).
+inline PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    FA_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000,
+                                                   cudaEnableDefault, &found));
+    FA_REQUIRE(found == cudaDriverEntryPointSuccess && p != nullptr,
+               "the driver does not provide cuTensorMapEncodeTiled (needs CUDA 12 or newer)");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
+  }();
+  return fn;
+}
+
+// Q, K or V as a 3-D tensor [bh][seq][d] (d innermost), read in boxes of box_rows x 64 columns of
+// one head, swizzled by 128 bytes, zeros where a box passes seq (the ragged tails) or d.
+inline CUtensorMap make_tmap(const void* base, int64_t bh, int64_t seq, int d, int box_rows,
+                             DType dtype) {
+  CUtensorMap map;
+  const cuuint64_t dims[3] = {cuuint64_t(d), cuuint64_t(seq), cuuint64_t(bh)};
+  const cuuint64_t strides[2] = {cuuint64_t(d) * 2, cuuint64_t(seq) * cuuint64_t(d) * 2};  // bytes
+  const cuuint32_t box[3] = {cuuint32_t(kSwizzleCols), cuuint32_t(box_rows), 1};
+  const cuuint32_t elem_strides[3] = {1, 1, 1};
+  const CUresult rc = encode_fn()(
+      &map, dtype == DType::BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+      3, const_cast<void*>(base), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  FA_REQUIRE(rc == CUDA_SUCCESS, "cuTensorMapEncodeTiled failed with CUresult " +
+                                     std::to_string(int(rc)) + " (bh " + std::to_string(bh) +
+                                     ", seq " + std::to_string(seq) + ", d " + std::to_string(d) +
+                                     ")");
+  return map;
+}
+
+inline Params make_params(const AttentionFwdArgs& a, int num_q_tiles) {
+  Params p;
+  p.o = a.o;
+  p.lse = a.lse;
+  p.seq_q = a.shape.seq_q;
+  p.seq_k = a.shape.seq_k;
+  p.num_q_tiles = num_q_tiles;
+  p.causal = a.shape.causal;
+  p.scale_log2 = a.shape.softmax_scale() * 1.4426950408889634f;  // log2(e)
+  return p;
+}
+
+}  // namespace fa::ch07

@@ -1,0 +1,45 @@
+// ch07_tiles.h: which K/V tiles one Q tile visits, and which of those need a mask. Plain integer
+// arithmetic shared by the Hopper kernels (device) and the CPU test that checks it against a
+// brute-force definition (tests/cpu/test_ch07_tiles.cpp), for every seq_q, seq_k, causal or not.
+//
+// Causal masking is aligned bottom-right (notes/conventions.md): query row i sees key j when
+// j <= i + (seq_k - seq_q). A Q tile of rows [q0, q0 + rows) therefore
+//   * visits K/V tiles 0 .. visit-1, where the last one holds the last key its last real row sees;
+//     tiles entirely above the diagonal are never loaded (skipped, not masked);
+//   * needs no mask on tiles 0 .. unmasked-1: every key of those is seen by every row of the tile
+//     (the first row sees the fewest keys) and lies before seq_k.
+// Tiles unmasked .. visit-1 are the diagonal tiles and the ragged end of K: those are masked
+// element by element, a key past a row's last visible key becoming -inf.
+#pragma once
+#include <cstdint>
+
+#include "shapes.h"  // FA_HD
+
+namespace fa::ch07 {
+
+// The last key row `row` may see (-1: none).
+FA_HD int64_t last_visible_key(int64_t row, int64_t seq_q, int64_t seq_k, bool causal) {
+  int64_t lk = seq_k - 1;
+  if (causal && row + seq_k - seq_q < lk) lk = row + seq_k - seq_q;
+  return lk < -1 ? -1 : lk;
+}
+
+struct KvTiles {
+  int64_t visit;     // K/V tiles 0 .. visit-1 are loaded and computed
+  int64_t unmasked;  // of those, tiles 0 .. unmasked-1 need no mask (unmasked <= visit)
+};
+
+// q0: the Q tile's first row (q0 < seq_q); rows: its height (Br); bc: keys per K/V tile (Bc).
+FA_HD KvTiles kv_tiles(int64_t q0, int64_t rows, int64_t seq_q, int64_t seq_k, int64_t bc,
+                       bool causal) {
+  const int64_t all = (seq_k + bc - 1) / bc;
+  const int64_t last_row = (q0 + rows < seq_q ? q0 + rows : seq_q) - 1;
+  const int64_t lk_last = last_visible_key(last_row, seq_q, seq_k, causal);
+  const int64_t lk_first = last_visible_key(q0, seq_q, seq_k, causal);
+  KvTiles t;
+  t.visit = lk_last < 0 ? 0 : (lk_last / bc + 1 < all ? lk_last / bc + 1 : all);
+  t.unmasked = lk_first < 0 ? 0 : ((lk_first + 1) / bc < t.visit ? (lk_first + 1) / bc : t.visit);
+  return t;
+}
+
+}  // namespace fa::ch07
