@@ -1,0 +1,247 @@
+// 07/v2_warp_specialized: v1 with the roles split between warpgroups, as FlashAttention-3 does.
+// Read v1 first (v1_tma_wgmma.cu): tiles, layouts, descriptors, softmax and epilogue are its own
+// (ch07_common.cuh); only who does what, and when, changed.
+//
+// What changed vs v1, and why it pays
+//   In v1 one warpgroup does everything in turn: issue the TMA copies, wait for them, S = Q K^T,
+//   softmax, P V, then a __syncthreads before the next copy may be issued into the freed stage.
+//   Whenever those warps are in the softmax or waiting at the barrier, no wgmma is in flight, and
+//   with a single warpgroup per SM (v1's shared memory allows one block for D >= 128) nobody else
+//   can fill the gap: the tensor cores idle for the whole softmax (MUFU ex2 runs at 16 per clock per
+//   SM, wgmma at ~1000 dense 16-bit FLOPs per clock per SM; for D = 128 a 64 x 128 tile is 4.2 M
+//   FLOPs of MMA, ~4 k clocks, and 8192 exponentials, ~0.5 k clocks of MUFU plus the FMAs, max and
+//   shuffles around them, so the softmax alone leaves the tensor cores idle a sizeable fraction of
+//   every tile).
+//   v2 is warp-specialised:
+//   * producer warpgroup (warpgroup 0): one thread loads Q once, then streams K and V tiles into a
+//     ring of kStages stages; before reusing a stage it waits on that stage's "empty" mbarrier,
+//     after issuing it the TMA completes the stage's "full" mbarrier by bytes. It never touches
+//     the math, so loads run ahead by up to kStages tiles with no block-wide barrier at all.
+//   * two consumer warpgroups (1, 2): 64 query rows each (Br = 128 per block), both reading the
+//     same K/V stage; each waits on "full", computes as v1, and arrives on "empty" when its wgmmas
+//     are done with the stage (256 arrivals complete the phase). Two independent warpgroups per SM
+//     mean the scheduler can run one's wgmmas while the other is in its softmax: the overlap that
+//     v1 could not have, here left to the warp scheduler (v3's ping-pong makes it deliberate).
+//   * setmaxnreg: 384 threads get at most 168 registers each (65536 / 384), and a consumer needs
+//     S + O + P = 160-176 registers of tiles alone (ch07_common.cuh): without reallocation the
+//     consumers spill. The producer needs almost none, so it gives them back (dec to 24) and the
+//     consumers take them (inc to 240): 24 + 2 x 240 = 3 x 168. This is part of the same idea (the
+//     roles are only affordable with it), not a separate rung.
+//
+// Map of the kernel
+//   block       3 warpgroups (384 threads): producer + 2 consumers; Br = 128 query rows
+//   tiles       Bc as v1 (128 for D = 64, 128; 64 for D = 256)
+//   pipeline    kStages-stage K/V ring (4 for D = 64, 2 for D = 128 and 256), full/empty mbarriers
+//               per stage; phase parity (use / kStages) & 1 as in 03/v6
+//   smem        Q 128 x D + kStages x (K + V) Bc x D + 1 KiB alignment:
+//               D 64: 144 KiB, D 128: 160 KiB, D 256: 192 KiB
+//   registers   producer 24, consumers 240 after setmaxnreg (compiled at 168)
+//   not done    a consumer whose 64 rows see none of a causal tile's keys still computes it (fully
+//               masked); the block-level range is v1's (ch07_tiles.h) with Br = 128
+// Measured: not yet run on a GPU.
+#include <cuda.h>
+
+#include "ch07_common.cuh"
+#include "gpu.h"
+
+namespace fa::ch07 {
+namespace {
+
+constexpr int kConsumers = 2;                       // warpgroups that compute
+constexpr int kThreads = 128 * (1 + kConsumers);    // + the producer warpgroup
+constexpr int kBr = kConsumers * kRowsPerWarpgroup;  // 128 query rows per block
+constexpr int kProducerRegs = 24, kConsumerRegs = 240;  // 24 + 2 x 240 = 3 x 168
+template <int D> constexpr int stages() { return D == 64 ? 4 : 2; }
+
+template <int D> struct V2Smem {
+  static constexpr int kStages = stages<D>();
+  static constexpr int kQBytes = kBr * D * 2;
+  static constexpr int kKVBytes = Tiles<D>::kKVBytes;
+  static constexpr int kKOffset = kQBytes;                        // K stage s at + s * kKVBytes
+  static constexpr int kVOffset = kQBytes + kStages * kKVBytes;   // V stage s at + s * kKVBytes
+  static constexpr int kBarOffset = kVOffset + kStages * kKVBytes;
+  static constexpr int kBytes = kBarOffset + (1 + 2 * kStages) * 8 + kAtomBytes;  // + alignment
+  static_assert(kQBytes % kAtomBytes == 0 && kKVBytes % kAtomBytes == 0, "atoms stay aligned");
+  static_assert(kBytes <= 227 * 1024, "fits the 227 KiB a block may opt in to");
+};
+
+template <class T, int D>
+__global__ void __launch_bounds__(kThreads, 1)
+flash_fwd_v2_kernel(const __grid_constant__ CUtensorMap tm_q,
+                    const __grid_constant__ CUtensorMap tm_k,
+                    const __grid_constant__ CUtensorMap tm_v, const Params p) {
+  using Tl = Tiles<D>;
+  using Sm = V2Smem<D>;
+  constexpr int kBc = Tl::kBc;
+  constexpr int kStages = Sm::kStages;
+  extern __shared__ unsigned char smem_raw[];
+  // The 128-byte swizzle repeats every 1024 bytes and the descriptors assume atoms start there.
+  const uint32_t raw = mma::smem_addr(smem_raw);
+  unsigned char* smem = smem_raw + ((kAtomBytes - raw % kAtomBytes) % kAtomBytes);
+  unsigned char* sQ = smem;
+  auto sK = [&](int s) { return smem + Sm::kKOffset + s * Sm::kKVBytes; };
+  auto sV = [&](int s) { return smem + Sm::kVOffset + s * Sm::kKVBytes; };
+  uint64_t* q_full = reinterpret_cast<uint64_t*>(smem + Sm::kBarOffset);
+  uint64_t* full = q_full + 1;      // per stage: K and V bytes of the tile have landed
+  uint64_t* empty = full + kStages;  // per stage: both consumers are done reading it
+
+  const int warpgroup = threadIdx.x / 128, t = threadIdx.x % 128, q = t % 4;
+  const int64_t bh = blockIdx.x / p.num_q_tiles;
+  const int q_tile = p.num_q_tiles - 1 - int(blockIdx.x % p.num_q_tiles);
+  const int64_t q0 = int64_t(q_tile) * kBr;
+  const KvTiles range = kv_tiles(q0, kBr, p.seq_q, p.seq_k, kBc, p.causal);
+  const int n_tiles = int(range.visit), n_unmasked = int(range.unmasked);
+
+  if (threadIdx.x == 0) {
+    hopper::mbar_init(q_full, 1);
+    for (int s = 0; s < kStages; ++s) {
+      hopper::mbar_init(&full[s], 1);                // the producer's expect_tx arrival
+      hopper::mbar_init(&empty[s], 128 * kConsumers);  // every consumer thread, once per use
+    }
+    hopper::mbar_fence_init();
+  }
+  __syncthreads();  // the barriers are initialised before anyone waits on them
+
+  if (warpgroup == 0) {
+    // ---- Producer: gives its registers away, then one thread keeps the ring full.
+    hopper::setmaxnreg_dec<kProducerRegs>();
+    if (t == 0) {
+      hopper::mbar_arrive_expect_tx(q_full, Sm::kQBytes);
+      for (int c = 0; c < Tl::kStrips; ++c)
+        hopper::tma_load_3d(sQ + c * kBr * 128, &tm_q, q_full, c * kSwizzleCols, int(q0), int(bh));
+      for (int j = 0; j < n_tiles; ++j) {
+        const int s = j % kStages, use = j / kStages;
+        if (use > 0) hopper::mbar_wait(&empty[s], (use - 1) & 1);  // both consumers freed it
+        hopper::mbar_arrive_expect_tx(&full[s], 2 * Sm::kKVBytes);
+        for (int c = 0; c < Tl::kStrips; ++c) {
+          hopper::tma_load_3d(sK(s) + c * kBc * 128, &tm_k, &full[s], c * kSwizzleCols, j * kBc,
+                              int(bh));
+          hopper::tma_load_3d(sV(s) + c * kBc * 128, &tm_v, &full[s], c * kSwizzleCols, j * kBc,
+                              int(bh));
+        }
+      }
+    }
+    return;
+  }
+
+  // ---- Consumers: take the registers, then compute exactly as v1 on their 64 rows.
+  hopper::setmaxnreg_inc<kConsumerRegs>();
+  const int consumer = warpgroup - 1;
+  const unsigned char* sQc = sQ + consumer * kRowsPerWarpgroup * 128;  // its rows in each strip
+  const int64_t wg_row0 = q0 + consumer * kRowsPerWarpgroup;
+
+  // This thread's two rows and the last key each may see.
+  const int64_t row0 = wg_row0 + 16 * (t / 32) + (t % 32) / 4;
+  const int64_t last_key[2] = {last_visible_key(row0, p.seq_q, p.seq_k, p.causal),
+                               last_visible_key(row0 + 8, p.seq_q, p.seq_k, p.causal)};
+  const float c = fabsf(p.scale_log2);
+
+  float o[Tl::kOAcc];
+#pragma unroll
+  for (int i = 0; i < Tl::kOAcc; ++i) o[i] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+
+  hopper::mbar_wait(q_full, 0);
+  for (int j = 0; j < n_tiles; ++j) {
+    const int s = j % kStages;
+    hopper::mbar_wait(&full[s], (j / kStages) & 1);
+
+    // ---- S = Q K_j^T: 64 x Bc, D / 16 k-steps, both operands K-major in shared memory.
+    float sc[Tl::kSAcc];
+    hopper::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+      hopper::wgmma_ss<kBc, T, 0>(sc, desc_k_major<kBr>(sQc, kk), desc_k_major<kBc>(sK(s), kk),
+                                  kk > 0);
+    hopper::wgmma_commit();
+    hopper::wgmma_wait<0>();
+    hopper::fence_registers(sc);
+
+    // ---- Softmax in registers.
+    negate_if(sc, p.scale_log2 < 0.0f);
+    if (j >= n_unmasked) mask_tile(sc, int64_t(j) * kBc, last_key, q);
+    float alpha[2];
+    online_softmax(sc, m, l, c, alpha);
+    rescale(o, alpha);
+    uint32_t pf[Tl::kPSlices][4];
+    pack_p<T>(sc, pf);
+
+    // ---- O += P V_j: Bc / 16 k-steps, P from registers, V MN-major in shared memory.
+    hopper::fence_registers(o);
+    hopper::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < Tl::kPSlices; ++kk)
+      hopper::wgmma_rs<D, T, 1>(o, pf[kk], desc_v<D>(sV(s), kk), 1);
+    hopper::wgmma_commit();
+    hopper::wgmma_wait<0>();
+    hopper::fence_registers(o);
+#pragma unroll
+    for (int kk = 0; kk < Tl::kPSlices; ++kk) hopper::fence_registers(pf[kk]);
+
+    // ---- This warpgroup is done with stage s: the producer may refill it once both are.
+    hopper::mbar_arrive(&empty[s]);
+  }
+
+  store_o_l<T, D>(o, m, l, c, static_cast<T*>(p.o) + bh * p.seq_q * D, p.lse + bh * p.seq_q,
+                  wg_row0, p.seq_q, t);
+}
+
+template <class T, int D> void set_smem_limit() {
+  static const bool done = [] {
+    FA_CUDA_CHECK(cudaFuncSetAttribute(flash_fwd_v2_kernel<T, D>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       V2Smem<D>::kBytes));
+    return true;
+  }();
+  (void)done;
+}
+
+template <class T, int D> void launch(const AttentionFwdArgs& a, cudaStream_t stream) {
+  const AttentionShape& s = a.shape;
+  const int64_t num_q_tiles = (s.seq_q + kBr - 1) / kBr;
+  const int64_t blocks = num_q_tiles * s.bh();
+  FA_UNSUPPORTED_IF(blocks > INT_MAX, "07/v2_warp_specialized: more than 2^31-1 thread blocks");
+  set_smem_limit<T, D>();
+  const CUtensorMap tm_q = make_tmap(a.q, s.bh(), s.seq_q, D, kBr, a.dtype);
+  const CUtensorMap tm_k = make_tmap(a.k, s.bh(), s.seq_k, D, Tiles<D>::kBc, a.dtype);
+  const CUtensorMap tm_v = make_tmap(a.v, s.bh(), s.seq_k, D, Tiles<D>::kBc, a.dtype);
+  flash_fwd_v2_kernel<T, D><<<unsigned(blocks), kThreads, V2Smem<D>::kBytes, stream>>>(
+      tm_q, tm_k, tm_v, make_params(a, int(num_q_tiles)));
+  FA_CHECK_LAUNCH();
+}
+
+template <class T> void dispatch_head_dim(const AttentionFwdArgs& a, cudaStream_t stream) {
+  switch (a.shape.head_dim) {
+    case 64: return launch<T, 64>(a, stream);
+    case 128: return launch<T, 128>(a, stream);
+    case 256: return launch<T, 256>(a, stream);
+    default:
+      FA_UNSUPPORTED_IF(true, "07/v2_warp_specialized: head_dim " + std::to_string(a.shape.head_dim) +
+                                  " not instantiated (64, 128, 256)");
+  }
+}
+
+void attention_fwd_v2(const AttentionFwdArgs& a, cudaStream_t stream) {
+  FA_REQUIRE(a.shape.seq_q >= 0 && a.shape.seq_k >= 0 && a.shape.bh() >= 0, "negative size");
+  FA_UNSUPPORTED_IF(a.dtype != DType::BF16 && a.dtype != DType::F16,
+                    "07/v2_warp_specialized takes bf16 and fp16 only");
+  FA_UNSUPPORTED_IF(gpu_info().sm != 90,
+                    "07/v2_warp_specialized uses sm_90a instructions (wgmma, TMA): it runs on compute "
+                    "capability 9.0 (H100, H200) only");
+  if (a.shape.seq_q == 0 || a.shape.bh() == 0) return;  // nothing to write
+  if (!tma_can_load(a)) return run_fallback(a, stream);
+  if (a.dtype == DType::BF16) dispatch_head_dim<__nv_bfloat16>(a, stream);
+  else dispatch_head_dim<__half>(a, stream);
+}
+
+}  // namespace
+
+FA_REGISTER(AttentionFwdKernel,
+            {"07/v2_warp_specialized", attention_fwd_v2,
+             "v1 warp-specialised: TMA producer warpgroup + 2 wgmma consumer warpgroups (Br=128), "
+             "full/empty mbarrier K/V ring, setmaxnreg 24/240",
+             {DType::BF16, DType::F16},
+             {64, 128, 256},
+             90});
+
+}  // namespace fa::ch07
