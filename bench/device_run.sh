@@ -5,7 +5,7 @@
 #   bash bench/device_run.sh build test          # first call
 #   bash bench/device_run.sh tour bench sdpa     # second call, while the machine is warm
 #
-# Stages: build, test, testlong, tour, bench, benchquick, sdpa, memdemo, sanitize, mystery.
+# Stages: build, test, testlong, tour, bench, benchquick, sdpa, memdemo, sanitize, mystery, ch07.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}
@@ -76,6 +76,29 @@ for stage in "$@"; do
       "$BUILD/bin/ch03_tiled_matmul" --sweep=1536:2304:16 --csv="$OUT/mystery.csv" > "$OUT/mystery.log" 2>&1
       python3 chapters/03_tiled_matmul/plot_mystery.py "$OUT/mystery.csv" "$OUT/mystery.png" >> "$OUT/mystery.log" 2>&1
       log "mystery rc=$?"
+      ;;
+    ch07)
+      # Chapter 07 (Hopper) in one call, after `build`: its GPU tests (every forward test of the
+      # 07/ kernels, long ones included), memcheck + racecheck of the small forward cases, the
+      # chapter program at D = 128 and 64, and the protocol sweep of 05/v3 and 07/ in bf16.
+      log "ch07: ctest -R 07_"
+      ctest --test-dir "$BUILD" -R "07_" --output-on-failure --timeout 900 > "$OUT/ch07_ctest.log" 2>&1
+      log "ch07 ctest rc=$?"; tail -25 "$OUT/ch07_ctest.log"
+      for tool in memcheck racecheck; do
+        log "ch07: compute-sanitizer $tool (small forward cases of every kernel)"
+        compute-sanitizer --tool $tool --error-exitcode 1 "$BUILD/bin/fa_gpu_tests" \
+          --gtest_filter=SanitizeSmall.AttentionForwardKernels > "$OUT/ch07_$tool.log" 2>&1
+        log "ch07 $tool rc=$?"; tail -6 "$OUT/ch07_$tool.log"
+      done
+      log "ch07: chapter program"
+      "$BUILD/bin/ch07_flash_hopper" > "$OUT/ch07.log" 2>&1
+      log "ch07 program rc=$?"; tail -30 "$OUT/ch07.log"
+      "$BUILD/bin/ch07_flash_hopper" --head_dim=64 --big_seq=0 > "$OUT/ch07_d64.log" 2>&1
+      log "ch07 program D=64 rc=$?"; tail -12 "$OUT/ch07_d64.log"
+      log "ch07: fa_bench attn_fwd (05/v3 and 07/, bf16)"
+      "$BUILD/bin/fa_bench" --benchmark_filter='attn_fwd/(05/v3|07/).*bf16.*' --benchmark_format=console \
+        --benchmark_out="$OUT/bench_ch07.json" --benchmark_out_format=json > "$OUT/bench_ch07.log" 2>&1
+      log "ch07 fa_bench rc=$?"; grep -E "attn_fwd" "$OUT/bench_ch07.log" | head -60
       ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac
