@@ -13,6 +13,14 @@ struct Error : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The user asked for something the program cannot do: a misspelt option, an unknown kernel, a
+// size that does not fit. Programs print these as "<program>: error: <message>" and exit 2, with
+// no file and line (the user's input is the cause, not this code); every other Error keeps its
+// file:line, because the cause is in the code or the CUDA runtime.
+struct UsageError : Error {
+  using Error::Error;
+};
+
 // A kernel was asked for something it was not built for (a head dim with no instantiation, a
 // dtype it does not take, a GPU too old for its instructions). The harness reports these as
 // UNSUPPORTED with the message, never as a wrong answer.

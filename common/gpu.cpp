@@ -12,9 +12,16 @@ const GpuInfo& gpu_info() {
     int count = 0;
     cudaError_t err = cudaGetDeviceCount(&count);
     if (err != cudaSuccess || count == 0) {
-      g.why_absent = err != cudaSuccess ? std::string("no usable CUDA device: ") +
-                                              cudaGetErrorString(err)
-                                        : "no CUDA device found";
+      // cudaErrorInsufficientDriver is also what CUDA reports when there is no driver at all
+      // (cudaDriverGetVersion then says 0): on a machine without an NVIDIA GPU its text, "driver
+      // version is insufficient", would send the reader to update a driver they do not have.
+      int driver = 0;
+      cudaDriverGetVersion(&driver);
+      const bool no_driver = err == cudaErrorInsufficientDriver && driver == 0;
+      if (err == cudaSuccess || err == cudaErrorNoDevice || no_driver)
+        g.why_absent = "no NVIDIA driver / no CUDA device found";
+      else
+        g.why_absent = std::string("no usable CUDA device: ") + cudaGetErrorString(err);
       cudaGetLastError();  // clear the error so later calls start clean
       return g;
     }

@@ -485,20 +485,23 @@ int run(const std::vector<std::string>& args) {
   cli.option("n", "1000003", "vector-add length (ragged on purpose: not a multiple of 256)")
       .option("rows", "1000", "matrix-add rows")
       .option("cols", "1037", "matrix-add columns")
-      .option("fma-iters", "4096", "FMA steps per chain in the FMA-rate kernel (multiple of 16)")
-      .option("div-iters", "4096", "loop steps per thread in the divergence kernels")
-      .option("fusion-n", "64M", "elements of the fusion example (k = 1024, M = 1024^2)")
-      .option("gemm-n", "4096", "cuBLAS GEMM size n for the n x n x n ceilings");
+      .option("fma_iters", "4096", "FMA steps per chain in the FMA-rate kernel (multiple of 16)")
+      .option("div_iters", "4096", "loop steps per thread in the divergence kernels")
+      .option("fusion_n", "64M", "elements of the fusion example (k = 1024, M = 1024^2)")
+      .option("gemm_n", "4096", "cuBLAS GEMM size n for the n x n x n ceilings")
+      .example(printed_command("ch00.help").args);
   if (!cli.parse(args)) return cli.exit_code();
-  int64_t n = cli.get_int("n"), rows = cli.get_int("rows"), cols = cli.get_int("cols");
-  int64_t fma_iters = cli.get_int("fma-iters"), div_iters = cli.get_int("div-iters");
-  int64_t fusion_n = cli.get_int("fusion-n"), gemm_n = cli.get_int("gemm-n");
-  FA_REQUIRE(n > 0 && rows > 0 && cols > 0 && fusion_n > 0, "sizes must be positive");
-  FA_REQUIRE(rows <= 65535 * 8, "--rows: at most 524280 (gridDim.y is limited to 65535)");
-  FA_REQUIRE(fma_iters > 0 && fma_iters % kFmaUnroll == 0 && fma_iters <= (1 << 24),
-             "--fma-iters must be a positive multiple of 16");
-  FA_REQUIRE(div_iters > 0 && div_iters <= (1 << 24), "--div-iters must be positive");
-  FA_REQUIRE(gemm_n >= 16 && gemm_n <= 16384, "--gemm-n must be in 16 .. 16384");
+  const int64_t n = cli.get_count("n"), rows = cli.get_count("rows"), cols = cli.get_count("cols");
+  const int64_t fma_iters = cli.get_count("fma_iters"), div_iters = cli.get_count("div_iters");
+  const int64_t fusion_n = cli.get_count("fusion_n"), gemm_n = cli.get_count("gemm_n", 16);
+  if (rows > 65535 * 8) throw UsageError("--rows: at most 524280 (gridDim.y is limited to 65535)");
+  if (fma_iters % kFmaUnroll != 0 || fma_iters > (1 << 24))
+    throw UsageError("--fma_iters must be a multiple of 16, at most 16M");
+  if (div_iters > (1 << 24)) throw UsageError("--div_iters: at most 16M");
+  if (gemm_n > 16384) throw UsageError("--gemm_n must be in 16 .. 16384");
+  require_fits_in_gpu_memory(3.0 * 4 * double(n), "vector add of n = " + std::to_string(n));
+  require_fits_in_gpu_memory(3.0 * 4 * double(rows) * double(cols), "the matrix add");
+  require_fits_in_gpu_memory(4.0 * 4 * double(fusion_n), "--fusion_n=" + std::to_string(fusion_n));
 
   print_chapter_header(std::cout, "00", "the GPU you are on", cli);
   Checks checks;

@@ -2,7 +2,7 @@
 // the safe softmax of every row, each faster than the last, all still reading x three times.
 //
 //   ch01_safe_softmax                       the demo, the CPU checks and the ladder at 4096 x 4096
-//   ch01_safe_softmax --shapes=1024x100000 --kernel=01/v3_warp_shuffle_vec4
+//   ch01_safe_softmax --rows=16384 --cols=1024 --kernel=01/v3_warp_shuffle_vec4
 #include <algorithm>
 #include <cmath>
 #include <iomanip>
@@ -137,20 +137,15 @@ int gpu_demo() {
 int run(const std::vector<std::string>& args) {
   fa::Cli cli("ch01_safe_softmax",
               "Safe softmax: why the maximum is subtracted, and a ladder of kernels for its three passes.");
-  cli.option("shapes", "4096x4096,16384x1024", "ROWSxCOLS shapes to run, comma-separated")
-      .option("kernel", "all", "kernel name(s) to run, comma-separated (default: every 01/ kernel)");
+  fa::add_matrix_options(cli, "4096,16384", "4096,1024", "softmax input x");
+  fa::add_kernel_options(cli, "01/", 0);
+  cli.section("kernels (name, dtype, oldest GPU, what it changes)",
+              fa::kernels_help<fa::SoftmaxKernel>("01/"))
+      .example(fa::printed_command("ch01.help").args);
   if (!cli.parse(args)) return cli.exit_code();
+  const std::vector<fa::SoftmaxShape> shapes = fa::read_matrix_shapes(cli);
+  const auto kernels = fa::select_kernels<fa::SoftmaxKernel>("01/", cli.get("kernel"));
   fa::print_chapter_header(std::cout, "01", "safe softmax", cli);
-
-  std::vector<fa::SoftmaxShape> shapes;
-  for (const std::string& item : cli.get_list("shapes")) {
-    size_t x = item.find('x');
-    FA_REQUIRE(x != std::string::npos, "--shapes: '" + item + "' is not ROWSxCOLS");
-    fa::SoftmaxShape s{fa::parse_int("--shapes", item.substr(0, x)),
-                       fa::parse_int("--shapes", item.substr(x + 1))};
-    FA_REQUIRE(s.rows > 0 && s.cols > 0, "--shapes: rows and cols must be positive");
-    shapes.push_back(s);
-  }
 
   int failures = cpu_tier();
   if (!fa::have_gpu()) {
@@ -162,7 +157,7 @@ int run(const std::vector<std::string>& args) {
   opt.seed = cli.seed();
   std::vector<fa::RunResult> results;
   for (const fa::SoftmaxShape& shape : shapes)
-    for (const fa::SoftmaxKernel* k : fa::select_kernels<fa::SoftmaxKernel>("01/", cli.get("kernel")))
+    for (const fa::SoftmaxKernel* k : kernels)
       results.push_back(fa::run_softmax(*k, shape, opt));
   fa::print_table(std::cout, "Row softmax, fp32: GB/s counts x read once + y written once", results);
   std::cout << "  passes = global-memory passes (reads of x + the write of y); copy bandwidth "

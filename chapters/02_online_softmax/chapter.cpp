@@ -2,7 +2,7 @@
 // pair merge that makes it parallel, then two kernels: two passes over x, then one.
 //
 //   ch02_online_softmax                                     both default shapes
-//   ch02_online_softmax --shapes 1024x100000 --kernel 02/v1_online_two_pass
+//   ch02_online_softmax --rows=1024 --cols=100000 --kernel=02/v1_online_two_pass
 #include <cmath>
 #include <iomanip>
 #include <iostream>
@@ -96,19 +96,6 @@ int cpu_tier() {
   return failures;
 }
 
-std::vector<fa::SoftmaxShape> parse_shapes(const std::vector<std::string>& items) {
-  std::vector<fa::SoftmaxShape> out;
-  for (const std::string& item : items) {
-    const size_t at = item.find('x');
-    FA_REQUIRE(at != std::string::npos, "a shape is ROWSxCOLS, e.g. 4096x4096; got " + item);
-    fa::SoftmaxShape s{fa::parse_int("shapes", item.substr(0, at)),
-                       fa::parse_int("shapes", item.substr(at + 1))};
-    FA_REQUIRE(s.rows > 0 && s.cols > 0, "rows and cols must be positive: " + item);
-    out.push_back(s);
-  }
-  return out;
-}
-
 // Predicted time of a memory-bound kernel: passes * (bytes of x) at the measured copy rate (the
 // copy rate counts bytes read + written, the same unit as one pass).
 void print_prediction(const std::vector<fa::RunResult>& results,
@@ -139,12 +126,15 @@ void print_prediction(const std::vector<fa::RunResult>& results,
 int run(const std::vector<std::string>& args) {
   fa::Cli cli("ch02_online_softmax",
               "Online softmax: max and sum in one pass, the pair merge, and a one-read kernel.");
-  cli.option("shapes", "4096x4096,16384x1024", "ROWSxCOLS shapes, comma-separated")
-      .option("kernel", "all", "kernel name(s) to run, comma-separated (default: every 02/ kernel)");
+  fa::add_matrix_options(cli, "4096,16384", "4096,1024", "softmax input x");
+  fa::add_kernel_options(cli, "02/", 0);
+  cli.section("kernels (name, dtype, oldest GPU, what it changes)",
+              fa::kernels_help<fa::SoftmaxKernel>("02/"))
+      .example(fa::printed_command("ch02.help").args);
   if (!cli.parse(args)) return cli.exit_code();
+  const std::vector<fa::SoftmaxShape> shapes = fa::read_matrix_shapes(cli);
+  const auto kernels = fa::select_kernels<fa::SoftmaxKernel>("02/", cli.get("kernel"));
   fa::print_chapter_header(std::cout, "02", "online softmax", cli);
-
-  const std::vector<fa::SoftmaxShape> shapes = parse_shapes(cli.get_list("shapes"));  // bad: exit 2
 
   int failures = cpu_tier();
   if (!fa::have_gpu()) {
@@ -154,12 +144,12 @@ int run(const std::vector<std::string>& args) {
   fa::RunOptions opt;
   opt.seed = cli.seed();
   std::vector<fa::RunResult> results;
-  const auto kernels = fa::select_kernels<fa::SoftmaxKernel>("02/", cli.get("kernel"));
   for (const fa::SoftmaxShape& s : shapes)
     for (const fa::SoftmaxKernel* k : kernels) results.push_back(fa::run_softmax(*k, s, opt));
   fa::print_table(std::cout, "Row softmax, fp32: GB/s counts x read once + y written once", results);
-  std::cout << "  Chapter 01's kernels read x three times (passes 4); run ch01_safe_softmax with "
-               "the same --rows/--cols to compare.\n";
+  std::cout << "  Chapter 01's kernels read x three times (passes 4); to compare at the default "
+               "shapes, run\n    "
+            << fa::printed_command("ch02.compare_with_ch01").line() << "\n";
   print_prediction(results, shapes);
   failures += fa::print_failures(std::cout, results);
   return failures ? 1 : 0;

@@ -2,7 +2,7 @@
 //
 //   CPU tier  the block-matrix view (S = Q K^T, O = S V tile by tile) checked against the float64
 //             reference; the wave arithmetic of the lecture's 1792 vs 1793 example.
-//   GPU tier  every 03/ kernel checked on a ragged shape, then timed at size^3 beside cuBLAS
+//   GPU tier  every 03/ kernel checked on a ragged shape, then timed at M x N x K (4096^3) beside cuBLAS
 //             (ref/cublas, same shape and dtype, same run): "% of cuBLAS".
 //   --explain=N   tiles, waves and last-wave occupancy of our tensor-core kernel at N x N x N.
 //   --sweep=a:b:s square sizes a..b: cuBLAS bf16 vs our best tensor-core kernel, with the wave
@@ -85,7 +85,8 @@ int block_matmul_demo(std::ostream& os, uint64_t seed) {
 void wave_demo(std::ostream& os) {
   os << "\n== Wave quantization (the lecture's example: A100, 108 SMs, 256x128 tiles) ==\n";
   for (int64_t n : {1792, 1793}) os << "  " << wave_info(n, n, 256, 128, 108, 1).str() << "\n";
-  os << "  (--explain=N does this for our tensor-core kernel on this GPU; --sweep measures it)\n";
+  os << "  (" << printed_command("ch03.explain").line()
+     << " does this for our tensor-core kernel on this GPU; --sweep measures it)\n";
 }
 
 // The fastest tensor-core kernel that runs on this GPU (v6 on an H100/H200, else v5); without a
@@ -202,31 +203,45 @@ int sweep(std::ostream& os, const SweepRange& range, const std::string& csv_path
 // ---- GPU tier: the ladder ----------------------------------------------------------------------
 int run(const std::vector<std::string>& args) {
   Cli cli("ch03_tiled_matmul", "GEMM from one thread per output to the tensor cores.");
-  cli.option("size", "4096", "square size M = N = K of the timed runs")
+  cli.option("m", "4096", "M of the timed runs: C[M, N] = A[M, K] B[K, N]")
+      .option("n", "4096", "N of the timed runs")
+      .option("k", "4096", "K of the timed runs")
       .option("check", "509,515,521", "M,N,K of the correctness runs (ragged on purpose)")
-      .option("dtypes", "fp32,bf16,fp16", "dtypes to run (each kernel takes those it supports)")
-      .option("kernel", "all", "kernel name(s) to run, comma-separated")
-      .option("repeats", "20", "timed repeats per kernel (median reported)")
-      .option("explain", "0", "N > 0: print tiles, waves and last-wave occupancy at N x N x N")
+      .option("dtype", "fp32,bf16,fp16", "dtypes to run, or all (each kernel takes those it supports)");
+  add_kernel_options(cli, "03/", 20);
+  cli.option("explain", "0", "N > 0: print tiles, waves and last-wave occupancy at N x N x N")
       .option("sweep", "", "start:stop[:step]: the matmul mystery sweep (cuBLAS bf16 vs ours)")
-      .option("csv", "ch03_mystery.csv", "where --sweep writes its CSV");
+      .option("csv", "ch03_mystery.csv", "where --sweep writes its CSV")
+      .section("kernels (name, dtypes, oldest GPU, what it changes)",
+               kernels_help<GemmKernel>("03/"))
+      .example(printed_command("ch03.help").args);
   if (!cli.parse(args)) return cli.exit_code();
 
   // Validate everything before doing any work, so a bad value exits 2 at once.
-  const int64_t size = cli.get_int("size");
+  const GemmShape time_shape{cli.get_count("m"), cli.get_count("n"), cli.get_count("k")};
   const std::vector<int64_t> chk = cli.get_int_list("check");
   if (chk.size() != 3 || chk[0] < 1 || chk[1] < 1 || chk[2] < 1)
-    throw Error("--check: expected three positive sizes M,N,K");
-  if (size < 1) throw Error("--size must be positive");
-  std::vector<DType> dtypes;
-  for (const std::string& d : cli.get_list("dtypes")) dtypes.push_back(parse_dtype(d));
-  const int64_t repeats = cli.get_int("repeats");
-  if (repeats < 1) throw Error("--repeats must be at least 1");
-  const int64_t explain_n = cli.get_int("explain");
-  if (explain_n < 0) throw Error("--explain must be >= 0");
+    throw UsageError("--check: expected three positive sizes M,N,K");
+  const GemmShape check_shape{chk[0], chk[1], chk[2]};
+  const std::vector<DType> dtypes = read_dtypes(cli);
+  for (const GemmShape& g : {time_shape, check_shape})
+    require_fits_in_gpu_memory((double(g.M) * g.K + double(g.K) * g.N) * 4.0 + double(g.M) * g.N * 4.0,
+                               "the GEMM " + g.str());
+  const int64_t repeats = cli.get_count("repeats");
+  const int64_t explain_n = cli.get_count("explain", 0);
   const std::string sweep_text = cli.get("sweep");
   SweepRange range;
-  if (!sweep_text.empty()) range = parse_sweep(sweep_text);
+  if (!sweep_text.empty()) {
+    try {
+      range = parse_sweep(sweep_text);
+    } catch (const Error& e) {
+      throw UsageError(e.what());  // its messages name --sweep and carry no file:line
+    }
+    require_fits_in_gpu_memory(double(range.stop) * range.stop * 8.0, "--sweep up to " +
+                                                                          std::to_string(range.stop));
+  }
+  const std::vector<const GemmKernel*> kernels =
+      select_kernels<GemmKernel>("03/", cli.get("kernel"));
 
   std::ostream& os = std::cout;
   print_chapter_header(os, "03", "tiled matmul", cli);
@@ -248,12 +263,8 @@ int run(const std::vector<std::string>& args) {
   }
 
   // 2. GPU tier: correctness on a ragged shape, then speed beside cuBLAS.
-  const std::vector<const GemmKernel*> kernels =
-      select_kernels<GemmKernel>("03/", cli.get("kernel"));
   const GemmKernel* cublas = find_entry<GemmKernel>("ref/cublas");
   FA_REQUIRE(cublas != nullptr, "ref/cublas is not linked in");
-  const GemmShape check_shape{chk[0], chk[1], chk[2]};
-  const GemmShape time_shape{size, size, size};
 
   RunOptions check_opt;
   check_opt.seed = cli.seed();

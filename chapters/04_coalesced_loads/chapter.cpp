@@ -112,19 +112,20 @@ void copy_demos(std::ostream& os, TransposeShape s, double ceiling, const Timing
 
 int run(const std::vector<std::string>& args) {
   Cli cli("ch04_coalesced_loads", "Strides, coalescing, bank conflicts: copies and transposes.");
-  cli.option("rows", "8192", "rows of the timed matrix")
-      .option("cols", "8192", "columns of the timed matrix")
-      .option("check", "1000,1023", "rows,cols of the correctness runs (ragged on purpose)")
-      .option("kernel", "all", "transpose kernel name(s) to run, comma-separated")
-      .option("repeats", "20", "timed repeats (median reported)");
+  add_matrix_options(cli, "8192", "8192", "timed matrix");
+  cli.option("check", "1000,1023", "rows,cols of the correctness runs (ragged on purpose)");
+  add_kernel_options(cli, "04/", 20);
+  cli.section("transpose kernels (name, dtype, oldest GPU, what it changes)",
+              kernels_help<TransposeKernel>("04/"))
+      .example(printed_command("ch04.help").args);
   if (!cli.parse(args)) return cli.exit_code();
-  const TransposeShape shape{cli.get_int("rows"), cli.get_int("cols")};
-  if (shape.rows < 1 || shape.cols < 1) throw Error("--rows and --cols must be positive");
+  const std::vector<SoftmaxShape> shapes = read_matrix_shapes(cli);  // rows x cols, like x of 01
   const std::vector<int64_t> chk = cli.get_int_list("check");
   if (chk.size() != 2 || chk[0] < 1 || chk[1] < 1)
-    throw Error("--check: expected two positive sizes rows,cols");
-  const int64_t repeats = cli.get_int("repeats");
-  if (repeats < 1) throw Error("--repeats must be at least 1");
+    throw UsageError("--check: expected two positive sizes rows,cols");
+  const int64_t repeats = cli.get_count("repeats");
+  const std::vector<const TransposeKernel*> kernels =
+      select_kernels<TransposeKernel>("04/", cli.get("kernel"));
 
   std::ostream& os = std::cout;
   print_chapter_header(os, "04", "coalesced loads", cli);
@@ -134,12 +135,10 @@ int run(const std::vector<std::string>& args) {
     return failures ? 1 : 0;
   }
 
-  const std::vector<const TransposeKernel*> kernels =
-      select_kernels<TransposeKernel>("04/", cli.get("kernel"));
   TimingOptions topt;
   topt.repeats = int(repeats);
   const double ceiling = copy_bandwidth_gbps();
-  copy_demos(os, shape, ceiling, topt);
+  for (const SoftmaxShape& s : shapes) copy_demos(os, {s.rows, s.cols}, ceiling, topt);
 
   RunOptions check_opt;
   check_opt.seed = cli.seed();
@@ -152,10 +151,12 @@ int run(const std::vector<std::string>& args) {
   for (const TransposeKernel* k : kernels) {
     RunResult c = run_transpose(*k, check_shape, check_opt);
     checked.push_back(c);
-    if (c.ok()) timed.push_back(run_transpose(*k, shape, time_opt));  // checked again, and timed
+    if (!c.ok()) continue;
+    for (const SoftmaxShape& s : shapes)  // checked again, and timed
+      timed.push_back(run_transpose(*k, {s.rows, s.cols}, time_opt));
   }
   print_table(os, "Transpose correctness at " + check_shape.str() + " (exact)", checked);
-  print_table(os, "Transpose speed at " + shape.str() + " (% of the copy ceiling)", timed);
+  print_table(os, "Transpose speed (% of the copy ceiling)", timed);
   failures += print_failures(os, checked);
   failures += print_failures(os, timed);
   return failures ? 1 : 0;

@@ -7,7 +7,7 @@
 //   3. GPU: every "05/" forward kernel (the materialised baseline, the scalar fp32 kernel, the
 //      tensor-core kernels) on the chosen shape, causal and not, then a larger bf16 D=128 timing
 //      row; one ladder table per shape.
-//   4. --memory-demo: N = 65536, where the baseline cannot even allocate S and the fused kernel runs.
+//   4. --memory_demo: N = 65536, where the baseline cannot even allocate S and the fused kernel runs.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -33,15 +33,6 @@ using fa::AttentionShape;
 using fa::DType;
 
 constexpr const char* kBaselineName = "05/v0_materialized";
-
-std::string gib(double bytes) {
-  std::ostringstream os;
-  if (bytes < double(1 << 30))
-    os << std::fixed << std::setprecision(1) << bytes / double(1 << 20) << " MiB";
-  else
-    os << std::fixed << std::setprecision(1) << bytes / double(1 << 30) << " GiB";
-  return os.str();
-}
 
 // Max |a - b| over two arrays, where equal infinities (L = -inf rows) count as 0.
 double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
@@ -116,26 +107,8 @@ void print_memory_bill(const AttentionShape& s, DType t) {
   const double io_bytes = double(2 * s.q_numel() + 2 * s.k_numel()) * fa::dtype_size(t) +
                           double(s.lse_numel()) * 4.0;
   std::cout << "  " << s.str() << " " << fa::dtype_name(t) << ": standard attention stores S ("
-            << gib(s_bytes) << ")" << (p_bytes > 0 ? " and P (" + gib(p_bytes) + ")" : "")
-            << "; the fused kernels touch only Q, K, V, O, L (" << gib(io_bytes) << ")\n";
-}
-
-// Which dtypes to run: "all" = fp32 (the scalar kernel, the baseline) and bf16 (the tensor-core
-// kernels, the baseline), or an explicit list.
-std::vector<DType> parse_dtypes(const fa::Cli& cli) {
-  std::vector<DType> out;
-  for (const std::string& name : cli.get_list("dtype")) {
-    if (name == "all") return {DType::F32, DType::BF16};
-    out.push_back(fa::parse_dtype(name));
-  }
-  return out;
-}
-
-std::vector<bool> parse_causal(const std::string& v) {
-  if (v == "both") return {false, true};
-  if (v == "1" || v == "true" || v == "on") return {true};
-  if (v == "0" || v == "false" || v == "off") return {false};
-  throw fa::Error("--causal: expected both, 0/1, true/false or on/off, got '" + v + "'");
+            << fa::format_bytes(s_bytes) << ")" << (p_bytes > 0 ? " and P (" + fa::format_bytes(p_bytes) + ")" : "")
+            << "; the fused kernels touch only Q, K, V, O, L (" << fa::format_bytes(io_bytes) << ")\n";
 }
 
 bool is_tensor_core_kernel(const AttentionFwdKernel& k) {
@@ -143,7 +116,7 @@ bool is_tensor_core_kernel(const AttentionFwdKernel& k) {
          (fa::supports(k.dtypes, DType::BF16) || fa::supports(k.dtypes, DType::F16));
 }
 
-// ---- 4. --memory-demo. -------------------------------------------------------------------------
+// ---- 4. --memory_demo. -------------------------------------------------------------------------
 int memory_demo(const fa::RunOptions& base, const std::vector<bool>& causals) {
   AttentionShape s{1, 16, 65536, 65536, 128, false, 0.0f};
   const DType t = DType::BF16;
@@ -169,9 +142,9 @@ int memory_demo(const fa::RunOptions& base, const std::vector<bool>& causals) {
   } else {
     const double io = double(2 * s.q_numel() + 2 * s.k_numel()) * 2.0 + s.lse_numel() * 4.0;
     std::cout << "  " << fused->name << " needs only its inputs and outputs: q, k, v, o ("
-              << gib(double(2 * s.q_numel() + 2 * s.k_numel()) * 2.0) << ") + L ("
-              << gib(s.lse_numel() * 4.0) << ") = " << gib(io) << " of device memory, O(N);"
-              << " S alone would be " << gib(double(s.bh()) * s.seq_q * s.seq_k * 4.0)
+              << fa::format_bytes(double(2 * s.q_numel() + 2 * s.k_numel()) * 2.0) << ") + L ("
+              << fa::format_bytes(s.lse_numel() * 4.0) << ") = " << fa::format_bytes(io) << " of device memory, O(N);"
+              << " S alone would be " << fa::format_bytes(double(s.bh()) * s.seq_q * s.seq_k * 4.0)
               << ", O(N^2).\n";
   }
   // The baseline is expected to refuse (UNSUPPORTED) at this size; on a GPU that can hold S, say so.
@@ -185,38 +158,37 @@ int run(const std::vector<std::string>& args) {
   fa::Cli cli("ch05_flash_forward",
               "The fused FlashAttention forward kernel: from the N x N baseline to tiles + online "
               "softmax.");
-  cli.option("batch", "2", "batch size B")
-      .option("heads", "8", "heads H")
-      .option("seq_q", "1024", "query length N_q")
-      .option("seq_k", "0", "key length N_k (0 = seq_q)")
-      .option("head_dim", "64", "head dimension D (32, 64, 96, 128)")
-      .option("causal", "both", "causal mask (bottom-right aligned): both, 0 or 1")
-      .option("scale", "0", "softmax scale (0 = 1/sqrt(D))")
-      .option("dtype", "all", "fp32, bf16, fp16 (comma-separated) or all (= fp32,bf16)")
-      .option("kernel", "all", "kernel name(s) to run, comma-separated (05/...)")
-      .option("repeats", "20", "timed repeats (median reported)")
-      .option("check_heads", "4", "heads checked against the CPU reference (0 = automatic)")
-      .option("big_seq", "4096",
-              "N of the extra bf16 D=128 timing row at B=4, H=16 (0 = skip)")
-      .flag("memory-demo", "run at N=65536 (B=1, H=16, D=128, bf16): the baseline cannot, the "
-                           "fused kernel can");
+  fa::add_attention_options(cli, {});
+  fa::add_kernel_options(cli, "05/", 20);
+  cli.option("check_heads", "4", "heads checked against the CPU reference (0 = automatic)")
+      .option("big_seq", "4096", "N of the extra bf16 D=128 timing row at B=4, H=16 (0 = skip)")
+      .flag("memory_demo", "run at N=65536 (B=1, H=16, D=128, bf16): the baseline cannot, the "
+                           "fused kernel can")
+      .section("kernels (name, dtypes, head dims, oldest GPU, what it changes)",
+               fa::kernels_help<AttentionFwdKernel>("05/"))
+      .example(fa::printed_command("ch05.help").args);
   if (!cli.parse(args)) return cli.exit_code();
-  fa::print_chapter_header(std::cout, "05", "the fused forward kernel", cli);
 
-  AttentionShape shape;
-  shape.batch = cli.get_int("batch");
-  shape.heads = cli.get_int("heads");
-  shape.seq_q = cli.get_int("seq_q");
-  shape.seq_k = cli.get_int("seq_k") == 0 ? shape.seq_q : cli.get_int("seq_k");
-  shape.head_dim = cli.get_int("head_dim");
-  shape.scale = static_cast<float>(cli.get_double("scale"));
-  FA_REQUIRE(shape.batch > 0 && shape.heads > 0 && shape.seq_q > 0 && shape.seq_k > 0 &&
-                 shape.head_dim > 0,
-             "sizes must be positive");
-  const std::vector<bool> causals = parse_causal(cli.get("causal"));
-  const std::vector<DType> dtypes = parse_dtypes(cli);
-  const int64_t big_seq = cli.get_int("big_seq");
-  const bool demo = cli.get_bool("memory-demo");
+  // Every check of the command line comes before any work, so a mistake exits 2 at once.
+  const fa::AttentionOptions req = fa::read_attention_options(cli);
+  AttentionShape shape = req.shape;
+  const std::vector<bool>& causals = req.causal;
+  const std::vector<DType>& dtypes = req.dtypes;
+  const std::vector<const AttentionFwdKernel*> kernels =
+      fa::select_kernels<AttentionFwdKernel>("05/", cli.get("kernel"));
+  fa::require_supported(kernels, req, cli.get("kernel") != "all");
+  for (DType t : dtypes)
+    fa::require_fits_in_gpu_memory(fa::attention_fwd_bytes(shape, t),
+                                   "the forward pass at " + shape.str());
+  const int64_t repeats = cli.get_count("repeats");
+  const int64_t check_heads = cli.get_count("check_heads", 0);
+  const int64_t big_seq = cli.get_count("big_seq", 0);
+  if (big_seq > 0)
+    fa::require_fits_in_gpu_memory(
+        fa::attention_fwd_bytes({4, 16, big_seq, big_seq, 128, false, 0.0f}, DType::BF16),
+        "--big_seq=" + std::to_string(big_seq));
+  const bool demo = cli.get_bool("memory_demo");
+  fa::print_chapter_header(std::cout, "05", "the fused forward kernel", cli);
 
   // 1. CPU tier.
   int failures = cpu_model_checks(cli.seed());
@@ -232,12 +204,10 @@ int run(const std::vector<std::string>& args) {
   }
 
   // 3. The ladder.
-  const std::vector<const AttentionFwdKernel*> kernels =
-      fa::select_kernels<AttentionFwdKernel>("05/", cli.get("kernel"));
   fa::RunOptions opt;
   opt.seed = cli.seed();
-  opt.timing.repeats = static_cast<int>(cli.get_int("repeats"));
-  opt.check_heads = cli.get_int("check_heads");
+  opt.timing.repeats = static_cast<int>(repeats);
+  opt.check_heads = check_heads;
 
   std::vector<fa::RunResult> all;
   std::vector<fa::RunResult> rows;

@@ -201,22 +201,26 @@ int gpu_training_check(std::ostream& os) {
 int run(const std::vector<std::string>& args) {
   Cli cli("ch06_flash_backward",
           "The FlashAttention-2 backward pass: the D preprocess, dK/dV and dQ kernels.");
-  cli.option("batch", "2", "batch size")
-      .option("heads", "4", "heads")
-      .option("seq", "1024", "sequence length (seq_q = seq_k)")
-      .option("head-dim", "64", "head dimension")
-      .option("dtypes", "fp32,bf16", "dtypes to run (each kernel runs only the ones it lists)")
-      .option("kernel", "all", "kernel name(s) to run, comma-separated");
+  AttentionDefaults defaults;
+  defaults.heads = 4;
+  add_attention_options(cli, defaults);
+  add_kernel_options(cli, "06/", 0);
+  cli.section("kernels (name, dtypes, head dims, oldest GPU, what it changes)",
+              kernels_help<AttentionBwdKernel>("06/"))
+      .example(printed_command("ch06.help").args);
   if (!cli.parse(args)) return cli.exit_code();
-  print_chapter_header(std::cout, "06", "the backward pass", cli);
-  const uint64_t seed = cli.seed();
-  const int64_t batch = cli.get_int("batch"), heads = cli.get_int("heads"),
-                seq = cli.get_int("seq"), head_dim = cli.get_int("head-dim");
-  FA_REQUIRE(batch > 0 && heads > 0 && seq > 0 && head_dim > 0, "sizes must be positive");
-  std::vector<DType> dtypes;
-  for (const std::string& name : cli.get_list("dtypes")) dtypes.push_back(parse_dtype(name));
+
+  // Every check of the command line comes before any work, so a mistake exits 2 at once.
+  const AttentionOptions req = read_attention_options(cli);
+  const AttentionShape shape = req.shape;
+  const std::vector<DType>& dtypes = req.dtypes;
   std::vector<const AttentionBwdKernel*> kernels =
       select_kernels<AttentionBwdKernel>("06/", cli.get("kernel"));
+  require_supported(kernels, req, cli.get("kernel") != "all");
+  for (DType t : dtypes)
+    require_fits_in_gpu_memory(attention_bwd_bytes(shape, t), "the backward pass at " + shape.str());
+  print_chapter_header(std::cout, "06", "the backward pass", cli);
+  const uint64_t seed = cli.seed();
 
   // 1. CPU tier.
   int failures = tiled_model_check(std::cout, seed);
@@ -236,17 +240,19 @@ int run(const std::vector<std::string>& args) {
   // tour fast. tests/gpu/ checks every head on the ragged shapes.
   opt.check_heads = 2;
   for (DType t : dtypes)
-    for (bool causal : {false, true})
+    for (bool causal : req.causal)
       for (const AttentionBwdKernel* k : kernels) {
         if (!supports(k->dtypes, t)) continue;  // only the dtypes a kernel lists
-        rows.push_back(run_attention_bwd(*k, {batch, heads, seq, seq, head_dim, causal, 0.0f}, t, opt));
+        AttentionShape s = shape;
+        s.causal = causal;
+        rows.push_back(run_attention_bwd(*k, s, t, opt));
       }
   print_table(std::cout, "06: backward kernels (O and L from " + std::string(kForwardHelper) + ")",
               rows);
   failures += print_failures(std::cout, rows);
 
   // 3. The preprocess on its own, and the training check.
-  preprocess_bandwidth(std::cout, {batch, heads, seq, seq, head_dim, false, 0.0f}, dtypes, seed);
+  preprocess_bandwidth(std::cout, shape, dtypes, seed);
   failures += gpu_training_check(std::cout);
   return failures ? 1 : 0;
 }
