@@ -1,5 +1,6 @@
 // hopper.cuh: thin, documented wrappers over the Hopper (sm_90a) instructions that chapter 03's
-// v6 is built from: the Tensor Memory Accelerator (TMA), mbarriers, and warpgroup MMA (wgmma).
+// v6 and chapter 07's attention kernels are built from: the Tensor Memory Accelerator (TMA),
+// mbarriers, warpgroup MMA (wgmma), register reallocation (setmaxnreg) and named barriers.
 // Each wrapper is one or two instructions; the comments carry the facts needed to use them.
 // Compiled only for sm_90a (the "a" marks architecture-specific instructions that newer GPUs do
 // not promise to keep); elsewhere every wrapper traps, and kernels that use them register
