@@ -1,0 +1,295 @@
+// test_readme_commands.cpp: every command the documentation shows, run on this machine.
+//
+// Run: each line of a code block (fenced, or indented by 4 spaces) in README.md and
+// chapters/*/README.md whose first word is one of this build's programs (`./build/bin/X`,
+// `build/bin/X`, `./build-exercises/bin/X` or a bare `X`), and every row of
+// fa::printed_commands() (the --help examples and the advice the programs print). Each runs with
+// the program of THIS build (the exercise build's programs take the same options), through
+// /bin/sh (for quotes and # comments), in a scratch directory, and must exit 0. On a machine
+// without a GPU that is the CPU path: the programs run their CPU tier, say what they skipped and
+// exit 0; exit 2 would mean the command line itself is wrong.
+//
+// Checked, not run: cmake and ctest lines (the build cannot run itself from its own test):
+// every --preset must exist in CMakePresets.json for its kind, and every --target must be a target
+// of this build. python3 lines are not checked.
+#include <glob.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "chapter.h"
+
+namespace {
+
+const std::string kSource = FA_SOURCE_DIR;
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The folder of this test program: build*/bin, where every program of the build is.
+std::string bin_dir() {
+  char buf[4096];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  std::string self = n > 0 ? std::string(buf, size_t(n)) : std::string("./fa_cpu_tests");
+  return self.substr(0, self.find_last_of('/'));
+}
+
+bool is_program(const std::string& name) {
+  return !name.empty() && access((bin_dir() + "/" + name).c_str(), X_OK) == 0;
+}
+
+struct Ran {
+  int code = -1;
+  std::string output;
+};
+
+// Runs `program args` from a scratch directory (files a command writes land there).
+Ran run(const std::string& program, const std::string& args) {
+  static const std::string scratch = [] {
+    char dir[] = "/tmp/fa_readme_XXXXXX";
+    return std::string(mkdtemp(dir) != nullptr ? dir : "/tmp");
+  }();
+  const std::string cmd = "cd " + scratch + " && FA_README_TEST_CHILD=1 timeout 600 " + bin_dir() +
+                          "/" + program + " " + args + " 2>&1";
+  Ran r;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (pipe == nullptr) return r;
+  char buf[4096];
+  size_t got = 0;
+  while ((got = fread(buf, 1, sizeof(buf), pipe)) > 0) r.output.append(buf, got);
+  const int status = pclose(pipe);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+std::string tail(const std::string& s) { return s.size() > 1500 ? s.substr(s.size() - 1500) : s; }
+
+// A README's code lines: inside ``` fences, or indented by at least 4 spaces.
+std::vector<std::string> code_lines(const std::string& path) {
+  std::vector<std::string> out;
+  std::istringstream in(read_text(path));
+  std::string line;
+  bool fenced = false;
+  while (std::getline(in, line)) {
+    const size_t first = line.find_first_not_of(' ');
+    if (first == std::string::npos) continue;
+    if (line.compare(first, 3, "```") == 0) {
+      fenced = !fenced;
+      continue;
+    }
+    if (fenced || first >= 4) out.push_back(line.substr(first));
+  }
+  return out;
+}
+
+std::vector<std::string> readmes() {
+  std::vector<std::string> out = {kSource + "/README.md"};
+  glob_t g{};
+  if (glob((kSource + "/chapters/*/README.md").c_str(), 0, nullptr, &g) == 0)
+    for (size_t i = 0; i < g.gl_pathc; ++i) out.push_back(g.gl_pathv[i]);
+  globfree(&g);
+  return out;
+}
+
+std::vector<std::string> split_and(const std::string& line) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  for (size_t amp; (amp = line.find("&&", at)) != std::string::npos; at = amp + 2)
+    out.push_back(line.substr(at, amp - at));
+  out.push_back(line.substr(at));
+  for (std::string& s : out) s = s.substr(std::min(s.size(), s.find_first_not_of(' ')));
+  return out;
+}
+
+// "./build/bin/ch05_flash_forward" -> "ch05_flash_forward" when it names one of our programs.
+std::string program_of(const std::string& command) {
+  static const std::regex word(R"(^(\./)?(build[A-Za-z0-9_-]*/bin/)?([A-Za-z0-9_]+)(\s|$))");
+  std::smatch m;
+  if (!std::regex_search(command, m, word)) return "";
+  return is_program(m[3]) ? std::string(m[3]) : "";
+}
+
+// The names of one kind of preset ("configurePresets") in CMakePresets.json.
+std::vector<std::string> presets(const std::string& kind) {
+  const std::string json = read_text(kSource + "/CMakePresets.json");
+  std::vector<std::string> names;
+  size_t at = json.find("\"" + kind + "\"");
+  if (at == std::string::npos) return names;
+  at = json.find('[', at);
+  int depth = 0;
+  size_t end = at;
+  for (; end < json.size(); ++end) {
+    depth += json[end] == '[' ? 1 : json[end] == ']' ? -1 : 0;
+    if (depth == 0) break;
+  }
+  const std::string section = json.substr(at, end - at);
+  static const std::regex name(R"re("name"\s*:\s*"([^"]+)")re");
+  for (std::sregex_iterator i(section.begin(), section.end(), name), e; i != e; ++i) {
+    const std::string n = (*i)[1];
+    // Only the presets themselves, not the configurePreset they point at or a workflow's steps.
+    if (std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
+  }
+  return names;
+}
+
+std::string targets() {
+  static const std::string all = [] {
+    const std::string build = bin_dir().substr(0, bin_dir().find_last_of('/'));
+    FILE* p = popen((std::string(FA_CMAKE_COMMAND) + " --build " + build + " --target help 2>&1").c_str(), "r");
+    std::string out;
+    char buf[4096];
+    size_t got = 0;
+    while (p != nullptr && (got = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, got);
+    if (p != nullptr) pclose(p);
+    return "\n" + out;
+  }();
+  return all;
+}
+
+// A cmake or ctest line: "" when its presets and targets exist, else what is wrong.
+std::string check_cmake_line(const std::string& cmd) {
+  std::istringstream in(cmd);
+  std::vector<std::string> w;
+  for (std::string s; in >> s && s[0] != '#';) w.push_back(s);
+  std::string kind = "configurePresets";
+  if (w[0] == "ctest") kind = "testPresets";
+  for (const std::string& s : w) {
+    if (s == "--build") kind = "buildPresets";
+    if (s == "--workflow") kind = "workflowPresets";
+  }
+  for (size_t i = 1; i + 1 < w.size(); ++i) {
+    if (w[i] == "--preset") {
+      const std::vector<std::string> names = presets(kind);
+      if (std::find(names.begin(), names.end(), w[i + 1]) == names.end())
+        return "no " + kind + " entry '" + w[i + 1] + "' in CMakePresets.json";
+    }
+    if (w[i] == "--target" && targets().find("\n" + w[i + 1] + ":") == std::string::npos)
+      return "no target '" + w[i + 1] + "' in this build";
+  }
+  return "";
+}
+
+bool in_child() { return std::getenv("FA_README_TEST_CHILD") != nullptr; }
+
+}  // namespace
+
+TEST(ReadmeCommands, EveryProgramLineOfTheReadmesRuns) {
+  if (in_child()) GTEST_SKIP() << "run by a README command: not again";
+  int programs = 0, cmake_lines = 0;
+  for (const std::string& readme : readmes())
+    for (const std::string& line : code_lines(readme))
+      for (const std::string& cmd : split_and(line)) {
+        if (cmd.rfind("cmake ", 0) == 0 || cmd.rfind("ctest ", 0) == 0) {
+          ++cmake_lines;
+          EXPECT_EQ(check_cmake_line(cmd), "") << readme << ": " << cmd;
+          continue;
+        }
+        const std::string program = program_of(cmd);
+        if (program.empty()) continue;
+        ++programs;
+        const Ran r = run(program, cmd.substr(cmd.find(program) + program.size()));
+        EXPECT_EQ(r.code, 0) << readme << ": " << cmd << "\n" << tail(r.output);
+      }
+  std::cout << programs << " program lines run, " << cmake_lines << " cmake/ctest lines checked\n";
+  EXPECT_GE(programs, 20) << "the READMEs show fewer program lines than expected: parser broken?";
+  EXPECT_GE(cmake_lines, 10);
+}
+
+TEST(ReadmeCommands, EveryCommandTheProgramsPrintRuns) {
+  if (in_child()) GTEST_SKIP() << "run by a README command: not again";
+  for (const fa::PrintedCommand& c : fa::printed_commands()) {
+    ASSERT_TRUE(is_program(c.program)) << c.id << ": no program " << c.program;
+    const Ran r = run(c.program, c.args);
+    EXPECT_EQ(r.code, 0) << c.id << ": " << c.line() << "\n" << tail(r.output);
+  }
+}
+
+// --help of every chapter program: exit 0, its options, its kernels, and the example it prints
+// (which the test above runs) is the one in fa::printed_commands().
+TEST(ReadmeCommands, HelpListsOptionsKernelsAndTheExample) {
+  for (const fa::PrintedCommand& c : fa::printed_commands()) {
+    if (c.id.size() < 5 || c.id.compare(c.id.size() - 5, 5, ".help") != 0) continue;
+    const Ran r = run(c.program, "--help");
+    EXPECT_EQ(r.code, 0) << c.program << " --help\n" << r.output;
+    EXPECT_NE(r.output.find("example:\n  " + c.line() + "\n"), std::string::npos)
+        << c.program << " --help should end with its example\n" << r.output;
+    if (c.program.rfind("ch0", 0) == 0 && c.program != "ch00_gpu_basics") {
+      EXPECT_NE(r.output.find("--kernel"), std::string::npos) << r.output;
+      EXPECT_NE(r.output.find("kernels ("), std::string::npos)
+          << c.program << " --help should list its kernels\n" << r.output;
+    }
+  }
+}
+
+// Mistakes a user makes: exit 2 and a message that speaks of the input, not of our source code.
+TEST(ReadmeCommands, BadInputExitsTwoWithAPlainMessage) {
+  struct Bad {
+    std::string program, args, says;
+  };
+  const std::vector<Bad> cases = {
+      {"ch05_flash_forward", "--kernel=nope", "05/v1_scalar_fp32"},  // lists the kernels
+      {"ch05_flash_forward", "--head_dim=48", "head_dim 48"},
+      {"ch05_flash_forward", "--kernel=05/v1_scalar_fp32 --dtype=bf16", "it takes"},
+      {"ch05_flash_forward", "--seq_q=99999999999", "GPU memory"},
+      {"ch05_flash_forward", "--seq_q=99999999999999999999", "out of range"},
+      {"ch05_flash_forward", "--repeats=-5", "at least 1"},
+      {"ch05_flash_forward", "--batch=0", "at least 1"},
+      {"ch05_flash_forward", "--causal=maybe", "flag"},
+      {"ch06_flash_backward", "--dtype=fp8", "unknown dtype"},
+      {"ch06_flash_backward", "--head_dim=100000", "head_dim 100000"},
+      {"ch01_safe_softmax", "--rows=0 --cols=5", "at least 1"},
+      {"ch01_safe_softmax", "--rows=1,2 --cols=1,2,3", "paired"},
+      {"ch02_online_softmax", "--nope", "unknown option --nope"},
+      {"ch03_tiled_matmul", "--sweep=9:1", "--sweep"},
+      {"ch04_coalesced_loads", "--repeats=0", "at least 1"},
+      {"tour", "99", "no chapter '99'"},
+      {"tour", "--nope", "no chapter '--nope'"},
+  };
+  for (const Bad& b : cases) {
+    const Ran r = run(b.program, b.args);
+    EXPECT_EQ(r.code, 2) << b.program << " " << b.args << "\n" << r.output;
+    EXPECT_NE(r.output.find(b.says), std::string::npos) << b.program << " " << b.args << "\n" << r.output;
+    EXPECT_EQ(r.output.find(".cpp:"), std::string::npos) << "a source location in\n" << r.output;
+    EXPECT_EQ(r.output.find("requirement failed"), std::string::npos) << r.output;
+  }
+}
+
+// The code the READMEs print is compiled by the build (chapters/user/snippets/): each copy that
+// says "<!-- snippet: PATH" must equal that file, so the two cannot drift apart.
+TEST(ReadmeSnippets, EqualTheFilesTheBuildCompiles) {
+  int found = 0;
+  for (const std::string readme : {kSource + "/README.md", kSource + "/chapters/user/README.md"}) {
+    const std::string text = read_text(readme);
+    const std::string mark = "<!-- snippet: ";
+    int here = 0;
+    for (size_t at = text.find(mark); at != std::string::npos; at = text.find(mark, at + 1)) {
+      const size_t path_at = at + mark.size();
+      const std::string path = text.substr(path_at, text.find_first_of(" \n", path_at) - path_at);
+      const size_t open = text.find("```", at);
+      const size_t body = text.find('\n', open) + 1;
+      const size_t close = text.find("\n```", body - 1);
+      ASSERT_NE(close, std::string::npos) << readme << ": no code block after " << path;
+      const std::string quoted = text.substr(body, close + 1 - body);
+      EXPECT_EQ(quoted, read_text(kSource + "/" + path))
+          << readme << " quotes " << path << ", but the two differ: copy the file into the README";
+      ++here;
+    }
+    EXPECT_GE(here, 1) << readme << " should quote a compiled snippet";
+    found += here;
+  }
+  EXPECT_GE(found, 2);
+}
