@@ -65,9 +65,19 @@ struct AttentionShape {
 };
 
 // The last key index that query row i may see (inclusive), bottom-right aligned. Negative means
-// the row sees no key. Without causal masking every row sees keys 0..seq_k-1.
+// the row sees no key. Without causal masking every row sees keys 0..seq_k-1. This is the one
+// place the alignment is written down; kernels, references and models all call it.
 FA_HD int64_t causal_last_key(int64_t i, int64_t seq_q, int64_t seq_k) {
   return i + (seq_k - seq_q);
 }
+
+// The inverse: the first query row that sees key j (causal_last_key(i) >= j exactly when
+// i >= causal_first_query(j)). Negative means every row sees key j.
+FA_HD int64_t causal_first_query(int64_t j, int64_t seq_q, int64_t seq_k) {
+  return j - causal_last_key(0, seq_q, seq_k);
+}
+
+// Tiles (or blocks) of `b` needed to cover `a` items: ceil(a / b) for a >= 0, b > 0.
+constexpr FA_HD int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 }  // namespace fa

@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <string>
 
+#include "shapes.h"
+
 namespace fa::ch00 {
 
 // ---- 1. Arithmetic about a GPU -----------------------------------------------------------------
@@ -20,8 +22,9 @@ namespace fa::ch00 {
 constexpr int kWarpSize = 32;  // every NVIDIA GPU so far; the device query prints the real value
 
 // Blocks needed to cover n items with `per_block` items per block: the rounded-up division every
-// launch starts with. ceil_div(1000003, 256) = 3907 blocks.
-constexpr int64_t ceil_div(int64_t n, int64_t per_block) { return (n + per_block - 1) / per_block; }
+// launch starts with, defined once for the whole repository in shapes.h.
+// ceil_div(1000003, 256) = 3907 blocks.
+using fa::ceil_div;
 
 // A launch of ceil_div(n, block) blocks starts this many threads past the end of an n-element
 // array. Without an `if (i < n)` test each of them reads and writes out of bounds.

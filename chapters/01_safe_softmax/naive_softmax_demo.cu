@@ -32,7 +32,7 @@ namespace ch01 {
 
 void naive_softmax_demo(const float* x, float* y, fa::SoftmaxShape s, cudaStream_t stream) {
   if (s.rows == 0 || s.cols == 0) return;
-  const int64_t blocks = std::min<int64_t>((s.rows + kThreads - 1) / kThreads, 65535);
+  const int64_t blocks = std::min<int64_t>(fa::ceil_div(s.rows, kThreads), 65535);
   naive_softmax_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(x, y, s.rows, s.cols);
   FA_CHECK_LAUNCH();
 }

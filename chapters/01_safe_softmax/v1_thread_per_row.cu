@@ -63,7 +63,7 @@ __global__ void softmax_thread_per_row_kernel(const float* __restrict__ x, float
 
 void softmax_v1(const float* x, float* y, fa::SoftmaxShape s, cudaStream_t stream) {
   if (s.rows == 0 || s.cols == 0) return;
-  const int64_t blocks = std::min<int64_t>((s.rows + kThreads - 1) / kThreads, 1 << 20);
+  const int64_t blocks = std::min<int64_t>(fa::ceil_div(s.rows, kThreads), 1 << 20);
   softmax_thread_per_row_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
       x, y, s.rows, s.cols);
   FA_CHECK_LAUNCH();

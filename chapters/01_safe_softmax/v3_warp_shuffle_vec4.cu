@@ -126,8 +126,8 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 // About kUnroll units per thread, rounded up to a whole warp, between 1 and 32 warps.
 int threads_for(int64_t units) {
-  const int64_t want = (units + kUnroll - 1) / kUnroll;
-  const int64_t warps = std::clamp<int64_t>((want + kWarp - 1) / kWarp, 1, kMaxThreads / kWarp);
+  const int64_t want = fa::ceil_div(units, kUnroll);
+  const int64_t warps = std::clamp<int64_t>(fa::ceil_div(want, kWarp), 1, kMaxThreads / kWarp);
   return static_cast<int>(warps * kWarp);
 }
 

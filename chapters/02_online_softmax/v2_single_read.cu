@@ -123,7 +123,7 @@ void launch(bool vec4, const float* x, float* y, fa::SoftmaxShape s, cudaStream_
   static_assert(int64_t(kGroup) * 4 * kVec <= ch02::kSingleReadMaxCols || kGroup == 32,
                 "capacity above the fallback threshold would never be used");
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(
-      (s.rows + kRowsPerBlock - 1) / kRowsPerBlock, std::numeric_limits<int>::max()));
+      fa::ceil_div(s.rows, kRowsPerBlock), std::numeric_limits<int>::max()));
   if (vec4)
     single_read_kernel<kGroup, kBlock, kVec, true><<<blocks, kBlock, 0, stream>>>(x, y, s.rows, s.cols);
   else

@@ -6,6 +6,7 @@
 
 #include "check.h"
 #include "cli.h"
+#include "shapes.h"
 
 namespace fa::ch03 {
 
@@ -19,12 +20,12 @@ WaveInfo wave_info(int64_t M, int64_t N, int tile_m, int tile_n, int sms, int bl
   w.tile_n = tile_n;
   w.sms = sms;
   w.blocks_per_sm = blocks_per_sm;
-  w.tiles_m = (M + tile_m - 1) / tile_m;
-  w.tiles_n = (N + tile_n - 1) / tile_n;
+  w.tiles_m = ceil_div(M, tile_m);
+  w.tiles_n = ceil_div(N, tile_n);
   w.tiles = w.tiles_m * w.tiles_n;
   w.slots = int64_t(sms) * blocks_per_sm;
   w.waves = double(w.tiles) / double(w.slots);
-  w.waves_launched = (w.tiles + w.slots - 1) / w.slots;
+  w.waves_launched = ceil_div(w.tiles, w.slots);
   w.last_wave_tiles = w.tiles - (w.waves_launched - 1) * w.slots;
   w.last_wave_occupancy = double(w.last_wave_tiles) / double(w.slots);
   w.useful_fraction = double(M) * double(N) /

@@ -21,7 +21,7 @@ struct TileCoords {
 };
 
 __device__ __forceinline__ TileCoords tile_coords(int64_t cols) {
-  const int64_t tiles_c = (cols + kTile - 1) / kTile;
+  const int64_t tiles_c = ceil_div(cols, kTile);
   return {int64_t(blockIdx.x / tiles_c) * kTile, int64_t(blockIdx.x % tiles_c) * kTile};
 }
 
@@ -29,7 +29,7 @@ template <class Kernel>
 void launch_transpose(Kernel kernel, const float* in, float* out, TransposeShape s,
                       cudaStream_t stream) {
   if (s.rows == 0 || s.cols == 0) return;
-  const int64_t tiles = ((s.rows + kTile - 1) / kTile) * ((s.cols + kTile - 1) / kTile);
+  const int64_t tiles = ceil_div(s.rows, kTile) * ceil_div(s.cols, kTile);
   FA_REQUIRE(tiles <= 0x7fffffff, "too many tiles for gridDim.x");
   kernel<<<unsigned(tiles), dim3(kTile, kRowsPerPass), 0, stream>>>(in, out, s.rows, s.cols);
   FA_CHECK_LAUNCH();

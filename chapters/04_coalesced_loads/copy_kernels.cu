@@ -11,7 +11,7 @@ constexpr int kBlocksPerSmHint = 16;
 constexpr int kSmsHint = 132;  // enough blocks for any current GPU; grid-stride covers the rest
 
 int grid_for(int64_t work) {
-  const int64_t want = (work + kThreads - 1) / kThreads;
+  const int64_t want = ceil_div(work, kThreads);
   const int64_t cap = int64_t(kSmsHint) * kBlocksPerSmHint;
   return int(want < cap ? (want > 0 ? want : 1) : cap);
 }

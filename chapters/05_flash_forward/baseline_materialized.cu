@@ -64,12 +64,13 @@ __global__ void __launch_bounds__(kSoftmaxThreads)
 masked_softmax_rows(const float* S, T* P, float* __restrict__ Lse,  // S and P alias in fp32
                     int64_t rows, int64_t seq_q, int64_t seq_k, float scale, bool causal) {
   __shared__ float scratch[kSoftmaxThreads / 32];
+  const int64_t offset = causal_last_key(0, seq_q, seq_k);  // causal_last_key(i) = i + offset
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const int64_t i = row % seq_q;  // query index within its head
-    // Keys 0..visible-1 are visible (bottom-right causal alignment: j <= i + seq_k - seq_q).
+    // Keys 0..visible-1 are visible (bottom-right causal alignment: j <= causal_last_key(i)).
     int64_t visible = seq_k;
     if (causal) {
-      const int64_t last = i + (seq_k - seq_q);
+      const int64_t last = i + offset;
       visible = last < 0 ? 0 : (last + 1 < seq_k ? last + 1 : seq_k);
     }
     const float* s = S + row * seq_k;

@@ -17,8 +17,8 @@ void flash_forward_head(const HeadView& h, int64_t Br, int64_t Bc, double* O, do
   const Acc kNegInf = -std::numeric_limits<Acc>::infinity();
   const int64_t Nq = h.seq_q, Nk = h.seq_k, D = h.d;
   const Acc scale = static_cast<Acc>(h.scale);
-  // Bottom-right alignment: query i sees keys j <= i + offset.
-  const int64_t offset = Nk - Nq;
+  // Bottom-right alignment (shapes.h): query i sees keys j <= last_key(i).
+  auto last_key = [&](int64_t i) { return causal_last_key(i, Nq, Nk); };
 
   // Per-tile state, sized once: S and P are Br x Bc, the accumulator Br x D.
   std::vector<Acc> S(Br * Bc), m(Br), l(Br), acc(Br * D);
@@ -34,9 +34,9 @@ void flash_forward_head(const HeadView& h, int64_t Br, int64_t Bc, double* O, do
     // Causal: the last key any row of this tile may see belongs to its last row. Tiles that start
     // after it are entirely above the diagonal: the loop simply stops before them.
     const int64_t last_row = row0 + rows - 1;
-    const int64_t kv_end = h.causal ? std::clamp<int64_t>(last_row + offset + 1, 0, Nk) : Nk;
+    const int64_t kv_end = h.causal ? std::clamp<int64_t>(last_key(last_row) + 1, 0, Nk) : Nk;
     if (counts != nullptr) {
-      const int64_t all_tiles = (Nk + Bc - 1) / Bc, visited = (kv_end + Bc - 1) / Bc;
+      const int64_t all_tiles = ceil_div(Nk, Bc), visited = ceil_div(kv_end, Bc);
       counts->skipped += all_tiles - visited;
     }
 
@@ -46,7 +46,7 @@ void flash_forward_head(const HeadView& h, int64_t Br, int64_t Bc, double* O, do
       // A tile needs the element-wise mask when the diagonal crosses it: its last key is past
       // what the FIRST row of the Q tile may see. (Ragged ends need no mask here: the loops stop
       // at `cols`. The GPU kernel pads the tile and must mask them.)
-      const bool diagonal = h.causal && (col0 + cols - 1) > (row0 + offset);
+      const bool diagonal = h.causal && (col0 + cols - 1) > last_key(row0);
       if (counts != nullptr) (diagonal || cols < Bc ? counts->masked : counts->full) += 1;
 
       for (int64_t r = 0; r < rows; ++r) {
@@ -57,7 +57,7 @@ void flash_forward_head(const HeadView& h, int64_t Br, int64_t Bc, double* O, do
         for (int64_t c = 0; c < cols; ++c) {
           const int64_t j = col0 + c;
           Acc s = kNegInf;
-          if (!diagonal || j <= i + offset) {
+          if (!diagonal || j <= last_key(i)) {
             const float* kj = h.k + j * D;
             Acc dot = 0;
             for (int64_t d = 0; d < D; ++d) dot += Acc(qi[d]) * Acc(kj[d]);

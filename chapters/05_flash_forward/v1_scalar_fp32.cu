@@ -85,8 +85,9 @@ flash_fwd_v1_kernel(const float* __restrict__ Q, const float* __restrict__ K,
   float m = -INFINITY;  // running max of this row's scores
   float l = 0.0f;       // running sum of exp(score - m)
 
-  // Bottom-right causal alignment: query i sees keys j <= i + offset.
-  const int64_t offset = seq_k - seq_q;
+  // Bottom-right causal alignment: query i sees keys j <= causal_last_key(i) = i + offset
+  // (shapes.h). The offset is hoisted once here; the loops below only add it.
+  const int64_t offset = causal_last_key(0, seq_q, seq_k);
   const int64_t last_row = (row0 + kBr < seq_q ? row0 + kBr : seq_q) - 1;
   int64_t kv_end = seq_k;  // one past the last key any row of this tile may see
   if (causal) {
@@ -171,7 +172,7 @@ flash_fwd_v1_kernel(const float* __restrict__ Q, const float* __restrict__ K,
 
 template <int D> void launch_v1(const AttentionFwdArgs& a, cudaStream_t stream) {
   const AttentionShape& s = a.shape;
-  const int64_t num_q_tiles = (s.seq_q + kBr - 1) / kBr;
+  const int64_t num_q_tiles = ceil_div(s.seq_q, kBr);
   const int64_t blocks = num_q_tiles * s.bh();
   FA_UNSUPPORTED_IF(blocks > 0x7fffffffLL, "v1: more than 2^31-1 blocks (batch*heads*Q tiles)");
   flash_fwd_v1_kernel<D><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(

@@ -132,12 +132,12 @@ flash_fwd_v3_kernel(const Params p) {
   const T* V = static_cast<const T*>(p.v) + bh * seq_k * D;
 
   // ---- How many K/V tiles this Q tile needs. Causal (bottom-right): query i sees keys
-  // j <= i + seq_k - seq_q, so the last real row of the tile bounds the loop; tiles entirely
-  // above the diagonal are never loaded.
-  int64_t n_tiles = (seq_k + kBc - 1) / kBc;
+  // j <= causal_last_key(i) = i + seq_k - seq_q, so the last real row of the tile bounds the loop;
+  // tiles entirely above the diagonal are never loaded.
+  int64_t n_tiles = ceil_div(seq_k, kBc);
   if (p.causal) {
     const int64_t last_row = (q0 + kBr < seq_q ? q0 + kBr : seq_q) - 1;
-    const int64_t last_key = last_row + seq_k - seq_q;
+    const int64_t last_key = causal_last_key(last_row, seq_q, seq_k);
     n_tiles = last_key < 0 ? 0 : (last_key / kBc + 1 < n_tiles ? last_key / kBc + 1 : n_tiles);
   }
 
@@ -150,20 +150,23 @@ flash_fwd_v3_kernel(const Params p) {
   for (int h = 0; h < 2; ++h) {
     const int64_t row = warp_row0 + g + 8 * h;
     int64_t lk = seq_k - 1;
-    if (p.causal && row + seq_k - seq_q < lk) lk = row + seq_k - seq_q;
+    const int64_t causal_lk = causal_last_key(row, seq_q, seq_k);
+    if (p.causal && causal_lk < lk) lk = causal_lk;
     last_key_of[h] = int(lk < -1 ? -1 : lk);
   }
   // The smallest of those over the warp (its first row): a tile whose keys all lie at or below it
   // needs no mask for any row of the warp.
   const int warp_last_key = int(
-      p.causal ? (warp_row0 + seq_k - seq_q < seq_k - 1 ? warp_row0 + seq_k - seq_q : seq_k - 1)
+      p.causal ? (causal_last_key(warp_row0, seq_q, seq_k) < seq_k - 1
+                      ? causal_last_key(warp_row0, seq_q, seq_k)
+                      : seq_k - 1)
                : seq_k - 1);
 
   // The largest over the warp (its last row): a tile starting after it is invisible to the whole
   // warp, which then skips it (idea 2).
   const int warp_max_key = int(
-      p.causal ? (warp_row0 + kRowsPerWarp - 1 + seq_k - seq_q < seq_k - 1
-                      ? warp_row0 + kRowsPerWarp - 1 + seq_k - seq_q
+      p.causal ? (causal_last_key(warp_row0 + kRowsPerWarp - 1, seq_q, seq_k) < seq_k - 1
+                      ? causal_last_key(warp_row0 + kRowsPerWarp - 1, seq_q, seq_k)
                       : seq_k - 1)
                : seq_k - 1);
   // Idea 1: c = |scale| * log2(e) multiplies inside the exponent's FMA; a negative scale flips S.
@@ -398,7 +401,7 @@ flash_fwd_v3_kernel(const Params p) {
 
 template <class T, int D> void launch(const AttentionFwdArgs& a, cudaStream_t stream) {
   const AttentionShape& s = a.shape;
-  const int64_t num_q_tiles = (s.seq_q + kBr - 1) / kBr;
+  const int64_t num_q_tiles = ceil_div(s.seq_q, kBr);
   const int64_t blocks = num_q_tiles * s.bh();
   FA_UNSUPPORTED_IF(blocks > INT_MAX, "05/v3_fused_scale_warp_skip: more than 2^31-1 thread blocks");
   FA_UNSUPPORTED_IF(s.seq_q > INT_MAX - 2 * kBr || s.seq_k > INT_MAX - 2 * kBr,

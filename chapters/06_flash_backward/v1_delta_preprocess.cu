@@ -68,7 +68,7 @@ void launch_typed(const void* o, const void* dout, float* delta, const Attention
                   cudaStream_t st) {
   const int64_t rows = s.lse_numel();
   if (rows == 0) return;
-  const int64_t blocks = (rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  const int64_t blocks = ceil_div(rows, kWarpsPerBlock);
   FA_REQUIRE(blocks <= 0x7fffffff, "too many rows for one grid");
   constexpr int kElems = Vec16<T>::kElems;
   // Every row starts on a 16-byte boundary when head_dim is a multiple of the vector width and

@@ -36,7 +36,7 @@ __global__ void __launch_bounds__(kThreads)
     forward_row_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                        T* __restrict__ o, float* __restrict__ lse, int64_t seq_q, int64_t seq_k,
                        float scale, bool causal) {
-  const int64_t tiles = (seq_q + kThreads - 1) / kThreads;
+  const int64_t tiles = ceil_div(seq_q, kThreads);
   const int64_t bh = int64_t(blockIdx.x) / tiles;
   const int64_t i = (int64_t(blockIdx.x) % tiles) * kThreads + threadIdx.x;
   if (i >= seq_q) return;
@@ -51,8 +51,9 @@ __global__ void __launch_bounds__(kThreads)
     acc[d] = 0.0f;
   }
   float m = -INFINITY, l = 0.0f;
-  // Keys this row sees: all of them, or j <= i + (seq_k - seq_q) under bottom-right causal.
-  const int64_t n_keys = causal ? min(seq_k, max(int64_t(0), i + (seq_k - seq_q) + 1)) : seq_k;
+  // Keys this row sees: all of them, or j <= causal_last_key(i) under bottom-right causal.
+  const int64_t n_keys =
+      causal ? min(seq_k, max(int64_t(0), causal_last_key(i, seq_q, seq_k) + 1)) : seq_k;
   for (int64_t j = 0; j < n_keys; ++j) {
     float s = 0.0f;
 #pragma unroll
@@ -74,7 +75,7 @@ __global__ void __launch_bounds__(kThreads)
 
 template <class T, int D> void launch(const AttentionFwdArgs& a, cudaStream_t st) {
   const AttentionShape& s = a.shape;
-  const int64_t blocks = s.bh() * ((s.seq_q + kThreads - 1) / kThreads);
+  const int64_t blocks = s.bh() * ceil_div(s.seq_q, kThreads);
   if (blocks == 0) return;
   FA_REQUIRE(blocks <= 0x7fffffff, "too many blocks for gridDim.x");
   forward_row_kernel<T, D><<<static_cast<unsigned>(blocks), kThreads, 0, st>>>(

@@ -48,8 +48,6 @@ struct BwdParams {
   bool causal;
 };
 
-__host__ __device__ constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
 // Sum over the kGroup = 4 consecutive lanes that share a row. Every lane of the warp must call it.
 __device__ __forceinline__ float group_sum(float x) {
   x += __shfl_xor_sync(0xffffffffu, x, 1);
@@ -89,8 +87,7 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(BwdParams p) {
   const int64_t k0 = (int64_t(blockIdx.x) % n_ktiles) * kBc;
   const int g = threadIdx.x % kGroup;
   const int64_t j = k0 + threadIdx.x / kGroup;  // this group's key row
-  const bool valid_j = j < p.seq_k;
-  const int64_t diag = p.seq_k - p.seq_q;       // causal: query i sees key j iff j <= i + diag
+  const bool valid_j = j < p.seq_k;  // causal: query i sees key j iff j <= causal_last_key(i)
 
   const float* Q = p.q + bh * p.seq_q * D;
   const float* dO = p.dout + bh * p.seq_q * D;
@@ -107,10 +104,11 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(BwdParams p) {
     dv[c] = 0.0f;
   }
 
-  // Causal: the first query that sees key k0 is k0 - diag; the Q tiles before it see nothing of
-  // this K tile (fully masked) and are skipped. A K tile no query sees loops zero times and
-  // writes dK = dV = 0.
-  const int64_t i_first = p.causal ? max(int64_t(0), k0 - diag) : int64_t(0);
+  // Causal: the first query that sees key k0 is causal_first_query(k0); the Q tiles before it see
+  // nothing of this K tile (fully masked) and are skipped. A K tile no query sees loops zero times
+  // and writes dK = dV = 0.
+  const int64_t i_first =
+      p.causal ? max(int64_t(0), causal_first_query(k0, p.seq_q, p.seq_k)) : int64_t(0);
   for (int64_t q0 = (i_first / kBr) * kBr; q0 < p.seq_q; q0 += kBr) {
     __syncthreads();  // everyone is done with the previous Q tile
     for (int x = threadIdx.x; x < kBr * D; x += kThreads) {
@@ -137,7 +135,7 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(BwdParams p) {
       s = group_sum(s);
       dp = group_sum(dp);
       const int64_t i = q0 + r;
-      const bool visible = valid_j && (!p.causal || j <= i + diag);
+      const bool visible = valid_j && (!p.causal || j <= causal_last_key(i, p.seq_q, p.seq_k));
       const float pij = prob(s * p.scale, L_s[r], visible);
       // EXERCISE(ds-dkdv): ds = P o (dP - D): pij * (dp - D_s[r]); then for every owned column c: dv[c] += pij * dO[i] (from do_s[r]) and dk[c] += ds * q[i] (from q_s[r]); the scale of dK comes at the store
       const float ds = pij * (dp - D_s[r]);
@@ -194,7 +192,6 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(BwdParams p) {
   const int g = threadIdx.x % kGroup;
   const int64_t i = q0 + threadIdx.x / kGroup;  // this group's query row
   const bool valid_i = i < p.seq_q;
-  const int64_t diag = p.seq_k - p.seq_q;
 
   const float* K = p.k + bh * p.seq_k * D;
   const float* V = p.v + bh * p.seq_k * D;
@@ -210,10 +207,11 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(BwdParams p) {
     dq[c] = 0.0f;
   }
 
-  // Causal: the last key any row of this tile sees is (its last row) + diag; K tiles after it
-  // are fully masked and skipped.
+  // Causal: the last key any row of this tile sees is causal_last_key(its last row); K tiles
+  // after it are fully masked and skipped.
   const int64_t last_row = min(q0 + kBr, p.seq_q) - 1;
-  const int64_t k_end = p.causal ? min(p.seq_k, last_row + diag + 1) : p.seq_k;
+  const int64_t k_end =
+      p.causal ? min(p.seq_k, causal_last_key(last_row, p.seq_q, p.seq_k) + 1) : p.seq_k;
   for (int64_t k0 = 0; k0 < k_end; k0 += kBc) {
     __syncthreads();
     for (int x = threadIdx.x; x < kBc * D; x += kThreads) {
@@ -235,7 +233,7 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(BwdParams p) {
       s = group_sum(s);
       dp = group_sum(dp);
       const int64_t j = k0 + cc;
-      const bool visible = valid_i && (!p.causal || j <= i + diag);
+      const bool visible = valid_i && (!p.causal || j <= causal_last_key(i, p.seq_q, p.seq_k));
       const float pij = prob(s * p.scale, Li, visible);
       // EXERCISE(ds-dq): the same ds = pij * (dp - Di), here accumulated as dQ_i += ds * k_j: dq[c] += ds * k_s[cc][...] over the owned columns (dQ's scale comes at the store)
       const float ds = pij * (dp - Di);

@@ -71,6 +71,8 @@
 
 namespace {
 
+using fa::causal_last_key;
+using fa::ceil_div;
 using fa::bwd_tc::acc_to_a;
 using fa::bwd_tc::kPad;
 using fa::bwd_tc::load_a;
@@ -155,7 +157,8 @@ __global__ void __launch_bounds__(kThreads, 2) dkdv_kernel(Params p) {
   const int64_t bh = int64_t(blockIdx.x) / p.n_tiles;
   const int64_t k0 = (int64_t(blockIdx.x) % p.n_tiles) * kBc;
   const int64_t seq_q = p.seq_q, seq_k = p.seq_k;
-  const int64_t off = seq_k - seq_q;  // query i sees keys j <= i + off (causal)
+  // Causal (bottom-right): query i sees keys j <= causal_last_key(i) = i + off (shapes.h).
+  const int64_t off = causal_last_key(0, seq_q, seq_k);
 
   const T* Q = static_cast<const T*>(p.q) + bh * seq_q * D;
   const T* dO = static_cast<const T*>(p.dout) + bh * seq_q * D;
@@ -166,7 +169,7 @@ __global__ void __launch_bounds__(kThreads, 2) dkdv_kernel(Params p) {
 
   // The Q tiles that can see this K tile: with causal masking the first query to see key k0 is
   // k0 - off; every tile before the one holding it is entirely masked and skipped.
-  const int64_t n_qt = (seq_q + kBr - 1) / kBr;
+  const int64_t n_qt = ceil_div(seq_q, kBr);
   int64_t qt_begin = 0;
   if (p.causal && k0 - off > 0) qt_begin = (k0 - off) / kBr;  // may be >= n_qt: no work
 
@@ -346,7 +349,7 @@ __global__ void __launch_bounds__(kThreads, 2) dq_kernel(Params p) {
   const int64_t qt = p.n_tiles - 1 - int64_t(blockIdx.x) % p.n_tiles;
   const int64_t q0 = qt * kBr;
   const int64_t seq_q = p.seq_q, seq_k = p.seq_k;
-  const int64_t off = seq_k - seq_q;
+  const int64_t off = causal_last_key(0, seq_q, seq_k);  // query i sees keys j <= i + off
 
   const T* Q = static_cast<const T*>(p.q) + bh * seq_q * D;
   const T* dO = static_cast<const T*>(p.dout) + bh * seq_q * D;
@@ -355,7 +358,7 @@ __global__ void __launch_bounds__(kThreads, 2) dq_kernel(Params p) {
 
   // The K/V tiles this Q tile sees: all of them, or (causal) up to the one holding the last key
   // that the tile's last query sees. None at all if that key is negative.
-  const int64_t n_kt_all = (seq_k + kBc - 1) / kBc;
+  const int64_t n_kt_all = ceil_div(seq_k, kBc);
   int64_t n_kt = n_kt_all;
   if (p.causal) {
     const int64_t last_q = (q0 + kBr < seq_q ? q0 + kBr : seq_q) - 1;
@@ -505,8 +508,8 @@ void launch(const fa::AttentionBwdArgs& a, cudaStream_t stream) {
   p.scale_log2 = p.scale * kLog2e;
   p.causal = s.causal;
 
-  const int64_t n_kt = (s.seq_k + kBc - 1) / kBc;
-  const int64_t n_qt = (s.seq_q + kBr - 1) / kBr;
+  const int64_t n_kt = ceil_div(s.seq_k, kBc);
+  const int64_t n_qt = ceil_div(s.seq_q, kBr);
   FA_REQUIRE(n_kt * s.bh() <= INT32_MAX && n_qt * s.bh() <= INT32_MAX,
              "batch * heads * tiles must fit in gridDim.x");
 

@@ -45,7 +45,7 @@ __global__ void softmax_warp_online(const float* __restrict__ x, float* __restri
 
 void launch(const float* x, float* y, fa::SoftmaxShape shape, cudaStream_t stream) {
   if (shape.rows == 0 || shape.cols == 0) return;
-  const int64_t blocks = (shape.rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  const int64_t blocks = fa::ceil_div(shape.rows, kWarpsPerBlock);
   softmax_warp_online<<<static_cast<unsigned>(blocks), kWarpsPerBlock * kWarp, 0, stream>>>(
       x, y, shape.rows, shape.cols);
   FA_CHECK_LAUNCH();
