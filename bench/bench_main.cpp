@@ -1,4 +1,5 @@
-// fa_bench: every registered kernel at the benchmark shapes.
+// fa_bench: every registered kernel at the repository's benchmark shapes (for attention, the
+// FlashAttention-2 paper's protocol: B = 16384/N, H = 2048/D, N 512 to 16384, D 64 and 128).
 //
 //   fa_bench                                   everything
 //   fa_bench --benchmark_filter=attn_fwd       one family (softmax, gemm, transpose, attn_fwd, attn_bwd,

@@ -15,7 +15,9 @@ fa::RunOptions check_only(uint64_t seed) {
   return o;
 }
 
-// (seq_q, seq_k) pairs from ../shared/reference/checking-and-timing.md.
+// Ragged (seq_q, seq_k) pairs: lengths that are no multiple of any tile (17, 113, 127, 203,
+// 1023, 1025), seq_q < seq_k and seq_q > seq_k (the latter leaves causal rows that see no key),
+// and 1 x 1.
 const std::vector<std::pair<int64_t, int64_t>> kRagged = {
     {1, 1}, {17, 17}, {113, 203}, {203, 113}, {127, 129}, {512, 256}, {1023, 1023}, {1025, 1025}};
 
