@@ -15,7 +15,7 @@ fa::RunOptions check_only(uint64_t seed) {
   return o;
 }
 
-// Ragged (seq_q, seq_k) pairs: lengths that are no multiple of any tile (17, 113, 127, 203,
+// Ragged (seq_q, seq_k) pairs: lengths that are no multiple of any tile (17, 113, 127, 129, 203,
 // 1023, 1025), seq_q < seq_k and seq_q > seq_k (the latter leaves causal rows that see no key),
 // and 1 x 1.
 const std::vector<std::pair<int64_t, int64_t>> kRagged = {
