@@ -7,7 +7,7 @@
 // memory-bound pass and saves a whole row reduction inside the dK/dV and dQ loops.
 //
 // Shared by every 06/ backward kernel (v1 fp32, and the tensor-core versions) so each one reuses
-// the same, tested preprocess. Defined in v1_delta_preprocess.cu.
+// the same, tested preprocess. Defined in delta_preprocess.cu.
 #pragma once
 #include <cuda_runtime_api.h>
 

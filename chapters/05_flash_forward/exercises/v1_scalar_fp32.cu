@@ -3,7 +3,7 @@
 // project is configured with -DFA_BUILD_EXERCISES=ON (preset "exercises").
 // v1_scalar_fp32.cu: the readable FlashAttention forward kernel, fp32, no tensor cores.
 //
-// What changed vs the baseline (baseline_materialized.cu): the N x N score matrix S never exists.
+// What changed vs the baseline (v0_materialized.cu): the N x N score matrix S never exists.
 // The baseline writes S to global memory, reads it back for the softmax, writes P, and reads P
 // again for P V: O(N^2) bytes of traffic and of memory. Here one thread block owns a tile of Br
 // query rows and streams the K/V tiles of its head through shared memory, keeping S and P in

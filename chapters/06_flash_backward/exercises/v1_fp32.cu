@@ -6,7 +6,7 @@
 // What is new compared with the forward of chapter 05: nothing is stored between the passes but
 // O and the log-sum-exp L. The backward recomputes P = exp(scale Q K^T - L) tile by tile, and
 // runs as three kernels on one stream:
-//   1. preprocess  D_i = rowsum(dO_i o O_i)                        (v1_delta_preprocess.cu)
+//   1. preprocess  D_i = rowsum(dO_i o O_i)                        (delta_preprocess.cu)
 //   2. dK, dV      one block per K/V tile, looping over the Q tiles that can see it
 //   3. dQ          one block per Q tile, looping over the K/V tiles it can see
 // Splitting dK/dV from dQ means every output element is owned by exactly one thread, which sums

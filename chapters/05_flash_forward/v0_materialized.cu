@@ -1,4 +1,4 @@
-// baseline_materialized.cu: "standard attention", the way a framework computes it without a fused
+// v0_materialized.cu: "standard attention", the way a framework computes it without a fused
 // kernel. Three steps, each a full pass over an N x N matrix in global memory:
 //
 //   1. S = Q K^T               cuBLAS (batched over batch*heads), S stored in fp32

@@ -1,4 +1,4 @@
-// v1_delta_preprocess.cu: D_i = rowsum(dO_i o O_i), the first kernel of every backward pass here.
+// delta_preprocess.cu: D_i = rowsum(dO_i o O_i), the first kernel of every backward pass here.
 //
 // What it is for: the softmax Jacobian turns dP into dS = P o (dP - D), where D_i = rowsum(P_i o
 // dP_i). That rowsum is over a whole row of the attention matrix, which the tiled kernels never

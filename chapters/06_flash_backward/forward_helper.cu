@@ -1,4 +1,4 @@
-// v1_forward_helper.cu: 06/forward_helper, a small, plainly correct attention forward so that the
+// forward_helper.cu: 06/forward_helper, a small, plainly correct attention forward so that the
 // chapter 06 program can produce the O and L its backward kernels need on its own (the program
 // links only chapter 06; the fast forwards live in chapter 05).
 //
