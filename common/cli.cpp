@@ -19,18 +19,10 @@ std::string canonical(std::string name) {
   return name;
 }
 
-bool is_int(const std::string& text) {
+// Does `text` parse with parse_int (or parse_double)?
+template <class Parse> bool parses(Parse parse, const std::string& text) {
   try {
-    parse_int("", text);
-    return true;
-  } catch (const Error&) {
-    return false;
-  }
-}
-
-bool is_number(const std::string& text) {
-  try {
-    parse_double("", text);
+    parse("", text);
     return true;
   } catch (const Error&) {
     return false;
@@ -121,7 +113,8 @@ bool Cli::parse(const std::vector<std::string>& args) {
     for (const Opt& o : opts_) {
       if (o.is_flag || o.default_value.empty()) continue;
       const std::string first_default = o.default_value.substr(0, o.default_value.find(','));
-      const bool ints = is_int(first_default), numbers = is_number(first_default);
+      const bool ints = parses(parse_int, first_default);
+      const bool numbers = parses(parse_double, first_default);
       std::stringstream items(o.value);
       std::string item;
       while (std::getline(items, item, ',')) {

@@ -242,6 +242,13 @@ int run(const std::vector<std::string>& args) {
   }
   const std::vector<const GemmKernel*> kernels =
       select_kernels<GemmKernel>("03/", cli.get("kernel"));
+  for (const GemmKernel* k : kernels) {  // a kernel named on the command line must have work
+    bool runs = cli.get("kernel") == "all";
+    for (DType t : dtypes) runs = runs || supports(k->dtypes, t);
+    if (!runs)
+      throw UsageError("--kernel=" + k->name + " cannot run " + dtype_list(dtypes) +
+                       "; it takes:\n  " + describe_kernel(*k));
+  }
 
   std::ostream& os = std::cout;
   print_chapter_header(os, "03", "tiled matmul", cli);

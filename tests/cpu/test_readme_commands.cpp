@@ -255,6 +255,7 @@ TEST(ReadmeCommands, BadInputExitsTwoWithAPlainMessage) {
       {"ch01_safe_softmax", "--rows=1,2 --cols=1,2,3", "paired"},
       {"ch02_online_softmax", "--nope", "unknown option --nope"},
       {"ch03_tiled_matmul", "--sweep=9:1", "--sweep"},
+      {"ch03_tiled_matmul", "--kernel=03/v1_naive --dtype=bf16", "it takes"},
       {"ch04_coalesced_loads", "--repeats=0", "at least 1"},
       {"tour", "99", "no chapter '99'"},
       {"tour", "--nope", "no chapter '--nope'"},
