@@ -8,7 +8,8 @@
 //
 // Each benchmark runs one "iteration" whose manual time is the harness's median over many timed
 // runs (CUDA events, warm-up first, L2 flushed before each run). Counters: TFLOP/s for attention
-// and GEMM (attention forward FLOPs = 4*B*H*Nq*Nk*D, halved when causal; backward = 2.5x), GB/s
+// and GEMM (attention forward FLOPs = 4*B*H*D per visible (query, key) pair: Nq*Nk, N(N+1)/2 when
+// causal and square, AttentionShape::visible_pairs() in general; backward = 2.5x), GB/s
 // for memory-bound kernels (each input read once, each output written once).
 #include <benchmark/benchmark.h>
 

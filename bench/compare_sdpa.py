@@ -14,7 +14,8 @@ backward, and prints one markdown table; a CSV and a PNG plot go to --out.
 Only square shapes (seq_q == seq_k) are compared: PyTorch's is_causal is aligned top-left, ours
 bottom-right, and the two agree only when seq_q == seq_k.
 
-FLOPs follow bench/bench_main.cpp: forward 4*B*H*N*N*D (halved when causal), backward 2.5x that.
+FLOPs follow bench/bench_main.cpp: forward 4*B*H*D per visible (query, key) pair (N*N, or
+N*(N+1)/2 when causal), backward 2.5x that.
 Times are medians over CUDA-event-timed runs, with L2 flushed before each (triton.testing.do_bench
 when Triton is installed, our own loop otherwise). A backend that errors is skipped (its cell
 reads "-"), never fatal.
@@ -54,9 +55,8 @@ def parse_ours(path, include_baseline=False):
 
 
 def attention_flops(b, h, n, d, causal, backward):
-    f = 4.0 * b * h * n * n * d
-    if causal:
-        f /= 2
+    pairs = n * (n + 1) // 2 if causal else n * n  # common/shapes.cpp: visible_pairs(), square
+    f = 4.0 * b * h * d * pairs
     return 2.5 * f if backward else f
 
 

@@ -54,10 +54,13 @@ struct AttentionShape {
   int64_t q_numel() const { return bh() * seq_q * head_dim; }
   int64_t k_numel() const { return bh() * seq_k * head_dim; }
   int64_t lse_numel() const { return bh() * seq_q; }
-  // Forward FLOPs: two matmuls of 2*Nq*Nk*D each; causal does about half of them.
+  // The (query, key) pairs of one head that are not masked: seq_q * seq_k, or under causal
+  // masking the sum over rows of the keys each row sees (a closed form, see shapes.cpp). Square
+  // causal problems give N (N + 1) / 2; seq_q != seq_k gives something else than half.
+  int64_t visible_pairs() const;
+  // Forward FLOPs: two matmuls of 2 * D per visible (query, key) pair, 4 * B * H * D * pairs.
   double fwd_flops() const {
-    double f = 4.0 * double(bh()) * double(seq_q) * double(seq_k) * double(head_dim);
-    return causal ? f / 2 : f;
+    return 4.0 * double(bh()) * double(head_dim) * double(visible_pairs());
   }
   // Backward: the convention of the FlashAttention papers (five matmuls, counted as 2.5x).
   double bwd_flops() const { return 2.5 * fwd_flops(); }
