@@ -11,7 +11,8 @@
 // it rounds exactly as the three kernels do: left alone, the compiler would contract x * a + b
 // into one FMA, which is slightly MORE accurate, but then the two outputs would differ in the
 // last bit and we could not compare them bit for bit.
-// (measured: see notes/00_gpu_primer.md)
+// Speed (H100, 2026-11-21): 64 Mi floats, three kernels 0.679 ms, fused 0.229 ms (2.97x;
+// 2348 GB/s, 83% of copy) (notes/measured/h100-2026-11-21/tour.log).
 #include "ch00_gpu_basics.h"
 #include "check.h"
 

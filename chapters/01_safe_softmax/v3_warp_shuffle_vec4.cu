@@ -17,7 +17,8 @@
 // which is why this can come closer to the copy bandwidth than "3 reads" predicts. Chapter 02
 // removes the passes themselves.
 //
-// Speed: (measured: see notes/01_safe_softmax.md)
+// Speed (H100, 2026-11-21): 2360 GB/s at 4096x4096 (83.3% of copy), 2235 at 16384x1024 (78.9%)
+// (notes/measured/h100-2026-11-21/tour.log).
 // EXERCISE-KERNELS: 01/v3_warp_shuffle_vec4
 #include <algorithm>
 #include <cstdint>
