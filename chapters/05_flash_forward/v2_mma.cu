@@ -25,6 +25,9 @@
 //   epilogue   O /= l (0 for a row with no visible key); L = ln(sum exp) = (m + log2 l) * ln 2;
 //              O staged through the warp's own (now idle) rows of the Q buffer, written to global
 //              with 16-byte stores; rows past seq_q are not written.
+//   The pieces v3 uses unchanged (tile sizes, shared-memory layout, Params, the Q fragments,
+//   S = Q K^T, O = alpha O + P V, the O store) are functions in ch05_mma_fwd.cuh; the padded tile
+//   and its cp.async loader are common/attention_tiles.cuh.
 //
 // Tile sizes
 //   Br = 128 query rows per block = 8 warps x 16 rows. Every K/V tile brought into shared memory
@@ -83,6 +86,7 @@
 #include <string>
 #include <type_traits>
 
+#include "ch05_mma_fwd.cuh"
 #include "check.h"
 #include "mma.cuh"
 #include "registry.h"
@@ -90,71 +94,14 @@
 namespace fa {
 namespace {
 
-constexpr int kWarps = 8;
-constexpr int kThreads = kWarps * 32;
-constexpr int kRowsPerWarp = 16;            // one m16 tile per warp
-constexpr int kBr = kWarps * kRowsPerWarp;  // 128 query rows per block
-constexpr int kBc = 64;                     // keys per K/V tile
-constexpr int kPad = 8;                     // 16 bytes of padding per shared-memory row
-
-template <int D> struct SmemLayout {
-  static constexpr int kPitch = D + kPad;  // elements between consecutive rows
-  static constexpr int kQElems = kBr * kPitch;
-  static constexpr int kKVElems = kBc * kPitch;  // one K (or V) buffer
-  static constexpr int kTotalElems = kQElems + 4 * kKVElems;  // Q, K[2], V[2]
-  static constexpr size_t kBytes = size_t(kTotalElems) * 2;
-};
-
-// The single address function for shared tiles: cp.async writes and ldmatrix reads both use it.
-template <int D, class T> __device__ __forceinline__ T* tile_row(T* tile, int row) {
-  return tile + row * SmemLayout<D>::kPitch;
-}
-
-struct Params {
-  const void* q;
-  const void* k;
-  const void* v;
-  void* o;
-  float* lse;
-  int64_t seq_q, seq_k;
-  int num_q_tiles;
-  bool causal;
-  float scale_log2;  // softmax_scale * log2(e)
-};
-
-__device__ __forceinline__ float ex2_approx(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-
-// Copy ROWS rows of a [seq, D] tensor, starting at row0, into a padded shared tile with cp.async.
-// Rows at or past `seq` are zero-filled (the source pointer is then never read; we still pass an
-// in-range one).
-template <int D, int ROWS, class T>
-__device__ __forceinline__ void load_tile_async(T* tile, const T* gmem, int64_t row0, int64_t seq,
-                                                int tid) {
-  constexpr int kChunks = D / 8;  // 16-byte chunks per row
-  static_assert((ROWS * kChunks) % kThreads == 0, "tile must split evenly over the block");
-#pragma unroll
-  for (int i = 0; i < ROWS * kChunks / kThreads; ++i) {
-    const int c = tid + i * kThreads;
-    const int r = c / kChunks, ch = c % kChunks;
-    const int64_t grow = row0 + r;
-    const bool valid = grow < seq;
-    const T* src = gmem + (valid ? grow * D + ch * 8 : 0);
-    mma::cp_async_16(tile_row<D>(tile, r) + ch * 8, src, valid);
-  }
-}
-
-template <int D> constexpr int min_blocks_per_sm() { return D <= 64 ? 2 : 1; }
+// Tiles, shared-memory layout, Params and the shared device pieces: ch05_mma_fwd.cuh.
+using namespace fwd_mma;
 
 template <class T, int D>
 __global__ void __launch_bounds__(kThreads, min_blocks_per_sm<D>())
 flash_fwd_v2_kernel(const Params p) {
   static_assert(D % 16 == 0, "head dim must be a multiple of 16 (k16 slices of Q K^T)");
   constexpr int kKSlices = D / 16;     // k16 slices of Q K^T
-  constexpr int kSTiles = kBc / 8;     // n8 tiles of S (8)
   constexpr int kOTiles = D / 8;       // n8 tiles of O
   constexpr float kNegInf = -INFINITY;
 
@@ -222,18 +169,8 @@ flash_fwd_v2_kernel(const Params p) {
   __syncthreads();
 
   // Q fragments of this warp's 16 rows, one A fragment per k16 slice, kept for the whole kernel.
-  // ldmatrix.x4, lane l addresses row l % 8 of matrix l / 8; the four 8x8 matrices are
-  //   m0 = rows 0-7, cols 0-7   -> a[0]      m1 = rows 8-15, cols 0-7  -> a[1]
-  //   m2 = rows 0-7, cols 8-15  -> a[2]      m3 = rows 8-15, cols 8-15 -> a[3]
-  // (cols relative to the slice), exactly the A fragment order of mma.cuh.
   uint32_t q_frag[kKSlices][4];
-  {
-    const int row = warp * kRowsPerWarp + (lane % 8) + 8 * ((lane / 8) & 1);
-    const int col = 8 * (lane / 16);
-#pragma unroll
-    for (int kk = 0; kk < kKSlices; ++kk)
-      mma::ldmatrix_x4(q_frag[kk], tile_row<D>(sQ, row) + kk * 16 + col);
-  }
+  load_q_fragments<D>(q_frag, sQ, warp, lane);
 
   float o_acc[kOTiles][4];
 #pragma unroll
@@ -279,22 +216,7 @@ flash_fwd_v2_kernel(const Params p) {
 
     // ---- (1) S = Q K_j^T: 16 x 64 per warp.
     float s[kSTiles][4];
-#pragma unroll
-    for (int nt = 0; nt < kSTiles; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[nt][e] = 0.0f;
-#pragma unroll
-    for (int kk = 0; kk < kKSlices; ++kk) {
-#pragma unroll
-      for (int np = 0; np < kSTiles / 2; ++np) {
-        uint32_t kb[4];
-        mma::ldmatrix_x4(kb, tile_row<D>(sKb, np * 16 + k_ld_row) + kk * 16 + k_ld_col);
-        const uint32_t b_lo[2] = {kb[0], kb[1]};
-        const uint32_t b_hi[2] = {kb[2], kb[3]};
-        mma::mma_16816<T>(s[2 * np], q_frag[kk], b_lo);
-        mma::mma_16816<T>(s[2 * np + 1], q_frag[kk], b_hi);
-      }
-    }
+    compute_s<T, D>(s, q_frag, sKb, k_ld_row, k_ld_col);
 
     // ---- Scores to log2 units (see "Softmax in base 2").
 #pragma unroll
@@ -323,16 +245,7 @@ flash_fwd_v2_kernel(const Params p) {
 
     // ---- (3) Online softmax on rows g (h = 0) and g+8 (h = 1).
     float m_new[2] = {m_run[0], m_run[1]};
-#pragma unroll
-    for (int nt = 0; nt < kSTiles; ++nt) {
-      m_new[0] = fmaxf(m_new[0], fmaxf(s[nt][0], s[nt][1]));
-      m_new[1] = fmaxf(m_new[1], fmaxf(s[nt][2], s[nt][3]));
-    }
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {  // the 4 threads of a quad hold the whole row
-      m_new[h] = fmaxf(m_new[h], __shfl_xor_sync(0xffffffffu, m_new[h], 1));
-      m_new[h] = fmaxf(m_new[h], __shfl_xor_sync(0xffffffffu, m_new[h], 2));
-    }
+    row_max(m_new, s);
     float base[2], alpha[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -352,30 +265,7 @@ flash_fwd_v2_kernel(const Params p) {
     }
 
     // ---- (4) O = alpha * O + P V_j.
-#pragma unroll
-    for (int dn = 0; dn < kOTiles; ++dn) {
-      o_acc[dn][0] *= alpha[0];
-      o_acc[dn][1] *= alpha[0];
-      o_acc[dn][2] *= alpha[1];
-      o_acc[dn][3] *= alpha[1];
-    }
-#pragma unroll
-    for (int kk = 0; kk < kBc / 16; ++kk) {
-      // Two S accumulator tiles (2kk, 2kk+1) are one A fragment: see "Register reuse of P".
-      const uint32_t p_frag[4] = {
-          mma::pack2<T>(s[2 * kk][0], s[2 * kk][1]), mma::pack2<T>(s[2 * kk][2], s[2 * kk][3]),
-          mma::pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-          mma::pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-#pragma unroll
-      for (int dp = 0; dp < D / 16; ++dp) {
-        uint32_t vb[4];
-        mma::ldmatrix_x4_trans(vb, tile_row<D>(sVb, kk * 16 + v_ld_row) + dp * 16 + v_ld_col);
-        const uint32_t b_lo[2] = {vb[0], vb[1]};
-        const uint32_t b_hi[2] = {vb[2], vb[3]};
-        mma::mma_16816<T>(o_acc[2 * dp], p_frag, b_lo);
-        mma::mma_16816<T>(o_acc[2 * dp + 1], p_frag, b_hi);
-      }
-    }
+    rescale_o_add_pv<T, D>(o_acc, s, alpha, sVb, v_ld_row, v_ld_col);
   }
 
   // ---- Epilogue. Finish the row sums (each thread summed only its own columns).
@@ -387,33 +277,8 @@ flash_fwd_v2_kernel(const Params p) {
     inv_l[h] = l_run[h] > 0.0f ? 1.0f / l_run[h] : 0.0f;  // l = 0: no visible key, O = 0
   }
 
-  // Stage O (16-bit) in this warp's own 16 rows of sQ: only this warp ever read them (its Q
-  // fragments), and no cp.async targets sQ any more, so a warp-level sync is enough.
-  // Each thread writes 4 bytes at (row g or g+8, col 8dn + 2t): with the padded pitch these 32
-  // writes fall in 32 different banks.
-  // Lanes of a warp may drift apart (independent thread scheduling): make sure every lane's
-  // ldmatrix reads of these rows are done before any lane overwrites them (racecheck caught this).
-  __syncwarp();
-  T* sO = tile_row<D>(sQ, warp * kRowsPerWarp);
-#pragma unroll
-  for (int dn = 0; dn < kOTiles; ++dn) {
-    *reinterpret_cast<uint32_t*>(tile_row<D>(sO, g) + dn * 8 + 2 * t) =
-        mma::pack2<T>(o_acc[dn][0] * inv_l[0], o_acc[dn][1] * inv_l[0]);
-    *reinterpret_cast<uint32_t*>(tile_row<D>(sO, g + 8) + dn * 8 + 2 * t) =
-        mma::pack2<T>(o_acc[dn][2] * inv_l[1], o_acc[dn][3] * inv_l[1]);
-  }
-  __syncwarp();
-  constexpr int kChunks = D / 8;
-  static_assert((kRowsPerWarp * kChunks) % 32 == 0, "O rows must split evenly over the warp");
-#pragma unroll
-  for (int i = 0; i < kRowsPerWarp * kChunks / 32; ++i) {
-    const int c = lane + 32 * i;
-    const int r = c / kChunks, ch = c % kChunks;
-    const int64_t grow = warp_row0 + r;
-    if (grow < seq_q)
-      *reinterpret_cast<uint4*>(O + grow * D + ch * 8) =
-          *reinterpret_cast<const uint4*>(tile_row<D>(sO, r) + ch * 8);
-  }
+  // O (16-bit), staged through the warp's own rows of sQ, then 16-byte stores.
+  store_o_tile<T, D>(O, o_acc, inv_l, sQ, warp, lane, warp_row0, seq_q);
   if (t == 0) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {

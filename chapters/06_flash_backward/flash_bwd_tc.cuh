@@ -1,24 +1,27 @@
 // flash_bwd_tc.cuh: the shared-memory tile loader and the three fragment loaders that the
 // tensor-core backward kernels (06/v2_mma) are built from. Device code only.
 //
-// Shared-memory tiles are row-major [rows][D + kPad] in the 16-bit dtype. The padding of 8
-// elements (16 bytes) shifts each row by 16 bytes modulo 128, so the eight row addresses of one
-// ldmatrix 8x8 matrix fall into eight different 16-byte bank groups: no bank conflicts, with or
-// without .trans, and every 16-byte cp.async destination stays aligned.
+// Shared-memory tiles are the padded tiles of common/attention_tiles.cuh (row-major
+// [rows][D + kPad] in the 16-bit dtype, the layout chapter 05's tensor-core forward uses): the
+// padding of 8 elements (16 bytes) makes every ldmatrix 8x8 matrix free of bank conflicts, with or
+// without .trans, and keeps every 16-byte cp.async destination aligned.
 //
 // The fragment layouts are those of common/mma.cuh (g = lane / 4, t = lane % 4). Each loader
 // below is one ldmatrix.x4; lane l gives the row address of matrix i = l / 8, row r = l % 8.
 #pragma once
 #include <cstdint>
 
+#include "attention_tiles.cuh"
 #include "mma.cuh"
 
 namespace fa::bwd_tc {
 
-constexpr int kPad = 8;  // elements of padding per shared-memory row (16 bytes)
+using fa::tiles::kPad;  // elements of padding per shared-memory row (16 bytes)
 
 // Copy rows [row0, row0 + ROWS) of a [seq, D] row-major matrix `g` into the padded tile `s`,
-// 16 bytes per cp.async. Rows at or past `seq` are zero-filled (nothing is read for them).
+// 16 bytes per cp.async. Rows at or past `seq` are zero-filled (nothing is read for them). The
+// same copies as fa::tiles::load_tile_async, in the strided loop these kernels were tuned with
+// (attention_tiles.cuh says why there are two).
 template <class T, int D, int ROWS, int THREADS>
 __device__ __forceinline__ void load_tile_async(T* s, const T* g, int64_t row0, int64_t seq,
                                                 int tid) {
