@@ -49,7 +49,8 @@ void report(benchmark::State& st, const fa::RunResult& r) {
   if (r.pct > 0) st.counters["pct_of_copy"] = r.pct;
 }
 
-template <class F> void add(const std::string& name, F body) {
+template <class F>
+void add(const std::string& name, F body) {
   benchmark::RegisterBenchmark(name.c_str(), [body](benchmark::State& st) { body(st); })
       ->UseManualTime()
       ->Iterations(1)
@@ -58,7 +59,8 @@ template <class F> void add(const std::string& name, F body) {
 
 // Every registered attention kernel of type K (forward or backward), in each dtype it takes, at
 // D 64 and 128, causal and not, N 512..16384 with B = 16384/N and H = 2048/D.
-template <class K, class Run> void add_attention_protocol(const std::string& family, Run run) {
+template <class K, class Run>
+void add_attention_protocol(const std::string& family, Run run) {
   for (const K* k : fa::entries_with_prefix<K>(""))
     for (fa::DType t : k->dtypes)
       for (int d : k->head_dims) {
@@ -134,7 +136,8 @@ void register_all() {
               fa::fill_random_device(t, dout.data(), s.q_numel(), 2, 0.5f, 1.0f);
               fa::Timing tm = fa::time_gpu(
                   [&](cudaStream_t stream) {
-                    fa::launch_delta_preprocess(o.data(), dout.data(), delta.as<float>(), s, t, stream);
+                    fa::launch_delta_preprocess(o.data(), dout.data(), delta.as<float>(), s, t,
+                                                stream);
                   },
                   timing_only().timing);
               for (auto _ : st) st.SetIterationTime(tm.median_ms * 1e-3);
@@ -143,7 +146,6 @@ void register_all() {
               st.counters["pct_of_copy"] = 100.0 * st.counters["GBps"] / fa::copy_bandwidth_gbps();
             });
       }
-
 }
 
 }  // namespace

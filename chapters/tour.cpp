@@ -22,7 +22,8 @@ int main(int argc, char** argv) {
     if (w == "--help" || w == "-h") {
       std::cout << "usage: tour [chapter numbers...]\nRuns the chapter programs in order at their "
                    "default sizes (all of them, or the ones named).\n\nchapters:\n";
-      for (const fa::Chapter* c : chapters) std::cout << "  " << c->number << "  " << c->title << "\n";
+      for (const fa::Chapter* c : chapters)
+        std::cout << "  " << c->number << "  " << c->title << "\n";
       std::cout << "\nexample:\n  " << fa::printed_command("tour.help").line() << "\n";
       return 0;
     }
@@ -52,10 +53,14 @@ int main(int argc, char** argv) {
   for (const Row& r : rows) {
     std::cout << "  " << r.number << "  " << r.title;
     for (size_t i = r.title.size(); i < 30; ++i) std::cout << ' ';
-    if (r.code == 1) std::cout << "CHECK FAILED";
-    else if (r.code != 0) std::cout << "ERROR";
-    else if (!r.skipped.empty()) std::cout << "CPU tier ok; GPU part skipped: " << r.skipped;
-    else std::cout << "ok: CPU tier and GPU kernels";
+    if (r.code == 1)
+      std::cout << "CHECK FAILED";
+    else if (r.code != 0)
+      std::cout << "ERROR";
+    else if (!r.skipped.empty())
+      std::cout << "CPU tier ok; GPU part skipped: " << r.skipped;
+    else
+      std::cout << "ok: CPU tier and GPU kernels";
     std::cout << "\n";
     if (r.code != 0) ++failed;
   }

@@ -27,10 +27,12 @@ namespace fa::tiles {
 constexpr int kPad = 8;  // elements of padding per shared-memory row (16 bytes)
 
 // Elements between consecutive rows of a padded tile.
-template <int D> constexpr int kPitch = D + kPad;
+template <int D>
+constexpr int kPitch = D + kPad;
 
 // Row `row` of a padded tile.
-template <int D, class T> __device__ __forceinline__ T* padded_row(T* tile, int row) {
+template <int D, class T>
+__device__ __forceinline__ T* padded_row(T* tile, int row) {
   return tile + row * kPitch<D>;
 }
 

@@ -20,8 +20,14 @@ class DeviceBuffer {
 
   void* data() { return ptr_; }
   const void* data() const { return ptr_; }
-  template <class T> T* as() { return static_cast<T*>(ptr_); }
-  template <class T> const T* as() const { return static_cast<const T*>(ptr_); }
+  template <class T>
+  T* as() {
+    return static_cast<T*>(ptr_);
+  }
+  template <class T>
+  const T* as() const {
+    return static_cast<const T*>(ptr_);
+  }
   size_t bytes() const { return bytes_; }
 
   // Fill every byte with 0xFF: NaN in fp32, fp16 and bf16 alike, so an element the kernel never

@@ -26,9 +26,12 @@ cublasHandle_t cublas_handle() {
 
 cudaDataType_t cublas_type(DType t) {
   switch (t) {
-    case DType::F32: return CUDA_R_32F;
-    case DType::F16: return CUDA_R_16F;
-    case DType::BF16: return CUDA_R_16BF;
+    case DType::F32:
+      return CUDA_R_32F;
+    case DType::F16:
+      return CUDA_R_16F;
+    case DType::BF16:
+      return CUDA_R_16BF;
   }
   return CUDA_R_32F;
 }
@@ -48,16 +51,16 @@ __global__ void copy_tail_kernel(const float* __restrict__ in, float* __restrict
   if (i < n) out[i] = in[i];
 }
 
-void gemm_ex(const void* A, const void* B, void* C, cudaDataType_t c_type, GemmShape s,
-             DType dtype, cudaStream_t stream) {
+void gemm_ex(const void* A, const void* B, void* C, cudaDataType_t c_type, GemmShape s, DType dtype,
+             cudaStream_t stream) {
   FA_CUBLAS_CHECK(cublasSetStream(cublas_handle(), stream));
   const float alpha = 1.0f, beta = 0.0f;
   // cuBLAS is column-major. Row-major C = A*B is column-major C^T = B^T * A^T, so we pass B
   // first and swap M and N: no data is moved.
-  FA_CUBLAS_CHECK(cublasGemmEx(cublas_handle(), CUBLAS_OP_N, CUBLAS_OP_N, int(s.N), int(s.M), int(s.K),
-                               &alpha, B, cublas_type(dtype), int(s.N), A, cublas_type(dtype),
-                               int(s.K), &beta, C, c_type, int(s.N), CUBLAS_COMPUTE_32F,
-                               CUBLAS_GEMM_DEFAULT));
+  FA_CUBLAS_CHECK(cublasGemmEx(cublas_handle(), CUBLAS_OP_N, CUBLAS_OP_N, int(s.N), int(s.M),
+                               int(s.K), &alpha, B, cublas_type(dtype), int(s.N), A,
+                               cublas_type(dtype), int(s.K), &beta, C, c_type, int(s.N),
+                               CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 }  // namespace
@@ -83,8 +86,9 @@ double copy_bandwidth_gbps() {
     const int64_t n = int64_t(1) << 28;  // 1 GiB of floats each way
     DeviceBuffer in(n * 4), out(n * 4);
     in.zero();
-    Timing t = time_gpu([&](cudaStream_t s) { copy_kernel_launch(in.as<float>(), out.as<float>(), n, s); },
-                        TimingOptions{3, 20, true});
+    Timing t =
+        time_gpu([&](cudaStream_t s) { copy_kernel_launch(in.as<float>(), out.as<float>(), n, s); },
+                 TimingOptions{3, 20, true});
     return 2.0 * n * 4 / (t.median_ms * 1e-3) / 1e9;
   }();
   return gbps;
@@ -105,8 +109,9 @@ double cublas_tflops(DType dtype, int n) {
   fill_random_device(dtype, B.data(), int64_t(n) * n, 2, 0.0f, 1.0f);
   DeviceBuffer C(size_t(n) * n * el);
   cudaDataType_t c_type = cublas_type(dtype);  // 16-bit output for the 16-bit "peak"
-  Timing t = time_gpu([&](cudaStream_t st) { gemm_ex(A.data(), B.data(), C.data(), c_type, s, dtype, st); },
-                      TimingOptions{3, 20, true});
+  Timing t = time_gpu(
+      [&](cudaStream_t st) { gemm_ex(A.data(), B.data(), C.data(), c_type, s, dtype, st); },
+      TimingOptions{3, 20, true});
   double tf = s.flops() / (t.median_ms * 1e-3) / 1e12;
   cache[key] = tf;
   return tf;

@@ -21,10 +21,12 @@ constexpr double kNoGpuMemoryLimit = 1024.0 * 1024 * 1024 * 1024;
 const std::vector<PrintedCommand>& printed_commands() {
   static const std::vector<PrintedCommand> all = {
       {"ch00.help", "ch00_gpu_basics", "--n=17 --rows=3 --cols=5"},
-      {"ch01.help", "ch01_safe_softmax", "--rows=16384 --cols=1024 --kernel=01/v3_warp_shuffle_vec4"},
+      {"ch01.help", "ch01_safe_softmax",
+       "--rows=16384 --cols=1024 --kernel=01/v3_warp_shuffle_vec4"},
       {"ch02.help", "ch02_online_softmax", "--rows=1024 --cols=100000 --kernel=02/v2_single_read"},
       {"ch02.compare_with_ch01", "ch01_safe_softmax", "--rows=4096,16384 --cols=4096,1024"},
-      {"ch03.help", "ch03_tiled_matmul", "--kernel=03/v5_tensor_core --dtype=bf16 --m=8192 --n=8192 --k=8192"},
+      {"ch03.help", "ch03_tiled_matmul",
+       "--kernel=03/v5_tensor_core --dtype=bf16 --m=8192 --n=8192 --k=8192"},
       {"ch03.explain", "ch03_tiled_matmul", "--explain=2049"},
       {"ch04.help", "ch04_coalesced_loads", "--rows=4096 --cols=16384 --kernel=04/v3_smem_padded"},
       {"ch05.help", "ch05_flash_forward", "--seq_q=4096 --head_dim=128 --dtype=bf16 --causal"},
@@ -70,7 +72,9 @@ void print_no_gpu(std::ostream& os, const std::string& what) {
      << ". The CPU tier above ran in full.\n";
 }
 
-const std::string& skipped_without_gpu() { return g_skipped_without_gpu; }
+const std::string& skipped_without_gpu() {
+  return g_skipped_without_gpu;
+}
 
 int run_chapter(const Chapter& c, const std::vector<std::string>& args,
                 const std::string& program) {
@@ -103,8 +107,9 @@ int chapter_main(const std::string& number, int argc, char** argv) {
 
 // ---- Kernels -----------------------------------------------------------------------------------
 void add_kernel_options(Cli& cli, const std::string& prefix, int repeats_default) {
-  cli.option("kernel", "all", "kernel name(s) to run, comma-separated (default: every " + prefix +
-                                  " kernel, listed below)");
+  cli.option("kernel", "all",
+             "kernel name(s) to run, comma-separated (default: every " + prefix +
+                 " kernel, listed below)");
   if (repeats_default > 0)
     cli.option("repeats", std::to_string(repeats_default), "timed repeats (median reported)");
 }
@@ -122,7 +127,8 @@ std::string kernel_line(const std::string& name, const std::string& dtypes,
   os << std::left << std::setw(30) << name << " " << std::setw(15) << dtypes;
   if (!head_dims.empty()) {
     std::string d = "D=";
-    for (size_t i = 0; i < head_dims.size(); ++i) d += (i ? "," : "") + std::to_string(head_dims[i]);
+    for (size_t i = 0; i < head_dims.size(); ++i)
+      d += (i ? "," : "") + std::to_string(head_dims[i]);
     os << " " << std::setw(15) << d;
   }
   os << " sm_" << min_sm << "+  " << about;
@@ -164,9 +170,12 @@ std::vector<DType> read_dtypes(const Cli& cli) {
 std::string format_bytes(double bytes) {
   std::ostringstream os;
   os << std::fixed << std::setprecision(1);
-  if (bytes < double(1 << 30)) os << bytes / double(1 << 20) << " MiB";
-  else if (bytes < kNoGpuMemoryLimit) os << bytes / double(1 << 30) << " GiB";
-  else os << bytes / kNoGpuMemoryLimit << " TiB";
+  if (bytes < double(1 << 30))
+    os << bytes / double(1 << 20) << " MiB";
+  else if (bytes < kNoGpuMemoryLimit)
+    os << bytes / double(1 << 30) << " GiB";
+  else
+    os << bytes / kNoGpuMemoryLimit << " TiB";
   return os.str();
 }
 
@@ -209,8 +218,9 @@ void add_attention_options(Cli& cli, const AttentionDefaults& d) {
       .option("seq_q", std::to_string(d.seq_q), "query length N_q")
       .option("seq_k", std::to_string(d.seq_k), "key length N_k (0 = seq_q)")
       .option("head_dim", std::to_string(d.head_dim), "head dimension D (see the kernels below)")
-      .flag("causal", "causal mask only (bottom-right aligned); =false: no mask only; "
-                      "default: both")
+      .flag("causal",
+            "causal mask only (bottom-right aligned); =false: no mask only; "
+            "default: both")
       .option("scale", "0", "softmax scale (0 = 1/sqrt(D))")
       .option("dtype", d.dtype, "fp32, fp16, bf16, comma-separated, or all");
 }
@@ -225,8 +235,10 @@ AttentionOptions read_attention_options(const Cli& cli) {
   if (s.seq_k == 0) s.seq_k = s.seq_q;
   s.head_dim = cli.get_count("head_dim");
   s.scale = static_cast<float>(cli.get_double("scale"));
-  if (cli.given("causal")) a.causal = {cli.get_bool("causal")};
-  else a.causal = {false, true};
+  if (cli.given("causal"))
+    a.causal = {cli.get_bool("causal")};
+  else
+    a.causal = {false, true};
   a.dtypes = read_dtypes(cli);
   return a;
 }

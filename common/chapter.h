@@ -31,8 +31,7 @@ namespace fa {
 
 int chapter_main(const std::string& number, int argc, char** argv);
 // Runs a chapter's body; catches and reports its errors as "<program>: error: ..." (exit 2).
-int run_chapter(const Chapter& c, const std::vector<std::string>& args,
-                const std::string& program);
+int run_chapter(const Chapter& c, const std::vector<std::string>& args, const std::string& program);
 
 // The header every chapter prints: its title, the GPU (or that there is none) and the seed.
 void print_chapter_header(std::ostream& os, const std::string& number, const std::string& title,
@@ -72,7 +71,8 @@ std::string describe_kernel(const AttentionFwdKernel& k);
 std::string describe_kernel(const AttentionBwdKernel& k);
 
 // The --help section of the kernels a program can run (read from the registry: no GPU needed).
-template <class K> std::string kernels_help(const std::string& prefix) {
+template <class K>
+std::string kernels_help(const std::string& prefix) {
   std::ostringstream os;
   for (const K* k : entries_with_prefix<K>(prefix)) os << "  " << describe_kernel(*k) << "\n";
   return os.str();
@@ -80,14 +80,15 @@ template <class K> std::string kernels_help(const std::string& prefix) {
 
 // Kernels of a registry type that `--kernel` selects: all with the chapter's prefix, or the ones
 // named (an unknown name throws fa::UsageError listing the choices).
-template <class K> std::vector<const K*> select_kernels(const std::string& prefix,
-                                                        const std::string& requested) {
+template <class K>
+std::vector<const K*> select_kernels(const std::string& prefix, const std::string& requested) {
   std::vector<const K*> all = entries_with_prefix<K>(prefix);
   if (requested.empty() || requested == "all") return all;
   std::vector<const K*> out;
   for (const std::string& want : split_list(requested)) {
     const K* k = find_entry<K>(want);
-    if (k == nullptr || want.rfind(prefix, 0) != 0) throw_unknown_kernel(want, entry_names<K>(prefix));
+    if (k == nullptr || want.rfind(prefix, 0) != 0)
+      throw_unknown_kernel(want, entry_names<K>(prefix));
     out.push_back(k);
   }
   return out;
@@ -136,8 +137,9 @@ double attention_bwd_bytes(const AttentionShape& s, DType t);
 // Throws fa::UsageError unless the kernels can run the request. With --kernel=all some kernel
 // must take the head dim and one of the dtypes; a kernel named on the command line must take the
 // head dim and at least one of the dtypes itself. The message lists what each kernel supports.
-template <class K> void require_supported(const std::vector<const K*>& kernels,
-                                          const AttentionOptions& a, bool named) {
+template <class K>
+void require_supported(const std::vector<const K*>& kernels, const AttentionOptions& a,
+                       bool named) {
   const int d = static_cast<int>(a.shape.head_dim);
   auto runs = [&](const K& k) {
     if (!supports(k.head_dims, d)) return false;
@@ -153,8 +155,8 @@ template <class K> void require_supported(const std::vector<const K*>& kernels,
       continue;
     }
     if (named) {
-      os << "--kernel=" << k->name << " cannot run head_dim " << d << " in "
-         << dtype_list(a.dtypes) << "; it takes:\n  " << describe_kernel(*k);
+      os << "--kernel=" << k->name << " cannot run head_dim " << d << " in " << dtype_list(a.dtypes)
+         << "; it takes:\n  " << describe_kernel(*k);
       throw UsageError(os.str());
     }
   }

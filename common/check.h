@@ -38,28 +38,29 @@ bool sync_after_launch();
 
 }  // namespace fa
 
-#define FA_CUDA_CHECK(expr)                                                    \
-  do {                                                                         \
-    cudaError_t fa_err_ = (expr);                                              \
+#define FA_CUDA_CHECK(expr)                                                                 \
+  do {                                                                                      \
+    cudaError_t fa_err_ = (expr);                                                           \
     if (fa_err_ != cudaSuccess) ::fa::throw_cuda_error(fa_err_, #expr, __FILE__, __LINE__); \
   } while (0)
 
 // Use right after every <<<...>>> launch.
-#define FA_CHECK_LAUNCH()                                                              \
-  do {                                                                                 \
-    FA_CUDA_CHECK(cudaGetLastError());                                                 \
-    if (::fa::sync_after_launch()) FA_CUDA_CHECK(cudaDeviceSynchronize());             \
+#define FA_CHECK_LAUNCH()                                                  \
+  do {                                                                     \
+    FA_CUDA_CHECK(cudaGetLastError());                                     \
+    if (::fa::sync_after_launch()) FA_CUDA_CHECK(cudaDeviceSynchronize()); \
   } while (0)
 
 // A precondition that must hold in Release builds too.
-#define FA_REQUIRE(cond, msg)                                                             \
-  do {                                                                                    \
-    if (!(cond)) ::fa::throw_error(std::string("requirement failed (" #cond "): ") + (msg), \
-                                   __FILE__, __LINE__);                                   \
+#define FA_REQUIRE(cond, msg)                                                              \
+  do {                                                                                     \
+    if (!(cond))                                                                           \
+      ::fa::throw_error(std::string("requirement failed (" #cond "): ") + (msg), __FILE__, \
+                        __LINE__);                                                         \
   } while (0)
 
 // Input the kernel does not handle: a clear, catchable refusal instead of a wrong answer.
-#define FA_UNSUPPORTED_IF(cond, msg)                                           \
-  do {                                                                         \
-    if (cond) ::fa::throw_unsupported((msg), __FILE__, __LINE__);              \
+#define FA_UNSUPPORTED_IF(cond, msg)                              \
+  do {                                                            \
+    if (cond) ::fa::throw_unsupported((msg), __FILE__, __LINE__); \
   } while (0)

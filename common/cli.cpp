@@ -20,7 +20,8 @@ std::string canonical(std::string name) {
 }
 
 // Does `text` parse with parse_int (or parse_double)?
-template <class Parse> bool parses(Parse parse, const std::string& text) {
+template <class Parse>
+bool parses(Parse parse, const std::string& text) {
   try {
     parse("", text);
     return true;
@@ -60,7 +61,8 @@ std::string Cli::usage() const {
   std::ostringstream os;
   os << "usage: " << program_ << " [options]\n" << about_ << "\n\noptions:\n";
   for (const Opt& o : opts_) {
-    std::string left = "  --" + o.name + (o.is_flag ? "[=true|false]" : "=<" + o.default_value + ">");
+    std::string left =
+        "  --" + o.name + (o.is_flag ? "[=true|false]" : "=<" + o.default_value + ">");
     os << left;
     for (size_t i = left.size(); i < 34; ++i) os << ' ';
     os << " " << o.help << "\n";
@@ -118,8 +120,10 @@ bool Cli::parse(const std::vector<std::string>& args) {
       std::stringstream items(o.value);
       std::string item;
       while (std::getline(items, item, ',')) {
-        if (ints) parse_int("--" + o.name, item);
-        else if (numbers) parse_double("--" + o.name, item);
+        if (ints)
+          parse_int("--" + o.name, item);
+        else if (numbers)
+          parse_double("--" + o.name, item);
       }
     }
   } catch (const Error& e) {
@@ -137,8 +141,12 @@ const Cli::Opt& Cli::find(const std::string& name) const {
   throw Error("internal: option --" + name + " was never declared");
 }
 
-bool Cli::given(const std::string& name) const { return find(name).given; }
-std::string Cli::get(const std::string& name) const { return find(name).value; }
+bool Cli::given(const std::string& name) const {
+  return find(name).given;
+}
+std::string Cli::get(const std::string& name) const {
+  return find(name).value;
+}
 
 int64_t parse_int(const std::string& what, const std::string& text) {
   if (text.empty()) throw UsageError(what + ": empty value");
@@ -154,10 +162,14 @@ int64_t parse_int(const std::string& what, const std::string& text) {
   }
   const std::string suffix = text.substr(pos);
   int64_t unit = 1;
-  if (suffix == "k" || suffix == "K") unit = 1024;
-  else if (suffix == "M" || suffix == "m") unit = 1024 * 1024;
-  else if (!suffix.empty()) throw UsageError(what + ": '" + text + "' is not an integer");
-  if (v > std::numeric_limits<int64_t>::max() / unit || v < std::numeric_limits<int64_t>::min() / unit)
+  if (suffix == "k" || suffix == "K")
+    unit = 1024;
+  else if (suffix == "M" || suffix == "m")
+    unit = 1024 * 1024;
+  else if (!suffix.empty())
+    throw UsageError(what + ": '" + text + "' is not an integer");
+  if (v > std::numeric_limits<int64_t>::max() / unit ||
+      v < std::numeric_limits<int64_t>::min() / unit)
     throw UsageError(what + ": " + text + " is out of range");
   return v * unit;
 }
@@ -177,7 +189,9 @@ double parse_double(const std::string& what, const std::string& text) {
   return v;
 }
 
-int64_t Cli::get_int(const std::string& name) const { return parse_int("--" + name, get(name)); }
+int64_t Cli::get_int(const std::string& name) const {
+  return parse_int("--" + name, get(name));
+}
 
 int64_t Cli::get_count(const std::string& name, int64_t min_value) const {
   const int64_t v = get_int(name);
@@ -190,8 +204,12 @@ int64_t Cli::get_count(const std::string& name, int64_t min_value) const {
 double Cli::get_double(const std::string& name) const {
   return parse_double("--" + name, get(name));
 }
-bool Cli::get_bool(const std::string& name) const { return get(name) == "true"; }
-uint64_t Cli::seed() const { return static_cast<uint64_t>(get_int("seed")); }
+bool Cli::get_bool(const std::string& name) const {
+  return get(name) == "true";
+}
+uint64_t Cli::seed() const {
+  return static_cast<uint64_t>(get_int("seed"));
+}
 
 std::vector<std::string> Cli::get_list(const std::string& name) const {
   std::vector<std::string> out;

@@ -39,7 +39,7 @@ class Cli {
   double get_double(const std::string& name) const;
   bool get_bool(const std::string& name) const;
   std::vector<int64_t> get_int_list(const std::string& name) const;  // "1,17,128"
-  std::vector<std::string> get_list(const std::string& name) const;   // "a,b"
+  std::vector<std::string> get_list(const std::string& name) const;  // "a,b"
   uint64_t seed() const;  // the --seed option every program has
   std::string usage() const;
 

@@ -15,10 +15,11 @@ cublasHandle_t cublas_handle();
 cudaDataType_t cublas_type(DType t);
 }  // namespace fa
 
-#define FA_CUBLAS_CHECK(expr)                                                                     \
-  do {                                                                                            \
-    cublasStatus_t fa_st_ = (expr);                                                               \
-    if (fa_st_ != CUBLAS_STATUS_SUCCESS)                                                          \
-      ::fa::throw_error(std::string("cuBLAS error ") + cublasGetStatusString(fa_st_) + " in " #expr, \
-                        __FILE__, __LINE__);                                                      \
+#define FA_CUBLAS_CHECK(expr)                                                                    \
+  do {                                                                                           \
+    cublasStatus_t fa_st_ = (expr);                                                              \
+    if (fa_st_ != CUBLAS_STATUS_SUCCESS)                                                         \
+      ::fa::throw_error(                                                                         \
+          std::string("cuBLAS error ") + cublasGetStatusString(fa_st_) + " in " #expr, __FILE__, \
+          __LINE__);                                                                             \
   } while (0)

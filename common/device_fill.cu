@@ -26,9 +26,12 @@ __global__ void fill_kernel(T* p, int64_t n, uint64_t seed, float mean, float st
     float u2 = (hash32(seed * 0x9E3779B97F4A7C15ull + 2 * i + 1) + 0.5f) * 2.3283064e-10f;
     float z = sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2);
     float v = mean + stddev * z;
-    if constexpr (std::is_same_v<T, float>) p[i] = v;
-    else if constexpr (std::is_same_v<T, __half>) p[i] = __float2half_rn(v);
-    else p[i] = __float2bfloat16_rn(v);
+    if constexpr (std::is_same_v<T, float>)
+      p[i] = v;
+    else if constexpr (std::is_same_v<T, __half>)
+      p[i] = __float2half_rn(v);
+    else
+      p[i] = __float2bfloat16_rn(v);
   }
 }
 

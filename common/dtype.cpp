@@ -9,9 +9,12 @@ namespace fa {
 
 const char* dtype_name(DType t) {
   switch (t) {
-    case DType::F32: return "fp32";
-    case DType::F16: return "fp16";
-    case DType::BF16: return "bf16";
+    case DType::F32:
+      return "fp32";
+    case DType::F16:
+      return "fp16";
+    case DType::BF16:
+      return "bf16";
   }
   return "?";
 }
@@ -24,7 +27,9 @@ DType parse_dtype(const std::string& s) {
   return DType::F32;
 }
 
-size_t dtype_size(DType t) { return t == DType::F32 ? 4 : 2; }
+size_t dtype_size(DType t) {
+  return t == DType::F32 ? 4 : 2;
+}
 
 static uint32_t bits_of(float f) {
   uint32_t u;
@@ -46,7 +51,9 @@ uint16_t float_to_bf16_bits(float f) {
   return static_cast<uint16_t>(u >> 16);
 }
 
-float bf16_bits_to_float(uint16_t b) { return float_of(static_cast<uint32_t>(b) << 16); }
+float bf16_bits_to_float(uint16_t b) {
+  return float_of(static_cast<uint32_t>(b) << 16);
+}
 
 uint16_t float_to_half_bits(float f) {
   uint32_t u = bits_of(f);
@@ -85,9 +92,12 @@ float half_bits_to_float(uint16_t h) {
 
 float round_to(DType t, float f) {
   switch (t) {
-    case DType::F32: return f;
-    case DType::F16: return half_bits_to_float(float_to_half_bits(f));
-    case DType::BF16: return bf16_bits_to_float(float_to_bf16_bits(f));
+    case DType::F32:
+      return f;
+    case DType::F16:
+      return half_bits_to_float(float_to_half_bits(f));
+    case DType::BF16:
+      return bf16_bits_to_float(float_to_bf16_bits(f));
   }
   return f;
 }

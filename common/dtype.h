@@ -13,7 +13,7 @@ namespace fa {
 
 enum class DType { F32, F16, BF16 };
 
-const char* dtype_name(DType t);   // "fp32", "fp16", "bf16"
+const char* dtype_name(DType t);          // "fp32", "fp16", "bf16"
 DType parse_dtype(const std::string& s);  // throws fa::Error on an unknown name
 size_t dtype_size(DType t);
 

@@ -40,7 +40,8 @@ ExerciseResult make_exercise(const std::string& solution, const std::string& sol
   std::vector<std::string> kernels;
   std::ostringstream out;
   out << "// GENERATED from " << solution_path << " by fa_make_exercise: this is the exercise.\n"
-      << "// Fill in every TODO(exercise) block; the tests and benchmarks run your version when the\n"
+      << "// Fill in every TODO(exercise) block; the tests and benchmarks run your version when "
+         "the\n"
       << "// project is configured with -DFA_BUILD_EXERCISES=ON (preset \"exercises\").\n";
   enum { Outside, Solution, Placeholder } state = Outside;
   std::istringstream in(solution);
@@ -63,7 +64,8 @@ ExerciseResult make_exercise(const std::string& solution, const std::string& sol
         out << m[1].str() << "// TODO(exercise " << trim(m[2].str()) << "): " << trim(m[3].str())
             << "\n";
       } else if (std::regex_match(line, kPlaceholder) || std::regex_match(line, kEnd)) {
-        r.error = solution_path + ":" + std::to_string(line_no) + ": marker outside an EXERCISE block";
+        r.error =
+            solution_path + ":" + std::to_string(line_no) + ": marker outside an EXERCISE block";
         return r;
       } else {
         out << line << "\n";
@@ -73,7 +75,8 @@ ExerciseResult make_exercise(const std::string& solution, const std::string& sol
       return r;
     } else if (std::regex_match(line, kPlaceholder)) {
       if (state == Placeholder) {
-        r.error = solution_path + ":" + std::to_string(line_no) + ": two EXERCISE-PLACEHOLDER lines";
+        r.error =
+            solution_path + ":" + std::to_string(line_no) + ": two EXERCISE-PLACEHOLDER lines";
         return r;
       }
       state = Placeholder;
@@ -88,7 +91,7 @@ ExerciseResult make_exercise(const std::string& solution, const std::string& sol
       else if (indent != std::string::npos && line.compare(indent, 2, "//") == 0)
         line.erase(indent, 2);
       out << line << "\n";
-    }                       // state == Solution: the lines the student writes are dropped
+    }  // state == Solution: the lines the student writes are dropped
   }
   if (state != Outside) {
     r.error = solution_path + ":" + std::to_string(begin_line) + ": EXERCISE block never ends";

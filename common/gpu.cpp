@@ -52,7 +52,9 @@ const GpuInfo& gpu_info() {
   return info;
 }
 
-bool have_gpu() { return gpu_info().present; }
+bool have_gpu() {
+  return gpu_info().present;
+}
 
 std::string gpu_skip_reason(int min_sm) {
   const GpuInfo& g = gpu_info();

@@ -18,8 +18,8 @@ struct GpuInfo {
   int memory_bus_bits = 0;
   size_t global_mem = 0;
   size_t l2_bytes = 0;
-  size_t smem_per_block = 0;         // default limit per block (48 KiB)
-  size_t smem_per_block_optin = 0;   // after cudaFuncSetAttribute
+  size_t smem_per_block = 0;        // default limit per block (48 KiB)
+  size_t smem_per_block_optin = 0;  // after cudaFuncSetAttribute
   size_t smem_per_sm = 0;
   int regs_per_block = 0;
   int regs_per_sm = 0;

@@ -18,10 +18,14 @@ namespace fa {
 
 const char* status_name(Status s) {
   switch (s) {
-    case Status::Pass: return "PASS";
-    case Status::Fail: return "FAIL";
-    case Status::Unsupported: return "UNSUPPORTED";
-    case Status::NoGpu: return "SKIPPED";
+    case Status::Pass:
+      return "PASS";
+    case Status::Fail:
+      return "FAIL";
+    case Status::Unsupported:
+      return "UNSUPPORTED";
+    case Status::NoGpu:
+      return "SKIPPED";
   }
   return "?";
 }
@@ -37,8 +41,8 @@ std::string exercise_hint(const std::string& kernel) {
   for (const Exercise& e : registry<Exercise>())
     for (const std::string& k : e.kernels)
       if (k == kernel)
-        return "TODO in " + e.name + ": not implemented? This is an exercise build: " +
-               std::to_string(e.todos) +
+        return "TODO in " + e.name +
+               ": not implemented? This is an exercise build: " + std::to_string(e.todos) +
                " TODO(exercise) block(s) were cut out of that file; fill them in.";
   return "";
 }
@@ -83,7 +87,8 @@ bool gpu_ready(RunResult& r, int min_sm) {
 }
 
 // Run `body`; an fa::Unsupported from the kernel becomes an UNSUPPORTED row with its message.
-template <class F> void guarded(RunResult& r, F body) {
+template <class F>
+void guarded(RunResult& r, F body) {
   try {
     body();
   } catch (const Unsupported& e) {
@@ -97,8 +102,8 @@ template <class F> void guarded(RunResult& r, F body) {
     r.message = what;
     if (what.find("cudaErrorNoKernelImageForDevice") != std::string::npos) {
       r.status = Status::Unsupported;
-      r.message = what + " (rebuild with -DCMAKE_CUDA_ARCHITECTURES=" +
-                  std::to_string(gpu_info().sm) + ")";
+      r.message =
+          what + " (rebuild with -DCMAKE_CUDA_ARCHITECTURES=" + std::to_string(gpu_info().sm) + ")";
     }
   }
 }
@@ -108,8 +113,7 @@ void finish_checks(RunResult& r) {
     if (!c.ok) r.status = Status::Fail;
 }
 
-std::vector<float> draw(int64_t n, uint64_t seed, uint64_t stream, const RunOptions& opt,
-                        DType t) {
+std::vector<float> draw(int64_t n, uint64_t seed, uint64_t stream, const RunOptions& opt, DType t) {
   std::vector<float> v = random_normal(n, derive_seed(seed, stream), opt.input_mean, opt.input_std);
   round_in_place(t, v);
   return v;
@@ -200,7 +204,8 @@ RunResult run_gemm(const GemmKernel& k, GemmShape s, DType t, const RunOptions& 
       CompareResult c;
       if (opt.has_tolerance) {
         std::vector<float> naive;
-        if (opt.tolerance.rule == Tolerance::Rule::FlashRule) naive = gemm_naive_fp32(A.data(), B.data(), s);
+        if (opt.tolerance.rule == Tolerance::Rule::FlashRule)
+          naive = gemm_naive_fp32(A.data(), B.data(), s);
         c = compare("C", C.data(), ref.data(), naive.data(), s.M * s.N, opt.tolerance);
       } else if (t == DType::F32) {
         c = compare_allclose("C", C.data(), ref.data(), s.M * s.N, 1e-4 * sk, 1e-4);
@@ -214,8 +219,9 @@ RunResult run_gemm(const GemmKernel& k, GemmShape s, DType t, const RunOptions& 
       finish_checks(r);
     }
     if (opt.time) {
-      Timing tm = time_gpu(
-          [&](cudaStream_t st) { k.run(dA.data(), dB.data(), dC.as<float>(), s, t, st); }, opt.timing);
+      Timing tm =
+          time_gpu([&](cudaStream_t st) { k.run(dA.data(), dB.data(), dC.as<float>(), s, t, st); },
+                   opt.timing);
       r.ms = tm.median_ms;
       r.tflops = s.flops() / (r.ms * 1e-3) / 1e12;
     }
@@ -248,8 +254,8 @@ RunResult run_transpose(const TransposeKernel& k, TransposeShape s, const RunOpt
       finish_checks(r);
     }
     if (opt.time) {
-      Timing t = time_gpu(
-          [&](cudaStream_t st) { k.run(din.as<float>(), dout.as<float>(), s, st); }, opt.timing);
+      Timing t = time_gpu([&](cudaStream_t st) { k.run(din.as<float>(), dout.as<float>(), s, st); },
+                          opt.timing);
       r.ms = t.median_ms;
       r.gbps = 2.0 * s.numel() * sizeof(float) / (r.ms * 1e-3) / 1e9;
       r.pct = 100.0 * r.gbps / copy_bandwidth_gbps();
@@ -263,8 +269,8 @@ RunResult run_transpose(const TransposeKernel& k, TransposeShape s, const RunOpt
 namespace {
 
 // Which heads to check: all of them while the CPU reference stays cheap, else a spread sample.
-std::vector<int64_t> heads_to_check(const AttentionShape& s, int64_t requested, double cost_per_head,
-                                    double budget) {
+std::vector<int64_t> heads_to_check(const AttentionShape& s, int64_t requested,
+                                    double cost_per_head, double budget) {
   int64_t n = s.bh();
   int64_t want = requested > 0 ? requested
                                : std::max<int64_t>(1, static_cast<int64_t>(budget / cost_per_head));
@@ -300,9 +306,9 @@ std::vector<int64_t> rows_to_check(const AttentionShape& s, double budget) {
 
 constexpr double kRefBudget = 4e9;  // multiply-adds the CPU reference may spend per check
 
-template <class T> std::vector<T> gather_rows(const std::vector<T>& full, int64_t base,
-                                              const std::vector<int64_t>& rows, int64_t n_rows,
-                                              int64_t width) {
+template <class T>
+std::vector<T> gather_rows(const std::vector<T>& full, int64_t base,
+                           const std::vector<int64_t>& rows, int64_t n_rows, int64_t width) {
   std::vector<T> out;
   if (rows.empty()) {
     out.assign(full.begin() + base, full.begin() + base + n_rows * width);
@@ -325,12 +331,13 @@ RunResult run_attention_fwd(const AttentionFwdKernel& k, AttentionShape s, DType
   if (!gpu_ready(r, k.min_sm)) return r;
   if (!supports(k.dtypes, t) || !supports(k.head_dims, int(s.head_dim))) {
     r.status = Status::Unsupported;
-    r.message = "this kernel has no " + std::string(dtype_name(t)) + " D=" +
-                std::to_string(s.head_dim) + " version";
+    r.message = "this kernel has no " + std::string(dtype_name(t)) +
+                " D=" + std::to_string(s.head_dim) + " version";
     return r;
   }
   std::vector<float> q, kk, v;
-  DeviceBuffer dq = make_input(t, s.q_numel(), 1, opt, &q), dk = make_input(t, s.k_numel(), 2, opt, &kk),
+  DeviceBuffer dq = make_input(t, s.q_numel(), 1, opt, &q),
+               dk = make_input(t, s.k_numel(), 2, opt, &kk),
                dv = make_input(t, s.k_numel(), 3, opt, &v);
   DeviceBuffer dout(s.q_numel() * dtype_size(t)), dlse(s.lse_numel() * sizeof(float));
   AttentionFwdArgs a;
@@ -368,7 +375,8 @@ RunResult run_attention_fwd(const AttentionFwdKernel& k, AttentionShape s, DType
           naiveO.insert(naiveO.end(), nO.begin(), nO.end());
           naiveL.insert(naiveL.end(), nL.begin(), nL.end());
         }
-        std::vector<float> go = gather_rows(o, bh * s.seq_q * s.head_dim, rows, s.seq_q, s.head_dim);
+        std::vector<float> go =
+            gather_rows(o, bh * s.seq_q * s.head_dim, rows, s.seq_q, s.head_dim);
         std::vector<float> gl = gather_rows(lse, bh * s.seq_q, rows, s.seq_q, 1);
         gotO.insert(gotO.end(), go.begin(), go.end());
         gotL.insert(gotL.end(), gl.begin(), gl.end());
@@ -380,8 +388,10 @@ RunResult run_attention_fwd(const AttentionFwdKernel& k, AttentionShape s, DType
         os << " (CPU reference budget)";
         r.note = os.str();
       }
-      Tolerance tolO = t == DType::F32 ? Tolerance::allclose(1e-4, 1e-4) : Tolerance::flash(2.0, 1e-4);
-      Tolerance tolL = t == DType::F32 ? Tolerance::allclose(1e-4, 1e-5) : Tolerance::flash(2.0, 1e-4);
+      Tolerance tolO =
+          t == DType::F32 ? Tolerance::allclose(1e-4, 1e-4) : Tolerance::flash(2.0, 1e-4);
+      Tolerance tolL =
+          t == DType::F32 ? Tolerance::allclose(1e-4, 1e-5) : Tolerance::flash(2.0, 1e-4);
       if (opt.has_tolerance) tolO = tolL = opt.tolerance;
       CompareResult cO = compare("O", gotO.data(), refO.data(), naiveO.data(), refO.size(), tolO);
       CompareResult cL = compare("L", gotL.data(), refL.data(), naiveL.data(), refL.size(), tolL);
@@ -419,8 +429,8 @@ RunResult run_attention_bwd(const AttentionBwdKernel& k, AttentionShape s, DType
   if (!gpu_ready(r, k.min_sm)) return r;
   if (!supports(k.dtypes, t) || !supports(k.head_dims, int(s.head_dim))) {
     r.status = Status::Unsupported;
-    r.message = "this kernel has no " + std::string(dtype_name(t)) + " D=" +
-                std::to_string(s.head_dim) + " version";
+    r.message = "this kernel has no " + std::string(dtype_name(t)) +
+                " D=" + std::to_string(s.head_dim) + " version";
     return r;
   }
   const AttentionFwdKernel* fwd = opt.forward_kernel.empty()
@@ -433,8 +443,10 @@ RunResult run_attention_bwd(const AttentionBwdKernel& k, AttentionShape s, DType
     return r;
   }
   std::vector<float> q, kk, v, dO;
-  DeviceBuffer dq = make_input(t, s.q_numel(), 1, opt, &q), dk = make_input(t, s.k_numel(), 2, opt, &kk),
-               dv = make_input(t, s.k_numel(), 3, opt, &v), ddO = make_input(t, s.q_numel(), 4, opt, &dO);
+  DeviceBuffer dq = make_input(t, s.q_numel(), 1, opt, &q),
+               dk = make_input(t, s.k_numel(), 2, opt, &kk),
+               dv = make_input(t, s.k_numel(), 3, opt, &v),
+               ddO = make_input(t, s.q_numel(), 4, opt, &dO);
   DeviceBuffer dout(s.q_numel() * dtype_size(t)), dlse(s.lse_numel() * sizeof(float));
   DeviceBuffer gq(s.q_numel() * dtype_size(t)), gk(s.k_numel() * dtype_size(t)),
       gv(s.k_numel() * dtype_size(t)), gD(s.lse_numel() * sizeof(float)),
@@ -487,14 +499,16 @@ RunResult run_attention_bwd(const AttentionBwdKernel& k, AttentionShape s, DType
       for (int64_t bh : heads) {
         HeadView h = head_view(s, q.data(), kk.data(), v.data(), bh);
         std::vector<double> a1(qh), a2(kh), a3(kh), a4(s.seq_q);
-        attention_backward_ref_head(h, dO.data() + bh * qh, a1.data(), a2.data(), a3.data(), a4.data());
+        attention_backward_ref_head(h, dO.data() + bh * qh, a1.data(), a2.data(), a3.data(),
+                                    a4.data());
         rq.insert(rq.end(), a1.begin(), a1.end());
         rk.insert(rk.end(), a2.begin(), a2.end());
         rv.insert(rv.end(), a3.begin(), a3.end());
         rD.insert(rD.end(), a4.begin(), a4.end());
         if (t != DType::F32) {
           std::vector<float> b1(qh), b2(kh), b3(kh), b4(s.seq_q);
-          attention_backward_lowp_head(h, dO.data() + bh * qh, t, b1.data(), b2.data(), b3.data(), b4.data());
+          attention_backward_lowp_head(h, dO.data() + bh * qh, t, b1.data(), b2.data(), b3.data(),
+                                       b4.data());
           nq.insert(nq.end(), b1.begin(), b1.end());
           nk.insert(nk.end(), b2.begin(), b2.end());
           nv.insert(nv.end(), b3.begin(), b3.end());
@@ -508,8 +522,10 @@ RunResult run_attention_bwd(const AttentionBwdKernel& k, AttentionShape s, DType
       if (int64_t(heads.size()) < s.bh())
         r.note = "checked " + std::to_string(heads.size()) + " of " + std::to_string(s.bh()) +
                  " heads (CPU reference budget)";
-      Tolerance tolG = t == DType::F32 ? Tolerance::allclose(2e-4, 1e-3) : Tolerance::flash(3.0, 1e-4);
-      Tolerance tolD = t == DType::F32 ? Tolerance::allclose(1e-4, 1e-4) : Tolerance::flash(3.0, 1e-4);
+      Tolerance tolG =
+          t == DType::F32 ? Tolerance::allclose(2e-4, 1e-3) : Tolerance::flash(3.0, 1e-4);
+      Tolerance tolD =
+          t == DType::F32 ? Tolerance::allclose(1e-4, 1e-4) : Tolerance::flash(3.0, 1e-4);
       if (opt.has_tolerance) tolG = tolD = opt.tolerance;
       bool all = int64_t(heads.size()) == s.bh();
       auto named = [&](CompareResult c, int64_t rows, bool per_row) {
@@ -524,10 +540,11 @@ RunResult run_attention_bwd(const AttentionBwdKernel& k, AttentionShape s, DType
         }
         return c;
       };
-      r.checks = {named(compare("dQ", xq.data(), rq.data(), nq.data(), rq.size(), tolG), s.seq_q, false),
-                  named(compare("dK", xk.data(), rk.data(), nk.data(), rk.size(), tolG), s.seq_k, false),
-                  named(compare("dV", xv.data(), rv.data(), nv.data(), rv.size(), tolG), s.seq_k, false),
-                  named(compare("D", xD.data(), rD.data(), nD.data(), rD.size(), tolD), s.seq_q, true)};
+      r.checks = {
+          named(compare("dQ", xq.data(), rq.data(), nq.data(), rq.size(), tolG), s.seq_q, false),
+          named(compare("dK", xk.data(), rk.data(), nk.data(), rk.size(), tolG), s.seq_k, false),
+          named(compare("dV", xv.data(), rv.data(), nv.data(), rv.size(), tolG), s.seq_k, false),
+          named(compare("D", xD.data(), rD.data(), nD.data(), rD.size(), tolD), s.seq_q, true)};
       finish_checks(r);
     }
     if (opt.time) {
@@ -561,8 +578,10 @@ void print_table(std::ostream& os, const std::string& title, const std::vector<R
     pad(r.shape, ws);
     pad(r.dtype, 5);
     auto num = [&](double v, int w, int prec) {
-      if (v < 0) os << std::setw(w) << "-";
-      else os << std::setw(w) << std::fixed << std::setprecision(prec) << v;
+      if (v < 0)
+        os << std::setw(w) << "-";
+      else
+        os << std::setw(w) << std::fixed << std::setprecision(prec) << v;
     };
     num(r.ms, 10, 4);
     num(r.tflops, 11, 1);
@@ -574,13 +593,18 @@ void print_table(std::ostream& os, const std::string& title, const std::vector<R
     } else {
       os << std::setw(13) << "-";
     }
-    if (r.passes > 0) os << std::setw(7) << r.passes;
-    else os << std::setw(7) << "-";
+    if (r.passes > 0)
+      os << std::setw(7) << r.passes;
+    else
+      os << std::setw(7) << "-";
     double e = r.max_error();
-    if (e < 0) os << std::setw(11) << "-";
-    else os << std::setw(11) << std::scientific << std::setprecision(2) << e;
+    if (e < 0)
+      os << std::setw(11) << "-";
+    else
+      os << std::setw(11) << std::scientific << std::setprecision(2) << e;
     os << std::defaultfloat << "  " << status_name(r.status);
-    if (r.status == Status::Unsupported || r.status == Status::NoGpu) os << " (" << r.message << ")";
+    if (r.status == Status::Unsupported || r.status == Status::NoGpu)
+      os << " (" << r.message << ")";
     os << "\n";
   }
 }

@@ -48,12 +48,12 @@ struct RunResult {
   std::string message;  // why it was unsupported, skipped, or failed (the compare reports)
   std::string note;     // e.g. "checked 3 of 64 heads"
   std::vector<CompareResult> checks;
-  double ms = -1;       // median time
-  double tflops = -1;   // compute-bound problems
-  double gbps = -1;     // memory-bound problems: minimal bytes (each input read once, each output
-                        // written once) over time
-  int passes = 0;       // softmax: global-memory passes the kernel makes (reads + the write)
-  double pct = -1;      // of the ceiling named by pct_of
+  double ms = -1;      // median time
+  double tflops = -1;  // compute-bound problems
+  double gbps = -1;    // memory-bound problems: minimal bytes (each input read once, each output
+                       // written once) over time
+  int passes = 0;      // softmax: global-memory passes the kernel makes (reads + the write)
+  double pct = -1;     // of the ceiling named by pct_of
   std::string pct_of;
   bool ok() const { return status == Status::Pass; }
   double max_error() const;

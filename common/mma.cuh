@@ -92,7 +92,8 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4],
 }
 
 // Two floats -> one register of two 16-bit values (lo in the low half), round to nearest.
-template <class T> __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+template <class T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
   if constexpr (std::is_same_v<T, __nv_bfloat16>) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
     return *reinterpret_cast<uint32_t*>(&v);
@@ -108,8 +109,8 @@ template <class T> __device__ __forceinline__ uint32_t pack2(float lo, float hi)
 __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   int src_bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)),
-               "l"(gmem), "r"(src_bytes));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem),
+               "r"(src_bytes));
 #else
   __trap();
 #endif
@@ -122,7 +123,8 @@ __device__ __forceinline__ void cp_async_commit() {
 }
 
 // Wait until at most `N` committed groups are still in flight.
-template <int N> __device__ __forceinline__ void cp_async_wait() {
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 #endif

@@ -160,8 +160,8 @@ void attention_forward_lowp_head(const HeadView& h, DType t, const std::vector<i
 // Backward of O = softmax(scale * Q K^T) V, by hand:
 //   dV = P^T dO,  dP = dO V^T,  D_i = rowsum(dO_i * O_i) = rowsum(P_i * dP_i),
 //   dS = P * (dP - D),  dQ = scale * dS K,  dK = scale * dS^T Q.
-void attention_backward_ref_head(const HeadView& h, const float* dO_p, double* dQ_p,
-                                 double* dK_p, double* dV_p, double* D_p) {
+void attention_backward_ref_head(const HeadView& h, const float* dO_p, double* dQ_p, double* dK_p,
+                                 double* dV_p, double* D_p) {
   MatD Q = to_double(h.q, h.seq_q, h.d), K = to_double(h.k, h.seq_k, h.d),
        V = to_double(h.v, h.seq_k, h.d), dO = to_double(dO_p, h.seq_q, h.d);
   MatD P = probabilities(h, Q, K, nullptr);
@@ -212,8 +212,8 @@ AttentionFwdRef attention_forward_ref(const float* q, const float* k, const floa
   r.O.resize(static_cast<size_t>(s.q_numel()));
   r.L.resize(static_cast<size_t>(s.lse_numel()));
   for (int64_t bh = 0; bh < s.bh(); ++bh)
-    attention_forward_ref_head(head_view(s, q, k, v, bh), {}, r.O.data() + bh * s.seq_q * s.head_dim,
-                               r.L.data() + bh * s.seq_q);
+    attention_forward_ref_head(head_view(s, q, k, v, bh), {},
+                               r.O.data() + bh * s.seq_q * s.head_dim, r.L.data() + bh * s.seq_q);
   return r;
 }
 

@@ -45,8 +45,8 @@ void attention_forward_lowp_head(const HeadView& h, DType t, const std::vector<i
 // Gradients for one head given dO [seq_q, d]: dQ [seq_q, d], dK and dV [seq_k, d], D [seq_q].
 void attention_backward_ref_head(const HeadView& h, const float* dO, double* dQ, double* dK,
                                  double* dV, double* D);
-void attention_backward_lowp_head(const HeadView& h, const float* dO, DType t, float* dQ,
-                                  float* dK, float* dV, float* D);
+void attention_backward_lowp_head(const HeadView& h, const float* dO, DType t, float* dQ, float* dK,
+                                  float* dV, float* D);
 
 // ---- whole tensors (every head), for tests and small problems ----
 struct AttentionFwdRef {

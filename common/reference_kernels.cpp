@@ -6,8 +6,10 @@
 
 namespace fa {
 
-FA_REGISTER(GemmKernel, {"ref/cublas", cublas_gemm,
+FA_REGISTER(GemmKernel, {"ref/cublas",
+                         cublas_gemm,
                          "cuBLAS cublasGemmEx (fp32 without TF32; 16-bit inputs on tensor cores)",
-                         {DType::F32, DType::F16, DType::BF16}, 70});
+                         {DType::F32, DType::F16, DType::BF16},
+                         70});
 
 }  // namespace fa

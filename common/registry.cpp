@@ -7,16 +7,23 @@
 namespace fa {
 
 namespace {
-const std::string& key_of(const Chapter& c) { return c.number; }
-template <class K> const std::string& key_of(const K& k) { return k.name; }
+const std::string& key_of(const Chapter& c) {
+  return c.number;
+}
+template <class K>
+const std::string& key_of(const K& k) {
+  return k.name;
+}
 }  // namespace
 
-template <class K> std::vector<K>& registry() {
+template <class K>
+std::vector<K>& registry() {
   static std::vector<K> entries;  // function-local: safe during static initialisation
   return entries;
 }
 
-template <class K> bool register_entry(const K& entry) {
+template <class K>
+bool register_entry(const K& entry) {
   auto& all = registry<K>();
   for (const K& e : all) {
     if (key_of(e) == key_of(entry)) {
@@ -29,34 +36,38 @@ template <class K> bool register_entry(const K& entry) {
   return true;
 }
 
-template <class K> const K* find_entry(const std::string& name) {
+template <class K>
+const K* find_entry(const std::string& name) {
   for (const K& e : registry<K>())
     if (key_of(e) == name) return &e;
   return nullptr;
 }
 
-template <class K> std::vector<const K*> entries_with_prefix(const std::string& prefix) {
+template <class K>
+std::vector<const K*> entries_with_prefix(const std::string& prefix) {
   std::vector<const K*> out;
   for (const K& e : registry<K>())
     if (key_of(e).compare(0, prefix.size(), prefix) == 0) out.push_back(&e);
-  std::sort(out.begin(), out.end(),
-            [](const K* a, const K* b) { return key_of(*a) < key_of(*b); });
+  std::sort(out.begin(), out.end(), [](const K* a, const K* b) { return key_of(*a) < key_of(*b); });
   return out;
 }
 
-template <class K> std::vector<std::string> entry_names(const std::string& prefix) {
+template <class K>
+std::vector<std::string> entry_names(const std::string& prefix) {
   std::vector<std::string> names;
   for (const K* e : entries_with_prefix<K>(prefix)) names.push_back(key_of(*e));
   return names;
 }
 
-std::vector<const Chapter*> chapters_in_order() { return entries_with_prefix<Chapter>(""); }
+std::vector<const Chapter*> chapters_in_order() {
+  return entries_with_prefix<Chapter>("");
+}
 
-#define FA_INSTANTIATE_REGISTRY(K)                                                  \
-  template std::vector<K>& registry<K>();                                           \
-  template bool register_entry<K>(const K&);                                        \
-  template const K* find_entry<K>(const std::string&);                              \
-  template std::vector<const K*> entries_with_prefix<K>(const std::string&);        \
+#define FA_INSTANTIATE_REGISTRY(K)                                           \
+  template std::vector<K>& registry<K>();                                    \
+  template bool register_entry<K>(const K&);                                 \
+  template const K* find_entry<K>(const std::string&);                       \
+  template std::vector<const K*> entries_with_prefix<K>(const std::string&); \
   template std::vector<std::string> entry_names<K>(const std::string&);
 
 FA_INSTANTIATE_REGISTRY(SoftmaxKernel)

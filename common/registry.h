@@ -118,12 +118,17 @@ struct Exercise {
 };
 
 // ---- The registry itself. ----------------------------------------------------------------------
-template <class K> std::vector<K>& registry();           // all registered entries, in order
-template <class K> bool register_entry(const K& entry);  // aborts on a duplicate name
-template <class K> const K* find_entry(const std::string& name);  // nullptr when absent
+template <class K>
+std::vector<K>& registry();  // all registered entries, in order
+template <class K>
+bool register_entry(const K& entry);  // aborts on a duplicate name
+template <class K>
+const K* find_entry(const std::string& name);  // nullptr when absent
 // Entries whose name starts with `prefix` ("05/"), sorted by name.
-template <class K> std::vector<const K*> entries_with_prefix(const std::string& prefix);
-template <class K> std::vector<std::string> entry_names(const std::string& prefix = "");
+template <class K>
+std::vector<const K*> entries_with_prefix(const std::string& prefix);
+template <class K>
+std::vector<std::string> entry_names(const std::string& prefix = "");
 
 std::vector<const Chapter*> chapters_in_order();
 
@@ -132,6 +137,6 @@ std::vector<const Chapter*> chapters_in_order();
 #define FA_CONCAT_INNER(a, b) a##b
 #define FA_CONCAT(a, b) FA_CONCAT_INNER(a, b)
 // FA_REGISTER(Type, {fields...}); at namespace scope in any .cu or .cpp file.
-#define FA_REGISTER(Type, ...)                                               \
+#define FA_REGISTER(Type, ...)                                             \
   static const bool FA_CONCAT(fa_registered_, __LINE__) [[maybe_unused]] = \
       ::fa::register_entry<::fa::Type>(::fa::Type __VA_ARGS__)

@@ -33,7 +33,7 @@ int64_t AttentionShape::visible_pairs() const {
   // arithmetic series from the first row that sees a key to the last row.
   const int64_t first = std::max<int64_t>(0, causal_first_query(0, seq_q, seq_k));
   const int64_t rows = seq_q - first;
-  const int64_t ends = (causal_last_key(first, seq_q, seq_k) + 1) +  // keys of the first row
+  const int64_t ends = (causal_last_key(first, seq_q, seq_k) + 1) +     // keys of the first row
                        (causal_last_key(seq_q - 1, seq_q, seq_k) + 1);  // and of the last
   // rows * ends is even; halve the even factor first so that the product cannot overflow.
   return rows % 2 == 0 ? (rows / 2) * ends : rows * (ends / 2);

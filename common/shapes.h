@@ -81,6 +81,8 @@ FA_HD int64_t causal_first_query(int64_t j, int64_t seq_q, int64_t seq_k) {
 }
 
 // Tiles (or blocks) of `b` needed to cover `a` items: ceil(a / b) for a >= 0, b > 0.
-constexpr FA_HD int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+constexpr FA_HD int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
 
 }  // namespace fa

@@ -16,9 +16,9 @@
 #endif
 
 // Skip (reported as skipped by ctest) when there is no GPU or it is older than min_sm.
-#define FA_SKIP_WITHOUT_GPU(min_sm)                           \
-  do {                                                        \
-    std::string fa_why_ = ::fa::gpu_skip_reason(min_sm);      \
+#define FA_SKIP_WITHOUT_GPU(min_sm)                                \
+  do {                                                             \
+    std::string fa_why_ = ::fa::gpu_skip_reason(min_sm);           \
     if (!fa_why_.empty()) GTEST_SKIP() << fa_why_ << FA_SKIP_NOTE; \
   } while (0)
 
@@ -30,17 +30,18 @@ inline std::string test_name_of(const std::string& name) {
   return s;
 }
 struct RegistryNamePrinter {
-  template <class P> std::string operator()(const testing::TestParamInfo<P>& info) const {
+  template <class P>
+  std::string operator()(const testing::TestParamInfo<P>& info) const {
     return test_name_of(info.param);
   }
 };
 
 // Expect a harness run to pass; an UNSUPPORTED run (the kernel refused the input with a clear
 // message) is a skip, not a failure.
-#define FA_EXPECT_PASS(result_expr)                                              \
-  do {                                                                           \
-    ::fa::RunResult fa_r_ = (result_expr);                                       \
-    if (fa_r_.status == ::fa::Status::Unsupported || fa_r_.status == ::fa::Status::NoGpu) \
+#define FA_EXPECT_PASS(result_expr)                                                               \
+  do {                                                                                            \
+    ::fa::RunResult fa_r_ = (result_expr);                                                        \
+    if (fa_r_.status == ::fa::Status::Unsupported || fa_r_.status == ::fa::Status::NoGpu)         \
       GTEST_SKIP() << fa_r_.message << (fa_r_.status == ::fa::Status::NoGpu ? FA_SKIP_NOTE : ""); \
-    EXPECT_EQ(fa_r_.status, ::fa::Status::Pass) << fa_r_.report();              \
+    EXPECT_EQ(fa_r_.status, ::fa::Status::Pass) << fa_r_.report();                                \
   } while (0)

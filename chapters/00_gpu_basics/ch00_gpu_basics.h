@@ -42,7 +42,7 @@ struct SmLimits {
   int max_threads_per_sm = 0;
   int max_blocks_per_sm = 0;
   int regs_per_sm = 0;
-  int64_t smem_per_sm = 0;            // bytes
+  int64_t smem_per_sm = 0;              // bytes
   int64_t smem_reserved_per_block = 0;  // bytes the driver keeps per resident block
 };
 
@@ -121,9 +121,9 @@ void fma_rate(float* out, int blocks, int threads, int iters, float a, float b, 
 void divergence(float* out, int blocks, int threads, int iters, bool divergent, cudaStream_t s);
 
 // Fusion: y = relu(x * a + b) as three kernels through global memory, or as one kernel.
-void scale_kernel(const float* x, float* t, float a, int64_t n, cudaStream_t s);   // t = x * a
-void shift_kernel(const float* t, float* u, float b, int64_t n, cudaStream_t s);   // u = t + b
-void relu_kernel(const float* u, float* y, int64_t n, cudaStream_t s);             // y = max(u, 0)
+void scale_kernel(const float* x, float* t, float a, int64_t n, cudaStream_t s);  // t = x * a
+void shift_kernel(const float* t, float* u, float b, int64_t n, cudaStream_t s);  // u = t + b
+void relu_kernel(const float* u, float* y, int64_t n, cudaStream_t s);            // y = max(u, 0)
 void fused_relu_axb(const float* x, float* y, float a, float b, int64_t n, cudaStream_t s);
 
 // Device attributes that fa::GpuInfo does not carry.

@@ -40,12 +40,16 @@ std::string fixed(double v, int digits) {
   os << std::fixed << std::setprecision(digits) << v;
   return os.str();
 }
-std::string kib(int64_t bytes) { return fixed(double(bytes) / 1024.0, bytes % 1024 ? 1 : 0) + " KiB"; }
-std::string mib(int64_t bytes) { return fixed(double(bytes) / (1024.0 * 1024.0), 1) + " MiB"; }
+std::string kib(int64_t bytes) {
+  return fixed(double(bytes) / 1024.0, bytes % 1024 ? 1 : 0) + " KiB";
+}
+std::string mib(int64_t bytes) {
+  return fixed(double(bytes) / (1024.0 * 1024.0), 1) + " MiB";
+}
 
 void section(const std::string& title) {
-  std::cout << "\n== " << title << " " << std::string(title.size() < 90 ? 90 - title.size() : 0, '=')
-            << "\n";
+  std::cout << "\n== " << title << " "
+            << std::string(title.size() < 90 ? 90 - title.size() : 0, '=') << "\n";
 }
 void row(const std::string& what, const std::string& value, const std::string& note = "") {
   std::ostringstream os;
@@ -77,7 +81,8 @@ std::vector<float> uniform_values(int64_t n, uint64_t seed) {
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     z ^= z >> 31;
-    v[static_cast<size_t>(i)] = float(z >> 40) / float(1 << 23) - 1.0f;  // 24 random bits -> [-1, 1)
+    v[static_cast<size_t>(i)] =
+        float(z >> 40) / float(1 << 23) - 1.0f;  // 24 random bits -> [-1, 1)
   }
   return v;
 }
@@ -99,16 +104,19 @@ constexpr int64_t kTileBytes = int64_t(kTileRowsBr) * kTileColsD * kBf16Bytes;  
 
 void explain_plan() {
   section("What this chapter measures, and why");
-  std::cout <<
-      "  1. The device query: SMs, clocks, shared memory, registers, L2, memory. Later chapters\n"
-      "     size their tiles and blocks from these numbers.\n"
-      "  2. Threads, warps, blocks: vector and matrix add on ragged sizes, checked against a CPU\n"
-      "     loop; an invalid launch caught; the damage a missing bounds test would do.\n"
-      "  3. Ceilings: the copy bandwidth (the memory roof), an FMA kernel (the fp32 roof), cuBLAS\n"
-      "     fp32 and bf16 (the tensor-core roof), and the ridge point where they meet.\n"
-      "  4. Divergence: lanes of one warp taking different branches cost both branches.\n"
-      "  5. Fusion: three elementwise kernels move 3x the bytes of one fused kernel, and a\n"
-      "     memory-bound kernel's time is its bytes divided by the bandwidth.\n";
+  std::cout
+      << "  1. The device query: SMs, clocks, shared memory, registers, L2, memory. Later "
+         "chapters\n"
+         "     size their tiles and blocks from these numbers.\n"
+         "  2. Threads, warps, blocks: vector and matrix add on ragged sizes, checked against a "
+         "CPU\n"
+         "     loop; an invalid launch caught; the damage a missing bounds test would do.\n"
+         "  3. Ceilings: the copy bandwidth (the memory roof), an FMA kernel (the fp32 roof), "
+         "cuBLAS\n"
+         "     fp32 and bf16 (the tensor-core roof), and the ridge point where they meet.\n"
+         "  4. Divergence: lanes of one warp taking different branches cost both branches.\n"
+         "  5. Fusion: three elementwise kernels move 3x the bytes of one fused kernel, and a\n"
+         "     memory-bound kernel's time is its bytes divided by the bandwidth.\n";
 }
 
 void cpu_tier(int64_t n, int64_t rows, int64_t cols, int64_t fusion_n, Checks& checks) {
@@ -117,7 +125,8 @@ void cpu_tier(int64_t n, int64_t rows, int64_t cols, int64_t fusion_n, Checks& c
   int64_t grid = ceil_div(n, block);
   int64_t oob = threads_out_of_bounds(n, block);
   row("vector length n", std::to_string(n), "(not a multiple of the block, on purpose)");
-  row("block", std::to_string(block) + " threads", "= " + std::to_string(block / kWarpSize) + " warps of 32");
+  row("block", std::to_string(block) + " threads",
+      "= " + std::to_string(block / kWarpSize) + " warps of 32");
   row("grid = ceil(n / block)", std::to_string(grid) + " blocks");
   row("threads launched = grid x block", std::to_string(grid * block));
   row("threads with i >= n", std::to_string(oob),
@@ -146,7 +155,8 @@ void cpu_tier(int64_t n, int64_t rows, int64_t cols, int64_t fusion_n, Checks& c
   double hbm = 3350.0;  // GB/s, H100 SXM5 HBM3 datasheet
   row("fp32 peak: 132 SMs x 128 x 2 x 1.98 GHz", fixed(fp32_peak, 1) + " TFLOP/s");
   row("HBM3 bandwidth (datasheet)", fixed(hbm, 0) + " GB/s", "about 3000 GB/s measured by a copy");
-  row("bf16 dense tensor cores (datasheet)", "989 TFLOP/s", "about 750 measured by cuBLAS at 4096^3");
+  row("bf16 dense tensor cores (datasheet)", "989 TFLOP/s",
+      "about 750 measured by cuBLAS at 4096^3");
   row("ridge point fp32", fixed(ridge_point(fp32_peak, hbm), 1) + " FLOP/byte");
   row("ridge point bf16 tensor cores", fixed(ridge_point(989.0, hbm), 0) + " FLOP/byte");
   double unfused_bytes = 6.0 * 4.0 * double(fusion_n), fused_bytes = 2.0 * 4.0 * double(fusion_n);
@@ -156,9 +166,9 @@ void cpu_tier(int64_t n, int64_t rows, int64_t cols, int64_t fusion_n, Checks& c
       "2n x 4 bytes at 3 TB/s: 3x less");
   row("divergent / uniform branch time", "about 2x", "both sides of the branch run in every warp");
 
-  checks.expect(tiles_that_fit(smem_default, kTileBytes) == 3 &&
-                    tiles_that_fit(smem_optin, kTileBytes) == 14,
-                "H100 shared memory holds 3 tiles per block by default, 14 after opt-in");
+  checks.expect(
+      tiles_that_fit(smem_default, kTileBytes) == 3 && tiles_that_fit(smem_optin, kTileBytes) == 14,
+      "H100 shared memory holds 3 tiles per block by default, 14 after opt-in");
   checks.expect(r128.blocks == 16 && r128.limited_by == "threads",
                 "16 blocks of 128 threads fill an H100 SM (2048 threads)");
   checks.expect(std::fabs(ridge_point(fp32_peak, hbm) - 20.0) < 1.0,
@@ -179,8 +189,8 @@ void device_query(Checks& checks) {
       "sm_" + std::to_string(g.sm));
   row("SMs", std::to_string(g.sm_count), "one block runs on one SM; many blocks share an SM");
   row("SM clock (peak)", fixed(g.clock_khz / 1e3, 0) + " MHz");
-  row("memory clock, bus", fixed(g.memory_clock_khz / 1e3, 0) + " MHz, " +
-      std::to_string(g.memory_bus_bits) + " bits");
+  row("memory clock, bus",
+      fixed(g.memory_clock_khz / 1e3, 0) + " MHz, " + std::to_string(g.memory_bus_bits) + " bits");
   row("global memory", fixed(double(g.global_mem) / (1 << 30), 1) + " GiB");
   row("L2 cache", mib(int64_t(g.l2_bytes)), "shared by all SMs");
   row("shared memory per block (default)", kib(int64_t(g.smem_per_block)));
@@ -188,11 +198,11 @@ void device_query(Checks& checks) {
       "after cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
   row("shared memory per SM", kib(int64_t(g.smem_per_sm)),
       "reserved per block: " + kib(e.smem_reserved_per_block));
-  row("32-bit registers per block / per SM", std::to_string(g.regs_per_block) + " / " +
-      std::to_string(g.regs_per_sm));
+  row("32-bit registers per block / per SM",
+      std::to_string(g.regs_per_block) + " / " + std::to_string(g.regs_per_sm));
   row("threads per block (max)", std::to_string(e.max_threads_per_block));
-  row("threads / blocks per SM (max)", std::to_string(g.max_threads_per_sm) + " / " +
-      std::to_string(e.max_blocks_per_sm));
+  row("threads / blocks per SM (max)",
+      std::to_string(g.max_threads_per_sm) + " / " + std::to_string(e.max_blocks_per_sm));
   row("warp size", std::to_string(g.warp_size));
   row("grid limit x / y", std::to_string(e.max_grid_x) + " / " + std::to_string(e.max_grid_y),
       "why batch*heads goes on x");
@@ -222,13 +232,16 @@ void device_query(Checks& checks) {
   Residency rfa = resident_blocks(sm, 128, 128, 3 * kTileBytes);
   row("  128 threads, 128 regs, 48 KiB smem", std::to_string(rfa.blocks),
       "a FlashAttention-like block: limited by " + rfa.limited_by);
-  row("resident threads on the whole GPU", std::to_string(int64_t(g.sm_count) * g.max_threads_per_sm),
+  row("resident threads on the whole GPU",
+      std::to_string(int64_t(g.sm_count) * g.max_threads_per_sm),
       "a grid smaller than this leaves SMs idle");
   if (lanes > 0)
-    row("fp32 peak from the clock", fixed(fp32_peak_tflops(g.sm_count, lanes, g.clock_khz), 1) +
-        " TFLOP/s", std::to_string(lanes) + " FP32 lanes/SM x 2 flops x clock");
-  row("DRAM peak from the clocks", fixed(dram_peak_gbps(g.memory_clock_khz, g.memory_bus_bits), 0) +
-      " GB/s", "2 x memory clock x bus width");
+    row("fp32 peak from the clock",
+        fixed(fp32_peak_tflops(g.sm_count, lanes, g.clock_khz), 1) + " TFLOP/s",
+        std::to_string(lanes) + " FP32 lanes/SM x 2 flops x clock");
+  row("DRAM peak from the clocks",
+      fixed(dram_peak_gbps(g.memory_clock_khz, g.memory_bus_bits), 0) + " GB/s",
+      "2 x memory clock x bus width");
   checks.expect(vr.resident_blocks_per_sm > 0, "the runtime can place vector-add blocks on an SM");
 }
 
@@ -238,8 +251,11 @@ void threads_and_blocks(int64_t n, int64_t rows, int64_t cols, uint64_t seed, Ch
   std::vector<float> a = random_normal(n, derive_seed(seed, 1));
   std::vector<float> b = random_normal(n, derive_seed(seed, 2));
   std::vector<float> want(static_cast<size_t>(n)), got(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) want[static_cast<size_t>(i)] = a[static_cast<size_t>(i)] + b[static_cast<size_t>(i)];  // the CPU loop
-  DeviceBuffer da(static_cast<size_t>(n) * 4), db(static_cast<size_t>(n) * 4), dc(static_cast<size_t>(n) * 4);
+  for (int64_t i = 0; i < n; ++i)
+    want[static_cast<size_t>(i)] =
+        a[static_cast<size_t>(i)] + b[static_cast<size_t>(i)];  // the CPU loop
+  DeviceBuffer da(static_cast<size_t>(n) * 4), db(static_cast<size_t>(n) * 4),
+      dc(static_cast<size_t>(n) * 4);
   da.upload(a.data(), da.bytes());
   db.upload(b.data(), db.bytes());
   for (int block : {32, 256, 1024}) {
@@ -247,9 +263,10 @@ void threads_and_blocks(int64_t n, int64_t rows, int64_t cols, uint64_t seed, Ch
     vector_add(da.as<float>(), db.as<float>(), dc.as<float>(), n, block, nullptr);
     dc.download(got.data(), dc.bytes());
     int64_t bad = first_mismatch(got, want);
-    checks.expect(bad < 0, "vector add, n = " + std::to_string(n) + ", block " +
-                               std::to_string(block) + " (" + std::to_string(ceil_div(n, block)) +
-                               " blocks), equals the CPU loop bit for bit",
+    checks.expect(bad < 0,
+                  "vector add, n = " + std::to_string(n) + ", block " + std::to_string(block) +
+                      " (" + std::to_string(ceil_div(n, block)) +
+                      " blocks), equals the CPU loop bit for bit",
                   bad < 0 ? "" : "first mismatch at i = " + std::to_string(bad));
   }
 
@@ -263,17 +280,20 @@ void threads_and_blocks(int64_t n, int64_t rows, int64_t cols, uint64_t seed, Ch
       int64_t o = r * cols + c;
       Cwant[static_cast<size_t>(o)] = A[static_cast<size_t>(o)] + B[static_cast<size_t>(o)];
     }
-  DeviceBuffer dA(static_cast<size_t>(mn) * 4), dB(static_cast<size_t>(mn) * 4), dC(static_cast<size_t>(mn) * 4);
+  DeviceBuffer dA(static_cast<size_t>(mn) * 4), dB(static_cast<size_t>(mn) * 4),
+      dC(static_cast<size_t>(mn) * 4);
   dA.upload(A.data(), dA.bytes());
   dB.upload(B.data(), dB.bytes());
   dC.poison();
   matrix_add(dA.as<float>(), dB.as<float>(), dC.as<float>(), rows, cols, nullptr);
   dC.download(Cgot.data(), dC.bytes());
   int64_t badm = first_mismatch(Cgot, Cwant);
-  checks.expect(badm < 0, "matrix add " + std::to_string(rows) + " x " + std::to_string(cols) +
-                              " on 32x8 blocks equals the CPU loop bit for bit",
-                badm < 0 ? "" : "first mismatch at row " + std::to_string(badm / cols) +
-                                    ", col " + std::to_string(badm % cols));
+  checks.expect(badm < 0,
+                "matrix add " + std::to_string(rows) + " x " + std::to_string(cols) +
+                    " on 32x8 blocks equals the CPU loop bit for bit",
+                badm < 0 ? ""
+                         : "first mismatch at row " + std::to_string(badm / cols) + ", col " +
+                               std::to_string(badm % cols));
 
   // An invalid configuration: 2048 threads per block (the limit is 1024). The launch never
   // starts; cudaGetLastError reports it, FA_CHECK_LAUNCH turns it into fa::Error. This error is
@@ -302,11 +322,13 @@ void threads_and_blocks(int64_t n, int64_t rows, int64_t cols, uint64_t seed, Ch
   const int block = 256;
   int64_t padded = ceil_div(n, block) * block, oob = padded - n;
   const float kSentinel = -12345.0f;
-  std::vector<float> pa(static_cast<size_t>(padded), 1.0f), pb(static_cast<size_t>(padded), 2.0f), pc(static_cast<size_t>(padded));
+  std::vector<float> pa(static_cast<size_t>(padded), 1.0f), pb(static_cast<size_t>(padded), 2.0f),
+      pc(static_cast<size_t>(padded));
   std::copy(a.begin(), a.end(), pa.begin());
   std::copy(b.begin(), b.end(), pb.begin());
   std::vector<float> pc_init(static_cast<size_t>(padded), kSentinel);
-  DeviceBuffer qa(static_cast<size_t>(padded) * 4), qb(static_cast<size_t>(padded) * 4), qc(static_cast<size_t>(padded) * 4);
+  DeviceBuffer qa(static_cast<size_t>(padded) * 4), qb(static_cast<size_t>(padded) * 4),
+      qc(static_cast<size_t>(padded) * 4);
   qa.upload(pa.data(), qa.bytes());
   qb.upload(pb.data(), qb.bytes());
   qc.upload(pc_init.data(), qc.bytes());
@@ -366,9 +388,9 @@ void ceilings(int fma_iters, int gemm_n, Checks& checks) {
   row("device-to-device copy", fixed(copy_gbps, 0) + " GB/s",
       fixed(dram_peak, 0) + " GB/s (" + fixed(100.0 * copy_gbps / dram_peak, 0) + "%)");
   row("fp32 FMA kernel", fixed(fma_tflops, 1) + " TFLOP/s",
-      fp32_peak > 0 ? fixed(fp32_peak, 1) + " TFLOP/s (" +
-                          fixed(100.0 * fma_tflops / fp32_peak, 0) + "%)"
-                    : "unknown lanes per SM for this GPU");
+      fp32_peak > 0
+          ? fixed(fp32_peak, 1) + " TFLOP/s (" + fixed(100.0 * fma_tflops / fp32_peak, 0) + "%)"
+          : "unknown lanes per SM for this GPU");
   row("cuBLAS fp32 (no TF32), " + gn + "^3", fixed(f32, 1) + " TFLOP/s",
       fp32_peak > 0 ? fixed(100.0 * f32 / fp32_peak, 0) + "% of the fp32 peak" : "");
   row("cuBLAS bf16 tensor cores, " + gn + "^3", fixed(bf16, 0) + " TFLOP/s",
@@ -408,9 +430,11 @@ void divergence_section(int iters, Checks& checks) {
   out_div.poison();
   out_uni.poison();
   double t_div = median_ms(
-      [&](cudaStream_t s) { divergence(out_div.as<float>(), blocks, threads, iters, true, s); }, false);
+      [&](cudaStream_t s) { divergence(out_div.as<float>(), blocks, threads, iters, true, s); },
+      false);
   double t_uni = median_ms(
-      [&](cudaStream_t s) { divergence(out_uni.as<float>(), blocks, threads, iters, false, s); }, false);
+      [&](cudaStream_t s) { divergence(out_uni.as<float>(), blocks, threads, iters, false, s); },
+      false);
   std::vector<float> hd(static_cast<size_t>(total)), hu(static_cast<size_t>(total));
   out_div.download(hd.data(), out_div.bytes());
   out_uni.download(hu.data(), out_uni.bytes());
@@ -423,7 +447,8 @@ void divergence_section(int iters, Checks& checks) {
                                    : divergence_path_quadratic(seed, iters);
     float want_uni = warp % 2 == 0 ? divergence_path_affine(seed, iters)
                                    : divergence_path_quadratic(seed, iters);
-    ok = ok && close(hd[static_cast<size_t>(t)], want_div, 1e-5f) && close(hu[static_cast<size_t>(t)], want_uni, 1e-5f);
+    ok = ok && close(hd[static_cast<size_t>(t)], want_div, 1e-5f) &&
+         close(hu[static_cast<size_t>(t)], want_uni, 1e-5f);
   }
   row("branch by lane parity (divergent)", fixed(t_div, 3) + " ms",
       "each warp runs both loops, 16 lanes idle each time");
@@ -439,7 +464,8 @@ void fusion_section(int64_t n, uint64_t seed, Checks& checks) {
   section("5. Operator fusion: y = relu(x * a + b)");
   const float a = 1.5f, b = -0.25f;
   std::vector<float> x = uniform_values(n, derive_seed(seed, 5));
-  DeviceBuffer dx(static_cast<size_t>(n) * 4), dt(static_cast<size_t>(n) * 4), du(static_cast<size_t>(n) * 4), dy(static_cast<size_t>(n) * 4);
+  DeviceBuffer dx(static_cast<size_t>(n) * 4), dt(static_cast<size_t>(n) * 4),
+      du(static_cast<size_t>(n) * 4), dy(static_cast<size_t>(n) * 4);
   dx.upload(x.data(), dx.bytes());
   auto unfused = [&](cudaStream_t s) {
     scale_kernel(dx.as<float>(), dt.as<float>(), a, n, s);  // t = x * a   (read x, write t)
@@ -457,7 +483,9 @@ void fusion_section(int64_t n, uint64_t seed, Checks& checks) {
   dy.download(y_fused.data(), dy.bytes());
   int64_t bad = -1;
   for (int64_t i = 0; i < n && bad < 0; ++i)
-    if (!close(y_fused[static_cast<size_t>(i)], relu_axb_reference(x[static_cast<size_t>(i)], a, b), 1e-6f)) bad = i;
+    if (!close(y_fused[static_cast<size_t>(i)], relu_axb_reference(x[static_cast<size_t>(i)], a, b),
+               1e-6f))
+      bad = i;
   checks.expect(bad < 0, "the fused kernel matches the CPU loop",
                 bad < 0 ? "" : "first mismatch at i = " + std::to_string(bad));
   int64_t diff = first_mismatch(y_unfused, y_fused);
@@ -516,8 +544,9 @@ int run(const std::vector<std::string>& args) {
   ceilings(int(fma_iters), int(gemm_n), checks);
   divergence_section(int(div_iters), checks);
   fusion_section(fusion_n, cli.seed(), checks);
-  std::cout << "\nChapter 00: " << (checks.failed ? std::to_string(checks.failed) + " check(s) FAILED"
-                                                   : std::string("all checks passed"))
+  std::cout << "\nChapter 00: "
+            << (checks.failed ? std::to_string(checks.failed) + " check(s) FAILED"
+                              : std::string("all checks passed"))
             << "\n";
   return checks.failed ? 1 : 0;
 }

@@ -9,7 +9,8 @@ ExtraDeviceInfo extra_device_info() {
   ExtraDeviceInfo e;
   int reserved = 0;
   FA_CUDA_CHECK(cudaDeviceGetAttribute(&e.max_threads_per_block, cudaDevAttrMaxThreadsPerBlock, 0));
-  FA_CUDA_CHECK(cudaDeviceGetAttribute(&e.max_blocks_per_sm, cudaDevAttrMaxBlocksPerMultiprocessor, 0));
+  FA_CUDA_CHECK(
+      cudaDeviceGetAttribute(&e.max_blocks_per_sm, cudaDevAttrMaxBlocksPerMultiprocessor, 0));
   FA_CUDA_CHECK(cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, 0));
   FA_CUDA_CHECK(cudaDeviceGetAttribute(&e.max_grid_x, cudaDevAttrMaxGridDimX, 0));
   FA_CUDA_CHECK(cudaDeviceGetAttribute(&e.max_grid_y, cudaDevAttrMaxGridDimY, 0));

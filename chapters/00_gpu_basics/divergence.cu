@@ -21,7 +21,9 @@ namespace fa::ch00 {
 
 namespace {
 
-__device__ float seed_of(int64_t thread) { return float(thread % 97) * 0.004f; }
+__device__ float seed_of(int64_t thread) {
+  return float(thread % 97) * 0.004f;
+}
 
 __device__ float path_affine(float seed, int iters) {
   float x[kDivergenceChains];

@@ -40,9 +40,18 @@ int fp32_lanes_per_sm(int sm) {
   // From NVIDIA's architecture whitepapers. sm_80 (A100) has 64; the consumer and Hopper parts
   // double it. Unknown future parts: 128 is the best guess, and the program labels it a guess.
   switch (sm) {
-    case 70: case 72: case 75: case 80: return 64;
-    case 86: case 87: case 89: case 90: return 128;
-    default: return sm >= 100 ? 128 : 0;
+    case 70:
+    case 72:
+    case 75:
+    case 80:
+      return 64;
+    case 86:
+    case 87:
+    case 89:
+    case 90:
+      return 128;
+    default:
+      return sm >= 100 ? 128 : 0;
   }
 }
 
@@ -82,7 +91,9 @@ float fma_thread_reference(int64_t thread, int iters, float a, float b) {
   return sum;
 }
 
-float divergence_seed(int64_t thread) { return float(thread % 97) * 0.004f; }
+float divergence_seed(int64_t thread) {
+  return float(thread % 97) * 0.004f;
+}
 
 float divergence_path_affine(float seed, int iters) {
   float x[kDivergenceChains];

@@ -35,11 +35,11 @@ std::vector<float> naive_softmax_cpu(const std::vector<float>& x) {
 
 std::vector<float> safe_softmax_cpu(const std::vector<float>& x) {
   float m = -kInf;
-  for (float v : x) m = std::max(m, v);                            // pass 1: max
+  for (float v : x) m = std::max(m, v);  // pass 1: max
   std::vector<float> y(x.size(), 0.0f);
-  if (m == -kInf) return y;                                         // all -inf: zeros
+  if (m == -kInf) return y;  // all -inf: zeros
   float l = 0.0f;
-  for (float v : x) l += std::exp(v - m);                           // pass 2: sum
+  for (float v : x) l += std::exp(v - m);                               // pass 2: sum
   for (size_t i = 0; i < x.size(); ++i) y[i] = std::exp(x[i] - m) / l;  // pass 3: write
   return y;
 }
@@ -129,14 +129,15 @@ int gpu_demo() {
   print_row("01/v3 (safe), x + 100", row(safe, 1));
   int failures = 0;
   failures += check(any_not_finite(row(naive, 1)), "the naive kernel overflows on x + 100");
-  failures += check(matches_reference(row(x, 1), row(safe, 1)),
-                    "the safe kernel is exact on x + 100");
+  failures +=
+      check(matches_reference(row(x, 1), row(safe, 1)), "the safe kernel is exact on x + 100");
   return failures;
 }
 
 int run(const std::vector<std::string>& args) {
-  fa::Cli cli("ch01_safe_softmax",
-              "Safe softmax: why the maximum is subtracted, and a ladder of kernels for its three passes.");
+  fa::Cli cli(
+      "ch01_safe_softmax",
+      "Safe softmax: why the maximum is subtracted, and a ladder of kernels for its three passes.");
   fa::add_matrix_options(cli, "4096,16384", "4096,1024", "softmax input x");
   fa::add_kernel_options(cli, "01/", 0);
   cli.section("kernels (name, dtype, oldest GPU, what it changes)",
@@ -157,14 +158,15 @@ int run(const std::vector<std::string>& args) {
   opt.seed = cli.seed();
   std::vector<fa::RunResult> results;
   for (const fa::SoftmaxShape& shape : shapes)
-    for (const fa::SoftmaxKernel* k : kernels)
-      results.push_back(fa::run_softmax(*k, shape, opt));
-  fa::print_table(std::cout, "Row softmax, fp32: GB/s counts x read once + y written once", results);
-  std::cout << "  passes = global-memory passes (reads of x + the write of y); copy bandwidth "
-            << std::fixed << std::setprecision(0) << fa::copy_bandwidth_gbps() << " GB/s.\n"
-            << std::defaultfloat
-            << "  v1-v3 read x three times from global memory; v4 reads it once and runs the three\n"
-               "  passes over registers. Chapter 02 makes one read work for rows of any length.\n";
+    for (const fa::SoftmaxKernel* k : kernels) results.push_back(fa::run_softmax(*k, shape, opt));
+  fa::print_table(std::cout, "Row softmax, fp32: GB/s counts x read once + y written once",
+                  results);
+  std::cout
+      << "  passes = global-memory passes (reads of x + the write of y); copy bandwidth "
+      << std::fixed << std::setprecision(0) << fa::copy_bandwidth_gbps() << " GB/s.\n"
+      << std::defaultfloat
+      << "  v1-v3 read x three times from global memory; v4 reads it once and runs the three\n"
+         "  passes over registers. Chapter 02 makes one read work for rows of any length.\n";
   failures += fa::print_failures(std::cout, results);
   return failures ? 1 : 0;
 }

@@ -21,7 +21,7 @@ __global__ void naive_softmax_kernel(const float* x, float* y, int64_t rows, int
     const float* xr = x + row * cols;
     float* yr = y + row * cols;
     float sum = 0.0f;
-    for (int64_t c = 0; c < cols; ++c) sum += expf(xr[c]);  // e^100 = +Inf in fp32
+    for (int64_t c = 0; c < cols; ++c) sum += expf(xr[c]);         // e^100 = +Inf in fp32
     for (int64_t c = 0; c < cols; ++c) yr[c] = expf(xr[c]) / sum;  // Inf / Inf = NaN
   }
 }
@@ -33,7 +33,8 @@ namespace ch01 {
 void naive_softmax_demo(const float* x, float* y, fa::SoftmaxShape s, cudaStream_t stream) {
   if (s.rows == 0 || s.cols == 0) return;
   const int64_t blocks = std::min<int64_t>(fa::ceil_div(s.rows, kThreads), 65535);
-  naive_softmax_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(x, y, s.rows, s.cols);
+  naive_softmax_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(x, y, s.rows,
+                                                                               s.cols);
   FA_CHECK_LAUNCH();
 }
 

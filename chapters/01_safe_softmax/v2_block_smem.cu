@@ -35,7 +35,8 @@ struct SumOp {
 
 // Combines one value per thread; every thread gets the result. Ends with a barrier so that the
 // buffer can be reused by the next reduction.
-template <class Op> __device__ float block_reduce_tree(float v, float* s, Op op) {
+template <class Op>
+__device__ float block_reduce_tree(float v, float* s, Op op) {
   const int t = threadIdx.x;
   s[t] = v;
   __syncthreads();
@@ -84,5 +85,5 @@ void softmax_v2(const float* x, float* y, fa::SoftmaxShape s, cudaStream_t strea
 
 }  // namespace
 
-FA_REGISTER(SoftmaxKernel, {"01/v2_block_smem",  softmax_v2,
+FA_REGISTER(SoftmaxKernel, {"01/v2_block_smem", softmax_v2,
                             "one block per row, shared-memory tree reductions; three passes", 3});

@@ -54,7 +54,8 @@ __device__ __forceinline__ float warp_sum(float v) {
 
 // Block-wide max or sum; every thread gets the result. `buf` holds one value per warp and must
 // not be written again until every warp has read it (the caller alternates two buffers).
-template <bool kIsMax> __device__ float block_reduce(float v, float* buf) {
+template <bool kIsMax>
+__device__ float block_reduce(float v, float* buf) {
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int warps = blockDim.x / kWarp;
   v = kIsMax ? warp_max(v) : warp_sum(v);
@@ -68,8 +69,8 @@ template <bool kIsMax> __device__ float block_reduce(float v, float* buf) {
 
 // One pass over a row, calling f(value) for each element (loads only). The row has `n` units of
 // type T (float4 or float); thread t takes units t, t + T, t + 2T, ... (T = blockDim.x).
-template <class T, class F> __device__ __forceinline__ void for_each_unit(const T* xr, int64_t n,
-                                                                         F f) {
+template <class T, class F>
+__device__ __forceinline__ void for_each_unit(const T* xr, int64_t n, F f) {
   const int64_t stride = blockDim.x;
   int64_t i = threadIdx.x;
   for (; i + (kUnroll - 1) * stride < n; i += kUnroll * stride) {
@@ -82,13 +83,21 @@ template <class T, class F> __device__ __forceinline__ void for_each_unit(const 
   for (; i < n; i += stride) f(xr[i]);
 }
 
-__device__ __forceinline__ float max_of(float v) { return v; }
-__device__ __forceinline__ float max_of(float4 v) { return fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w)); }
-__device__ __forceinline__ float sum_exp(float v, float m) { return expf(v - m); }
+__device__ __forceinline__ float max_of(float v) {
+  return v;
+}
+__device__ __forceinline__ float max_of(float4 v) {
+  return fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w));
+}
+__device__ __forceinline__ float sum_exp(float v, float m) {
+  return expf(v - m);
+}
 __device__ __forceinline__ float sum_exp(float4 v, float m) {
   return (expf(v.x - m) + expf(v.y - m)) + (expf(v.z - m) + expf(v.w - m));
 }
-__device__ __forceinline__ float normalise(float v, float m, float s) { return expf(v - m) * s; }
+__device__ __forceinline__ float normalise(float v, float m, float s) {
+  return expf(v - m) * s;
+}
 __device__ __forceinline__ float4 normalise(float4 v, float m, float s) {
   return make_float4(expf(v.x - m) * s, expf(v.y - m) * s, expf(v.z - m) * s, expf(v.w - m) * s);
 }
@@ -123,7 +132,9 @@ __global__ void __launch_bounds__(kMaxThreads)
   }
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+bool aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
 
 // About kUnroll units per thread, rounded up to a whole warp, between 1 and 32 warps.
 int threads_for(int64_t units) {
@@ -142,11 +153,11 @@ void softmax_v3_warp_shuffle_vec4(const float* x, float* y, fa::SoftmaxShape s,
   const unsigned blocks =
       static_cast<unsigned>(std::min<int64_t>(s.rows, std::numeric_limits<int>::max()));
   if (s.cols % 4 == 0 && aligned16(x) && aligned16(y)) {
-    softmax_warp_shuffle_kernel<float4><<<blocks, threads_for(s.cols / 4), 0, stream>>>(
-        x, y, s.rows, s.cols);
+    softmax_warp_shuffle_kernel<float4>
+        <<<blocks, threads_for(s.cols / 4), 0, stream>>>(x, y, s.rows, s.cols);
   } else {
-    softmax_warp_shuffle_kernel<float><<<blocks, threads_for(s.cols), 0, stream>>>(x, y, s.rows,
-                                                                                   s.cols);
+    softmax_warp_shuffle_kernel<float>
+        <<<blocks, threads_for(s.cols), 0, stream>>>(x, y, s.rows, s.cols);
   }
   FA_CHECK_LAUNCH();
 }
@@ -155,4 +166,5 @@ void softmax_v3_warp_shuffle_vec4(const float* x, float* y, fa::SoftmaxShape s,
 
 FA_REGISTER(SoftmaxKernel, {"01/v3_warp_shuffle_vec4", ch01::softmax_v3_warp_shuffle_vec4,
                             "warp-shuffle reductions, float4 loads, block size follows the row; "
-                            "three passes", 3});
+                            "three passes",
+                            3});

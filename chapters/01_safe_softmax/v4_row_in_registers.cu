@@ -29,7 +29,8 @@ constexpr int kMaxUnits = 4;  // float4 per thread: 16 floats, 16 registers
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr unsigned kFullMask = 0xffffffffu;
 
-template <bool kIsMax> __device__ __forceinline__ float warp_reduce(float v) {
+template <bool kIsMax>
+__device__ __forceinline__ float warp_reduce(float v) {
   for (int offset = kWarp / 2; offset > 0; offset /= 2) {
     float o = __shfl_xor_sync(kFullMask, v, offset);
     v = kIsMax ? fmaxf(v, o) : v + o;
@@ -38,7 +39,8 @@ template <bool kIsMax> __device__ __forceinline__ float warp_reduce(float v) {
 }
 
 // Block-wide max or sum, result in every thread. `buf` is reused only after a later barrier.
-template <bool kIsMax> __device__ float block_reduce(float v, float* buf) {
+template <bool kIsMax>
+__device__ float block_reduce(float v, float* buf) {
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, warps = blockDim.x / kWarp;
   v = warp_reduce<kIsMax>(v);
   if (warps == 1) return v;
@@ -62,7 +64,8 @@ __global__ void __launch_bounds__(kMaxThreads)
     }
     float m = kNegInf;  // pass 1, over registers
 #pragma unroll
-    for (int u = 0; u < kMaxUnits; ++u) m = fmaxf(m, fmaxf(fmaxf(v[u].x, v[u].y), fmaxf(v[u].z, v[u].w)));
+    for (int u = 0; u < kMaxUnits; ++u)
+      m = fmaxf(m, fmaxf(fmaxf(v[u].x, v[u].y), fmaxf(v[u].z, v[u].w)));
     m = block_reduce<true>(m, red_max);
     const bool empty = (m == kNegInf);  // an all -inf row is zeros: never compute -inf - -inf
     const float m_use = empty ? 0.0f : m;
@@ -81,12 +84,15 @@ __global__ void __launch_bounds__(kMaxThreads)
 #pragma unroll
     for (int u = 0; u < kMaxUnits; ++u) {
       int64_t i = threadIdx.x + int64_t(u) * blockDim.x;
-      if (i < units) yr[i] = make_float4(v[u].x * inv_l, v[u].y * inv_l, v[u].z * inv_l, v[u].w * inv_l);
+      if (i < units)
+        yr[i] = make_float4(v[u].x * inv_l, v[u].y * inv_l, v[u].z * inv_l, v[u].w * inv_l);
     }
   }
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+bool aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
 
 }  // namespace
 
@@ -96,8 +102,8 @@ void softmax_v4_row_in_registers(const float* x, float* y, fa::SoftmaxShape s,
                                  cudaStream_t stream) {
   if (s.rows == 0 || s.cols == 0) return;
   const int64_t units = s.cols / 4;
-  const bool fits = s.cols % 4 == 0 && units <= int64_t(kMaxThreads) * kMaxUnits &&
-                    aligned16(x) && aligned16(y);
+  const bool fits =
+      s.cols % 4 == 0 && units <= int64_t(kMaxThreads) * kMaxUnits && aligned16(x) && aligned16(y);
   if (!fits) {  // too long or unaligned: v3's three passes over global memory
     softmax_v3_warp_shuffle_vec4(x, y, s, stream);
     return;
@@ -115,4 +121,5 @@ void softmax_v4_row_in_registers(const float* x, float* y, fa::SoftmaxShape s,
 
 FA_REGISTER(SoftmaxKernel, {"01/v4_row_in_registers", ch01::softmax_v4_row_in_registers,
                             "the row loaded once into registers; the three passes run on chip "
-                            "(rows up to 16384 floats; longer rows fall back to v3)", 1});
+                            "(rows up to 16384 floats; longer rows fall back to v3)",
+                            1});

@@ -24,8 +24,8 @@ struct MaxSum {
   double l;
 };
 
-MaxSum empty_state();                 // (-inf, 0): the identity of merge
-MaxSum merge(MaxSum a, MaxSum b);     // the pair merge above
+MaxSum empty_state();                    // (-inf, 0): the identity of merge
+MaxSum merge(MaxSum a, MaxSum b);        // the pair merge above
 MaxSum online_step(MaxSum s, double x);  // one element
 
 // Online softmax of one row, in double: one pass for (m, l), one pass to write. When `trace` is

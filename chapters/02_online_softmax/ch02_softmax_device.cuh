@@ -25,7 +25,9 @@ struct Stats {
   float l;
 };
 
-__device__ __forceinline__ Stats empty_stats() { return {kNegInf, 0.0f}; }
+__device__ __forceinline__ Stats empty_stats() {
+  return {kNegInf, 0.0f};
+}
 
 // e^(m_old - m_new), m_new >= m_old. Exactly 1 when equal: that also covers m_old == m_new == -inf
 // (two empty states), where e^(-inf - -inf) would be NaN. e^(-inf - finite) = 0 is right as it is.
@@ -45,7 +47,8 @@ __device__ __forceinline__ Stats merge(Stats a, Stats b) {
 // The online step for N freshly loaded values: one new maximum, one rescale of the old sum,
 // N exponentials. -inf values contribute e^-inf = 0; while nothing finite has been seen the
 // state stays empty (no -inf - -inf).
-template <int N> __device__ __forceinline__ Stats absorb(Stats s, const float (&v)[N]) {
+template <int N>
+__device__ __forceinline__ Stats absorb(Stats s, const float (&v)[N]) {
   float m = s.m;
 #pragma unroll
   for (int i = 0; i < N; ++i) m = fmaxf(m, v[i]);
@@ -72,7 +75,8 @@ __device__ __forceinline__ Stats warp_merge(Stats s) {
 // `buf`, one barrier, then every warp merges the per-warp states again (so no second barrier is
 // needed to broadcast). The caller alternates two buffers between consecutive calls, so the
 // barrier of call i+1 also guarantees that everyone has finished reading the buffer of call i.
-template <int kGroup> __device__ __forceinline__ Stats group_merge(Stats s, Stats* buf) {
+template <int kGroup>
+__device__ __forceinline__ Stats group_merge(Stats s, Stats* buf) {
   s = warp_merge(s);
   if constexpr (kGroup > kWarp) {
     constexpr int kWarps = kGroup / kWarp;
@@ -85,7 +89,9 @@ template <int kGroup> __device__ __forceinline__ Stats group_merge(Stats s, Stat
   return s;
 }
 
-inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+inline bool aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
 
 }  // namespace gpu
 }  // namespace ch02

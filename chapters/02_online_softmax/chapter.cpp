@@ -30,7 +30,9 @@ int check(bool ok, const std::string& what) {
   return ok ? 0 : 1;
 }
 
-bool close(double a, double b, double tol) { return std::abs(a - b) <= tol * (1.0 + std::abs(b)); }
+bool close(double a, double b, double tol) {
+  return std::abs(a - b) <= tol * (1.0 + std::abs(b));
+}
 
 bool all_close(const std::vector<double>& a, const std::vector<double>& b, double tol) {
   if (a.size() != b.size()) return false;
@@ -57,14 +59,18 @@ int cpu_tier() {
   for (size_t i = 0; i < x.size(); ++i) {
     std::cout << "  read x" << i + 1 << " = " << x[i] << "  ->  " << std::left << std::setw(30)
               << state(trace[i]) << std::right;
-    if (i == 0) std::cout << "  the first element: l = e^0 = 1";
-    else if (trace[i].m == m_prev) std::cout << "  same max: l += e^(x - m)";
-    else std::cout << "  NEW max: old l times e^(" << m_prev << " - " << trace[i].m << "), then + 1";
+    if (i == 0)
+      std::cout << "  the first element: l = e^0 = 1";
+    else if (trace[i].m == m_prev)
+      std::cout << "  same max: l += e^(x - m)";
+    else
+      std::cout << "  NEW max: old l times e^(" << m_prev << " - " << trace[i].m << "), then + 1";
     std::cout << "\n";
     m_prev = trace[i].m;
   }
   std::cout << "  softmax = e^(x - m) / l = [";
-  for (size_t i = 0; i < y.size(); ++i) std::cout << (i ? ", " : "") << std::setprecision(6) << y[i];
+  for (size_t i = 0; i < y.size(); ++i)
+    std::cout << (i ? ", " : "") << std::setprecision(6) << y[i];
   std::cout << "]\n";
 
   // The same row as two halves merged: what threads, warps and blocks do on the GPU.
@@ -78,9 +84,10 @@ int cpu_tier() {
   std::cout << "\n== CPU checks ==\n";
   const std::vector<double> safe = ch02::safe_softmax(x.data(), 4);
   failures += check(all_close(y, safe, 1e-15), "online softmax of [3, 2, 5, 1] == safe softmax");
-  failures += check(close(trace.back().m, 5.0, 0) &&
-                        close(trace.back().l, 1 + std::exp(-2.0) + std::exp(-3.0) + std::exp(-4.0), 1e-15),
-                    "final (m, l) = (5, 1 + e^-2 + e^-3 + e^-4)");
+  failures +=
+      check(close(trace.back().m, 5.0, 0) &&
+                close(trace.back().l, 1 + std::exp(-2.0) + std::exp(-3.0) + std::exp(-4.0), 1e-15),
+            "final (m, l) = (5, 1 + e^-2 + e^-3 + e^-4)");
   failures += check(both.m == trace.back().m && close(both.l, trace.back().l, 1e-15),
                     "merging the halves gives the sequential (m, l)");
 
@@ -101,14 +108,16 @@ int cpu_tier() {
 void print_prediction(const std::vector<fa::RunResult>& results,
                       const std::vector<fa::SoftmaxShape>& shapes) {
   const double bw = fa::copy_bandwidth_gbps() * 1e9;
-  std::cout << "\n== Passes predict the time: passes x bytes(x) / copy bandwidth ("
-            << std::fixed << std::setprecision(0) << bw / 1e9 << " GB/s) ==\n"
-            << "  kernel                    shape          passes  predicted ms  measured ms  measured/predicted\n";
+  std::cout << "\n== Passes predict the time: passes x bytes(x) / copy bandwidth (" << std::fixed
+            << std::setprecision(0) << bw / 1e9 << " GB/s) ==\n"
+            << "  kernel                    shape          passes  predicted ms  measured ms  "
+               "measured/predicted\n";
   for (const fa::SoftmaxShape& s : shapes) {
     const double bytes = double(s.numel()) * sizeof(float);
     std::cout << "  " << std::left << std::setw(26) << "(01/v1..v3: 3 reads)" << std::setw(15)
               << s.str() << std::right << std::setw(6) << 4 << std::setw(14) << std::setprecision(4)
-              << 4 * bytes / bw * 1e3 << std::setw(13) << "see ch01" << "\n";
+              << 4 * bytes / bw * 1e3 << std::setw(13) << "see ch01"
+              << "\n";
     for (const fa::RunResult& r : results) {
       if (r.shape != s.str() || r.ms < 0) continue;
       const double predicted = r.passes * bytes / bw * 1e3;
@@ -146,7 +155,8 @@ int run(const std::vector<std::string>& args) {
   std::vector<fa::RunResult> results;
   for (const fa::SoftmaxShape& s : shapes)
     for (const fa::SoftmaxKernel* k : kernels) results.push_back(fa::run_softmax(*k, s, opt));
-  fa::print_table(std::cout, "Row softmax, fp32: GB/s counts x read once + y written once", results);
+  fa::print_table(std::cout, "Row softmax, fp32: GB/s counts x read once + y written once",
+                  results);
   std::cout << "  Chapter 01's kernels read x three times (passes 4); to compare at the default "
                "shapes, run\n    "
             << fa::printed_command("ch02.compare_with_ch01").line() << "\n";

@@ -11,10 +11,14 @@ namespace {
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
 // e^(m_old - m_new) with m_new >= m_old; exactly 1 when they are equal (also when both are -inf).
-double rescale(double m_old, double m_new) { return m_old == m_new ? 1.0 : std::exp(m_old - m_new); }
+double rescale(double m_old, double m_new) {
+  return m_old == m_new ? 1.0 : std::exp(m_old - m_new);
+}
 }  // namespace
 
-MaxSum empty_state() { return {kNegInf, 0.0}; }
+MaxSum empty_state() {
+  return {kNegInf, 0.0};
+}
 
 MaxSum merge(MaxSum a, MaxSum b) {
   const double m = std::max(a.m, b.m);
@@ -35,7 +39,7 @@ std::vector<double> online_softmax(const float* x, int64_t n, std::vector<MaxSum
     if (trace) trace->push_back(s);
   }
   std::vector<double> y(static_cast<size_t>(n), 0.0);
-  if (s.m == kNegInf) return y;  // all -inf: zeros
+  if (s.m == kNegInf) return y;                                               // all -inf: zeros
   for (int64_t i = 0; i < n; ++i) y[i] = std::exp(double(x[i]) - s.m) / s.l;  // pass 2: write
   return y;
 }
@@ -44,7 +48,8 @@ MaxSum reduce_in_pieces(const float* x, int64_t n, int64_t pieces) {
   pieces = std::max<int64_t>(1, std::min(pieces, std::max<int64_t>(n, 1)));
   std::vector<MaxSum> part(static_cast<size_t>(pieces), empty_state());
   for (int64_t p = 0; p < pieces; ++p)
-    for (int64_t i = n * p / pieces; i < n * (p + 1) / pieces; ++i) part[p] = online_step(part[p], x[i]);
+    for (int64_t i = n * p / pieces; i < n * (p + 1) / pieces; ++i)
+      part[p] = online_step(part[p], x[i]);
   MaxSum s = empty_state();
   for (int64_t p = pieces - 1; p >= 0; --p) s = merge(part[p], s);
   return s;

@@ -119,12 +119,14 @@ __global__ void __launch_bounds__(kBlock)
 template <int kGroup, int kBlock>
 void launch(bool vec4, const float* x, float* y, fa::SoftmaxShape s, cudaStream_t stream) {
   constexpr int64_t kRowsPerBlock = kBlock / kGroup;
-  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(
-      fa::ceil_div(s.rows, kRowsPerBlock), std::numeric_limits<int>::max()));
+  const unsigned blocks = static_cast<unsigned>(
+      std::min<int64_t>(fa::ceil_div(s.rows, kRowsPerBlock), std::numeric_limits<int>::max()));
   if (vec4)
-    online_two_pass_kernel<kGroup, kBlock, true><<<blocks, kBlock, 0, stream>>>(x, y, s.rows, s.cols);
+    online_two_pass_kernel<kGroup, kBlock, true>
+        <<<blocks, kBlock, 0, stream>>>(x, y, s.rows, s.cols);
   else
-    online_two_pass_kernel<kGroup, kBlock, false><<<blocks, kBlock, 0, stream>>>(x, y, s.rows, s.cols);
+    online_two_pass_kernel<kGroup, kBlock, false>
+        <<<blocks, kBlock, 0, stream>>>(x, y, s.rows, s.cols);
   FA_CHECK_LAUNCH();
 }
 

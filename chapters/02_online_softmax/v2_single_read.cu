@@ -60,7 +60,8 @@ __global__ void __launch_bounds__(kBlock)
 #pragma unroll
       for (int j = 0; j < kVec; ++j) {
         const int64_t q = t + int64_t(j) * kGroup;
-        const float4 f = 4 * q < cols ? __ldcs(x4 + q) : make_float4(kNegInf, kNegInf, kNegInf, kNegInf);
+        const float4 f =
+            4 * q < cols ? __ldcs(x4 + q) : make_float4(kNegInf, kNegInf, kNegInf, kNegInf);
         v[4 * j] = f.x, v[4 * j + 1] = f.y, v[4 * j + 2] = f.z, v[4 * j + 3] = f.w;
       }
     } else {
@@ -123,12 +124,14 @@ void launch(bool vec4, const float* x, float* y, fa::SoftmaxShape s, cudaStream_
   constexpr int64_t kRowsPerBlock = kBlock / kGroup;
   static_assert(int64_t(kGroup) * 4 * kVec <= ch02::kSingleReadMaxCols || kGroup == 32,
                 "capacity above the fallback threshold would never be used");
-  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(
-      fa::ceil_div(s.rows, kRowsPerBlock), std::numeric_limits<int>::max()));
+  const unsigned blocks = static_cast<unsigned>(
+      std::min<int64_t>(fa::ceil_div(s.rows, kRowsPerBlock), std::numeric_limits<int>::max()));
   if (vec4)
-    single_read_kernel<kGroup, kBlock, kVec, true><<<blocks, kBlock, 0, stream>>>(x, y, s.rows, s.cols);
+    single_read_kernel<kGroup, kBlock, kVec, true>
+        <<<blocks, kBlock, 0, stream>>>(x, y, s.rows, s.cols);
   else
-    single_read_kernel<kGroup, kBlock, kVec, false><<<blocks, kBlock, 0, stream>>>(x, y, s.rows, s.cols);
+    single_read_kernel<kGroup, kBlock, kVec, false>
+        <<<blocks, kBlock, 0, stream>>>(x, y, s.rows, s.cols);
   FA_CHECK_LAUNCH();
 }
 
@@ -141,19 +144,29 @@ void softmax_single_read(const float* x, float* y, fa::SoftmaxShape s, cudaStrea
   const bool vec4 = s.cols % 4 == 0 && gpu::aligned16(x) && gpu::aligned16(y);
   const int64_t n = s.cols;
   // Capacity of each choice = kGroup * 4 * kVec floats.
-  if (n <= 128) launch<32, 128, 1>(vec4, x, y, s, stream);
-  else if (n <= 256) launch<32, 128, 2>(vec4, x, y, s, stream);
-  else if (n <= 512) launch<32, 128, 4>(vec4, x, y, s, stream);
-  else if (n <= 1024) launch<32, 128, 8>(vec4, x, y, s, stream);
-  else if (n <= 2048) launch<256, 256, 2>(vec4, x, y, s, stream);
-  else if (n <= 4096) launch<256, 256, 4>(vec4, x, y, s, stream);
-  else if (n <= 8192) launch<256, 256, 8>(vec4, x, y, s, stream);
-  else if (n <= kSingleReadMaxCols) launch<512, 512, 8>(vec4, x, y, s, stream);
-  else softmax_online_two_pass(x, y, s, stream);  // too long to keep on chip: two passes
+  if (n <= 128)
+    launch<32, 128, 1>(vec4, x, y, s, stream);
+  else if (n <= 256)
+    launch<32, 128, 2>(vec4, x, y, s, stream);
+  else if (n <= 512)
+    launch<32, 128, 4>(vec4, x, y, s, stream);
+  else if (n <= 1024)
+    launch<32, 128, 8>(vec4, x, y, s, stream);
+  else if (n <= 2048)
+    launch<256, 256, 2>(vec4, x, y, s, stream);
+  else if (n <= 4096)
+    launch<256, 256, 4>(vec4, x, y, s, stream);
+  else if (n <= 8192)
+    launch<256, 256, 8>(vec4, x, y, s, stream);
+  else if (n <= kSingleReadMaxCols)
+    launch<512, 512, 8>(vec4, x, y, s, stream);
+  else
+    softmax_online_two_pass(x, y, s, stream);  // too long to keep on chip: two passes
 }
 
 }  // namespace ch02
 
 FA_REGISTER(SoftmaxKernel, {"02/v2_single_read", ch02::softmax_single_read,
                             "row kept in registers: one read + one write (two-pass fallback "
-                            "above 16384 cols)", 1});
+                            "above 16384 cols)",
+                            1});

@@ -17,21 +17,20 @@ BlockMatmulResult block_matmul(const float* A, const float* B, int64_t M, int64_
   std::vector<float> b_tile(static_cast<size_t>(t.bk * t.bn));
   std::vector<float> c_tile(static_cast<size_t>(t.bm * t.bn));
 
-  for (int64_t i0 = 0; i0 < M; i0 += t.bm) {        // block row I of C
+  for (int64_t i0 = 0; i0 < M; i0 += t.bm) {  // block row I of C
     const int64_t rows = std::min(t.bm, M - i0);
-    for (int64_t j0 = 0; j0 < N; j0 += t.bn) {      // block column J of C
+    for (int64_t j0 = 0; j0 < N; j0 += t.bn) {  // block column J of C
       const int64_t cols = std::min(t.bn, N - j0);
       std::fill(c_tile.begin(), c_tile.end(), 0.0f);
-      for (int64_t p0 = 0; p0 < K; p0 += t.bk) {    // inner block P
+      for (int64_t p0 = 0; p0 < K; p0 += t.bk) {  // inner block P
         const int64_t depth = std::min(t.bk, K - p0);
         // Load A[I, P] and B[P, J] into the tile buffers (the only reads of A and B).
         for (int64_t i = 0; i < rows; ++i)
-          for (int64_t p = 0; p < depth; ++p)
-            a_tile[i * t.bk + p] = A[(i0 + i) * K + (p0 + p)];
+          for (int64_t p = 0; p < depth; ++p) a_tile[i * t.bk + p] = A[(i0 + i) * K + (p0 + p)];
         for (int64_t p = 0; p < depth; ++p)
           for (int64_t j = 0; j < cols; ++j)
-            b_tile[p * t.bn + j] = b_transposed ? B[(j0 + j) * K + (p0 + p)]
-                                                : B[(p0 + p) * N + (j0 + j)];
+            b_tile[p * t.bn + j] =
+                b_transposed ? B[(j0 + j) * K + (p0 + p)] : B[(p0 + p) * N + (j0 + j)];
         r.elements_loaded += rows * depth + depth * cols;
         ++r.tile_products;
         // C[I, J] += A[I, P] * B[P, J], entirely inside the tiles.

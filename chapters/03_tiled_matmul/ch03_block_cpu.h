@@ -20,7 +20,7 @@ struct BlockTiles {
 };
 
 struct BlockMatmulResult {
-  std::vector<float> C;       // [M, N] row-major, fp32 accumulation
+  std::vector<float> C;         // [M, N] row-major, fp32 accumulation
   int64_t elements_loaded = 0;  // elements of A and B copied into a "fast" tile buffer
   int64_t tile_products = 0;    // block products A[I,P] * B[P,J] performed
 };
@@ -31,7 +31,9 @@ BlockMatmulResult block_matmul(const float* A, const float* B, int64_t M, int64_
                                bool b_transposed, BlockTiles tiles);
 
 // Elements a naive (one output at a time, no reuse) matmul reads: 2*M*N*K.
-inline int64_t naive_elements_loaded(int64_t M, int64_t N, int64_t K) { return 2 * M * N * K; }
+inline int64_t naive_elements_loaded(int64_t M, int64_t N, int64_t K) {
+  return 2 * M * N * K;
+}
 
 // S = Q K^T then O = S V, both through block_matmul (no softmax: this is only the block algebra).
 // Q is [n_q, d], K and V are [n_k, d]. Returns O [n_q, d]; S [n_q, n_k] is written to *S if given.

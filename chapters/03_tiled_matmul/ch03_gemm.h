@@ -7,9 +7,9 @@
 namespace fa::ch03 {
 
 struct TensorCoreGemmInfo {
-  const char* name;           // registry name
-  int tile_m, tile_n;         // every block computes one tile_m x tile_n tile of C
-  int assumed_blocks_per_sm;  // used when there is no GPU to ask
+  const char* name;                   // registry name
+  int tile_m, tile_n;                 // every block computes one tile_m x tile_n tile of C
+  int assumed_blocks_per_sm;          // used when there is no GPU to ask
   int (*blocks_per_sm)(DType dtype);  // the occupancy calculator on the GPU at hand (needs one)
 };
 

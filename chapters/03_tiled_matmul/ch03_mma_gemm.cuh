@@ -44,7 +44,7 @@ struct Tiles {
   static constexpr int kMTiles = kWarpM / 16, kNTiles = kWarpN / 8;  // m16n8k16 tiles per warp
   static constexpr int kChunk = 8;  // 16-bit elements per 16-byte copy
   static constexpr int kPad = 8;    // row padding in elements (16 bytes)
-  static constexpr int kAStride = BK + kPad, kBStride = BN + kPad;  // shared row lengths
+  static constexpr int kAStride = BK + kPad, kBStride = BN + kPad;        // shared row lengths
   static constexpr int kAStage = BM * kAStride, kBStage = BK * kBStride;  // elements per stage
   static constexpr int kSmemBytes = Stages * (kAStage + kBStage) * 2;
   static constexpr int kAChunks = BM * BK / kChunk, kBChunks = BK * BN / kChunk;  // per stage
@@ -75,8 +75,7 @@ __device__ __forceinline__ void load_chunk(uint16_t* dst, const uint16_t* __rest
   if (row < rows) {
 #pragma unroll
     for (int e = 0; e < kChunk; ++e)
-      if (col + e < cols)
-        packed[e / 2] |= uint32_t(src[row * cols + col + e]) << (16 * (e % 2));
+      if (col + e < cols) packed[e / 2] |= uint32_t(src[row * cols + col + e]) << (16 * (e % 2));
   }
   *reinterpret_cast<uint4*>(dst) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
 }
@@ -116,14 +115,14 @@ __device__ __forceinline__ void store_pair(float* C, int64_t r, int64_t c, int64
 
 template <class Cfg, class T>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
-gemm_mma_kernel(const uint16_t* __restrict__ A, const uint16_t* __restrict__ B,
-                float* __restrict__ C, int64_t M, int64_t N, int64_t K, bool a_vec, bool b_vec,
-                bool pair_ok) {
+    gemm_mma_kernel(const uint16_t* __restrict__ A, const uint16_t* __restrict__ B,
+                    float* __restrict__ C, int64_t M, int64_t N, int64_t K, bool a_vec, bool b_vec,
+                    bool pair_ok) {
   constexpr int kBK = Cfg::kBK, kStages = Cfg::kStages;
   constexpr int kMTiles = Cfg::kMTiles, kNTiles = Cfg::kNTiles;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   uint16_t* As = reinterpret_cast<uint16_t*>(smem_raw);  // [kStages][kBM][kAStride]
-  uint16_t* Bs = As + kStages * Cfg::kAStage;             // [kStages][kBK][kBStride]
+  uint16_t* Bs = As + kStages * Cfg::kAStage;            // [kStages][kBK][kBStride]
 
   // Grouped block order: consecutive blocks walk down kGroupM block rows, then move right.
   const int64_t tiles_m = ceil_div(M, Cfg::kBM), tiles_n = ceil_div(N, Cfg::kBN);
@@ -212,17 +211,19 @@ gemm_mma_kernel(const uint16_t* __restrict__ A, const uint16_t* __restrict__ B,
     }
 }
 
-template <class Cfg, class T> void set_smem_limit() {
+template <class Cfg, class T>
+void set_smem_limit() {
   static const bool done = [] {
-    FA_CUDA_CHECK(cudaFuncSetAttribute(gemm_mma_kernel<Cfg, T>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       Cfg::kSmemBytes));
+    FA_CUDA_CHECK(cudaFuncSetAttribute(
+        gemm_mma_kernel<Cfg, T>, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
     return true;
   }();
   (void)done;
 }
 
-inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+inline bool aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
 
 // Launch C = A*B with tile configuration Cfg; T is __nv_bfloat16 or __half.
 template <class Cfg, class T>
@@ -241,7 +242,8 @@ void launch(const void* A, const void* B, float* C, GemmShape s, cudaStream_t st
 }
 
 // Resident blocks per SM for configuration Cfg on the GPU at hand (the occupancy calculator).
-template <class Cfg, class T> int blocks_per_sm() {
+template <class Cfg, class T>
+int blocks_per_sm() {
   set_smem_limit<Cfg, T>();
   int blocks = 0;
   FA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, gemm_mma_kernel<Cfg, T>,

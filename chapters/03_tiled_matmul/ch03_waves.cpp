@@ -28,8 +28,8 @@ WaveInfo wave_info(int64_t M, int64_t N, int tile_m, int tile_n, int sms, int bl
   w.waves_launched = ceil_div(w.tiles, w.slots);
   w.last_wave_tiles = w.tiles - (w.waves_launched - 1) * w.slots;
   w.last_wave_occupancy = double(w.last_wave_tiles) / double(w.slots);
-  w.useful_fraction = double(M) * double(N) /
-                      (double(w.waves_launched) * double(w.slots) * tile_m * tile_n);
+  w.useful_fraction =
+      double(M) * double(N) / (double(w.waves_launched) * double(w.slots) * tile_m * tile_n);
   return w;
 }
 

@@ -15,14 +15,14 @@ struct WaveInfo {
   int tile_m = 0, tile_n = 0;
   int sms = 0, blocks_per_sm = 0;
   int64_t tiles_m = 0, tiles_n = 0, tiles = 0;  // ceil(M / tile_m) * ceil(N / tile_n)
-  int64_t slots = 0;             // blocks that run at once: sms * blocks_per_sm
-  double waves = 0;              // tiles / slots (fractional)
-  int64_t waves_launched = 0;    // ceil(waves): how many rounds the GPU actually runs
-  int64_t last_wave_tiles = 0;   // blocks in the final round
+  int64_t slots = 0;                            // blocks that run at once: sms * blocks_per_sm
+  double waves = 0;                             // tiles / slots (fractional)
+  int64_t waves_launched = 0;      // ceil(waves): how many rounds the GPU actually runs
+  int64_t last_wave_tiles = 0;     // blocks in the final round
   double last_wave_occupancy = 0;  // last_wave_tiles / slots
-  double useful_fraction = 0;    // M*N / (waves_launched * slots * tile_m * tile_n): work done
-                                 // over the work the launched rounds could have done
-  std::string str() const;       // one line
+  double useful_fraction = 0;      // M*N / (waves_launched * slots * tile_m * tile_n): work done
+                                   // over the work the launched rounds could have done
+  std::string str() const;         // one line
 };
 
 WaveInfo wave_info(int64_t M, int64_t N, int tile_m, int tile_n, int sms, int blocks_per_sm);

@@ -69,9 +69,10 @@ int block_matmul_demo(std::ostream& os, uint64_t seed) {
      << "], every product done block by block\n"
      << "  max |S - ref| / max|ref| = " << std::scientific << std::setprecision(2) << eS
      << ", O: " << eO << std::defaultfloat << "  (tolerance " << tol << ")\n"
-     << "  S needed " << sm.tile_products << " block products; elements loaded into tiles: "
-     << sm.elements_loaded << " vs " << naive_elements_loaded(n_q, n_k, d)
-     << " for one-output-at-a-time (" << std::fixed << std::setprecision(1)
+     << "  S needed " << sm.tile_products
+     << " block products; elements loaded into tiles: " << sm.elements_loaded << " vs "
+     << naive_elements_loaded(n_q, n_k, d) << " for one-output-at-a-time (" << std::fixed
+     << std::setprecision(1)
      << double(naive_elements_loaded(n_q, n_k, d)) / double(sm.elements_loaded) << "x less)\n"
      << std::defaultfloat;
   int failures = 0;
@@ -105,8 +106,12 @@ const TensorCoreGemmInfo& gemm_that_runs(int64_t n) {
   return n % 8 != 0 ? v5_gemm_info() : best;
 }
 
-bool usable_gpu() { return have_gpu() && gpu_skip_reason(80).empty(); }
-int sm_count() { return usable_gpu() ? gpu_info().sm_count : kAssumedSms; }
+bool usable_gpu() {
+  return have_gpu() && gpu_skip_reason(80).empty();
+}
+int sm_count() {
+  return usable_gpu() ? gpu_info().sm_count : kAssumedSms;
+}
 
 // Resident blocks of `k` per SM: the occupancy calculator on this GPU, or the kernel's own
 // assumption for an H100 when there is none.
@@ -175,12 +180,18 @@ int sweep(std::ostream& os, const SweepRange& range, const std::string& csv_path
     if (gpu) {
       // The leading n*n elements of the big buffers are an n x n row-major matrix.
       const GemmShape s{n, n, n};
-      double t_cub = time_gpu([&](cudaStream_t st) {
-                       cublas_gemm(dA.data(), dB.data(), dC.as<float>(), s, DType::BF16, st);
-                     }, topt).median_ms;
-      double t_our = time_gpu([&](cudaStream_t st) {
-                       ours->run(dA.data(), dB.data(), dC.as<float>(), s, DType::BF16, st);
-                     }, topt).median_ms;
+      double t_cub = time_gpu(
+                         [&](cudaStream_t st) {
+                           cublas_gemm(dA.data(), dB.data(), dC.as<float>(), s, DType::BF16, st);
+                         },
+                         topt)
+                         .median_ms;
+      double t_our = time_gpu(
+                         [&](cudaStream_t st) {
+                           ours->run(dA.data(), dB.data(), dC.as<float>(), s, DType::BF16, st);
+                         },
+                         topt)
+                         .median_ms;
       std::ostringstream a, b;
       a << std::fixed << std::setprecision(2) << s.flops() / (t_cub * 1e-3) / 1e12;
       b << std::fixed << std::setprecision(2) << s.flops() / (t_our * 1e-3) / 1e12;
@@ -207,7 +218,8 @@ int run(const std::vector<std::string>& args) {
       .option("n", "4096", "N of the timed runs")
       .option("k", "4096", "K of the timed runs")
       .option("check", "509,515,521", "M,N,K of the correctness runs (ragged on purpose)")
-      .option("dtype", "fp32,bf16,fp16", "dtypes to run, or all (each kernel takes those it supports)");
+      .option("dtype", "fp32,bf16,fp16",
+              "dtypes to run, or all (each kernel takes those it supports)");
   add_kernel_options(cli, "03/", 20);
   cli.option("explain", "0", "N > 0: print tiles, waves and last-wave occupancy at N x N x N")
       .option("sweep", "", "start:stop[:step]: the matmul mystery sweep (cuBLAS bf16 vs ours)")
@@ -225,8 +237,9 @@ int run(const std::vector<std::string>& args) {
   const GemmShape check_shape{chk[0], chk[1], chk[2]};
   const std::vector<DType> dtypes = read_dtypes(cli);
   for (const GemmShape& g : {time_shape, check_shape})
-    require_fits_in_gpu_memory((double(g.M) * g.K + double(g.K) * g.N) * 4.0 + double(g.M) * g.N * 4.0,
-                               "the GEMM " + g.str());
+    require_fits_in_gpu_memory(
+        (double(g.M) * g.K + double(g.K) * g.N) * 4.0 + double(g.M) * g.N * 4.0,
+        "the GEMM " + g.str());
   const int64_t repeats = cli.get_count("repeats");
   const int64_t explain_n = cli.get_count("explain", 0);
   const std::string sweep_text = cli.get("sweep");
@@ -237,8 +250,8 @@ int run(const std::vector<std::string>& args) {
     } catch (const Error& e) {
       throw UsageError(e.what());  // its messages name --sweep and carry no file:line
     }
-    require_fits_in_gpu_memory(double(range.stop) * range.stop * 8.0, "--sweep up to " +
-                                                                          std::to_string(range.stop));
+    require_fits_in_gpu_memory(double(range.stop) * range.stop * 8.0,
+                               "--sweep up to " + std::to_string(range.stop));
   }
   const std::vector<const GemmKernel*> kernels =
       select_kernels<GemmKernel>("03/", cli.get("kernel"));
@@ -255,8 +268,10 @@ int run(const std::vector<std::string>& args) {
 
   // 1. CPU tier.
   int failures = block_matmul_demo(os, cli.seed());
-  if (explain_n > 0) explain(os, explain_n);
-  else wave_demo(os);
+  if (explain_n > 0)
+    explain(os, explain_n);
+  else
+    wave_demo(os);
 
   // The sweep is an experiment of its own: it replaces the ladder.
   if (!sweep_text.empty()) {
@@ -307,8 +322,9 @@ int run(const std::vector<std::string>& args) {
       timed.push_back(r);
     }
   print_table(os, "Correctness at " + check_shape.str() + " (float64 reference)", checked);
-  print_table(os, "Speed at " + time_shape.str() + " (median of " + std::to_string(repeats) +
-                      ", L2 flushed; % of cuBLAS on the same shape and dtype)",
+  print_table(os,
+              "Speed at " + time_shape.str() + " (median of " + std::to_string(repeats) +
+                  ", L2 flushed; % of cuBLAS on the same shape and dtype)",
               timed);
   failures += print_failures(os, checked);
   failures += print_failures(os, timed);

@@ -60,6 +60,7 @@ void gemm_v2(const void* A, const void* B, float* C, GemmShape s, DType dtype,
 
 }  // namespace
 
-FA_REGISTER(GemmKernel, {"03/v2_smem_tiled", gemm_v2, "32x32 shared-memory tiles, 1 output per thread"});
+FA_REGISTER(GemmKernel,
+            {"03/v2_smem_tiled", gemm_v2, "32x32 shared-memory tiles, 1 output per thread"});
 
 }  // namespace fa::ch03

@@ -17,15 +17,15 @@
 namespace fa::ch03 {
 namespace {
 
-constexpr int kBM = 128, kBN = 128, kBK = 8;  // block tile
-constexpr int kTM = 8, kTN = 8;               // outputs per thread
+constexpr int kBM = 128, kBN = 128, kBK = 8;         // block tile
+constexpr int kTM = 8, kTN = 8;                      // outputs per thread
 constexpr int kThreads = (kBM / kTM) * (kBN / kTN);  // 16 x 16 = 256
-constexpr int kALoads = kBM * kBK / kThreads;         // A elements each thread loads per step: 4
-constexpr int kBLoads = kBK * kBN / kThreads;         // B elements: 4
+constexpr int kALoads = kBM * kBK / kThreads;        // A elements each thread loads per step: 4
+constexpr int kBLoads = kBK * kBN / kThreads;        // B elements: 4
 
 __global__ void __launch_bounds__(kThreads)
-gemm_regblock_kernel(const float* __restrict__ A, const float* __restrict__ B,
-                     float* __restrict__ C, int64_t M, int64_t N, int64_t K) {
+    gemm_regblock_kernel(const float* __restrict__ A, const float* __restrict__ B,
+                         float* __restrict__ C, int64_t M, int64_t N, int64_t K) {
   __shared__ float As[kBM][kBK];
   __shared__ float Bs[kBK][kBN];
   const int tid = threadIdx.x;

@@ -30,10 +30,10 @@ namespace fa::ch03 {
 namespace {
 
 constexpr int kBM = 128, kBN = 128, kBK = 8;
-constexpr int kThreads = 256;     // 16 x 16 threads, 8x8 outputs each
-constexpr int kQuad = 4;          // a thread's outputs are 2x2 quadrants of 4x4
-constexpr int kHalf = kBM / 2;    // 64: distance between a thread's two quadrants
-constexpr int kAPad = 4;          // As row padding (floats): keeps the transposing stores apart
+constexpr int kThreads = 256;   // 16 x 16 threads, 8x8 outputs each
+constexpr int kQuad = 4;        // a thread's outputs are 2x2 quadrants of 4x4
+constexpr int kHalf = kBM / 2;  // 64: distance between a thread's two quadrants
+constexpr int kAPad = 4;        // As row padding (floats): keeps the transposing stores apart
 constexpr int kAStride = kBM + kAPad;
 
 struct Vec4Flags {
@@ -51,8 +51,8 @@ __device__ __forceinline__ float4 load4(const float* __restrict__ p, bool row_ok
 }
 
 __global__ void __launch_bounds__(kThreads, 2)
-gemm_vec4_kernel(const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
-                 int64_t M, int64_t N, int64_t K, Vec4Flags vec) {
+    gemm_vec4_kernel(const float* __restrict__ A, const float* __restrict__ B,
+                     float* __restrict__ C, int64_t M, int64_t N, int64_t K, Vec4Flags vec) {
   __shared__ __align__(16) float As[2][kBK][kAStride];  // transposed: As[k][m]
   __shared__ __align__(16) float Bs[2][kBK][kBN];
   const int tid = threadIdx.x;
@@ -135,7 +135,9 @@ gemm_vec4_kernel(const float* __restrict__ A, const float* __restrict__ B, float
   }
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+bool aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
 
 void gemm_v4(const void* A, const void* B, float* C, GemmShape s, DType dtype,
              cudaStream_t stream) {
@@ -145,9 +147,8 @@ void gemm_v4(const void* A, const void* B, float* C, GemmShape s, DType dtype,
   Vec4Flags vec{s.K % 4 == 0 && aligned16(A), s.N % 4 == 0 && aligned16(B),
                 s.N % 4 == 0 && aligned16(C)};
   dim3 grid(unsigned(ceil_div(s.N, kBN)), unsigned(ceil_div(s.M, kBM)));
-  gemm_vec4_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const float*>(A),
-                                                  static_cast<const float*>(B), C, s.M, s.N, s.K,
-                                                  vec);
+  gemm_vec4_kernel<<<grid, kThreads, 0, stream>>>(
+      static_cast<const float*>(A), static_cast<const float*>(B), C, s.M, s.N, s.K, vec);
   FA_CHECK_LAUNCH();
 }
 

@@ -41,8 +41,10 @@ using V5Tiles = mma_gemm::Tiles<128, 128, 32, 2, 4, 3, 2>;
 void gemm_v5(const void* A, const void* B, float* C, GemmShape s, DType dtype,
              cudaStream_t stream) {
   FA_UNSUPPORTED_IF(dtype == DType::F32, "03/v5_tensor_core takes bf16 and fp16 only");
-  if (dtype == DType::BF16) mma_gemm::launch<V5Tiles, __nv_bfloat16>(A, B, C, s, stream);
-  else mma_gemm::launch<V5Tiles, __half>(A, B, C, s, stream);
+  if (dtype == DType::BF16)
+    mma_gemm::launch<V5Tiles, __nv_bfloat16>(A, B, C, s, stream);
+  else
+    mma_gemm::launch<V5Tiles, __half>(A, B, C, s, stream);
 }
 
 int v5_blocks_per_sm(DType dtype) {
@@ -58,8 +60,10 @@ const TensorCoreGemmInfo& v5_gemm_info() {
   return info;
 }
 
-FA_REGISTER(GemmKernel, {"03/v5_tensor_core", gemm_v5,
+FA_REGISTER(GemmKernel, {"03/v5_tensor_core",
+                         gemm_v5,
                          "mma.sync m16n8k16, ldmatrix, 3-stage cp.async, padded smem, 128x128x32",
-                         {DType::BF16, DType::F16}, 80});
+                         {DType::BF16, DType::F16},
+                         80});
 
 }  // namespace fa::ch03

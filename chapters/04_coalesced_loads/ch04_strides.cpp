@@ -91,9 +91,17 @@ std::vector<float> materialize(const float* base, const TensorView& v) {
   return out;
 }
 
-TensorView bnhd(int64_t B, int64_t N, int64_t H, int64_t D) { return contiguous({B, N, H, D}); }
-TensorView bhnd(int64_t B, int64_t N, int64_t H, int64_t D) { return contiguous({B, H, N, D}); }
-int64_t head_row_stride_bnhd(const TensorView& v) { return v.strides[1]; }
-int64_t head_row_stride_bhnd(const TensorView& v) { return v.strides[2]; }
+TensorView bnhd(int64_t B, int64_t N, int64_t H, int64_t D) {
+  return contiguous({B, N, H, D});
+}
+TensorView bhnd(int64_t B, int64_t N, int64_t H, int64_t D) {
+  return contiguous({B, H, N, D});
+}
+int64_t head_row_stride_bnhd(const TensorView& v) {
+  return v.strides[1];
+}
+int64_t head_row_stride_bhnd(const TensorView& v) {
+  return v.strides[2];
+}
 
 }  // namespace fa::ch04

@@ -79,7 +79,9 @@ int strides_demo(std::ostream& os) {
 }
 
 // ---- GPU tier ----------------------------------------------------------------------------------
-double gbps_of(double bytes_moved, double ms) { return bytes_moved / (ms * 1e-3) / 1e9; }
+double gbps_of(double bytes_moved, double ms) {
+  return bytes_moved / (ms * 1e-3) / 1e9;
+}
 
 void copy_demos(std::ostream& os, TransposeShape s, double ceiling, const TimingOptions& topt) {
   const int64_t n = s.numel();
@@ -92,18 +94,24 @@ void copy_demos(std::ostream& os, TransposeShape s, double ceiling, const Timing
        << " GB/s " << std::setw(6) << std::setprecision(1) << 100.0 * g / ceiling << "% of copy\n"
        << std::defaultfloat;
   };
-  os << "\n== Copies of " << s.str() << " fp32 (copy ceiling " << std::fixed
-     << std::setprecision(0) << ceiling << std::defaultfloat << " GB/s) ==\n";
-  row("walk rows (coalesced)", time_gpu([&](cudaStream_t st) {
-        copy_walk_rows(in.as<float>(), out.as<float>(), s, st);
-      }, topt).median_ms);
-  row("walk columns (uncoalesced)", time_gpu([&](cudaStream_t st) {
-        copy_walk_cols(in.as<float>(), out.as<float>(), s, st);
-      }, topt).median_ms);
+  os << "\n== Copies of " << s.str() << " fp32 (copy ceiling " << std::fixed << std::setprecision(0)
+     << ceiling << std::defaultfloat << " GB/s) ==\n";
+  row("walk rows (coalesced)",
+      time_gpu([&](cudaStream_t st) { copy_walk_rows(in.as<float>(), out.as<float>(), s, st); },
+               topt)
+          .median_ms);
+  row("walk columns (uncoalesced)",
+      time_gpu([&](cudaStream_t st) { copy_walk_cols(in.as<float>(), out.as<float>(), s, st); },
+               topt)
+          .median_ms);
   for (int bytes_per : {4, 8, 16})
-    row("flat copy, " + std::to_string(bytes_per) + "-byte accesses", time_gpu([&](cudaStream_t st) {
-          copy_vector_width(in.as<float>(), out.as<float>(), n, bytes_per, st);
-        }, topt).median_ms);
+    row("flat copy, " + std::to_string(bytes_per) + "-byte accesses",
+        time_gpu(
+            [&](cudaStream_t st) {
+              copy_vector_width(in.as<float>(), out.as<float>(), n, bytes_per, st);
+            },
+            topt)
+            .median_ms);
   // The copies must copy: check the last one.
   std::vector<float> back = to_host(DType::F32, out, size_t(n));
   std::vector<float> orig = to_host(DType::F32, in, size_t(n));

@@ -20,7 +20,8 @@ int grid_for(int64_t work) {
 __global__ void walk_rows_kernel(const float* __restrict__ in, float* __restrict__ out,
                                  int64_t rows, int64_t cols) {
   const int64_t n = rows * cols, stride = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) out[i] = in[i];
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    out[i] = in[i];
 }
 
 // Thread i copies element i in column-major order: neighbours in a warp are one row apart, so a
@@ -41,12 +42,13 @@ __global__ void copy_vec_kernel(const V* __restrict__ in, V* __restrict__ out, i
     out[i] = in[i];
 }
 
-template <class V> void launch_vec(const float* in, float* out, int64_t n, cudaStream_t stream) {
+template <class V>
+void launch_vec(const float* in, float* out, int64_t n, cudaStream_t stream) {
   constexpr int kWidth = sizeof(V) / sizeof(float);
   const int64_t n_vec = n / kWidth;
   if (n_vec > 0) {
-    copy_vec_kernel<V><<<grid_for(n_vec), kThreads, 0, stream>>>(
-        reinterpret_cast<const V*>(in), reinterpret_cast<V*>(out), n_vec);
+    copy_vec_kernel<V><<<grid_for(n_vec), kThreads, 0, stream>>>(reinterpret_cast<const V*>(in),
+                                                                 reinterpret_cast<V*>(out), n_vec);
     FA_CHECK_LAUNCH();
   }
   const int64_t done = n_vec * kWidth;
@@ -72,13 +74,21 @@ void copy_walk_cols(const float* in, float* out, TransposeShape s, cudaStream_t 
 
 void copy_vector_width(const float* in, float* out, int64_t n, int bytes, cudaStream_t stream) {
   if (n == 0) return;
-  FA_REQUIRE(reinterpret_cast<uintptr_t>(in) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0,
-             "vector copies need 16-byte aligned buffers");
+  FA_REQUIRE(
+      reinterpret_cast<uintptr_t>(in) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0,
+      "vector copies need 16-byte aligned buffers");
   switch (bytes) {
-    case 4: launch_vec<float>(in, out, n, stream); break;
-    case 8: launch_vec<float2>(in, out, n, stream); break;
-    case 16: launch_vec<float4>(in, out, n, stream); break;
-    default: FA_REQUIRE(false, "bytes per access must be 4, 8 or 16");
+    case 4:
+      launch_vec<float>(in, out, n, stream);
+      break;
+    case 8:
+      launch_vec<float2>(in, out, n, stream);
+      break;
+    case 16:
+      launch_vec<float4>(in, out, n, stream);
+      break;
+    default:
+      FA_REQUIRE(false, "bytes per access must be 4, 8 or 16");
   }
 }
 

@@ -26,7 +26,7 @@ __global__ void transpose_smem_kernel(const float* __restrict__ in, float* __res
 #pragma unroll
   for (int p = 0; p < kPasses; ++p) {  // write: a warp takes one output row = one tile column
     const int y = ty + p * kRowsPerPass;
-    const int64_t orow = t.c0 + y, ocol = t.r0 + tx;  // out is [cols, rows]
+    const int64_t orow = t.c0 + y, ocol = t.r0 + tx;                        // out is [cols, rows]
     if (orow < cols && ocol < rows) out[orow * rows + ocol] = tile[tx][y];  // 32-way conflict
   }
 }

@@ -11,7 +11,9 @@
 namespace fa::ch04 {
 namespace {
 
-__device__ __forceinline__ int swz(int y, int x) { return x ^ y; }  // y, x in 0..31
+__device__ __forceinline__ int swz(int y, int x) {
+  return x ^ y;
+}  // y, x in 0..31
 
 __global__ void transpose_swizzled_kernel(const float* __restrict__ in, float* __restrict__ out,
                                           int64_t rows, int64_t cols) {

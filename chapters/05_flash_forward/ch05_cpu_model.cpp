@@ -92,8 +92,8 @@ void flash_forward_head(const HeadView& h, int64_t Br, int64_t Bc, double* O, do
       const bool sees_nothing = l[r] == Acc(0);
       for (int64_t d = 0; d < D; ++d)
         O[i * D + d] = sees_nothing ? 0.0 : double(acc[r * D + d] / l[r]);
-      L[i] = sees_nothing ? -std::numeric_limits<double>::infinity()
-                          : double(m[r] + std::log(l[r]));
+      L[i] =
+          sees_nothing ? -std::numeric_limits<double>::infinity() : double(m[r] + std::log(l[r]));
     }
   }
 }

@@ -22,16 +22,18 @@ constexpr int kBr = kWarps * kRowsPerWarp;  // 128 query rows per block
 constexpr int kBc = 64;                     // keys per K/V tile
 constexpr int kSTiles = kBc / 8;            // n8 tiles of S (8)
 
-template <int D> struct SmemLayout {
+template <int D>
+struct SmemLayout {
   static constexpr int kPitch = tiles::kPitch<D>;  // elements between consecutive rows
   static constexpr int kQElems = kBr * kPitch;
-  static constexpr int kKVElems = kBc * kPitch;  // one K (or V) buffer
+  static constexpr int kKVElems = kBc * kPitch;               // one K (or V) buffer
   static constexpr int kTotalElems = kQElems + 4 * kKVElems;  // Q, K[2], V[2]
   static constexpr size_t kBytes = size_t(kTotalElems) * 2;
 };
 
 // The single address function for shared tiles: cp.async writes and ldmatrix reads both use it.
-template <int D, class T> __device__ __forceinline__ T* tile_row(T* tile, int row) {
+template <int D, class T>
+__device__ __forceinline__ T* tile_row(T* tile, int row) {
   return tiles::padded_row<D>(tile, row);
 }
 
@@ -61,7 +63,10 @@ __device__ __forceinline__ void load_tile_async(T* tile, const T* gmem, int64_t 
   tiles::load_tile_async<D, ROWS, kThreads>(tile, gmem, row0, seq, tid);
 }
 
-template <int D> constexpr int min_blocks_per_sm() { return D <= 64 ? 2 : 1; }
+template <int D>
+constexpr int min_blocks_per_sm() {
+  return D <= 64 ? 2 : 1;
+}
 
 // Q fragments of this warp's 16 rows, one A fragment per k16 slice, kept for the whole kernel.
 // ldmatrix.x4, lane l addresses row l % 8 of matrix l / 8; the four 8x8 matrices are
@@ -81,8 +86,9 @@ __device__ __forceinline__ void load_q_fragments(uint32_t (&q_frag)[D / 16][4], 
 // S = Q K_j^T: 16 x 64 per warp, fp32 accumulators. k_ld_row, k_ld_col: this lane's ldmatrix
 // offsets into the K tile (see the kernel).
 template <class T, int D>
-__device__ __forceinline__ void compute_s(float (&s)[kSTiles][4], const uint32_t (&q_frag)[D / 16][4],
-                                          const T* sKb, int k_ld_row, int k_ld_col) {
+__device__ __forceinline__ void compute_s(float (&s)[kSTiles][4],
+                                          const uint32_t (&q_frag)[D / 16][4], const T* sKb,
+                                          int k_ld_row, int k_ld_col) {
 #pragma unroll
   for (int nt = 0; nt < kSTiles; ++nt)
 #pragma unroll
@@ -132,10 +138,10 @@ __device__ __forceinline__ void rescale_o_add_pv(float (&o_acc)[D / 8][4],
 #pragma unroll
   for (int kk = 0; kk < kBc / 16; ++kk) {
     // Two S accumulator tiles (2kk, 2kk+1) are one A fragment: see "Register reuse of P" (v2).
-    const uint32_t p_frag[4] = {
-        mma::pack2<T>(s[2 * kk][0], s[2 * kk][1]), mma::pack2<T>(s[2 * kk][2], s[2 * kk][3]),
-        mma::pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-        mma::pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+    const uint32_t p_frag[4] = {mma::pack2<T>(s[2 * kk][0], s[2 * kk][1]),
+                                mma::pack2<T>(s[2 * kk][2], s[2 * kk][3]),
+                                mma::pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                                mma::pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
 #pragma unroll
     for (int dp = 0; dp < D / 16; ++dp) {
       uint32_t vb[4];

@@ -104,11 +104,13 @@ int cpu_model_checks(uint64_t seed) {
 void print_memory_bill(const AttentionShape& s, DType t) {
   const double s_bytes = double(s.bh()) * double(s.seq_q) * double(s.seq_k) * 4.0;
   const double p_bytes = t == DType::F32 ? 0.0 : double(s.bh()) * s.seq_q * s.seq_k * 2.0;
-  const double io_bytes = double(2 * s.q_numel() + 2 * s.k_numel()) * fa::dtype_size(t) +
-                          double(s.lse_numel()) * 4.0;
+  const double io_bytes =
+      double(2 * s.q_numel() + 2 * s.k_numel()) * fa::dtype_size(t) + double(s.lse_numel()) * 4.0;
   std::cout << "  " << s.str() << " " << fa::dtype_name(t) << ": standard attention stores S ("
-            << fa::format_bytes(s_bytes) << ")" << (p_bytes > 0 ? " and P (" + fa::format_bytes(p_bytes) + ")" : "")
-            << "; the fused kernels touch only Q, K, V, O, L (" << fa::format_bytes(io_bytes) << ")\n";
+            << fa::format_bytes(s_bytes) << ")"
+            << (p_bytes > 0 ? " and P (" + fa::format_bytes(p_bytes) + ")" : "")
+            << "; the fused kernels touch only Q, K, V, O, L (" << fa::format_bytes(io_bytes)
+            << ")\n";
 }
 
 bool is_tensor_core_kernel(const AttentionFwdKernel& k) {
@@ -143,7 +145,8 @@ int memory_demo(const fa::RunOptions& base, const std::vector<bool>& causals) {
     const double io = double(2 * s.q_numel() + 2 * s.k_numel()) * 2.0 + s.lse_numel() * 4.0;
     std::cout << "  " << fused->name << " needs only its inputs and outputs: q, k, v, o ("
               << fa::format_bytes(double(2 * s.q_numel() + 2 * s.k_numel()) * 2.0) << ") + L ("
-              << fa::format_bytes(s.lse_numel() * 4.0) << ") = " << fa::format_bytes(io) << " of device memory, O(N);"
+              << fa::format_bytes(s.lse_numel() * 4.0) << ") = " << fa::format_bytes(io)
+              << " of device memory, O(N);"
               << " S alone would be " << fa::format_bytes(double(s.bh()) * s.seq_q * s.seq_k * 4.0)
               << ", O(N^2).\n";
   }
@@ -162,8 +165,9 @@ int run(const std::vector<std::string>& args) {
   fa::add_kernel_options(cli, "05/", 20);
   cli.option("check_heads", "4", "heads checked against the CPU reference (0 = automatic)")
       .option("big_seq", "4096", "N of the extra bf16 D=128 timing row at B=4, H=16 (0 = skip)")
-      .flag("memory_demo", "run at N=65536 (B=1, H=16, D=128, bf16): the baseline cannot, the "
-                           "fused kernel can")
+      .flag("memory_demo",
+            "run at N=65536 (B=1, H=16, D=128, bf16): the baseline cannot, the "
+            "fused kernel can")
       .section("kernels (name, dtypes, head dims, oldest GPU, what it changes)",
                fa::kernels_help<AttentionFwdKernel>("05/"))
       .example(fa::printed_command("ch05.help").args);
@@ -242,7 +246,8 @@ int run(const std::vector<std::string>& args) {
 
   int gpu_failures = fa::print_failures(std::cout, all);
   // 4. The memory demo.
-  if (demo) gpu_failures += memory_demo(opt, causals.size() == 2 ? std::vector<bool>{false} : causals);
+  if (demo)
+    gpu_failures += memory_demo(opt, causals.size() == 2 ? std::vector<bool>{false} : causals);
   return failures + gpu_failures > 0 ? 1 : 0;
 }
 

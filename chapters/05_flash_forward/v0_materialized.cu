@@ -26,23 +26,29 @@
 #include "cublas_check.h"
 #include "registry.h"
 
-
 namespace fa {
 namespace {
 
 constexpr int kSoftmaxThreads = 256;
 
-template <class T> __device__ __forceinline__ T from_float(float x);
-template <> __device__ __forceinline__ float from_float<float>(float x) { return x; }
-template <> __device__ __forceinline__ __half from_float<__half>(float x) {
+template <class T>
+__device__ __forceinline__ T from_float(float x);
+template <>
+__device__ __forceinline__ float from_float<float>(float x) {
+  return x;
+}
+template <>
+__device__ __forceinline__ __half from_float<__half>(float x) {
   return __float2half_rn(x);
 }
-template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
   return __float2bfloat16_rn(x);
 }
 
 // Block-wide reduction (max or sum) of one value per thread; every thread gets the result.
-template <bool kIsMax> __device__ float block_reduce(float x, float* scratch) {
+template <bool kIsMax>
+__device__ float block_reduce(float x, float* scratch) {
   for (int off = 16; off > 0; off /= 2) {
     const float y = __shfl_xor_sync(0xffffffffu, x, off);
     x = kIsMax ? fmaxf(x, y) : x + y;
@@ -62,8 +68,8 @@ template <bool kIsMax> __device__ float block_reduce(float x, float* scratch) {
 // gives O = 0.
 template <class T>
 __global__ void __launch_bounds__(kSoftmaxThreads)
-masked_softmax_rows(const float* S, T* P, float* __restrict__ Lse,  // S and P alias in fp32
-                    int64_t rows, int64_t seq_q, int64_t seq_k, float scale, bool causal) {
+    masked_softmax_rows(const float* S, T* P, float* __restrict__ Lse,  // S and P alias in fp32
+                        int64_t rows, int64_t seq_q, int64_t seq_k, float scale, bool causal) {
   __shared__ float scratch[kSoftmaxThreads / 32];
   const int64_t offset = causal_last_key(0, seq_q, seq_k);  // causal_last_key(i) = i + offset
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
@@ -93,7 +99,6 @@ masked_softmax_rows(const float* S, T* P, float* __restrict__ Lse,  // S and P a
   }
 }
 
-
 // Workspace for S (fp32) and, for 16-bit inputs, P (in the input dtype; fp32 P reuses S).
 // Allocated stream-ordered per call: inside a timing loop the pool hands the same memory back
 // without a device synchronisation.
@@ -113,10 +118,11 @@ struct Workspace {
     FA_CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &used));
     const size_t available = free_bytes + size_t(reserved - used);
     char msg[256];
-    std::snprintf(msg, sizeof msg,
-                  "05/v0_materialized needs %.2f GB for S (and P), more than the GPU has "
-                  "(%.2f GB free of %.2f GB): this is the N x N matrix the fused kernels never store",
-                  bytes / 1e9, available / 1e9, total_bytes / 1e9);
+    std::snprintf(
+        msg, sizeof msg,
+        "05/v0_materialized needs %.2f GB for S (and P), more than the GPU has "
+        "(%.2f GB free of %.2f GB): this is the N x N matrix the fused kernels never store",
+        bytes / 1e9, available / 1e9, total_bytes / 1e9);
     FA_UNSUPPORTED_IF(bytes > available, msg);
     if (cudaMallocAsync(&ptr, bytes, stream) != cudaSuccess) {
       (void)cudaGetLastError();  // clear the allocation error: it is reported as UNSUPPORTED
@@ -131,8 +137,9 @@ struct Workspace {
   Workspace& operator=(const Workspace&) = delete;
 };
 
-template <class T> void launch_softmax(const float* S, void* P, float* lse, const AttentionShape& s,
-                                       cudaStream_t stream) {
+template <class T>
+void launch_softmax(const float* S, void* P, float* lse, const AttentionShape& s,
+                    cudaStream_t stream) {
   const int64_t rows = s.bh() * s.seq_q;
   const int64_t kMaxBlocks = int64_t(1) << 20;  // grid-stride beyond this
   const unsigned blocks = static_cast<unsigned>(rows < kMaxBlocks ? rows : kMaxBlocks);
@@ -165,33 +172,41 @@ void attention_materialized(const AttentionFwdArgs& a, cudaStream_t stream) {
   // cuBLAS is column-major: a row-major [r, c] matrix is its column-major [c, r] transpose.
   // 1. S (row-major [Nq, Nk]) = Q K^T  <=>  S^T (col-major [Nk, Nq]) = (K^T)^T-as-stored * Q.
   //    K row-major [Nk, D] is col-major [D, Nk]: op T gives [Nk, D]. Q is col-major [D, Nq].
-  FA_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
-      h, CUBLAS_OP_T, CUBLAS_OP_N, Nk, Nq, D, &one,
-      a.k, t, D, int64_t(Nk) * D,
-      a.q, t, D, int64_t(Nq) * D, &zero,
-      S, CUDA_R_32F, Nk, int64_t(Nq) * Nk, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  FA_CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, CUBLAS_OP_T, CUBLAS_OP_N, Nk, Nq, D, &one, a.k, t,
+                                             D, int64_t(Nk) * D, a.q, t, D, int64_t(Nq) * D, &zero,
+                                             S, CUDA_R_32F, Nk, int64_t(Nq) * Nk, batch,
+                                             CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 
   // 2. P = softmax(scale * S) with the causal mask; L = m + log(l).
   switch (a.dtype) {
-    case DType::F32: launch_softmax<float>(S, P, a.lse, s, stream); break;
-    case DType::F16: launch_softmax<__half>(S, P, a.lse, s, stream); break;
-    case DType::BF16: launch_softmax<__nv_bfloat16>(S, P, a.lse, s, stream); break;
+    case DType::F32:
+      launch_softmax<float>(S, P, a.lse, s, stream);
+      break;
+    case DType::F16:
+      launch_softmax<__half>(S, P, a.lse, s, stream);
+      break;
+    case DType::BF16:
+      launch_softmax<__nv_bfloat16>(S, P, a.lse, s, stream);
+      break;
   }
 
   // 3. O (row-major [Nq, D]) = P V  <=>  O^T (col-major [D, Nq]) = V^T (col-major [D, Nk], as
   //    stored) * P^T (col-major [Nk, Nq], as stored).
-  FA_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
-      h, CUBLAS_OP_N, CUBLAS_OP_N, D, Nq, Nk, &one,
-      a.v, t, D, int64_t(Nk) * D,
-      P, t, Nk, int64_t(Nq) * Nk, &zero,
-      a.o, t, D, int64_t(Nq) * D, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  FA_CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, CUBLAS_OP_N, CUBLAS_OP_N, D, Nq, Nk, &one, a.v, t,
+                                             D, int64_t(Nk) * D, P, t, Nk, int64_t(Nq) * Nk, &zero,
+                                             a.o, t, D, int64_t(Nq) * D, batch, CUBLAS_COMPUTE_32F,
+                                             CUBLAS_GEMM_DEFAULT));
 }
 
 }  // namespace
 
-FA_REGISTER(AttentionFwdKernel,
-            {"05/v0_materialized", attention_materialized,
-             "standard attention: cuBLAS S = QK^T (fp32), softmax kernel, cuBLAS O = PV; N x N in memory",
-             {DType::F32, DType::BF16, DType::F16}, {32, 64, 96, 128}, 70});
+FA_REGISTER(
+    AttentionFwdKernel,
+    {"05/v0_materialized",
+     attention_materialized,
+     "standard attention: cuBLAS S = QK^T (fp32), softmax kernel, cuBLAS O = PV; N x N in memory",
+     {DType::F32, DType::BF16, DType::F16},
+     {32, 64, 96, 128},
+     70});
 
 }  // namespace fa

@@ -99,15 +99,15 @@ using namespace fwd_mma;
 
 template <class T, int D>
 __global__ void __launch_bounds__(kThreads, min_blocks_per_sm<D>())
-flash_fwd_v2_kernel(const Params p) {
+    flash_fwd_v2_kernel(const Params p) {
   static_assert(D % 16 == 0, "head dim must be a multiple of 16 (k16 slices of Q K^T)");
-  constexpr int kKSlices = D / 16;     // k16 slices of Q K^T
-  constexpr int kOTiles = D / 8;       // n8 tiles of O
+  constexpr int kKSlices = D / 16;  // k16 slices of Q K^T
+  constexpr int kOTiles = D / 8;    // n8 tiles of O
   constexpr float kNegInf = -INFINITY;
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* sQ = reinterpret_cast<T*>(smem_raw);
-  T* sK = sQ + SmemLayout<D>::kQElems;           // buffer b at sK + b * kKVElems
+  T* sK = sQ + SmemLayout<D>::kQElems;  // buffer b at sK + b * kKVElems
   T* sV = sK + 2 * SmemLayout<D>::kKVElems;
 
   const int tid = threadIdx.x;
@@ -151,11 +151,10 @@ flash_fwd_v2_kernel(const Params p) {
   }
   // The smallest of those over the warp (its first row): a tile whose keys all lie at or below it
   // needs no mask for any row of the warp.
-  const int64_t warp_last_key =
-      p.causal ? (causal_last_key(warp_row0, seq_q, seq_k) < seq_k - 1
-                      ? causal_last_key(warp_row0, seq_q, seq_k)
-                      : seq_k - 1)
-               : seq_k - 1;
+  const int64_t warp_last_key = p.causal ? (causal_last_key(warp_row0, seq_q, seq_k) < seq_k - 1
+                                                ? causal_last_key(warp_row0, seq_q, seq_k)
+                                                : seq_k - 1)
+                                         : seq_k - 1;
 
   // ---- Prologue: Q tile (group 0) and K/V tile 0 (group 1) in flight together.
   load_tile_async<D, kBr>(sQ, Q, q0, seq_q, tid);
@@ -250,7 +249,7 @@ flash_fwd_v2_kernel(const Params p) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       base[h] = m_new[h] == kNegInf ? 0.0f : m_new[h];  // no key seen yet: avoid -inf - -inf
-      alpha[h] = ex2_approx(m_run[h] - base[h]);         // 0 when m_run = -inf
+      alpha[h] = ex2_approx(m_run[h] - base[h]);        // 0 when m_run = -inf
       m_run[h] = m_new[h];
       l_run[h] *= alpha[h];
     }
@@ -284,13 +283,13 @@ flash_fwd_v2_kernel(const Params p) {
     for (int h = 0; h < 2; ++h) {
       const int64_t row = warp_row0 + g + 8 * h;
       if (row < seq_q)
-        Lse[row] = l_run[h] > 0.0f ? (m_run[h] + log2f(l_run[h])) * 0.6931471805599453f
-                                   : kNegInf;
+        Lse[row] = l_run[h] > 0.0f ? (m_run[h] + log2f(l_run[h])) * 0.6931471805599453f : kNegInf;
     }
   }
 }
 
-template <class T, int D> void launch(const AttentionFwdArgs& a, cudaStream_t stream) {
+template <class T, int D>
+void launch(const AttentionFwdArgs& a, cudaStream_t stream) {
   const AttentionShape& s = a.shape;
   const int64_t num_q_tiles = ceil_div(s.seq_q, kBr);
   const int64_t blocks = num_q_tiles * s.bh();
@@ -311,20 +310,25 @@ template <class T, int D> void launch(const AttentionFwdArgs& a, cudaStream_t st
   auto kernel = flash_fwd_v2_kernel<T, D>;
   // Above 48 KiB of dynamic shared memory a kernel must opt in; also ask for the largest
   // shared-memory carveout so that two blocks fit per SM where registers allow it.
-  FA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     int(smem)));
+  FA_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   FA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                      int(cudaSharedmemCarveoutMaxShared)));
   kernel<<<unsigned(blocks), kThreads, smem, stream>>>(p);
   FA_CHECK_LAUNCH();
 }
 
-template <class T> void dispatch_head_dim(const AttentionFwdArgs& a, cudaStream_t stream) {
+template <class T>
+void dispatch_head_dim(const AttentionFwdArgs& a, cudaStream_t stream) {
   switch (a.shape.head_dim) {
-    case 32: return launch<T, 32>(a, stream);
-    case 64: return launch<T, 64>(a, stream);
-    case 96: return launch<T, 96>(a, stream);
-    case 128: return launch<T, 128>(a, stream);
+    case 32:
+      return launch<T, 32>(a, stream);
+    case 64:
+      return launch<T, 64>(a, stream);
+    case 96:
+      return launch<T, 96>(a, stream);
+    case 128:
+      return launch<T, 128>(a, stream);
     default:
       FA_UNSUPPORTED_IF(true, "05/v2_mma: head_dim " + std::to_string(a.shape.head_dim) +
                                   " not instantiated (32, 64, 96, 128)");
@@ -335,9 +339,12 @@ void attention_fwd_v2(const AttentionFwdArgs& a, cudaStream_t stream) {
   FA_REQUIRE(a.shape.seq_q >= 0 && a.shape.seq_k >= 0 && a.shape.bh() >= 0, "negative size");
   if (a.shape.seq_q == 0 || a.shape.bh() == 0) return;  // nothing to write
   switch (a.dtype) {
-    case DType::BF16: return dispatch_head_dim<__nv_bfloat16>(a, stream);
-    case DType::F16: return dispatch_head_dim<__half>(a, stream);
-    default: FA_UNSUPPORTED_IF(true, "05/v2_mma: takes fp16 or bf16 inputs only");
+    case DType::BF16:
+      return dispatch_head_dim<__nv_bfloat16>(a, stream);
+    case DType::F16:
+      return dispatch_head_dim<__half>(a, stream);
+    default:
+      FA_UNSUPPORTED_IF(true, "05/v2_mma: takes fp16 or bf16 inputs only");
   }
 }
 
@@ -345,7 +352,8 @@ void attention_fwd_v2(const AttentionFwdArgs& a, cudaStream_t stream) {
 }  // namespace fa
 
 FA_REGISTER(AttentionFwdKernel,
-            {"05/v2_mma", fa::attention_fwd_v2,
+            {"05/v2_mma",
+             fa::attention_fwd_v2,
              "tensor cores (mma.sync m16n8k16), P reused from registers, cp.async double buffer",
              {fa::DType::BF16, fa::DType::F16},
              {32, 64, 96, 128},

@@ -56,15 +56,15 @@ using namespace fwd_mma;
 
 template <class T, int D>
 __global__ void __launch_bounds__(kThreads, min_blocks_per_sm<D>())
-flash_fwd_v3_kernel(const Params p) {
+    flash_fwd_v3_kernel(const Params p) {
   static_assert(D % 16 == 0, "head dim must be a multiple of 16 (k16 slices of Q K^T)");
-  constexpr int kKSlices = D / 16;     // k16 slices of Q K^T
-  constexpr int kOTiles = D / 8;       // n8 tiles of O
+  constexpr int kKSlices = D / 16;  // k16 slices of Q K^T
+  constexpr int kOTiles = D / 8;    // n8 tiles of O
   constexpr float kNegInf = -INFINITY;
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* sQ = reinterpret_cast<T*>(smem_raw);
-  T* sK = sQ + SmemLayout<D>::kQElems;           // buffer b at sK + b * kKVElems
+  T* sK = sQ + SmemLayout<D>::kQElems;  // buffer b at sK + b * kKVElems
   T* sV = sK + 2 * SmemLayout<D>::kKVElems;
 
   const int tid = threadIdx.x;
@@ -108,19 +108,18 @@ flash_fwd_v3_kernel(const Params p) {
   }
   // The smallest of those over the warp (its first row): a tile whose keys all lie at or below it
   // needs no mask for any row of the warp.
-  const int warp_last_key = int(
-      p.causal ? (causal_last_key(warp_row0, seq_q, seq_k) < seq_k - 1
-                      ? causal_last_key(warp_row0, seq_q, seq_k)
-                      : seq_k - 1)
-               : seq_k - 1);
+  const int warp_last_key = int(p.causal ? (causal_last_key(warp_row0, seq_q, seq_k) < seq_k - 1
+                                                ? causal_last_key(warp_row0, seq_q, seq_k)
+                                                : seq_k - 1)
+                                         : seq_k - 1);
 
   // The largest over the warp (its last row): a tile starting after it is invisible to the whole
   // warp, which then skips it (idea 2).
-  const int warp_max_key = int(
-      p.causal ? (causal_last_key(warp_row0 + kRowsPerWarp - 1, seq_q, seq_k) < seq_k - 1
-                      ? causal_last_key(warp_row0 + kRowsPerWarp - 1, seq_q, seq_k)
-                      : seq_k - 1)
-               : seq_k - 1);
+  const int warp_max_key =
+      int(p.causal ? (causal_last_key(warp_row0 + kRowsPerWarp - 1, seq_q, seq_k) < seq_k - 1
+                          ? causal_last_key(warp_row0 + kRowsPerWarp - 1, seq_q, seq_k)
+                          : seq_k - 1)
+                   : seq_k - 1);
   // Idea 1: c = |scale| * log2(e) multiplies inside the exponent's FMA; a negative scale flips S.
   // Both are read from the kernel parameters (constant memory) where they are used: keeping them
   // in registers across the loop pushed D = 64 past its 128-register budget.
@@ -263,17 +262,19 @@ flash_fwd_v3_kernel(const Params p) {
     for (int h = 0; h < 2; ++h) {
       const int64_t row = warp_row0 + g + 8 * h;
       if (row < seq_q)
-        Lse[row] = l_run[h] > 0.0f ? (m_run[h] * c + log2f(l_run[h])) * 0.6931471805599453f
-                                   : kNegInf;
+        Lse[row] =
+            l_run[h] > 0.0f ? (m_run[h] * c + log2f(l_run[h])) * 0.6931471805599453f : kNegInf;
     }
   }
 }
 
-template <class T, int D> void launch(const AttentionFwdArgs& a, cudaStream_t stream) {
+template <class T, int D>
+void launch(const AttentionFwdArgs& a, cudaStream_t stream) {
   const AttentionShape& s = a.shape;
   const int64_t num_q_tiles = ceil_div(s.seq_q, kBr);
   const int64_t blocks = num_q_tiles * s.bh();
-  FA_UNSUPPORTED_IF(blocks > INT_MAX, "05/v3_fused_scale_warp_skip: more than 2^31-1 thread blocks");
+  FA_UNSUPPORTED_IF(blocks > INT_MAX,
+                    "05/v3_fused_scale_warp_skip: more than 2^31-1 thread blocks");
   FA_UNSUPPORTED_IF(s.seq_q > INT_MAX - 2 * kBr || s.seq_k > INT_MAX - 2 * kBr,
                     "05/v3_fused_scale_warp_skip: sequence lengths must stay below 2^31 - 256");
   Params p;
@@ -292,22 +293,28 @@ template <class T, int D> void launch(const AttentionFwdArgs& a, cudaStream_t st
   auto kernel = flash_fwd_v3_kernel<T, D>;
   // Above 48 KiB of dynamic shared memory a kernel must opt in; also ask for the largest
   // shared-memory carveout so that two blocks fit per SM where registers allow it.
-  FA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     int(smem)));
+  FA_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   FA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                      int(cudaSharedmemCarveoutMaxShared)));
   kernel<<<unsigned(blocks), kThreads, smem, stream>>>(p);
   FA_CHECK_LAUNCH();
 }
 
-template <class T> void dispatch_head_dim(const AttentionFwdArgs& a, cudaStream_t stream) {
+template <class T>
+void dispatch_head_dim(const AttentionFwdArgs& a, cudaStream_t stream) {
   switch (a.shape.head_dim) {
-    case 32: return launch<T, 32>(a, stream);
-    case 64: return launch<T, 64>(a, stream);
-    case 96: return launch<T, 96>(a, stream);
-    case 128: return launch<T, 128>(a, stream);
+    case 32:
+      return launch<T, 32>(a, stream);
+    case 64:
+      return launch<T, 64>(a, stream);
+    case 96:
+      return launch<T, 96>(a, stream);
+    case 128:
+      return launch<T, 128>(a, stream);
     default:
-      FA_UNSUPPORTED_IF(true, "05/v3_fused_scale_warp_skip: head_dim " + std::to_string(a.shape.head_dim) +
+      FA_UNSUPPORTED_IF(true, "05/v3_fused_scale_warp_skip: head_dim " +
+                                  std::to_string(a.shape.head_dim) +
                                   " not instantiated (32, 64, 96, 128)");
   }
 }
@@ -316,9 +323,12 @@ void attention_fwd_v3(const AttentionFwdArgs& a, cudaStream_t stream) {
   FA_REQUIRE(a.shape.seq_q >= 0 && a.shape.seq_k >= 0 && a.shape.bh() >= 0, "negative size");
   if (a.shape.seq_q == 0 || a.shape.bh() == 0) return;  // nothing to write
   switch (a.dtype) {
-    case DType::BF16: return dispatch_head_dim<__nv_bfloat16>(a, stream);
-    case DType::F16: return dispatch_head_dim<__half>(a, stream);
-    default: FA_UNSUPPORTED_IF(true, "05/v3_fused_scale_warp_skip: takes fp16 or bf16 inputs only");
+    case DType::BF16:
+      return dispatch_head_dim<__nv_bfloat16>(a, stream);
+    case DType::F16:
+      return dispatch_head_dim<__half>(a, stream);
+    default:
+      FA_UNSUPPORTED_IF(true, "05/v3_fused_scale_warp_skip: takes fp16 or bf16 inputs only");
   }
 }
 
@@ -326,7 +336,8 @@ void attention_fwd_v3(const AttentionFwdArgs& a, cudaStream_t stream) {
 }  // namespace fa
 
 FA_REGISTER(AttentionFwdKernel,
-            {"05/v3_fused_scale_warp_skip", fa::attention_fwd_v3,
+            {"05/v3_fused_scale_warp_skip",
+             fa::attention_fwd_v3,
              "v2 + scale folded into the exp2 FFMA (max on raw scores) + per-warp causal skip",
              {fa::DType::BF16, fa::DType::F16},
              {32, 64, 96, 128},

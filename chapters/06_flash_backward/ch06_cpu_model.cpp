@@ -212,7 +212,8 @@ std::vector<double> rowsum_p_dp(const float* q, const float* k, const float* v, 
       double acc = 0;
       for (int64_t j = 0; j < nk; ++j) {
         if (!visible(s, i, j)) continue;
-        const double p = std::exp(scale * dot(q + (bh * nq + i) * d, k + (bh * nk + j) * d, d) - Li);
+        const double p =
+            std::exp(scale * dot(q + (bh * nq + i) * d, k + (bh * nk + j) * d, d) - Li);
         const double dp = dot(dO + (bh * nq + i) * d, v + (bh * nk + j) * d, d);
         acc += p * dp;
       }

@@ -19,7 +19,7 @@ namespace fa {
 // o and dout are `t` (fp32, fp16 or bf16) with the layout of Q ([batch, heads, seq_q, head_dim]);
 // delta is fp32 [batch, heads, seq_q]. Products are accumulated in fp32. One warp per row,
 // vectorised loads when the head dim and the pointers allow it. Any head_dim >= 1 works.
-void launch_delta_preprocess(const void* o, const void* dout, float* delta,
-                             const AttentionShape& s, DType t, cudaStream_t st);
+void launch_delta_preprocess(const void* o, const void* dout, float* delta, const AttentionShape& s,
+                             DType t, cudaStream_t st);
 
 }  // namespace fa

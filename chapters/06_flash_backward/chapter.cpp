@@ -65,9 +65,10 @@ int tiled_model_check(std::ostream& os, uint64_t seed) {
       ::ch06::Grads g = ::ch06::flash_backward_tiled(q.data(), k.data(), v.data(), dO.data(),
                                                      O.data(), L.data(), s, tiles);
       AttentionBwdRef r = attention_backward_ref(q.data(), k.data(), v.data(), dO.data(), s);
-      std::vector<double> rowsum_pdp = ::ch06::rowsum_p_dp(q.data(), k.data(), v.data(), dO.data(), s);
-      const double e = std::max({max_rel(g.dQ, r.dQ), max_rel(g.dK, r.dK), max_rel(g.dV, r.dV),
-                                 max_rel(g.D, r.D)});
+      std::vector<double> rowsum_pdp =
+          ::ch06::rowsum_p_dp(q.data(), k.data(), v.data(), dO.data(), s);
+      const double e = std::max(
+          {max_rel(g.dQ, r.dQ), max_rel(g.dK, r.dK), max_rel(g.dV, r.dV), max_rel(g.D, r.D)});
       const double eD = max_rel(g.D, rowsum_pdp);  // rowsum(dO o O) vs rowsum(P o dP)
       const bool ok = e <= tol && eD <= tol;
       failures += ok ? 0 : 1;
@@ -122,8 +123,8 @@ void preprocess_bandwidth(std::ostream& os, const AttentionShape& s,
     Timing tm = time_gpu([&](cudaStream_t st) {
       launch_delta_preprocess(o.data(), dout.data(), delta.as<float>(), s, t, st);
     });
-    const double bytes = 2.0 * double(s.q_numel()) * double(dtype_size(t)) +
-                         double(s.lse_numel()) * sizeof(float);
+    const double bytes =
+        2.0 * double(s.q_numel()) * double(dtype_size(t)) + double(s.lse_numel()) * sizeof(float);
     os << "  " << std::setw(5) << dtype_name(t) << "  " << std::setprecision(4) << tm.median_ms
        << " ms  " << std::setprecision(0) << bytes / (tm.median_ms * 1e-3) / 1e9 << " GB/s\n";
   }
@@ -178,11 +179,10 @@ int gpu_training_check(std::ostream& os) {
   p.lr = 0.1;  // larger scores at d = 32: a smaller step keeps the descent smooth (monotonic)
   std::vector<double> cpu = ::ch06::train_toy(p, ::ch06::grads_from_reference);
   std::vector<double> gpu = ::ch06::train_toy(
-      p, [&](const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
-             const std::vector<float>& dO, const std::vector<double>& O,
-             const std::vector<double>& L, const AttentionShape& s) {
-        return gpu_grads(*kern, q, k, v, dO, O, L, s);
-      });
+      p,
+      [&](const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
+          const std::vector<float>& dO, const std::vector<double>& O, const std::vector<double>& L,
+          const AttentionShape& s) { return gpu_grads(*kern, q, k, v, dO, O, L, s); });
   double diff = 0;
   for (size_t t = 0; t < cpu.size(); ++t)
     diff = std::max(diff, std::abs(gpu[t] - cpu[t]) / (1e-3 + cpu[t]));
@@ -218,7 +218,8 @@ int run(const std::vector<std::string>& args) {
       select_kernels<AttentionBwdKernel>("06/", cli.get("kernel"));
   require_supported(kernels, req, cli.get("kernel") != "all");
   for (DType t : dtypes)
-    require_fits_in_gpu_memory(attention_bwd_bytes(shape, t), "the backward pass at " + shape.str());
+    require_fits_in_gpu_memory(attention_bwd_bytes(shape, t),
+                               "the backward pass at " + shape.str());
   print_chapter_header(std::cout, "06", "the backward pass", cli);
   const uint64_t seed = cli.seed();
 
@@ -226,8 +227,9 @@ int run(const std::vector<std::string>& args) {
   int failures = tiled_model_check(std::cout, seed);
   failures += training_check(std::cout);
   if (!have_gpu()) {
-    print_no_gpu(std::cout, "the backward kernel ladder, the preprocess bandwidth and the GPU "
-                            "training check");
+    print_no_gpu(std::cout,
+                 "the backward kernel ladder, the preprocess bandwidth and the GPU "
+                 "training check");
     return failures ? 1 : 0;
   }
 

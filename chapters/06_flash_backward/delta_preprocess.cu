@@ -27,18 +27,25 @@ namespace {
 constexpr int kWarpsPerBlock = 8;  // rows per block
 constexpr int kWarp = 32;
 
-__device__ __forceinline__ float to_f32(float x) { return x; }
-__device__ __forceinline__ float to_f32(__half x) { return __half2float(x); }
-__device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_f32(float x) {
+  return x;
+}
+__device__ __forceinline__ float to_f32(__half x) {
+  return __half2float(x);
+}
+__device__ __forceinline__ float to_f32(__nv_bfloat16 x) {
+  return __bfloat162float(x);
+}
 
 // 16 bytes of T as one aligned load: 4 floats or 8 halves / bfloat16s.
-template <class T> struct Vec16 {
+template <class T>
+struct Vec16 {
   static constexpr int kElems = 16 / int(sizeof(T));
   alignas(16) T v[kElems];
 };
 
 template <class T, bool kVectorised>
-__global__ void __launch_bounds__(kWarpsPerBlock * kWarp)
+__global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
     delta_preprocess_kernel(const T* __restrict__ o, const T* __restrict__ dout,
                             float* __restrict__ delta, int64_t rows, int64_t head_dim) {
   const int lane = threadIdx.x % kWarp;
@@ -75,8 +82,7 @@ void launch_typed(const void* o, const void* dout, float* delta, const Attention
   constexpr int kElems = Vec16<T>::kElems;
   // Every row starts on a 16-byte boundary when head_dim is a multiple of the vector width and
   // the tensors themselves are 16-byte aligned (cudaMalloc gives 256).
-  const bool vectorised = s.head_dim % kElems == 0 &&
-                          reinterpret_cast<uintptr_t>(o) % 16 == 0 &&
+  const bool vectorised = s.head_dim % kElems == 0 && reinterpret_cast<uintptr_t>(o) % 16 == 0 &&
                           reinterpret_cast<uintptr_t>(dout) % 16 == 0;
   const dim3 grid(static_cast<unsigned>(blocks)), block(kWarpsPerBlock * kWarp);
   const T* op = static_cast<const T*>(o);
@@ -90,12 +96,18 @@ void launch_typed(const void* o, const void* dout, float* delta, const Attention
 
 }  // namespace
 
-void launch_delta_preprocess(const void* o, const void* dout, float* delta,
-                             const AttentionShape& s, DType t, cudaStream_t st) {
+void launch_delta_preprocess(const void* o, const void* dout, float* delta, const AttentionShape& s,
+                             DType t, cudaStream_t st) {
   switch (t) {
-    case DType::F32: launch_typed<float>(o, dout, delta, s, st); break;
-    case DType::F16: launch_typed<__half>(o, dout, delta, s, st); break;
-    case DType::BF16: launch_typed<__nv_bfloat16>(o, dout, delta, s, st); break;
+    case DType::F32:
+      launch_typed<float>(o, dout, delta, s, st);
+      break;
+    case DType::F16:
+      launch_typed<__half>(o, dout, delta, s, st);
+      break;
+    case DType::BF16:
+      launch_typed<__nv_bfloat16>(o, dout, delta, s, st);
+      break;
   }
 }
 

@@ -52,8 +52,7 @@ __device__ __forceinline__ void load_a(uint32_t (&a)[4], const T* s, int m0, int
 // relatives: the "col-major B" of mma.sync is exactly a row-major X, so no transpose is needed.
 // b[0], b[1] -> n-tile n0;  b[2], b[3] -> n-tile n0 + 8.
 template <int LD, class T>
-__device__ __forceinline__ void load_b_xt(uint32_t (&b)[4], const T* s, int n0, int k0,
-                                          int lane) {
+__device__ __forceinline__ void load_b_xt(uint32_t (&b)[4], const T* s, int n0, int k0, int lane) {
   const int i = lane >> 3, r = lane & 7;
   fa::mma::ldmatrix_x4(b, s + (n0 + r + (i >> 1) * 8) * LD + k0 + (i & 1) * 8);
 }
@@ -64,8 +63,7 @@ __device__ __forceinline__ void load_b_xt(uint32_t (&b)[4], const T* s, int n0, 
 // (X = dO), dK += dS^T Q (X = Q), dQ += dS K (X = K).
 // b[0], b[1] -> n-tile n0;  b[2], b[3] -> n-tile n0 + 8.
 template <int LD, class T>
-__device__ __forceinline__ void load_b_x(uint32_t (&b)[4], const T* s, int k0, int n0,
-                                         int lane) {
+__device__ __forceinline__ void load_b_x(uint32_t (&b)[4], const T* s, int k0, int n0, int lane) {
   const int i = lane >> 3, r = lane & 7;
   fa::mma::ldmatrix_x4_trans(b, s + (k0 + r + (i & 1) * 8) * LD + n0 + (i >> 1) * 8);
 }

@@ -24,12 +24,24 @@ namespace {
 
 constexpr int kThreads = 128;  // query rows per block
 
-__device__ __forceinline__ float load(const float* p) { return *p; }
-__device__ __forceinline__ float load(const __half* p) { return __half2float(*p); }
-__device__ __forceinline__ float load(const __nv_bfloat16* p) { return __bfloat162float(*p); }
-__device__ __forceinline__ void store(float* p, float x) { *p = x; }
-__device__ __forceinline__ void store(__half* p, float x) { *p = __float2half_rn(x); }
-__device__ __forceinline__ void store(__nv_bfloat16* p, float x) { *p = __float2bfloat16_rn(x); }
+__device__ __forceinline__ float load(const float* p) {
+  return *p;
+}
+__device__ __forceinline__ float load(const __half* p) {
+  return __half2float(*p);
+}
+__device__ __forceinline__ float load(const __nv_bfloat16* p) {
+  return __bfloat162float(*p);
+}
+__device__ __forceinline__ void store(float* p, float x) {
+  *p = x;
+}
+__device__ __forceinline__ void store(__half* p, float x) {
+  *p = __float2half_rn(x);
+}
+__device__ __forceinline__ void store(__nv_bfloat16* p, float x) {
+  *p = __float2bfloat16_rn(x);
+}
 
 template <class T, int D>
 __global__ void __launch_bounds__(kThreads)
@@ -73,7 +85,8 @@ __global__ void __launch_bounds__(kThreads)
   lse[bh * seq_q + i] = n_keys > 0 ? m + logf(l) : -INFINITY;
 }
 
-template <class T, int D> void launch(const AttentionFwdArgs& a, cudaStream_t st) {
+template <class T, int D>
+void launch(const AttentionFwdArgs& a, cudaStream_t st) {
   const AttentionShape& s = a.shape;
   const int64_t blocks = s.bh() * ceil_div(s.seq_q, kThreads);
   if (blocks == 0) return;
@@ -84,21 +97,37 @@ template <class T, int D> void launch(const AttentionFwdArgs& a, cudaStream_t st
   FA_CHECK_LAUNCH();
 }
 
-template <class T> void launch_dim(const AttentionFwdArgs& a, cudaStream_t st) {
+template <class T>
+void launch_dim(const AttentionFwdArgs& a, cudaStream_t st) {
   switch (a.shape.head_dim) {
-    case 32: launch<T, 32>(a, st); break;
-    case 64: launch<T, 64>(a, st); break;
-    case 96: launch<T, 96>(a, st); break;
-    case 128: launch<T, 128>(a, st); break;
-    default: FA_UNSUPPORTED_IF(true, "06/forward_helper has head dims 32, 64, 96, 128");
+    case 32:
+      launch<T, 32>(a, st);
+      break;
+    case 64:
+      launch<T, 64>(a, st);
+      break;
+    case 96:
+      launch<T, 96>(a, st);
+      break;
+    case 128:
+      launch<T, 128>(a, st);
+      break;
+    default:
+      FA_UNSUPPORTED_IF(true, "06/forward_helper has head dims 32, 64, 96, 128");
   }
 }
 
 void run_forward_helper(const AttentionFwdArgs& a, cudaStream_t st) {
   switch (a.dtype) {
-    case DType::F32: launch_dim<float>(a, st); break;
-    case DType::F16: launch_dim<__half>(a, st); break;
-    case DType::BF16: launch_dim<__nv_bfloat16>(a, st); break;
+    case DType::F32:
+      launch_dim<float>(a, st);
+      break;
+    case DType::F16:
+      launch_dim<__half>(a, st);
+      break;
+    case DType::BF16:
+      launch_dim<__nv_bfloat16>(a, st);
+      break;
   }
 }
 
@@ -107,6 +136,9 @@ void run_forward_helper(const AttentionFwdArgs& a, cudaStream_t st) {
 }  // namespace fa
 
 FA_REGISTER(AttentionFwdKernel,
-            {"06/forward_helper", fa::ch06_fwd::run_forward_helper,
+            {"06/forward_helper",
+             fa::ch06_fwd::run_forward_helper,
              "one thread per query row, online softmax: O and L for the backward kernels",
-             {fa::DType::F32, fa::DType::F16, fa::DType::BF16}, {32, 64, 96, 128}, 70});
+             {fa::DType::F32, fa::DType::F16, fa::DType::BF16},
+             {32, 64, 96, 128},
+             70});

@@ -52,7 +52,8 @@ unsigned grid_for(int64_t tiles_per_head, int64_t bh) {
   return static_cast<unsigned>(blocks);
 }
 
-template <int D> void launch_dkdv_dq(const BwdParams& p, int64_t bh, cudaStream_t st) {
+template <int D>
+void launch_dkdv_dq(const BwdParams& p, int64_t bh, cudaStream_t st) {
   if (p.seq_k > 0) {
     dkdv_kernel<D, false><<<grid_for(ceil_div(p.seq_k, kBc), bh), kThreads, 0, st>>>(p);
     FA_CHECK_LAUNCH();
@@ -72,17 +73,30 @@ void run_v1_fp32(const AttentionBwdArgs& a, cudaStream_t st) {
   launch_delta_preprocess(a.o, a.dout, a.delta, s, a.dtype, st);
   // EXERCISE-END
   switch (s.head_dim) {
-    case 32: launch_dkdv_dq<32>(p, s.bh(), st); break;
-    case 64: launch_dkdv_dq<64>(p, s.bh(), st); break;
-    case 96: launch_dkdv_dq<96>(p, s.bh(), st); break;
-    case 128: launch_dkdv_dq<128>(p, s.bh(), st); break;
-    default: FA_UNSUPPORTED_IF(true, "06/v1_fp32 has head dims 32, 64, 96, 128");
+    case 32:
+      launch_dkdv_dq<32>(p, s.bh(), st);
+      break;
+    case 64:
+      launch_dkdv_dq<64>(p, s.bh(), st);
+      break;
+    case 96:
+      launch_dkdv_dq<96>(p, s.bh(), st);
+      break;
+    case 128:
+      launch_dkdv_dq<128>(p, s.bh(), st);
+      break;
+    default:
+      FA_UNSUPPORTED_IF(true, "06/v1_fp32 has head dims 32, 64, 96, 128");
   }
 }
 
 }  // namespace ch06_v1
 }  // namespace fa
 
-FA_REGISTER(AttentionBwdKernel, {"06/v1_fp32", fa::ch06_v1::run_v1_fp32,
+FA_REGISTER(AttentionBwdKernel, {"06/v1_fp32",
+                                 fa::ch06_v1::run_v1_fp32,
                                  "fp32 FA-2 backward: D preprocess, dK/dV kernel, dQ kernel",
-                                 {fa::DType::F32}, {32, 64, 96, 128}, 70, true});
+                                 {fa::DType::F32},
+                                 {32, 64, 96, 128},
+                                 70,
+                                 true});

@@ -36,7 +36,8 @@ __global__ void copy_workspace_kernel(const float* __restrict__ ws, float* __res
     dq[x] = ws[x];
 }
 
-template <int D> void launch_atomic(const BwdParams& p, int64_t bh, cudaStream_t st) {
+template <int D>
+void launch_atomic(const BwdParams& p, int64_t bh, cudaStream_t st) {
   if (p.seq_k > 0) {
     dkdv_kernel<D, true><<<grid_for(ceil_div(p.seq_k, kBc), bh), kThreads, 0, st>>>(p);
     FA_CHECK_LAUNCH();
@@ -51,11 +52,20 @@ void run_v1_fp32_atomic_dq(const AttentionBwdArgs& a, cudaStream_t st) {
   const BwdParams p = make_params(a);
   launch_delta_preprocess(a.o, a.dout, a.delta, s, a.dtype, st);
   switch (s.head_dim) {
-    case 32: launch_atomic<32>(p, s.bh(), st); break;
-    case 64: launch_atomic<64>(p, s.bh(), st); break;
-    case 96: launch_atomic<96>(p, s.bh(), st); break;
-    case 128: launch_atomic<128>(p, s.bh(), st); break;
-    default: FA_UNSUPPORTED_IF(true, "06/v1_fp32_atomic_dq has head dims 32, 64, 96, 128");
+    case 32:
+      launch_atomic<32>(p, s.bh(), st);
+      break;
+    case 64:
+      launch_atomic<64>(p, s.bh(), st);
+      break;
+    case 96:
+      launch_atomic<96>(p, s.bh(), st);
+      break;
+    case 128:
+      launch_atomic<128>(p, s.bh(), st);
+      break;
+    default:
+      FA_UNSUPPORTED_IF(true, "06/v1_fp32_atomic_dq has head dims 32, 64, 96, 128");
   }
   const int64_t n = s.q_numel();
   if (n > 0) {
@@ -71,6 +81,10 @@ void run_v1_fp32_atomic_dq(const AttentionBwdArgs& a, cudaStream_t st) {
 }  // namespace ch06_v1
 }  // namespace fa
 
-FA_REGISTER(AttentionBwdKernel, {"06/v1_fp32_atomic_dq", fa::ch06_v1::run_v1_fp32_atomic_dq,
+FA_REGISTER(AttentionBwdKernel, {"06/v1_fp32_atomic_dq",
+                                 fa::ch06_v1::run_v1_fp32_atomic_dq,
                                  "fp32 backward, dQ by atomicAdd inside the dK/dV kernel",
-                                 {fa::DType::F32}, {32, 64, 96, 128}, 70, false});
+                                 {fa::DType::F32},
+                                 {32, 64, 96, 128},
+                                 70,
+                                 false});

@@ -102,17 +102,24 @@ struct Params {
   void* dk;
   void* dv;
   int64_t seq_q, seq_k;
-  int64_t n_tiles;     // tiles per (batch, head): of keys (dkdv) or of queries (dq)
-  float scale;         // softmax scale
-  float scale_log2;    // scale * log2(e): P = exp2(S * scale_log2 - L * log2(e))
+  int64_t n_tiles;   // tiles per (batch, head): of keys (dkdv) or of queries (dq)
+  float scale;       // softmax scale
+  float scale_log2;  // scale * log2(e): P = exp2(S * scale_log2 - L * log2(e))
   bool causal;
 };
 
-template <int D> constexpr int smem_bytes_tiles() { return 6 * 64 * (D + kPad) * 2; }
-template <int D> constexpr int dkdv_smem_bytes() {
+template <int D>
+constexpr int smem_bytes_tiles() {
+  return 6 * 64 * (D + kPad) * 2;
+}
+template <int D>
+constexpr int dkdv_smem_bytes() {
   return smem_bytes_tiles<D>() + 4 * kBr * int(sizeof(float));
 }
-template <int D> constexpr int dq_smem_bytes() { return smem_bytes_tiles<D>(); }
+template <int D>
+constexpr int dq_smem_bytes() {
+  return smem_bytes_tiles<D>();
+}
 
 // L in the form the loops want: L * log2(e), or +inf for a row that does not exist or sees no
 // key (L = -inf), which makes every P of that row exp2(finite - inf) = 0.
@@ -148,8 +155,8 @@ __global__ void __launch_bounds__(kThreads, 2) dkdv_kernel(Params p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* sK = reinterpret_cast<T*>(smem_raw);
   T* sV = sK + kTile;
-  T* sQ = sV + kTile;         // two buffers
-  T* sdO = sQ + 2 * kTile;    // two buffers
+  T* sQ = sV + kTile;                                     // two buffers
+  T* sdO = sQ + 2 * kTile;                                // two buffers
   float* sL = reinterpret_cast<float*>(sdO + 2 * kTile);  // two buffers of kBr: L * log2(e)
   float* sD = sL + 2 * kBr;                               // two buffers of kBr: D
 
@@ -182,8 +189,10 @@ __global__ void __launch_bounds__(kThreads, 2) dkdv_kernel(Params p) {
     load_tile_async<T, D, kBr, kThreads>(sQ, Q, q0, seq_q, tid);
     load_tile_async<T, D, kBr, kThreads>(sdO, dO, q0, seq_q, tid);
     const int64_t row = q0 + (tid & (kBr - 1));
-    if (tid < kBr) sL[tid] = load_l2(lse, row, seq_q);
-    else if (tid < 2 * kBr) sD[tid - kBr] = row < seq_q ? delta[row] : 0.0f;
+    if (tid < kBr)
+      sL[tid] = load_l2(lse, row, seq_q);
+    else if (tid < 2 * kBr)
+      sD[tid - kBr] = row < seq_q ? delta[row] : 0.0f;
   }
   fa::mma::cp_async_commit();
 
@@ -209,8 +218,10 @@ __global__ void __launch_bounds__(kThreads, 2) dkdv_kernel(Params p) {
       load_tile_async<T, D, kBr, kThreads>(sQ + (buf ^ 1) * kTile, Q, q1, seq_q, tid);
       load_tile_async<T, D, kBr, kThreads>(sdO + (buf ^ 1) * kTile, dO, q1, seq_q, tid);
       const int64_t row = q1 + (tid & (kBr - 1));
-      if (tid < kBr) next_ld = load_l2(lse, row, seq_q);
-      else if (tid < 2 * kBr) next_ld = row < seq_q ? delta[row] : 0.0f;
+      if (tid < kBr)
+        next_ld = load_l2(lse, row, seq_q);
+      else if (tid < 2 * kBr)
+        next_ld = row < seq_q ? delta[row] : 0.0f;
     }
     fa::mma::cp_async_commit();
     fa::mma::cp_async_wait<1>();
@@ -302,7 +313,7 @@ __global__ void __launch_bounds__(kThreads, 2) dkdv_kernel(Params p) {
         for (int e = 0; e < 4; ++e)
           dp[nt][e] = s[nt][e] * (dp[nt][e] - d_s[c0 + nt * 8 + 2 * t + (e & 1)]);
 
-      // dK_j += dS^T Q.
+          // dK_j += dS^T Q.
 #pragma unroll
       for (int kk = 0; kk < kNt / 2; ++kk) {
         uint32_t a[4];
@@ -318,8 +329,10 @@ __global__ void __launch_bounds__(kThreads, 2) dkdv_kernel(Params p) {
 
     // L, D of the next tile into the other buffer (nobody reads it during this iteration).
     if (has_next) {
-      if (tid < kBr) sL[(buf ^ 1) * kBr + tid] = next_ld;
-      else if (tid < 2 * kBr) sD[(buf ^ 1) * kBr + tid - kBr] = next_ld;
+      if (tid < kBr)
+        sL[(buf ^ 1) * kBr + tid] = next_ld;
+      else if (tid < 2 * kBr)
+        sD[(buf ^ 1) * kBr + tid - kBr] = next_ld;
     }
     __syncthreads();  // everyone is done with `buf` before the next prefetch overwrites it
   }
@@ -468,7 +481,7 @@ __global__ void __launch_bounds__(kThreads, 2) dq_kernel(Params p) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) dp[nt][e] = s[nt][e] * (dp[nt][e] - dd[e >> 1]);
 
-      // dQ += dS K: k runs over the chunk's keys, B = K rows by ldmatrix.trans.
+          // dQ += dS K: k runs over the chunk's keys, B = K rows by ldmatrix.trans.
 #pragma unroll
       for (int kk = 0; kk < kNt / 2; ++kk) {
         uint32_t a[4];
@@ -524,8 +537,8 @@ void launch(const fa::AttentionBwdArgs& a, cudaStream_t stream) {
   }
   if (n_qt > 0 && s.bh() > 0) {
     constexpr int kSmem = dq_smem_bytes<D>();
-    FA_CUDA_CHECK(cudaFuncSetAttribute(dq_kernel<T, D>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+    FA_CUDA_CHECK(
+        cudaFuncSetAttribute(dq_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
     p.n_tiles = n_qt;
     dq_kernel<T, D><<<static_cast<unsigned>(n_qt * s.bh()), kThreads, kSmem, stream>>>(p);
     FA_CHECK_LAUNCH();
@@ -545,17 +558,26 @@ void attention_bwd_v2(const fa::AttentionBwdArgs& a, cudaStream_t stream) {
   // 2. dK, dV and 3. dQ.
   const bool bf16 = a.dtype == fa::DType::BF16;
   switch (s.head_dim) {  // every D here is a multiple of 16, which the mma loops need
-    case 32: bf16 ? launch<__nv_bfloat16, 32>(a, stream) : launch<__half, 32>(a, stream); break;
-    case 64: bf16 ? launch<__nv_bfloat16, 64>(a, stream) : launch<__half, 64>(a, stream); break;
-    case 96: bf16 ? launch<__nv_bfloat16, 96>(a, stream) : launch<__half, 96>(a, stream); break;
-    default: bf16 ? launch<__nv_bfloat16, 128>(a, stream) : launch<__half, 128>(a, stream); break;
+    case 32:
+      bf16 ? launch<__nv_bfloat16, 32>(a, stream) : launch<__half, 32>(a, stream);
+      break;
+    case 64:
+      bf16 ? launch<__nv_bfloat16, 64>(a, stream) : launch<__half, 64>(a, stream);
+      break;
+    case 96:
+      bf16 ? launch<__nv_bfloat16, 96>(a, stream) : launch<__half, 96>(a, stream);
+      break;
+    default:
+      bf16 ? launch<__nv_bfloat16, 128>(a, stream) : launch<__half, 128>(a, stream);
+      break;
   }
 }
 
 }  // namespace
 
 FA_REGISTER(AttentionBwdKernel,
-            {"06/v2_mma", attention_bwd_v2,
+            {"06/v2_mma",
+             attention_bwd_v2,
              "tensor cores (mma.sync), dK/dV kernel over key tiles + dQ kernel, no atomics",
              {fa::DType::BF16, fa::DType::F16},
              {32, 64, 96, 128},

@@ -36,7 +36,8 @@ namespace fa::ch07 {
 // A thread has at most 255 registers (240 after setmaxnreg in a 3-warpgroup kernel); addresses,
 // row statistics and loop state need about 40-60 more. D = 256 with Bc = 128 would need
 // 64 + 128 + 32 = 224 for the tiles alone and spill, so D = 256 halves Bc.
-template <int D> struct Tiles {
+template <int D>
+struct Tiles {
   static_assert(D == 64 || D == 128 || D == 256, "head dims 64, 128, 256");
   static constexpr int kBc = D <= 128 ? 128 : 64;  // keys per K/V tile
   static constexpr int kStrips = D / 64;           // 128-byte column strips of one row of D
@@ -61,11 +62,12 @@ constexpr int kAtomBytes = 1024;       // 8 rows x 128 bytes: one swizzle atom
 //  * MN-major operand, a [Bc x D] tile read along its rows (V as B of O += P V: k = key = row,
 //    n = d = column): step kk starts at row 16 kk, i.e. 2 atoms = 2048 bytes further; the N
 //    direction crosses strips, LBO = the strip size Bc * 128; SBO = 1024 (the next 8 keys).
-template <int ROWS> __device__ __forceinline__ uint64_t desc_k_major(const unsigned char* tile,
-                                                                    int kk) {
+template <int ROWS>
+__device__ __forceinline__ uint64_t desc_k_major(const unsigned char* tile, int kk) {
   return hopper::smem_desc_sw128(tile + (kk / 4) * ROWS * 128 + (kk % 4) * 32, 16, kAtomBytes);
 }
-template <int D> __device__ __forceinline__ uint64_t desc_v(const unsigned char* tile, int kk) {
+template <int D>
+__device__ __forceinline__ uint64_t desc_v(const unsigned char* tile, int kk) {
   return hopper::smem_desc_sw128(tile + kk * 2 * kAtomBytes, Tiles<D>::kBc * 128, kAtomBytes);
 }
 
@@ -91,7 +93,8 @@ __device__ __forceinline__ float ex2_approx(float x) {
 
 // A negative scale would turn the max of scale * s into a min: flip S instead and use |scale|
 // (scale * s = |scale| * (-s)), as 05/v3 does.
-template <int N> __device__ __forceinline__ void negate_if(float (&s)[N], bool negative) {
+template <int N>
+__device__ __forceinline__ void negate_if(float (&s)[N], bool negative) {
   if (negative) {
 #pragma unroll
     for (int i = 0; i < N; ++i) s[i] = -s[i];
@@ -121,8 +124,8 @@ __device__ __forceinline__ void mask_tile(float (&s)[N], int64_t k0, const int64
 // p = 2^(c s - c m_new), updates the running max m (raw units) and this thread's partial sum l,
 // and returns in alpha the factor 2^(c m_old - c m_new) that O must be rescaled by.
 template <int N>
-__device__ __forceinline__ void online_softmax(float (&s)[N], float (&m)[2], float (&l)[2],
-                                               float c, float (&alpha)[2]) {
+__device__ __forceinline__ void online_softmax(float (&s)[N], float (&m)[2], float (&l)[2], float c,
+                                               float (&alpha)[2]) {
   float m_new[2] = {m[0], m[1]};
 #pragma unroll
   for (int i = 0; i < N; i += 4) {
@@ -153,7 +156,8 @@ __device__ __forceinline__ void online_softmax(float (&s)[N], float (&m)[2], flo
   }
 }
 
-template <int N> __device__ __forceinline__ void rescale(float (&o)[N], const float (&alpha)[2]) {
+template <int N>
+__device__ __forceinline__ void rescale(float (&o)[N], const float (&alpha)[2]) {
 #pragma unroll
   for (int i = 0; i < N; i += 4) {
     o[i] *= alpha[0];
@@ -201,8 +205,7 @@ __device__ __forceinline__ void store_o_l(const float (&o)[D / 2], const float (
     for (int j = 0; j < D / 8; ++j)
       *reinterpret_cast<uint32_t*>(out + 8 * j) =
           mma::pack2<T>(o[4 * j + 2 * h] * inv_l[h], o[4 * j + 2 * h + 1] * inv_l[h]);
-    if (q == 0)
-      L[row] = l[h] > 0.0f ? (m[h] * c + log2f(l[h])) * 0.6931471805599453f : -INFINITY;
+    if (q == 0) L[row] = l[h] > 0.0f ? (m[h] * c + log2f(l[h])) * 0.6931471805599453f : -INFINITY;
   }
 }
 
@@ -213,7 +216,9 @@ __device__ __forceinline__ void store_o_l(const float (&o)[D / 2], const float (
 // its device code; see 03/v6). It takes head dims up to 128; D = 256 is then unsupported.
 constexpr const char* kFallback = "05/v3_fused_scale_warp_skip";
 
-inline bool aligned(const void* p, uintptr_t n) { return reinterpret_cast<uintptr_t>(p) % n == 0; }
+inline bool aligned(const void* p, uintptr_t n) {
+  return reinterpret_cast<uintptr_t>(p) % n == 0;
+}
 
 // TMA's rules: a 16-byte aligned base, row strides that are multiples of 16 bytes (D * 2 always is
 // for D = 64, 128, 256), sizes and coordinates that fit in int32. The epilogue stores O in
@@ -254,8 +259,9 @@ inline CUtensorMap make_tmap(const void* base, int64_t bh, int64_t seq, int d, i
   const cuuint32_t box[3] = {cuuint32_t(kSwizzleCols), cuuint32_t(box_rows), 1};
   const cuuint32_t elem_strides[3] = {1, 1, 1};
   const CUresult rc = encode_fn()(
-      &map, dtype == DType::BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-      3, const_cast<void*>(base), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+      &map,
+      dtype == DType::BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 3,
+      const_cast<void*>(base), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
       CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   FA_REQUIRE(rc == CUDA_SUCCESS, "cuTensorMapEncodeTiled failed with CUresult " +

@@ -54,11 +54,12 @@ int tile_range_checks() {
               ++cases;
               if (got.visit != visit || got.unmasked != unmasked) {
                 if (failures++ < 5)
-                  std::printf("  MISMATCH seq_q %lld seq_k %lld causal %d Br %lld Bc %lld q0 %lld:"
-                              " visit %lld (want %lld), unmasked %lld (want %lld)\n",
-                              (long long)seq_q, (long long)seq_k, int(causal), (long long)br,
-                              (long long)bc, (long long)q0, (long long)got.visit,
-                              (long long)visit, (long long)got.unmasked, (long long)unmasked);
+                  std::printf(
+                      "  MISMATCH seq_q %lld seq_k %lld causal %d Br %lld Bc %lld q0 %lld:"
+                      " visit %lld (want %lld), unmasked %lld (want %lld)\n",
+                      (long long)seq_q, (long long)seq_k, int(causal), (long long)br, (long long)bc,
+                      (long long)q0, (long long)got.visit, (long long)visit,
+                      (long long)got.unmasked, (long long)unmasked);
               }
             }
   std::printf("  %d Q tiles checked, %d mismatches\n", cases, failures);
@@ -66,9 +67,10 @@ int tile_range_checks() {
   // One picture: seq_q = 300, seq_k = 500, Br = 64, Bc = 128, causal. '.' = no mask, 'm' = masked,
   // ' ' = skipped (never loaded).
   const int64_t seq_q = 300, seq_k = 500, br = 64, bc = 128;
-  std::printf("  causal, seq_q %lld, seq_k %lld, Br %lld, Bc %lld ('.' full, 'm' masked, ' ' "
-              "skipped):\n",
-              (long long)seq_q, (long long)seq_k, (long long)br, (long long)bc);
+  std::printf(
+      "  causal, seq_q %lld, seq_k %lld, Br %lld, Bc %lld ('.' full, 'm' masked, ' ' "
+      "skipped):\n",
+      (long long)seq_q, (long long)seq_k, (long long)br, (long long)bc);
   for (int64_t q0 = 0; q0 < seq_q; q0 += br) {
     const fa::ch07::KvTiles r = fa::ch07::kv_tiles(q0, br, seq_q, seq_k, bc, true);
     std::string line;

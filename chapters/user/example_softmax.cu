@@ -54,6 +54,6 @@ void launch(const float* x, float* y, fa::SoftmaxShape shape, cudaStream_t strea
 }  // namespace
 
 // The one line: name, launcher, one-line description, passes over x, oldest GPU (sm_70).
-FA_REGISTER(SoftmaxKernel, {"01/user_example_warp_online", launch,
-                            "worked example: one warp per row, online max/sum, shuffle merge", 2,
-                            70});
+FA_REGISTER(SoftmaxKernel,
+            {"01/user_example_warp_online", launch,
+             "worked example: one warp per row, online max/sum, shuffle merge", 2, 70});

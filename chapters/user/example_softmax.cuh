@@ -16,7 +16,9 @@ struct MaxSum {
   float l;  // sum of exp(x - m) over the values seen
 };
 
-FA_HD MaxSum empty_max_sum() { return {-INFINITY, 0.0f}; }
+FA_HD MaxSum empty_max_sum() {
+  return {-INFINITY, 0.0f};
+}
 
 // Add one value. -inf values contribute exp(-inf) = 0 and must not reach exp(-inf - -inf) = NaN.
 FA_HD MaxSum push(MaxSum a, float x) {
@@ -37,6 +39,8 @@ FA_HD MaxSum merge(MaxSum a, MaxSum b) {
 }
 
 // y = exp(x - m) / l; an all -inf row (l == 0) is defined as all zeros (notes/conventions.md).
-FA_HD float normalise(MaxSum s, float x) { return s.l > 0.0f ? expf(x - s.m) / s.l : 0.0f; }
+FA_HD float normalise(MaxSum s, float x) {
+  return s.l > 0.0f ? expf(x - s.m) / s.l : 0.0f;
+}
 
 }  // namespace user_example

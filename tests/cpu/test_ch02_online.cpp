@@ -113,7 +113,8 @@ TEST(Ch02OnlineSoftmax, MatchesTheFloat64Reference) {
       std::vector<float> x = fa::random_normal(n, uint64_t(n) * 7 + 1, mean, 4.0f);
       const std::vector<double> ref = fa::softmax_rows_ref(x.data(), {1, n});
       const std::vector<double> y = ch02::online_softmax(x.data(), n);
-      for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(y[i], ref[i], 1e-12 * (1 + ref[i])) << n << " " << i;
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_NEAR(y[i], ref[i], 1e-12 * (1 + ref[i])) << n << " " << i;
     }
   }
 }

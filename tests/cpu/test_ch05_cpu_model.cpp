@@ -34,8 +34,8 @@ void expect_close(const std::vector<double>& got, const std::vector<double>& ref
       ASSERT_EQ(got[i], ref[i]) << what << "[" << i << "]";
       continue;
     }
-    ASSERT_LE(std::fabs(got[i] - ref[i]), tol) << what << "[" << i << "] got " << got[i]
-                                               << " ref " << ref[i];
+    ASSERT_LE(std::fabs(got[i] - ref[i]), tol)
+        << what << "[" << i << "] got " << got[i] << " ref " << ref[i];
   }
 }
 
@@ -43,7 +43,7 @@ struct ModelCase {
   int64_t seq_q, seq_k, Br, Bc;
 };
 const std::vector<ModelCase> kCases = {
-    {1, 1, 16, 16},     {17, 17, 16, 16},  {17, 17, 4, 5},    {113, 203, 32, 48},
+    {1, 1, 16, 16},     {17, 17, 16, 16},   {17, 17, 4, 5},     {113, 203, 32, 48},
     {203, 113, 32, 48}, {129, 129, 64, 64}, {129, 129, 7, 128}, {64, 256, 64, 64},
     {100, 1, 8, 8},     {1, 100, 8, 8},
 };
@@ -55,7 +55,8 @@ TEST(Ch05CpuModel, DoubleMatchesReferenceOnRaggedShapes) {
         AttentionShape s{2, 2, c.seq_q, c.seq_k, d, causal, 0.0f};
         SCOPED_TRACE(s.str() + " Br=" + std::to_string(c.Br) + " Bc=" + std::to_string(c.Bc));
         Inputs in = draw(s, uint64_t(c.seq_q * 31 + c.seq_k));
-        fa::AttentionFwdRef ref = fa::attention_forward_ref(in.q.data(), in.k.data(), in.v.data(), s);
+        fa::AttentionFwdRef ref =
+            fa::attention_forward_ref(in.q.data(), in.k.data(), in.v.data(), s);
         fa::ch05::TiledForward got = fa::ch05::flash_forward_model<double>(
             in.q.data(), in.k.data(), in.v.data(), s, c.Br, c.Bc);
         expect_close(got.O, ref.O, 1e-12, "O");
@@ -70,8 +71,8 @@ TEST(Ch05CpuModel, FloatMatchesReferenceLikeAKernelWould) {
       SCOPED_TRACE(s.str());
       Inputs in = draw(s, 7);
       fa::AttentionFwdRef ref = fa::attention_forward_ref(in.q.data(), in.k.data(), in.v.data(), s);
-      fa::ch05::TiledForward got = fa::ch05::flash_forward_model<float>(
-          in.q.data(), in.k.data(), in.v.data(), s, c.Br, c.Bc);
+      fa::ch05::TiledForward got = fa::ch05::flash_forward_model<float>(in.q.data(), in.k.data(),
+                                                                        in.v.data(), s, c.Br, c.Bc);
       expect_close(got.O, ref.O, 1e-4, "O");
       expect_close(got.L, ref.L, 1e-4, "L");
     }
@@ -120,9 +121,9 @@ TEST(Ch05CpuModel, CausalTileClassification) {
   AttentionShape r{1, 1, 128, 256, 16, true, 0.0f};
   Inputs in2 = draw(r, 6);
   got = fa::ch05::flash_forward_model<float>(in2.q.data(), in2.k.data(), in2.v.data(), r, 64, 64);
-  EXPECT_EQ(got.tiles.full, 2 + 3);   // Q tile 0: keys 0-127; Q tile 1: keys 0-191
-  EXPECT_EQ(got.tiles.masked, 2);     // each Q tile's diagonal tile
-  EXPECT_EQ(got.tiles.skipped, 1);    // Q tile 0 never visits keys 192-255
+  EXPECT_EQ(got.tiles.full, 2 + 3);  // Q tile 0: keys 0-127; Q tile 1: keys 0-191
+  EXPECT_EQ(got.tiles.masked, 2);    // each Q tile's diagonal tile
+  EXPECT_EQ(got.tiles.skipped, 1);   // Q tile 0 never visits keys 192-255
 }
 
 TEST(Ch05CpuModel, PerBlockSoftmaxIsWrongWithSeveralTilesRightWithOne) {
@@ -133,7 +134,7 @@ TEST(Ch05CpuModel, PerBlockSoftmaxIsWrongWithSeveralTilesRightWithOne) {
   std::vector<double> O(s.q_numel());
   fa::ch05::per_block_softmax_wrong_head(h, 128, O.data());  // one tile: plain softmax
   expect_close(O, ref.O, 1e-12, "O (one tile)");
-  fa::ch05::per_block_softmax_wrong_head(h, 32, O.data());   // four tiles: wrong
+  fa::ch05::per_block_softmax_wrong_head(h, 32, O.data());  // four tiles: wrong
   double worst = 0;
   for (size_t i = 0; i < O.size(); ++i) worst = std::max(worst, std::fabs(O[i] - ref.O[i]));
   EXPECT_GT(worst, 1e-2);

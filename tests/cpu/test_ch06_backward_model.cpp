@@ -42,7 +42,8 @@ constexpr double kTol = 1e-10;  // float64 arithmetic in a different order
 struct ShapeCase {
   int64_t nq, nk;
 };
-const ShapeCase kShapes[] = {{1, 1}, {17, 17}, {113, 203}, {203, 113}, {129, 129}, {1, 40}, {40, 1}};
+const ShapeCase kShapes[] = {{1, 1},     {17, 17}, {113, 203}, {203, 113},
+                             {129, 129}, {1, 40},  {40, 1}};
 const ch06::TileSizes kTiles[] = {{16, 16}, {7, 13}, {32, 8}, {1, 1}};
 
 TEST(Ch06Model, ForwardMatchesReference) {
@@ -71,7 +72,8 @@ TEST(Ch06Model, StandardBackwardMatchesReference) {
       AttentionShape s{1, 2, c.nq, c.nk, 16, causal, 0.0f};
       SCOPED_TRACE(s.str());
       Inputs in = draw(s, 2);
-      ch06::Grads g = ch06::standard_backward(in.q.data(), in.k.data(), in.v.data(), in.dO.data(), s);
+      ch06::Grads g =
+          ch06::standard_backward(in.q.data(), in.k.data(), in.v.data(), in.dO.data(), s);
       fa::AttentionBwdRef r =
           fa::attention_backward_ref(in.q.data(), in.k.data(), in.v.data(), in.dO.data(), s);
       EXPECT_LT(max_rel(g.dQ, r.dQ), kTol);
@@ -144,7 +146,8 @@ TEST(Ch06Model, DeltaIdentityRowsumDoOEqualsRowsumPdP) {
       AttentionShape s{1, 2, c.nq, c.nk, 16, causal, 0.0f};
       SCOPED_TRACE(s.str());
       Inputs in = draw(s, 5);
-      std::vector<double> via_p = ch06::rowsum_p_dp(in.q.data(), in.k.data(), in.v.data(), in.dO.data(), s);
+      std::vector<double> via_p =
+          ch06::rowsum_p_dp(in.q.data(), in.k.data(), in.v.data(), in.dO.data(), s);
       std::vector<double> O, L;
       ch06::forward(in.q.data(), in.k.data(), in.v.data(), s, O, L);
       std::vector<double> via_o(size_t(s.lse_numel()), 0.0);

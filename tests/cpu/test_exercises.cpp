@@ -25,19 +25,23 @@ const char* kSolution =
     "}\n";
 
 TEST(Exercises, GeneratorCutsTheSolutionAndKeepsThePlaceholder) {
-  fa::ExerciseResult r = fa::make_exercise(kSolution, "chapters/99/demo.cu", "chapters/99/exercises/demo.cu");
+  fa::ExerciseResult r =
+      fa::make_exercise(kSolution, "chapters/99/demo.cu", "chapters/99/exercises/demo.cu");
   ASSERT_TRUE(r.ok) << r.error;
   EXPECT_EQ(r.todos, 1);
   EXPECT_EQ(r.text.find("y = x * x;"), std::string::npos) << "the solution line must be gone";
-  EXPECT_NE(r.text.find("  // TODO(exercise square): set y to x squared\n  (void)x;\n"), std::string::npos)
-      << r.text;
-  EXPECT_NE(r.text.find("FA_REGISTER(Exercise, {\"chapters/99/exercises/demo.cu\", {\"99/demo\"}, 1});"),
+  EXPECT_NE(r.text.find("  // TODO(exercise square): set y to x squared\n  (void)x;\n"),
             std::string::npos)
+      << r.text;
+  EXPECT_NE(
+      r.text.find("FA_REGISTER(Exercise, {\"chapters/99/exercises/demo.cu\", {\"99/demo\"}, 1});"),
+      std::string::npos)
       << r.text;
 }
 
 TEST(Exercises, GeneratorRefusesBrokenMarkers) {
-  EXPECT_FALSE(fa::make_exercise("// EXERCISE-KERNELS: a\n// EXERCISE(x): y\nint z;\n", "s", "e").ok)
+  EXPECT_FALSE(
+      fa::make_exercise("// EXERCISE-KERNELS: a\n// EXERCISE(x): y\nint z;\n", "s", "e").ok)
       << "a block that never ends";
   EXPECT_FALSE(fa::make_exercise("// EXERCISE(x): y\n// EXERCISE-END\n", "s", "e").ok)
       << "no EXERCISE-KERNELS line";
@@ -65,7 +69,8 @@ TEST(Exercises, ExercisesInSync) {
     fa::ExerciseResult r = fa::make_exercise(text.str(), sol, ex);
     ASSERT_TRUE(r.ok) << r.error;
     std::ifstream committed(fs::path(FA_SOURCE_DIR) / ex, std::ios::binary);
-    ASSERT_TRUE(committed.good()) << ex << " is missing: run `cmake --build build --target exercises`";
+    ASSERT_TRUE(committed.good()) << ex
+                                  << " is missing: run `cmake --build build --target exercises`";
     std::ostringstream have;
     have << committed.rdbuf();
     EXPECT_EQ(have.str(), r.text) << ex << " is stale (its solution " << sol

@@ -46,7 +46,8 @@ TEST(Compare, FlashRuleScalesWithTheNaiveError) {
   std::vector<float> good = {1.0f, 2.015f, 3.0f};  // 0.015 <= 2 * 0.01
   std::vector<float> bad = {1.0f, 2.03f, 3.0f};    // 0.03 > 2 * 0.01
   EXPECT_TRUE(fa::compare_flash_rule("O", good.data(), ref.data(), naive.data(), 3, 2.0, 1e-6).ok);
-  fa::CompareResult r = fa::compare_flash_rule("O", bad.data(), ref.data(), naive.data(), 3, 2.0, 1e-6);
+  fa::CompareResult r =
+      fa::compare_flash_rule("O", bad.data(), ref.data(), naive.data(), 3, 2.0, 1e-6);
   EXPECT_FALSE(r.ok);
   EXPECT_NEAR(r.naive_err, 0.01, 1e-6);
   EXPECT_EQ(r.first_bad, 1);

@@ -28,7 +28,9 @@ using fa::SoftmaxShape;
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
 
 // A rejection that teaches. For allclose, also check independently that first_bad is the FIRST
 // element outside |x - ref| <= atol + rtol |ref| (or non-finite), so the index the report prints
@@ -54,7 +56,8 @@ void expect_teaching_rejection(const CompareResult& c, const float* got, const d
   EXPECT_TRUE(bad(c.first_bad)) << "the reported first mismatch is within tolerance";
   for (int64_t i = 0; i < c.first_bad; ++i)
     if (bad(i)) {
-      ADD_FAILURE() << "element " << i << " is out of tolerance before the reported first " << c.first_bad;
+      ADD_FAILURE() << "element " << i << " is out of tolerance before the reported first "
+                    << c.first_bad;
       break;
     }
   if (c.tol.rule == fa::Tolerance::Rule::FlashRule)
@@ -90,10 +93,11 @@ std::vector<float> softmax_model(const std::vector<float>& x, SoftmaxShape s, So
   return y;
 }
 
-CompareResult judge_softmax(const std::vector<float>& x, const std::vector<float>& y, SoftmaxShape s,
-                            std::vector<double>* ref_out = nullptr) {
+CompareResult judge_softmax(const std::vector<float>& x, const std::vector<float>& y,
+                            SoftmaxShape s, std::vector<double>* ref_out = nullptr) {
   std::vector<double> ref = fa::softmax_rows_ref(x.data(), s);
-  CompareResult c = fa::compare_allclose("y", y.data(), ref.data(), s.numel(), 1e-9, 2e-5);  // harness
+  CompareResult c =
+      fa::compare_allclose("y", y.data(), ref.data(), s.numel(), 1e-9, 2e-5);  // harness
   c.dims = {s.rows, s.cols};
   c.names = {"row", "col"};
   if (ref_out) *ref_out = ref;
@@ -113,7 +117,8 @@ TEST(MutantsCpu, SoftmaxCorrectTwinAccepted) {
 // (a) Invisible on friendly inputs, NaN on inputs offset by 1e4: why the tests offset inputs.
 TEST(MutantsCpu, SoftmaxWithoutMaxSubtractionRejectedOnOffsetInputs) {
   std::vector<float> friendly = fa::random_normal(kSoftmax.numel(), 2);
-  CompareResult ok = judge_softmax(friendly, softmax_model(friendly, kSoftmax, SoftmaxBug::NoMaxSubtraction), kSoftmax);
+  CompareResult ok = judge_softmax(
+      friendly, softmax_model(friendly, kSoftmax, SoftmaxBug::NoMaxSubtraction), kSoftmax);
   EXPECT_TRUE(ok.ok) << "the bug hides on small inputs; this is the lesson\n" << ok.report();
 
   std::vector<float> x = fa::random_normal(kSoftmax.numel(), 2, 1e4f, 1.0f);
@@ -153,7 +158,8 @@ FwdOut attention_model(const std::vector<float>& q, const std::vector<float>& k,
                        const std::vector<int64_t>& rows = {}) {
   const int64_t D = s.head_dim;
   const int64_t nrows = rows.empty() ? s.seq_q : int64_t(rows.size());
-  FwdOut out{std::vector<float>(s.bh() * nrows * D, kNaN), std::vector<float>(s.bh() * nrows, kNaN)};
+  FwdOut out{std::vector<float>(s.bh() * nrows * D, kNaN),
+             std::vector<float>(s.bh() * nrows, kNaN)};
   const int64_t rows_done = bug == FwdBug::SkipTailRows ? (s.seq_q / kTile) * kTile : s.seq_q;
   const float scale = s.softmax_scale();
   for (int64_t bh = 0; bh < s.bh(); ++bh)
@@ -205,10 +211,12 @@ AttnInputs draw_attention(const AttentionShape& s, DType t, uint64_t seed) {
 const AttentionShape kRaggedCausal{1, 2, 113, 203, 64, true, 0.0f};
 
 // fp32 checks with the harness's tolerances; O named [b, h, i, d], L named [b, h, i].
-std::pair<CompareResult, CompareResult> judge_fp32(const FwdOut& got, const fa::AttentionFwdRef& ref,
+std::pair<CompareResult, CompareResult> judge_fp32(const FwdOut& got,
+                                                   const fa::AttentionFwdRef& ref,
                                                    const AttentionShape& s) {
   CompareResult cO = fa::compare_allclose("O", got.O.data(), ref.O.data(), s.q_numel(), 1e-4, 1e-4);
-  CompareResult cL = fa::compare_allclose("L", got.L.data(), ref.L.data(), s.lse_numel(), 1e-4, 1e-5);
+  CompareResult cL =
+      fa::compare_allclose("L", got.L.data(), ref.L.data(), s.lse_numel(), 1e-4, 1e-5);
   cO.dims = {s.batch, s.heads, s.seq_q, s.head_dim};
   cO.names = {"b", "h", "i", "d"};
   cL.dims = {s.batch, s.heads, s.seq_q};
@@ -221,7 +229,8 @@ TEST(MutantsCpu, AttentionCorrectTwinAccepted) {
                            AttentionShape{1, 2, 113, 203, 64, false, 0.0f}}) {
     AttnInputs in = draw_attention(s, DType::F32, 4);
     fa::AttentionFwdRef ref = fa::attention_forward_ref(in.q.data(), in.k.data(), in.v.data(), s);
-    auto [cO, cL] = judge_fp32(attention_model(in.q, in.k, in.v, s, DType::F32, FwdBug::None), ref, s);
+    auto [cO, cL] =
+        judge_fp32(attention_model(in.q, in.k, in.v, s, DType::F32, FwdBug::None), ref, s);
     EXPECT_TRUE(cO.ok) << s.str() << "\n" << cO.report();
     EXPECT_TRUE(cL.ok) << s.str() << "\n" << cL.report();
   }
@@ -270,7 +279,8 @@ TEST(MutantsCpu, Fp16AccumulatorRejectedByFlashRule) {
   fa::attention_forward_lowp_head(h, DType::F16, rows, naiveO.data(), naiveL.data());
 
   auto judge = [&](const FwdOut& got) {
-    CompareResult c = fa::compare_flash_rule("O", got.O.data(), refO.data(), naiveO.data(), n, 2.0, 1e-4);
+    CompareResult c =
+        fa::compare_flash_rule("O", got.O.data(), refO.data(), naiveO.data(), n, 2.0, 1e-4);
     c.dims = {int64_t(rows.size()), s.head_dim};
     c.names = {"checked-row#", "d"};
     return c;
@@ -325,7 +335,8 @@ TEST(MutantsCpu, DeltaFromWrongTensorRejected) {
   AttnInputs in = draw_attention(s, DType::F32, 8);
   std::vector<float> dO = fa::random_normal(s.q_numel(), fa::derive_seed(8, 4));
   fa::AttentionFwdRef fwd = fa::attention_forward_ref(in.q.data(), in.k.data(), in.v.data(), s);
-  fa::AttentionBwdRef ref = fa::attention_backward_ref(in.q.data(), in.k.data(), in.v.data(), dO.data(), s);
+  fa::AttentionBwdRef ref =
+      fa::attention_backward_ref(in.q.data(), in.k.data(), in.v.data(), dO.data(), s);
 
   std::vector<float> D_right(s.lse_numel(), 0.0f), D_wrong(s.lse_numel(), 0.0f);
   for (int64_t r = 0; r < s.lse_numel(); ++r)
@@ -334,9 +345,10 @@ TEST(MutantsCpu, DeltaFromWrongTensorRejected) {
       D_right[r] += g * o;  // rowsum(dO * O)
       D_wrong[r] += g * g;  // (g) rowsum(dO * dO)
     }
-  auto judge = [&](const std::string& what, const std::vector<float>& got, const std::vector<double>& want,
-                   double atol, double rtol, bool per_row) {
-    CompareResult c = fa::compare_allclose(what, got.data(), want.data(), int64_t(got.size()), atol, rtol);
+  auto judge = [&](const std::string& what, const std::vector<float>& got,
+                   const std::vector<double>& want, double atol, double rtol, bool per_row) {
+    CompareResult c =
+        fa::compare_allclose(what, got.data(), want.data(), int64_t(got.size()), atol, rtol);
     c.dims = per_row ? std::vector<int64_t>{s.batch, s.heads, s.seq_q}
                      : std::vector<int64_t>{s.batch, s.heads, s.seq_q, s.head_dim};
     c.names = {"b", "h", "i", "d"};
@@ -345,7 +357,8 @@ TEST(MutantsCpu, DeltaFromWrongTensorRejected) {
   // The harness's backward tolerances: D 1e-4/1e-4, gradients 2e-4/1e-3.
   CompareResult good_D = judge("D", D_right, ref.D, 1e-4, 1e-4, true);
   EXPECT_TRUE(good_D.ok) << good_D.report();
-  CompareResult good_dQ = judge("dQ", dq_model(in, dO, fwd.L, D_right, s), ref.dQ, 2e-4, 1e-3, false);
+  CompareResult good_dQ =
+      judge("dQ", dq_model(in, dO, fwd.L, D_right, s), ref.dQ, 2e-4, 1e-3, false);
   EXPECT_TRUE(good_dQ.ok) << good_dQ.report();
 
   CompareResult bad_D = judge("D", D_wrong, ref.D, 1e-4, 1e-4, true);
@@ -369,7 +382,8 @@ TEST(MutantsCpu, PassingReportsStillShowErrorsAndTolerance) {
   CompareResult f = fa::compare_flash_rule("x", got, ref, naive, 3, 2.0, 0.0);
   EXPECT_TRUE(f.ok) << f.report();
   EXPECT_NEAR(f.naive_err, 1e-3, 1e-6);
-  EXPECT_TRUE(contains(f.report(), "naive same-precision implementation's max error")) << f.report();
+  EXPECT_TRUE(contains(f.report(), "naive same-precision implementation's max error"))
+      << f.report();
 }
 
 }  // namespace

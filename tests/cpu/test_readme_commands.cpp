@@ -76,7 +76,9 @@ Ran run(const std::string& program, const std::string& args) {
   return r;
 }
 
-std::string tail(const std::string& s) { return s.size() > 1500 ? s.substr(s.size() - 1500) : s; }
+std::string tail(const std::string& s) {
+  return s.size() > 1500 ? s.substr(s.size() - 1500) : s;
+}
 
 // A README's code lines: inside ``` fences, or indented by at least 4 spaces.
 std::vector<std::string> code_lines(const std::string& path) {
@@ -149,7 +151,8 @@ std::vector<std::string> presets(const std::string& kind) {
 std::string targets() {
   static const std::string all = [] {
     const std::string build = bin_dir().substr(0, bin_dir().find_last_of('/'));
-    FILE* p = popen((std::string(FA_CMAKE_COMMAND) + " --build " + build + " --target help 2>&1").c_str(), "r");
+    FILE* p = popen(
+        (std::string(FA_CMAKE_COMMAND) + " --build " + build + " --target help 2>&1").c_str(), "r");
     std::string out;
     char buf[4096];
     size_t got = 0;
@@ -183,7 +186,9 @@ std::string check_cmake_line(const std::string& cmd) {
   return "";
 }
 
-bool in_child() { return std::getenv("FA_README_TEST_CHILD") != nullptr; }
+bool in_child() {
+  return std::getenv("FA_README_TEST_CHILD") != nullptr;
+}
 
 }  // namespace
 
@@ -226,11 +231,13 @@ TEST(ReadmeCommands, HelpListsOptionsKernelsAndTheExample) {
     const Ran r = run(c.program, "--help");
     EXPECT_EQ(r.code, 0) << c.program << " --help\n" << r.output;
     EXPECT_NE(r.output.find("example:\n  " + c.line() + "\n"), std::string::npos)
-        << c.program << " --help should end with its example\n" << r.output;
+        << c.program << " --help should end with its example\n"
+        << r.output;
     if (c.program.rfind("ch0", 0) == 0 && c.program != "ch00_gpu_basics") {
       EXPECT_NE(r.output.find("--kernel"), std::string::npos) << r.output;
       EXPECT_NE(r.output.find("kernels ("), std::string::npos)
-          << c.program << " --help should list its kernels\n" << r.output;
+          << c.program << " --help should list its kernels\n"
+          << r.output;
     }
   }
 }
@@ -263,7 +270,8 @@ TEST(ReadmeCommands, BadInputExitsTwoWithAPlainMessage) {
   for (const Bad& b : cases) {
     const Ran r = run(b.program, b.args);
     EXPECT_EQ(r.code, 2) << b.program << " " << b.args << "\n" << r.output;
-    EXPECT_NE(r.output.find(b.says), std::string::npos) << b.program << " " << b.args << "\n" << r.output;
+    EXPECT_NE(r.output.find(b.says), std::string::npos) << b.program << " " << b.args << "\n"
+                                                        << r.output;
     EXPECT_EQ(r.output.find(".cpp:"), std::string::npos) << "a source location in\n" << r.output;
     EXPECT_EQ(r.output.find("requirement failed"), std::string::npos) << r.output;
   }

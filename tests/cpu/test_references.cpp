@@ -123,8 +123,7 @@ struct AttnCase {
 };
 // How gtest (and ctest's test list) prints a case: its numbers, not its bytes.
 void PrintTo(const AttnCase& c, std::ostream* os) {
-  *os << "seq_q=" << c.seq_q << " seq_k=" << c.seq_k << " d=" << c.d
-      << (c.causal ? " causal" : "");
+  *os << "seq_q=" << c.seq_q << " seq_k=" << c.seq_k << " d=" << c.d << (c.causal ? " causal" : "");
 }
 
 class AttentionReference : public ::testing::TestWithParam<AttnCase> {};

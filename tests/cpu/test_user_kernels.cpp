@@ -56,7 +56,8 @@ std::vector<float> warp_online_model(const std::vector<float>& x, fa::SoftmaxSha
       EXPECT_EQ(lane[l].m, lane[0].m);
       EXPECT_EQ(lane[l].l, lane[0].l);
     }
-    for (int64_t c = 0; c < s.cols; ++c) y[r * s.cols + c] = user_example::normalise(lane[c % kWarp], xr[c]);
+    for (int64_t c = 0; c < s.cols; ++c)
+      y[r * s.cols + c] = user_example::normalise(lane[c % kWarp], xr[c]);
   }
   return y;
 }

@@ -21,7 +21,8 @@ fa::RunOptions check_only(uint64_t seed) {
 const std::vector<std::pair<int64_t, int64_t>> kRagged = {
     {1, 1}, {17, 17}, {113, 203}, {203, 113}, {127, 129}, {512, 256}, {1023, 1023}, {1025, 1025}};
 
-template <class K> std::vector<std::pair<fa::DType, int>> variants(const K& k) {
+template <class K>
+std::vector<std::pair<fa::DType, int>> variants(const K& k) {
   std::vector<std::pair<fa::DType, int>> out;
   for (fa::DType t : k.dtypes)
     for (int d : k.head_dims) out.push_back({t, d});
@@ -129,7 +130,8 @@ TEST_P(AttentionBwdKernels, RaggedShapesCausalAndNot) {
 TEST_P(AttentionBwdKernels, NonDefaultScale) {
   FA_SKIP_WITHOUT_GPU(kernel().min_sm);
   for (auto [t, d] : variants(kernel()))
-    FA_EXPECT_PASS(fa::run_attention_bwd(kernel(), {2, 2, 200, 333, d, true, 0.29f}, t, check_only(21)));
+    FA_EXPECT_PASS(
+        fa::run_attention_bwd(kernel(), {2, 2, 200, 333, d, true, 0.29f}, t, check_only(21)));
 }
 
 TEST_P(AttentionBwdKernels, ManyHeadsBeyondGridLimit) {

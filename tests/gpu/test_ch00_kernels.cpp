@@ -37,8 +37,8 @@ TEST(Ch00Kernels, VectorAddRaggedSizesAndBlocks) {
 
 TEST(Ch00Kernels, MatrixAddRaggedShapes) {
   FA_SKIP_WITHOUT_GPU(70);
-  for (auto [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {17, 33}, {113, 203},
-                                                                   {1000, 1037}, {9, 4097}}) {
+  for (auto [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{
+           {1, 1}, {17, 33}, {113, 203}, {1000, 1037}, {9, 4097}}) {
     int64_t n = rows * cols;
     std::vector<float> A = values(n, 3), B = values(n, 4), C(static_cast<size_t>(n));
     fa::DeviceBuffer dA(n * 4), dB(n * 4), dC(n * 4);
@@ -48,8 +48,9 @@ TEST(Ch00Kernels, MatrixAddRaggedShapes) {
     matrix_add(dA.as<float>(), dB.as<float>(), dC.as<float>(), rows, cols, nullptr);
     dC.download(C.data(), dC.bytes());
     for (int64_t i = 0; i < n; ++i)
-      ASSERT_EQ(C[i], A[i] + B[i]) << rows << "x" << cols << " at " << i / cols << "," << i % cols
-                                   << "\n" << fa::exercise_hint("00/matrix_add");
+      ASSERT_EQ(C[i], A[i] + B[i])
+          << rows << "x" << cols << " at " << i / cols << "," << i % cols << "\n"
+          << fa::exercise_hint("00/matrix_add");
   }
 }
 

@@ -24,7 +24,8 @@ fa::CompareResult run_offset(const fa::SoftmaxKernel& k, fa::SoftmaxShape s, int
   for (int64_t r = 0; r < s.rows; ++r) {  // a few -inf entries and one all -inf row
     x[r * s.cols] = -std::numeric_limits<float>::infinity();
     if (r == 1)
-      for (int64_t c = 0; c < s.cols; ++c) x[r * s.cols + c] = -std::numeric_limits<float>::infinity();
+      for (int64_t c = 0; c < s.cols; ++c)
+        x[r * s.cols + c] = -std::numeric_limits<float>::infinity();
   }
   const size_t bytes = (s.numel() + offset) * sizeof(float);
   std::vector<float> padded(s.numel() + offset, 0.0f);
@@ -70,8 +71,8 @@ std::vector<std::string> chapter_0102_kernels() {
   return out;
 }
 
-INSTANTIATE_TEST_SUITE_P(Registered, Ch0102SoftmaxPaths, ::testing::ValuesIn(chapter_0102_kernels()),
-                         RegistryNamePrinter());
+INSTANTIATE_TEST_SUITE_P(Registered, Ch0102SoftmaxPaths,
+                         ::testing::ValuesIn(chapter_0102_kernels()), RegistryNamePrinter());
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(Ch0102SoftmaxPaths);
 
 }  // namespace

@@ -17,9 +17,9 @@ TEST_P(GemmKernels, RaggedShapes) {
     // The first three have odd strides (16-byte vector loads and TMA impossible: the kernels'
     // element-by-element paths); the rest are multiples of 8 but of no tile, so the vector and
     // TMA paths (03/v6 needs K % 8 == 0 and N % 8 == 0) meet tails in M, N and K.
-    for (fa::GemmShape s : {fa::GemmShape{1, 1, 1}, fa::GemmShape{17, 33, 65},
-                            fa::GemmShape{127, 129, 255}, fa::GemmShape{1, 8, 16},
-                            fa::GemmShape{200, 136, 72}, fa::GemmShape{1000, 1000, 1000}})
+    for (fa::GemmShape s :
+         {fa::GemmShape{1, 1, 1}, fa::GemmShape{17, 33, 65}, fa::GemmShape{127, 129, 255},
+          fa::GemmShape{1, 8, 16}, fa::GemmShape{200, 136, 72}, fa::GemmShape{1000, 1000, 1000}})
       FA_EXPECT_PASS(fa::run_gemm(kernel(), s, t, o));
 }
 
@@ -27,7 +27,8 @@ TEST_P(GemmKernels, Long4096Cubed) {
   FA_SKIP_WITHOUT_GPU(kernel().min_sm);
   fa::RunOptions o;
   o.time = false;
-  for (fa::DType t : kernel().dtypes) FA_EXPECT_PASS(fa::run_gemm(kernel(), {4096, 4096, 4096}, t, o));
+  for (fa::DType t : kernel().dtypes)
+    FA_EXPECT_PASS(fa::run_gemm(kernel(), {4096, 4096, 4096}, t, o));
 }
 
 INSTANTIATE_TEST_SUITE_P(Registered, GemmKernels,

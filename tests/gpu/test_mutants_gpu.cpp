@@ -26,20 +26,25 @@ fa::SoftmaxKernel softmax(const std::string& name, fa::SoftmaxFn fn) {
 }
 fa::AttentionFwdKernel fwd(const std::string& name, fa::AttentionFwdFn fn,
                            std::vector<DType> dtypes = {DType::F32}) {
-  return fa::AttentionFwdKernel{"mutant/" + name, fn, "deliberately wrong (or its twin)", dtypes,
+  return fa::AttentionFwdKernel{"mutant/" + name,    fn, "deliberately wrong (or its twin)", dtypes,
                                 {mutants::kHeadDim}, 70};
 }
 fa::AttentionBwdKernel bwd(const std::string& name, fa::AttentionBwdFn fn) {
-  return fa::AttentionBwdKernel{"mutant/" + name, fn, "deliberately wrong (or its twin)",
-                                {DType::F32}, {mutants::kHeadDim}, 70, false};
+  return fa::AttentionBwdKernel{"mutant/" + name,
+                                fn,
+                                "deliberately wrong (or its twin)",
+                                {DType::F32},
+                                {mutants::kHeadDim},
+                                70,
+                                false};
 }
 
 // A run that could not happen (UNSUPPORTED, e.g. no forward kernel registered to feed the
 // backward) skips the test instead of counting as a rejection.
-#define FA_SKIP_IF_NOT_RUN(r)                                                          \
-  do {                                                                                 \
-    if ((r).status == fa::Status::Unsupported || (r).status == fa::Status::NoGpu)      \
-      GTEST_SKIP() << (r).message;                                                     \
+#define FA_SKIP_IF_NOT_RUN(r)                                                     \
+  do {                                                                            \
+    if ((r).status == fa::Status::Unsupported || (r).status == fa::Status::NoGpu) \
+      GTEST_SKIP() << (r).message;                                                \
   } while (0)
 
 // The harness rejected the run, and its report says where and by how much.
@@ -79,9 +84,9 @@ TEST(MutantSoftmax, NoMaxSubtractionIsRejectedOnOffsetInputs) {
 // (b) Lesson: when the running max grows, the sum so far must be rescaled by exp(m_old - m_new).
 TEST(MutantSoftmax, OnlineWithoutRescaleIsRejected) {
   FA_SKIP_WITHOUT_GPU(70);
-  fa::RunResult r = fa::run_softmax(
-      softmax("softmax_online_no_rescale", mutants::softmax_online_no_rescale), {113, 203},
-      check_only());
+  fa::RunResult r =
+      fa::run_softmax(softmax("softmax_online_no_rescale", mutants::softmax_online_no_rescale),
+                      {113, 203}, check_only());
   FA_SKIP_IF_NOT_RUN(r);
   expect_rejected(r);
 }
@@ -89,8 +94,8 @@ TEST(MutantSoftmax, OnlineWithoutRescaleIsRejected) {
 // ---- attention forward ----------------------------------------------------------------------------
 TEST(MutantAttentionFwd, CorrectTwinPasses) {
   FA_SKIP_WITHOUT_GPU(70);
-  fa::AttentionFwdKernel k = fwd("attn_fwd_correct", mutants::attn_fwd_correct,
-                                 {DType::F32, DType::F16});
+  fa::AttentionFwdKernel k =
+      fwd("attn_fwd_correct", mutants::attn_fwd_correct, {DType::F32, DType::F16});
   for (bool causal : {false, true}) {
     AttentionShape s = kRaggedCausal;
     s.causal = causal;
@@ -103,9 +108,9 @@ TEST(MutantAttentionFwd, CorrectTwinPasses) {
 // (c) Lesson: with bottom-right alignment query i sees keys j <= i + seq_k - seq_q, not one more.
 TEST(MutantAttentionFwd, CausalOffByOneIsRejected) {
   FA_SKIP_WITHOUT_GPU(70);
-  fa::RunResult r = fa::run_attention_fwd(
-      fwd("attn_fwd_causal_off_by_one", mutants::attn_fwd_causal_off_by_one), kRaggedCausal,
-      DType::F32, check_only());
+  fa::RunResult r =
+      fa::run_attention_fwd(fwd("attn_fwd_causal_off_by_one", mutants::attn_fwd_causal_off_by_one),
+                            kRaggedCausal, DType::F32, check_only());
   FA_SKIP_IF_NOT_RUN(r);
   expect_rejected(r);
 }
@@ -116,16 +121,16 @@ const AttentionShape kLongF16{1, 2, 2048, 2048, mutants::kHeadDim, false, 0.0f};
 
 TEST(MutantAttentionFwd, Fp16InputsWithFp32AccumulatorPass) {
   FA_SKIP_WITHOUT_GPU(70);
-  FA_EXPECT_PASS(fa::run_attention_fwd(fwd("attn_fwd_correct", mutants::attn_fwd_correct,
-                                           {DType::F16}),
-                                       kLongF16, DType::F16, check_only()));
+  FA_EXPECT_PASS(
+      fa::run_attention_fwd(fwd("attn_fwd_correct", mutants::attn_fwd_correct, {DType::F16}),
+                            kLongF16, DType::F16, check_only()));
 }
 
 TEST(MutantAttentionFwd, HalfAccumulatorIsRejectedOnLongSequences) {
   FA_SKIP_WITHOUT_GPU(70);
   fa::RunResult r = fa::run_attention_fwd(
-      fwd("attn_fwd_half_accumulator", mutants::attn_fwd_half_accumulator, {DType::F16}),
-      kLongF16, DType::F16, check_only());
+      fwd("attn_fwd_half_accumulator", mutants::attn_fwd_half_accumulator, {DType::F16}), kLongF16,
+      DType::F16, check_only());
   FA_SKIP_IF_NOT_RUN(r);
   expect_rejected(r);
   EXPECT_NE(r.report().find("naive same-precision"), std::string::npos) << r.report();
@@ -134,9 +139,9 @@ TEST(MutantAttentionFwd, HalfAccumulatorIsRejectedOnLongSequences) {
 // (f) Lesson: launch ceil(n / tile) blocks and guard the tail, never floor(n / tile).
 TEST(MutantAttentionFwd, SkippedTailRowsAreRejectedAsPoison) {
   FA_SKIP_WITHOUT_GPU(70);
-  fa::RunResult r = fa::run_attention_fwd(
-      fwd("attn_fwd_skips_tail_rows", mutants::attn_fwd_skips_tail_rows), kRaggedCausal,
-      DType::F32, check_only());
+  fa::RunResult r =
+      fa::run_attention_fwd(fwd("attn_fwd_skips_tail_rows", mutants::attn_fwd_skips_tail_rows),
+                            kRaggedCausal, DType::F32, check_only());
   FA_SKIP_IF_NOT_RUN(r);
   expect_rejected(r);
   // Rows 64..112 of the first head are the first ones left unwritten.
@@ -158,7 +163,8 @@ TEST(MutantAttentionFwd, TiledWithBothBarriersPasses) {
 // which must report the hazard; here we only note whether the race showed up in the numbers.
 TEST(MutantRace, MissingSyncthreadsIsRejectedOrNoted) {
   FA_SKIP_WITHOUT_GPU(70);
-  fa::AttentionFwdKernel k = fwd("attn_fwd_tiled_missing_sync", mutants::attn_fwd_tiled_missing_sync);
+  fa::AttentionFwdKernel k =
+      fwd("attn_fwd_tiled_missing_sync", mutants::attn_fwd_tiled_missing_sync);
   int rejected = 0;
   const int runs = 3;
   for (int run = 0; run < runs; ++run) {
@@ -190,9 +196,9 @@ TEST(MutantAttentionBwd, CorrectTwinPasses) {
 // (g) Lesson: D = rowsum(dO * O); the backward's preprocessing step reads O, the forward's output.
 TEST(MutantAttentionBwd, DeltaFromWrongTensorIsRejected) {
   FA_SKIP_WITHOUT_GPU(70);
-  fa::RunResult r = fa::run_attention_bwd(bwd("attn_bwd_delta_from_dout",
-                                              mutants::attn_bwd_delta_from_dout),
-                                          kRaggedCausal, DType::F32, check_only());
+  fa::RunResult r =
+      fa::run_attention_bwd(bwd("attn_bwd_delta_from_dout", mutants::attn_bwd_delta_from_dout),
+                            kRaggedCausal, DType::F32, check_only());
   FA_SKIP_IF_NOT_RUN(r);
   expect_rejected(r);
   EXPECT_NE(r.report().find("D: FAIL"), std::string::npos) << r.report();

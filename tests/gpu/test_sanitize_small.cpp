@@ -22,11 +22,14 @@ fa::RunOptions check_only() {
   return o;
 }
 
-bool is_library_row(const std::string& name) { return name.rfind("ref/", 0) == 0; }
+bool is_library_row(const std::string& name) {
+  return name.rfind("ref/", 0) == 0;
+}
 
 // Run one case; a failed check or an exception (a CUDA error the sanitizer provoked, an illegal
 // address) fails the test but lets the remaining kernels run.
-template <class F> void run_case(const std::string& what, F body) {
+template <class F>
+void run_case(const std::string& what, F body) {
   try {
     fa::RunResult r = body();
     if (r.status == fa::Status::Fail) ADD_FAILURE() << what << "\n" << r.report();
@@ -53,8 +56,9 @@ TEST(SanitizeSmall, GemmKernels) {
   for (const fa::GemmKernel* k : fa::entries_with_prefix<fa::GemmKernel>("")) {
     if (is_library_row(k->name)) continue;
     for (fa::DType t : k->dtypes)
-      run_case(k->name + " " + fa::dtype_name(t),
-               [&] { return fa::run_gemm(*k, fa::GemmShape{17, 33, 65}, t, check_only()); });
+      run_case(k->name + " " + fa::dtype_name(t), [&] {
+        return fa::run_gemm(*k, fa::GemmShape{17, 33, 65}, t, check_only());
+      });
   }
 }
 
@@ -62,7 +66,9 @@ TEST(SanitizeSmall, TransposeKernels) {
   FA_SKIP_WITHOUT_GPU(70);
   for (const fa::TransposeKernel* k : fa::entries_with_prefix<fa::TransposeKernel>("")) {
     if (is_library_row(k->name)) continue;
-    run_case(k->name, [&] { return fa::run_transpose(*k, fa::TransposeShape{17, 33}, check_only()); });
+    run_case(k->name, [&] {
+      return fa::run_transpose(*k, fa::TransposeShape{17, 33}, check_only());
+    });
   }
 }
 
@@ -100,19 +106,31 @@ TEST(SanitizeSmall, AttentionBackwardKernels) {
 // its own racecheck test, which expects a hazard report).
 TEST(SanitizeSmall, MutantTwins) {
   FA_SKIP_WITHOUT_GPU(70);
-  const fa::SoftmaxKernel sm{"mutant/softmax_online_correct", mutants::softmax_online_correct, "", 2, 70};
+  const fa::SoftmaxKernel sm{"mutant/softmax_online_correct", mutants::softmax_online_correct, "",
+                             2, 70};
   run_case(sm.name, [&] { return fa::run_softmax(sm, {3, 33}, check_only()); });
-  const fa::AttentionFwdKernel naive{"mutant/attn_fwd_correct", mutants::attn_fwd_correct, "",
-                                     {fa::DType::F32, fa::DType::F16}, {mutants::kHeadDim}, 70};
-  const fa::AttentionFwdKernel tiled{"mutant/attn_fwd_tiled_synced", mutants::attn_fwd_tiled_synced,
-                                     "", {fa::DType::F32}, {mutants::kHeadDim}, 70};
-  const fa::AttentionBwdKernel back{"mutant/attn_bwd_correct", mutants::attn_bwd_correct, "",
-                                    {fa::DType::F32}, {mutants::kHeadDim}, 70, false};
+  const fa::AttentionFwdKernel naive{
+      "mutant/attn_fwd_correct",        mutants::attn_fwd_correct, "",
+      {fa::DType::F32, fa::DType::F16}, {mutants::kHeadDim},       70};
+  const fa::AttentionFwdKernel tiled{"mutant/attn_fwd_tiled_synced",
+                                     mutants::attn_fwd_tiled_synced,
+                                     "",
+                                     {fa::DType::F32},
+                                     {mutants::kHeadDim},
+                                     70};
+  const fa::AttentionBwdKernel back{"mutant/attn_bwd_correct",
+                                    mutants::attn_bwd_correct,
+                                    "",
+                                    {fa::DType::F32},
+                                    {mutants::kHeadDim},
+                                    70,
+                                    false};
   for (auto [nq, nk] : kAttnSeqs)
     for (bool causal : {false, true}) {
       AttentionShape s{1, 2, nq, nk, mutants::kHeadDim, causal, 0.0f};
       for (fa::DType t : naive.dtypes)
-        run_case(naive.name + " " + s.str(), [&] { return fa::run_attention_fwd(naive, s, t, check_only()); });
+        run_case(naive.name + " " + s.str(),
+                 [&] { return fa::run_attention_fwd(naive, s, t, check_only()); });
       run_case(tiled.name + " " + s.str(),
                [&] { return fa::run_attention_fwd(tiled, s, fa::DType::F32, check_only()); });
       run_case(back.name + " " + s.str(),

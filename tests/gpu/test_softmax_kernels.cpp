@@ -22,7 +22,8 @@ fa::RunOptions check_only(uint64_t seed) {
 TEST_P(SoftmaxKernels, RaggedLengths) {
   FA_SKIP_WITHOUT_GPU(kernel().min_sm);
   for (int64_t cols : {1, 31, 32, 33, 1000, 4097, 100000})
-    for (int64_t rows : {1, 7, 130}) FA_EXPECT_PASS(fa::run_softmax(kernel(), {rows, cols}, check_only(cols + rows)));
+    for (int64_t rows : {1, 7, 130})
+      FA_EXPECT_PASS(fa::run_softmax(kernel(), {rows, cols}, check_only(cols + rows)));
 }
 
 TEST_P(SoftmaxKernels, InputsOffsetBy1e4) {
@@ -48,7 +49,8 @@ TEST_P(SoftmaxKernels, MinusInfinityEntriesAndWholeRows) {
 
 TEST_P(SoftmaxKernels, FreshInputsEveryRun) {
   FA_SKIP_WITHOUT_GPU(kernel().min_sm);
-  for (uint64_t seed = 100; seed < 104; ++seed) FA_EXPECT_PASS(fa::run_softmax(kernel(), {257, 2049}, check_only(seed)));
+  for (uint64_t seed = 100; seed < 104; ++seed)
+    FA_EXPECT_PASS(fa::run_softmax(kernel(), {257, 2049}, check_only(seed)));
 }
 
 TEST_P(SoftmaxKernels, LongRowsOfAMillion) {

@@ -12,9 +12,9 @@ TEST_P(TransposeKernels, RaggedShapes) {
   FA_SKIP_WITHOUT_GPU(kernel().min_sm);
   fa::RunOptions o;
   o.time = false;
-  for (fa::TransposeShape s : {fa::TransposeShape{1, 1}, fa::TransposeShape{1, 1000},
-                               fa::TransposeShape{17, 33}, fa::TransposeShape{127, 129},
-                               fa::TransposeShape{1000, 1023}, fa::TransposeShape{4097, 31}})
+  for (fa::TransposeShape s :
+       {fa::TransposeShape{1, 1}, fa::TransposeShape{1, 1000}, fa::TransposeShape{17, 33},
+        fa::TransposeShape{127, 129}, fa::TransposeShape{1000, 1023}, fa::TransposeShape{4097, 31}})
     FA_EXPECT_PASS(fa::run_transpose(kernel(), s, o));
 }
 

@@ -69,7 +69,8 @@ __global__ void attn_bwd_row_per_thread(const float* __restrict__ q, const float
   for (int d = 0; d < kD; ++d) dq[row + d] = scale * dqi[d];
 }
 
-template <bool kDeltaFromDout> void launch(const fa::AttentionBwdArgs& a, cudaStream_t st) {
+template <bool kDeltaFromDout>
+void launch(const fa::AttentionBwdArgs& a, cudaStream_t st) {
   const fa::AttentionShape& s = a.shape;
   FA_UNSUPPORTED_IF(s.head_dim != kD, "mutant kernels take head_dim 64 only");
   FA_UNSUPPORTED_IF(a.dtype != fa::DType::F32, "the backward mutant takes fp32 only");
@@ -92,7 +93,9 @@ template <bool kDeltaFromDout> void launch(const fa::AttentionBwdArgs& a, cudaSt
 
 }  // namespace
 
-void attn_bwd_correct(const fa::AttentionBwdArgs& a, cudaStream_t st) { launch<false>(a, st); }
+void attn_bwd_correct(const fa::AttentionBwdArgs& a, cudaStream_t st) {
+  launch<false>(a, st);
+}
 void attn_bwd_delta_from_dout(const fa::AttentionBwdArgs& a, cudaStream_t st) {
   launch<true>(a, st);
 }

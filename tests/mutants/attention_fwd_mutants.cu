@@ -19,15 +19,32 @@ constexpr int kRowsPerBlock = 64;  // one thread per query row
 
 enum class FwdBug { None, CausalOffByOne, HalfAccumulator };
 
-__device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-template <class T> __device__ __forceinline__ T from_float(float v);
-template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
-template <> __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half(v); }
+__device__ __forceinline__ float to_float(float v) {
+  return v;
+}
+__device__ __forceinline__ float to_float(__half v) {
+  return __half2float(v);
+}
+template <class T>
+__device__ __forceinline__ T from_float(float v);
+template <>
+__device__ __forceinline__ float from_float<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ __half from_float<__half>(float v) {
+  return __float2half(v);
+}
 
 // The O accumulator: fp32, or (the bug) fp16, rounded after every update.
-template <FwdBug kBug> struct Acc { using type = float; };
-template <> struct Acc<FwdBug::HalfAccumulator> { using type = __half; };
+template <FwdBug kBug>
+struct Acc {
+  using type = float;
+};
+template <>
+struct Acc<FwdBug::HalfAccumulator> {
+  using type = __half;
+};
 
 template <class T, FwdBug kBug>
 __global__ void attn_fwd_row_per_thread(const T* __restrict__ q, const T* __restrict__ k,
@@ -80,8 +97,8 @@ __global__ void attn_fwd_row_per_thread(const T* __restrict__ q, const T* __rest
   lse[bh * seq_q + i] = l > 0.0f ? m + logf(l) : -INFINITY;
 }
 
-template <FwdBug kBug> void launch(const fa::AttentionFwdArgs& a, cudaStream_t st,
-                                   bool skip_tail = false) {
+template <FwdBug kBug>
+void launch(const fa::AttentionFwdArgs& a, cudaStream_t st, bool skip_tail = false) {
   const fa::AttentionShape& s = a.shape;
   FA_UNSUPPORTED_IF(s.head_dim != kD, "mutant kernels take head_dim 64 only");
   FA_UNSUPPORTED_IF(a.dtype == fa::DType::BF16, "mutant kernels take fp32 and fp16");
@@ -96,8 +113,8 @@ template <FwdBug kBug> void launch(const fa::AttentionFwdArgs& a, cudaStream_t s
   if (a.dtype == fa::DType::F32) {
     attn_fwd_row_per_thread<float, kBug><<<grid, kRowsPerBlock, 0, st>>>(
         static_cast<const float*>(a.q), static_cast<const float*>(a.k),
-        static_cast<const float*>(a.v), static_cast<float*>(a.o), a.lse, s.seq_q, s.seq_k,
-        s.causal, scale, rows_to_do);
+        static_cast<const float*>(a.v), static_cast<float*>(a.o), a.lse, s.seq_q, s.seq_k, s.causal,
+        scale, rows_to_do);
   } else {
     attn_fwd_row_per_thread<__half, kBug><<<grid, kRowsPerBlock, 0, st>>>(
         static_cast<const __half*>(a.q), static_cast<const __half*>(a.k),

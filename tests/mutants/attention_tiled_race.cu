@@ -88,7 +88,8 @@ __global__ void attn_fwd_tiled(const float* __restrict__ q, const float* __restr
   lse[bh * seq_q + i] = l > 0.0f ? m + logf(l) : -INFINITY;
 }
 
-template <bool kSyncAfterUse> void launch(const fa::AttentionFwdArgs& a, cudaStream_t st) {
+template <bool kSyncAfterUse>
+void launch(const fa::AttentionFwdArgs& a, cudaStream_t st) {
   const fa::AttentionShape& s = a.shape;
   FA_UNSUPPORTED_IF(s.head_dim != kD, "mutant kernels take head_dim 64 only");
   FA_UNSUPPORTED_IF(a.dtype != fa::DType::F32, "the tiled mutant takes fp32 only");
@@ -96,16 +97,18 @@ template <bool kSyncAfterUse> void launch(const fa::AttentionFwdArgs& a, cudaStr
   if (s.bh() == 0 || row_blocks == 0) return;
   FA_REQUIRE(row_blocks <= 65535, "too many query rows for gridDim.y");
   const dim3 grid(static_cast<unsigned>(s.bh()), static_cast<unsigned>(row_blocks));
-  attn_fwd_tiled<kSyncAfterUse><<<grid, kBr, 0, st>>>(
-      static_cast<const float*>(a.q), static_cast<const float*>(a.k),
-      static_cast<const float*>(a.v), static_cast<float*>(a.o), a.lse, s.seq_q, s.seq_k,
-      s.causal, s.softmax_scale());
+  attn_fwd_tiled<kSyncAfterUse>
+      <<<grid, kBr, 0, st>>>(static_cast<const float*>(a.q), static_cast<const float*>(a.k),
+                             static_cast<const float*>(a.v), static_cast<float*>(a.o), a.lse,
+                             s.seq_q, s.seq_k, s.causal, s.softmax_scale());
   FA_CHECK_LAUNCH();
 }
 
 }  // namespace
 
-void attn_fwd_tiled_synced(const fa::AttentionFwdArgs& a, cudaStream_t st) { launch<true>(a, st); }
+void attn_fwd_tiled_synced(const fa::AttentionFwdArgs& a, cudaStream_t st) {
+  launch<true>(a, st);
+}
 void attn_fwd_tiled_missing_sync(const fa::AttentionFwdArgs& a, cudaStream_t st) {
   launch<false>(a, st);
 }

@@ -43,11 +43,12 @@ __global__ void softmax_thread_per_row(const float* __restrict__ x, float* __res
   for (int64_t c = 0; c < cols; ++c) yr[c] = l > 0.0f ? expf(xr[c] - m) / l : 0.0f;
 }
 
-template <SoftmaxBug kBug> void launch(const float* x, float* y, fa::SoftmaxShape s, cudaStream_t st) {
+template <SoftmaxBug kBug>
+void launch(const float* x, float* y, fa::SoftmaxShape s, cudaStream_t st) {
   if (s.rows == 0 || s.cols == 0) return;
   const int64_t blocks = (s.rows + kThreads - 1) / kThreads;
-  softmax_thread_per_row<kBug><<<static_cast<unsigned>(blocks), kThreads, 0, st>>>(x, y, s.rows,
-                                                                                     s.cols);
+  softmax_thread_per_row<kBug>
+      <<<static_cast<unsigned>(blocks), kThreads, 0, st>>>(x, y, s.rows, s.cols);
   FA_CHECK_LAUNCH();
 }
 

@@ -48,15 +48,15 @@ namespace {
 
 constexpr int kBM = 128, kBN = 256, kBK = 64;
 constexpr int kStages = 4;
-constexpr int kConsumers = 2;                        // warpgroups that multiply
-constexpr int kThreads = 128 * (1 + kConsumers);     // + the producer warpgroup
-constexpr int kRowsPerConsumer = kBM / kConsumers;   // 64: one wgmma M
-constexpr int kSwizzleCols = 64;                     // 128 bytes of 16-bit elements
-constexpr int kABytes = kBM * kBK * 2;               // 16 KiB
-constexpr int kBStripBytes = kBK * kSwizzleCols * 2; // 8 KiB: 64 k-rows of one 64-column strip
-constexpr int kBBytes = kBK * kBN * 2;               // 32 KiB = 4 strips
-constexpr int kStageBytes = kABytes + kBBytes;       // what TMA delivers per stage
-constexpr int kAtomBytes = 1024;                     // 8 rows x 128 bytes: one swizzle atom
+constexpr int kConsumers = 2;                         // warpgroups that multiply
+constexpr int kThreads = 128 * (1 + kConsumers);      // + the producer warpgroup
+constexpr int kRowsPerConsumer = kBM / kConsumers;    // 64: one wgmma M
+constexpr int kSwizzleCols = 64;                      // 128 bytes of 16-bit elements
+constexpr int kABytes = kBM * kBK * 2;                // 16 KiB
+constexpr int kBStripBytes = kBK * kSwizzleCols * 2;  // 8 KiB: 64 k-rows of one 64-column strip
+constexpr int kBBytes = kBK * kBN * 2;                // 32 KiB = 4 strips
+constexpr int kStageBytes = kABytes + kBBytes;        // what TMA delivers per stage
+constexpr int kAtomBytes = 1024;                      // 8 rows x 128 bytes: one swizzle atom
 constexpr int kSmemBytes = kStages * kStageBytes + 2 * kStages * 8 + kAtomBytes;  // + barriers,
                                                                                   // + alignment
 // Shapes TMA cannot load run this registered kernel. Called through the registry, not by
@@ -68,16 +68,16 @@ static_assert(kStageBytes % kAtomBytes == 0 && kABytes % kAtomBytes == 0, "atoms
 
 template <class T>
 __global__ void __launch_bounds__(kThreads, 1)
-gemm_wgmma_kernel(const __grid_constant__ CUtensorMap tmap_a,
-                  const __grid_constant__ CUtensorMap tmap_b, float* __restrict__ C, int64_t M,
-                  int64_t N, int64_t K, bool pair_ok) {
+    gemm_wgmma_kernel(const __grid_constant__ CUtensorMap tmap_a,
+                      const __grid_constant__ CUtensorMap tmap_b, float* __restrict__ C, int64_t M,
+                      int64_t N, int64_t K, bool pair_ok) {
   extern __shared__ unsigned char smem_raw[];
   // The 128-byte swizzle repeats every 1024 bytes and wgmma assumes atoms start at multiples of
   // 1024: align the stage buffers by hand (dynamic shared memory only promises 16 bytes).
   const uint32_t raw = mma::smem_addr(smem_raw);
   unsigned char* smem = smem_raw + ((kAtomBytes - raw % kAtomBytes) % kAtomBytes);
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + kStages * kStageBytes);  // TMA -> MMA
-  uint64_t* empty = full + kStages;                                             // MMA -> TMA
+  uint64_t* empty = full + kStages;                                            // MMA -> TMA
   auto a_tile = [&](int s) { return smem + s * kStageBytes; };
   auto b_tile = [&](int s) { return smem + s * kStageBytes + kABytes; };
 
@@ -97,8 +97,8 @@ gemm_wgmma_kernel(const __grid_constant__ CUtensorMap tmap_a,
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
-      hopper::mbar_init(&full[s], 1);                   // the producer's expect_tx arrival
-      hopper::mbar_init(&empty[s], 128 * kConsumers);   // every consumer thread, once per use
+      hopper::mbar_init(&full[s], 1);                  // the producer's expect_tx arrival
+      hopper::mbar_init(&empty[s], 128 * kConsumers);  // every consumer thread, once per use
     }
     hopper::mbar_fence_init();
   }
@@ -190,8 +190,9 @@ CUtensorMap make_tmap(const void* base, int64_t rows, int64_t cols, int box_rows
   const cuuint32_t box[2] = {cuuint32_t(kSwizzleCols), cuuint32_t(box_rows)};
   const cuuint32_t elem_strides[2] = {1, 1};
   const CUresult rc = encode_fn()(
-      &map, dtype == DType::BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-      2, const_cast<void*>(base), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+      &map,
+      dtype == DType::BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2,
+      const_cast<void*>(base), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
       CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   FA_REQUIRE(rc == CUDA_SUCCESS, "cuTensorMapEncodeTiled failed with CUresult " +
@@ -200,7 +201,8 @@ CUtensorMap make_tmap(const void* base, int64_t rows, int64_t cols, int box_rows
   return map;
 }
 
-template <class T> void set_smem_limit() {
+template <class T>
+void set_smem_limit() {
   static const bool done = [] {
     FA_CUDA_CHECK(cudaFuncSetAttribute(gemm_wgmma_kernel<T>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
@@ -210,8 +212,7 @@ template <class T> void set_smem_limit() {
 }
 
 template <class T>
-void launch(const void* A, const void* B, float* C, GemmShape s, DType dtype,
-            cudaStream_t stream) {
+void launch(const void* A, const void* B, float* C, GemmShape s, DType dtype, cudaStream_t stream) {
   // TMA's rules: 16-byte aligned base and row strides, sizes below 2^31 (coordinates are int32).
   const bool tma_ok = s.K % 8 == 0 && s.N % 8 == 0 && mma_gemm::aligned16(A) &&
                       mma_gemm::aligned16(B) && s.M < (int64_t(1) << 31) &&
@@ -229,7 +230,7 @@ void launch(const void* A, const void* B, float* C, GemmShape s, DType dtype,
   const int64_t blocks = ceil_div(s.M, kBM) * ceil_div(s.N, kBN);
   const bool pair_ok = reinterpret_cast<uintptr_t>(C) % 8 == 0;  // N is even here
   gemm_wgmma_kernel<T><<<unsigned(blocks), kThreads, kSmemBytes, stream>>>(tmap_a, tmap_b, C, s.M,
-                                                                          s.N, s.K, pair_ok);
+                                                                           s.N, s.K, pair_ok);
   FA_CHECK_LAUNCH();
 }
 
@@ -240,11 +241,14 @@ void gemm_v6(const void* A, const void* B, float* C, GemmShape s, DType dtype,
   FA_UNSUPPORTED_IF(gpu.sm != 90,
                     "03/v6_wgmma_tma uses sm_90a instructions (wgmma, TMA): it runs on compute "
                     "capability 9.0 (H100, H200) only");
-  if (dtype == DType::BF16) launch<__nv_bfloat16>(A, B, C, s, dtype, stream);
-  else launch<__half>(A, B, C, s, dtype, stream);
+  if (dtype == DType::BF16)
+    launch<__nv_bfloat16>(A, B, C, s, dtype, stream);
+  else
+    launch<__half>(A, B, C, s, dtype, stream);
 }
 
-template <class T> int blocks_per_sm() {
+template <class T>
+int blocks_per_sm() {
   set_smem_limit<T>();
   int blocks = 0;
   FA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, gemm_wgmma_kernel<T>,
@@ -263,9 +267,11 @@ const TensorCoreGemmInfo& v6_gemm_info() {
   return info;
 }
 
-FA_REGISTER(GemmKernel, {"03/v6_wgmma_tma", gemm_v6,
+FA_REGISTER(GemmKernel, {"03/v6_wgmma_tma",
+                         gemm_v6,
                          "Hopper: TMA producer warpgroup + 2 wgmma consumer warpgroups, mbarrier "
                          "pipeline, 128x256x64, 4 stages",
-                         {DType::BF16, DType::F16}, 90});
+                         {DType::BF16, DType::F16},
+                         90});
 
 }  // namespace fa::ch03

@@ -38,9 +38,9 @@
 namespace fa {
 namespace {
 
-constexpr int kBr = 64;             // query rows per block (one Q tile)
-constexpr int kBc = 32;             // keys per K/V tile
-constexpr int kThreadsPerRow = 4;   // threads sharing one query row
+constexpr int kBr = 64;            // query rows per block (one Q tile)
+constexpr int kBc = 32;            // keys per K/V tile
+constexpr int kThreadsPerRow = 4;  // threads sharing one query row
 constexpr int kThreads = kBr * kThreadsPerRow;
 static_assert(32 % kThreadsPerRow == 0, "the threads of a row must sit in one warp");
 
@@ -54,9 +54,10 @@ __device__ __forceinline__ float sum_over_row_threads(float x) {
 
 template <int D>
 __global__ void __launch_bounds__(kThreads)
-flash_fwd_v1_kernel(const float* __restrict__ Q, const float* __restrict__ K,
-                    const float* __restrict__ V, float* __restrict__ O, float* __restrict__ Lse,
-                    int64_t seq_q, int64_t seq_k, int64_t num_q_tiles, float scale, bool causal) {
+    flash_fwd_v1_kernel(const float* __restrict__ Q, const float* __restrict__ K,
+                        const float* __restrict__ V, float* __restrict__ O, float* __restrict__ Lse,
+                        int64_t seq_q, int64_t seq_k, int64_t num_q_tiles, float scale,
+                        bool causal) {
   static_assert(D % kThreadsPerRow == 0, "D must split evenly over the threads of a row");
   constexpr int kDimsPerThread = D / kThreadsPerRow;
   __shared__ float Ks[kBc][D];
@@ -70,7 +71,7 @@ flash_fwd_v1_kernel(const float* __restrict__ Q, const float* __restrict__ K,
   const int64_t q_tile = num_q_tiles - 1 - block % num_q_tiles;
   const int64_t row0 = q_tile * kBr;
 
-  const int part = threadIdx.x % kThreadsPerRow;     // which slice of D this thread owns
+  const int part = threadIdx.x % kThreadsPerRow;          // which slice of D this thread owns
   const int64_t i = row0 + threadIdx.x / kThreadsPerRow;  // this thread's query row
   const bool row_valid = i < seq_q;  // rows past seq_q still compute (the shuffles need every
                                      // lane), they only skip the final store
@@ -135,9 +136,9 @@ flash_fwd_v1_kernel(const float* __restrict__ Q, const float* __restrict__ K,
 
     // ---- Online softmax: a new max rescales what was accumulated against the old one.
     // TODO(exercise online-rescale): m_new = max(m, m_tile); skip the tile (continue) while m_new is still -inf; alpha = expf(m - m_new) rescales what was summed against the old max: multiply l AND every o[t] by it
-    const float m_new = m_tile;  // stand-in: forgets the running max, rescales nothing
+      const float m_new = m_tile;  // stand-in: forgets the running max, rescales nothing
 
-    // ---- P = exp(S - m_new), l += rowsum(P), O += P V_tile (still unnormalised).
+      // ---- P = exp(S - m_new), l += rowsum(P), O += P V_tile (still unnormalised).
 #pragma unroll
     for (int c = 0; c < kBc; ++c) {
       const float p = expf(s[c] - m_new);
@@ -160,7 +161,8 @@ flash_fwd_v1_kernel(const float* __restrict__ Q, const float* __restrict__ K,
   // TODO(exercise logsumexp): one thread of the row (part == 0) saves L = m + logf(l) to Lse[bh * seq_q + i] for the backward pass; -INFINITY when l == 0
 }
 
-template <int D> void launch_v1(const AttentionFwdArgs& a, cudaStream_t stream) {
+template <int D>
+void launch_v1(const AttentionFwdArgs& a, cudaStream_t stream) {
   const AttentionShape& s = a.shape;
   const int64_t num_q_tiles = ceil_div(s.seq_q, kBr);
   const int64_t blocks = num_q_tiles * s.bh();
@@ -177,10 +179,14 @@ void flash_fwd_v1(const AttentionFwdArgs& a, cudaStream_t stream) {
   const AttentionShape& s = a.shape;
   if (s.seq_q == 0 || s.bh() == 0) return;
   switch (s.head_dim) {
-    case 32: return launch_v1<32>(a, stream);
-    case 64: return launch_v1<64>(a, stream);
-    case 96: return launch_v1<96>(a, stream);
-    case 128: return launch_v1<128>(a, stream);
+    case 32:
+      return launch_v1<32>(a, stream);
+    case 64:
+      return launch_v1<64>(a, stream);
+    case 96:
+      return launch_v1<96>(a, stream);
+    case 128:
+      return launch_v1<128>(a, stream);
     default:
       FA_UNSUPPORTED_IF(true, "05/v1_scalar_fp32 has no head_dim " + std::to_string(s.head_dim) +
                                   " instantiation (32, 64, 96, 128)");
@@ -189,10 +195,14 @@ void flash_fwd_v1(const AttentionFwdArgs& a, cudaStream_t stream) {
 
 }  // namespace
 
-FA_REGISTER(AttentionFwdKernel,
-            {"05/v1_scalar_fp32", flash_fwd_v1,
-             "fused, fp32 CUDA cores: a block per Q tile, K/V tiles in shared memory, online softmax",
-             {DType::F32}, {32, 64, 96, 128}, 70});
+FA_REGISTER(
+    AttentionFwdKernel,
+    {"05/v1_scalar_fp32",
+     flash_fwd_v1,
+     "fused, fp32 CUDA cores: a block per Q tile, K/V tiles in shared memory, online softmax",
+     {DType::F32},
+     {32, 64, 96, 128},
+     70});
 
 }  // namespace fa
 

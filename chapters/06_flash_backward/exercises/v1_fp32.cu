@@ -55,7 +55,8 @@ unsigned grid_for(int64_t tiles_per_head, int64_t bh) {
   return static_cast<unsigned>(blocks);
 }
 
-template <int D> void launch_dkdv_dq(const BwdParams& p, int64_t bh, cudaStream_t st) {
+template <int D>
+void launch_dkdv_dq(const BwdParams& p, int64_t bh, cudaStream_t st) {
   if (p.seq_k > 0) {
     dkdv_kernel<D, false><<<grid_for(ceil_div(p.seq_k, kBc), bh), kThreads, 0, st>>>(p);
     FA_CHECK_LAUNCH();
@@ -73,20 +74,33 @@ void run_v1_fp32(const AttentionBwdArgs& a, cudaStream_t st) {
   const BwdParams p = make_params(a);
   // TODO(exercise delta): first D_i = rowsum(dO_i o O_i) into a.delta (launch_delta_preprocess, ch06_preprocess.h): dS = P o (dP - D) needs it, and it is a cheap dot product instead of rowsum(P o dP)
   switch (s.head_dim) {
-    case 32: launch_dkdv_dq<32>(p, s.bh(), st); break;
-    case 64: launch_dkdv_dq<64>(p, s.bh(), st); break;
-    case 96: launch_dkdv_dq<96>(p, s.bh(), st); break;
-    case 128: launch_dkdv_dq<128>(p, s.bh(), st); break;
-    default: FA_UNSUPPORTED_IF(true, "06/v1_fp32 has head dims 32, 64, 96, 128");
+    case 32:
+      launch_dkdv_dq<32>(p, s.bh(), st);
+      break;
+    case 64:
+      launch_dkdv_dq<64>(p, s.bh(), st);
+      break;
+    case 96:
+      launch_dkdv_dq<96>(p, s.bh(), st);
+      break;
+    case 128:
+      launch_dkdv_dq<128>(p, s.bh(), st);
+      break;
+    default:
+      FA_UNSUPPORTED_IF(true, "06/v1_fp32 has head dims 32, 64, 96, 128");
   }
 }
 
 }  // namespace ch06_v1
 }  // namespace fa
 
-FA_REGISTER(AttentionBwdKernel, {"06/v1_fp32", fa::ch06_v1::run_v1_fp32,
+FA_REGISTER(AttentionBwdKernel, {"06/v1_fp32",
+                                 fa::ch06_v1::run_v1_fp32,
                                  "fp32 FA-2 backward: D preprocess, dK/dV kernel, dQ kernel",
-                                 {fa::DType::F32}, {32, 64, 96, 128}, 70, true});
+                                 {fa::DType::F32},
+                                 {32, 64, 96, 128},
+                                 70,
+                                 true});
 
 // Registered so that a failing test names this file (see common/exercise.h).
 #include "registry.h"

@@ -45,7 +45,7 @@ struct BwdParams {
   float* dq;
   float* dk;
   float* dv;
-  float* dq_accum;     // fp32 workspace (atomic variant only)
+  float* dq_accum;  // fp32 workspace (atomic variant only)
   int64_t seq_q, seq_k;
   float scale;
   bool causal;

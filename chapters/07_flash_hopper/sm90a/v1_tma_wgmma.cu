@@ -56,11 +56,12 @@ constexpr int kThreads = 128;  // one warpgroup
 constexpr int kBr = kRowsPerWarpgroup;
 constexpr int kStages = 2;
 
-template <int D> struct V1Smem {
+template <int D>
+struct V1Smem {
   static constexpr int kQBytes = kBr * D * 2;
   static constexpr int kKVBytes = Tiles<D>::kKVBytes;
-  static constexpr int kKOffset = kQBytes;                        // K stage s at + s * kKVBytes
-  static constexpr int kVOffset = kQBytes + kStages * kKVBytes;   // V stage s at + s * kKVBytes
+  static constexpr int kKOffset = kQBytes;                       // K stage s at + s * kKVBytes
+  static constexpr int kVOffset = kQBytes + kStages * kKVBytes;  // V stage s at + s * kKVBytes
   static constexpr int kBarOffset = kVOffset + kStages * kKVBytes;
   static constexpr int kBytes = kBarOffset + (1 + kStages) * 8 + kAtomBytes;  // + alignment
   static_assert(kQBytes % kAtomBytes == 0 && kKVBytes % kAtomBytes == 0, "atoms stay aligned");
@@ -68,9 +69,9 @@ template <int D> struct V1Smem {
 
 template <class T, int D>
 __global__ void __launch_bounds__(kThreads, 1)
-flash_fwd_v1_kernel(const __grid_constant__ CUtensorMap tm_q,
-                    const __grid_constant__ CUtensorMap tm_k,
-                    const __grid_constant__ CUtensorMap tm_v, const Params p) {
+    flash_fwd_v1_kernel(const __grid_constant__ CUtensorMap tm_q,
+                        const __grid_constant__ CUtensorMap tm_k,
+                        const __grid_constant__ CUtensorMap tm_v, const Params p) {
   using Tl = Tiles<D>;
   using Sm = V1Smem<D>;
   constexpr int kBc = Tl::kBc;
@@ -171,17 +172,18 @@ flash_fwd_v1_kernel(const __grid_constant__ CUtensorMap tm_q,
                   p.seq_q, t);
 }
 
-template <class T, int D> void set_smem_limit() {
+template <class T, int D>
+void set_smem_limit() {
   static const bool done = [] {
-    FA_CUDA_CHECK(cudaFuncSetAttribute(flash_fwd_v1_kernel<T, D>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       V1Smem<D>::kBytes));
+    FA_CUDA_CHECK(cudaFuncSetAttribute(
+        flash_fwd_v1_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, V1Smem<D>::kBytes));
     return true;
   }();
   (void)done;
 }
 
-template <class T, int D> void launch(const AttentionFwdArgs& a, cudaStream_t stream) {
+template <class T, int D>
+void launch(const AttentionFwdArgs& a, cudaStream_t stream) {
   const AttentionShape& s = a.shape;
   const int64_t num_q_tiles = (s.seq_q + kBr - 1) / kBr;
   const int64_t blocks = num_q_tiles * s.bh();
@@ -195,11 +197,15 @@ template <class T, int D> void launch(const AttentionFwdArgs& a, cudaStream_t st
   FA_CHECK_LAUNCH();
 }
 
-template <class T> void dispatch_head_dim(const AttentionFwdArgs& a, cudaStream_t stream) {
+template <class T>
+void dispatch_head_dim(const AttentionFwdArgs& a, cudaStream_t stream) {
   switch (a.shape.head_dim) {
-    case 64: return launch<T, 64>(a, stream);
-    case 128: return launch<T, 128>(a, stream);
-    case 256: return launch<T, 256>(a, stream);
+    case 64:
+      return launch<T, 64>(a, stream);
+    case 128:
+      return launch<T, 128>(a, stream);
+    case 256:
+      return launch<T, 256>(a, stream);
     default:
       FA_UNSUPPORTED_IF(true, "07/v1_tma_wgmma: head_dim " + std::to_string(a.shape.head_dim) +
                                   " not instantiated (64, 128, 256)");
@@ -215,14 +221,17 @@ void attention_fwd_v1(const AttentionFwdArgs& a, cudaStream_t stream) {
                     "capability 9.0 (H100, H200) only");
   if (a.shape.seq_q == 0 || a.shape.bh() == 0) return;  // nothing to write
   if (!tma_can_load(a)) return run_fallback(a, stream);
-  if (a.dtype == DType::BF16) dispatch_head_dim<__nv_bfloat16>(a, stream);
-  else dispatch_head_dim<__half>(a, stream);
+  if (a.dtype == DType::BF16)
+    dispatch_head_dim<__nv_bfloat16>(a, stream);
+  else
+    dispatch_head_dim<__half>(a, stream);
 }
 
 }  // namespace
 
 FA_REGISTER(AttentionFwdKernel,
-            {"07/v1_tma_wgmma", attention_fwd_v1,
+            {"07/v1_tma_wgmma",
+             attention_fwd_v1,
              "Hopper: TMA loads (128B swizzle) + wgmma, one warpgroup, Br=64, 2-stage K/V ring, P "
              "from registers",
              {DType::BF16, DType::F16},

@@ -47,18 +47,22 @@
 namespace fa::ch07 {
 namespace {
 
-constexpr int kConsumers = 2;                       // warpgroups that compute
-constexpr int kThreads = 128 * (1 + kConsumers);    // + the producer warpgroup
-constexpr int kBr = kConsumers * kRowsPerWarpgroup;  // 128 query rows per block
+constexpr int kConsumers = 2;                           // warpgroups that compute
+constexpr int kThreads = 128 * (1 + kConsumers);        // + the producer warpgroup
+constexpr int kBr = kConsumers * kRowsPerWarpgroup;     // 128 query rows per block
 constexpr int kProducerRegs = 24, kConsumerRegs = 240;  // 24 + 2 x 240 = 3 x 168
-template <int D> constexpr int stages() { return D == 64 ? 4 : 2; }
+template <int D>
+constexpr int stages() {
+  return D == 64 ? 4 : 2;
+}
 
-template <int D> struct V2Smem {
+template <int D>
+struct V2Smem {
   static constexpr int kStages = stages<D>();
   static constexpr int kQBytes = kBr * D * 2;
   static constexpr int kKVBytes = Tiles<D>::kKVBytes;
-  static constexpr int kKOffset = kQBytes;                        // K stage s at + s * kKVBytes
-  static constexpr int kVOffset = kQBytes + kStages * kKVBytes;   // V stage s at + s * kKVBytes
+  static constexpr int kKOffset = kQBytes;                       // K stage s at + s * kKVBytes
+  static constexpr int kVOffset = kQBytes + kStages * kKVBytes;  // V stage s at + s * kKVBytes
   static constexpr int kBarOffset = kVOffset + kStages * kKVBytes;
   static constexpr int kBytes = kBarOffset + (1 + 2 * kStages) * 8 + kAtomBytes;  // + alignment
   static_assert(kQBytes % kAtomBytes == 0 && kKVBytes % kAtomBytes == 0, "atoms stay aligned");
@@ -67,9 +71,9 @@ template <int D> struct V2Smem {
 
 template <class T, int D>
 __global__ void __launch_bounds__(kThreads, 1)
-flash_fwd_v2_kernel(const __grid_constant__ CUtensorMap tm_q,
-                    const __grid_constant__ CUtensorMap tm_k,
-                    const __grid_constant__ CUtensorMap tm_v, const Params p) {
+    flash_fwd_v2_kernel(const __grid_constant__ CUtensorMap tm_q,
+                        const __grid_constant__ CUtensorMap tm_k,
+                        const __grid_constant__ CUtensorMap tm_v, const Params p) {
   using Tl = Tiles<D>;
   using Sm = V2Smem<D>;
   constexpr int kBc = Tl::kBc;
@@ -82,7 +86,7 @@ flash_fwd_v2_kernel(const __grid_constant__ CUtensorMap tm_q,
   auto sK = [&](int s) { return smem + Sm::kKOffset + s * Sm::kKVBytes; };
   auto sV = [&](int s) { return smem + Sm::kVOffset + s * Sm::kKVBytes; };
   uint64_t* q_full = reinterpret_cast<uint64_t*>(smem + Sm::kBarOffset);
-  uint64_t* full = q_full + 1;      // per stage: K and V bytes of the tile have landed
+  uint64_t* full = q_full + 1;       // per stage: K and V bytes of the tile have landed
   uint64_t* empty = full + kStages;  // per stage: both consumers are done reading it
 
   const int warpgroup = threadIdx.x / 128, t = threadIdx.x % 128, q = t % 4;
@@ -95,7 +99,7 @@ flash_fwd_v2_kernel(const __grid_constant__ CUtensorMap tm_q,
   if (threadIdx.x == 0) {
     hopper::mbar_init(q_full, 1);
     for (int s = 0; s < kStages; ++s) {
-      hopper::mbar_init(&full[s], 1);                // the producer's expect_tx arrival
+      hopper::mbar_init(&full[s], 1);                  // the producer's expect_tx arrival
       hopper::mbar_init(&empty[s], 128 * kConsumers);  // every consumer thread, once per use
     }
     hopper::mbar_fence_init();
@@ -186,17 +190,18 @@ flash_fwd_v2_kernel(const __grid_constant__ CUtensorMap tm_q,
                   wg_row0, p.seq_q, t);
 }
 
-template <class T, int D> void set_smem_limit() {
+template <class T, int D>
+void set_smem_limit() {
   static const bool done = [] {
-    FA_CUDA_CHECK(cudaFuncSetAttribute(flash_fwd_v2_kernel<T, D>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       V2Smem<D>::kBytes));
+    FA_CUDA_CHECK(cudaFuncSetAttribute(
+        flash_fwd_v2_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, V2Smem<D>::kBytes));
     return true;
   }();
   (void)done;
 }
 
-template <class T, int D> void launch(const AttentionFwdArgs& a, cudaStream_t stream) {
+template <class T, int D>
+void launch(const AttentionFwdArgs& a, cudaStream_t stream) {
   const AttentionShape& s = a.shape;
   const int64_t num_q_tiles = (s.seq_q + kBr - 1) / kBr;
   const int64_t blocks = num_q_tiles * s.bh();
@@ -210,13 +215,18 @@ template <class T, int D> void launch(const AttentionFwdArgs& a, cudaStream_t st
   FA_CHECK_LAUNCH();
 }
 
-template <class T> void dispatch_head_dim(const AttentionFwdArgs& a, cudaStream_t stream) {
+template <class T>
+void dispatch_head_dim(const AttentionFwdArgs& a, cudaStream_t stream) {
   switch (a.shape.head_dim) {
-    case 64: return launch<T, 64>(a, stream);
-    case 128: return launch<T, 128>(a, stream);
-    case 256: return launch<T, 256>(a, stream);
+    case 64:
+      return launch<T, 64>(a, stream);
+    case 128:
+      return launch<T, 128>(a, stream);
+    case 256:
+      return launch<T, 256>(a, stream);
     default:
-      FA_UNSUPPORTED_IF(true, "07/v2_warp_specialized: head_dim " + std::to_string(a.shape.head_dim) +
+      FA_UNSUPPORTED_IF(true, "07/v2_warp_specialized: head_dim " +
+                                  std::to_string(a.shape.head_dim) +
                                   " not instantiated (64, 128, 256)");
   }
 }
@@ -225,19 +235,23 @@ void attention_fwd_v2(const AttentionFwdArgs& a, cudaStream_t stream) {
   FA_REQUIRE(a.shape.seq_q >= 0 && a.shape.seq_k >= 0 && a.shape.bh() >= 0, "negative size");
   FA_UNSUPPORTED_IF(a.dtype != DType::BF16 && a.dtype != DType::F16,
                     "07/v2_warp_specialized takes bf16 and fp16 only");
-  FA_UNSUPPORTED_IF(gpu_info().sm != 90,
-                    "07/v2_warp_specialized uses sm_90a instructions (wgmma, TMA): it runs on compute "
-                    "capability 9.0 (H100, H200) only");
+  FA_UNSUPPORTED_IF(
+      gpu_info().sm != 90,
+      "07/v2_warp_specialized uses sm_90a instructions (wgmma, TMA): it runs on compute "
+      "capability 9.0 (H100, H200) only");
   if (a.shape.seq_q == 0 || a.shape.bh() == 0) return;  // nothing to write
   if (!tma_can_load(a)) return run_fallback(a, stream);
-  if (a.dtype == DType::BF16) dispatch_head_dim<__nv_bfloat16>(a, stream);
-  else dispatch_head_dim<__half>(a, stream);
+  if (a.dtype == DType::BF16)
+    dispatch_head_dim<__nv_bfloat16>(a, stream);
+  else
+    dispatch_head_dim<__half>(a, stream);
 }
 
 }  // namespace
 
 FA_REGISTER(AttentionFwdKernel,
-            {"07/v2_warp_specialized", attention_fwd_v2,
+            {"07/v2_warp_specialized",
+             attention_fwd_v2,
              "v1 warp-specialised: TMA producer warpgroup + 2 wgmma consumer warpgroups (Br=128), "
              "full/empty mbarrier K/V ring, setmaxnreg 24/240",
              {DType::BF16, DType::F16},
