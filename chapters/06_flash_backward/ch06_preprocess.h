@@ -17,8 +17,9 @@
 namespace fa {
 
 // o and dout are `t` (fp32, fp16 or bf16) with the layout of Q ([batch, heads, seq_q, head_dim]);
-// delta is fp32 [batch, heads, seq_q]. Products are accumulated in fp32. One warp per row,
-// vectorised loads when the head dim and the pointers allow it. Any head_dim >= 1 works.
+// delta is fp32 [batch, heads, seq_q]. Products are accumulated in fp32. Up to 32 lanes per row
+// (several rows per warp for short rows), vectorised loads when the head dim and the pointers
+// allow it. Any head_dim >= 1 works. The kernel itself is in delta_preprocess.cuh.
 void launch_delta_preprocess(const void* o, const void* dout, float* delta, const AttentionShape& s,
                              DType t, cudaStream_t st);
 

@@ -1,0 +1,93 @@
+// ch07_bwd_common.cuh: what the Hopper backward kernels (sm90a/bwd_*.cu) share beyond the
+// forward's pieces (ch07_common.cuh: tile layout, K-major descriptors, pack_p, TMA maps):
+//   * the MN-major descriptor of a tile of any height (dO and Q as B of dV += P^T dO and
+//     dK += dS^T Q, K as B of dQ += dS K), the forward's desc_v with the row count as a parameter;
+//   * L and D of a query row in the form the loops use;
+//   * the store of a 64 x D accumulator (dK, dV, dQ) with predicated rows;
+//   * host side: which shapes TMA can take, the fallback, and the D = rowsum(dO o O) preprocess
+//     (chapter 06's kernel, compiled into this module from its header: the chapter 07 program
+//     links chapter 07's objects only, so it cannot call chapter 06's copy).
+// Included by the sm_90a backward files only.
+#pragma once
+#include "../06_flash_backward/delta_preprocess.cuh"
+#include "ch07_common.cuh"
+
+namespace fa::ch07 {
+
+constexpr float kLog2e = 1.4426950408889634f;
+
+// MN-major operand, a [ROWS x D] tile read along its rows (k = row, n = d): k16 step kk starts at
+// row 16 kk, 2 atoms further; n crosses the 64-column strips, LBO = the strip size ROWS * 128;
+// SBO = 1024 (the next 8 rows). desc_v<D> of ch07_common.cuh is desc_mn_major<Tiles<D>::kBc>.
+template <int ROWS>
+__device__ __forceinline__ uint64_t desc_mn_major(const unsigned char* tile, int kk) {
+  return hopper::smem_desc_sw128(tile + kk * 2 * kAtomBytes, ROWS * 128, kAtomBytes);
+}
+
+// L * log2(e), or +inf for a row that does not exist or sees no key (L = -inf): then
+// P = exp2(s * scale * log2(e) - L2) = exp2(-inf) = 0 for every key, with no test in the loops,
+// and the row contributes nothing to any gradient (never (-inf) - (-inf) = NaN).
+__device__ __forceinline__ float load_l2(const float* lse, int64_t row, int64_t seq_q) {
+  if (row >= seq_q) return INFINITY;
+  const float l = lse[row];
+  return l == -INFINITY ? INFINITY : l * kLog2e;
+}
+
+// Store a warpgroup's 64 x D fp32 accumulator times `mul` into rows row0 .. row0+63 of a
+// [seq x D] matrix of T; rows at or past seq are skipped. Thread t holds rows 16w + g and
+// 16w + g + 8, columns 8j + 2q, +1 in acc[4j + 2h], acc[4j + 2h + 1] (hopper.cuh).
+template <class T, int D>
+__device__ __forceinline__ void store_acc_rows(T* out, const float (&acc)[D / 2], int64_t row0,
+                                               int64_t seq, float mul, int t) {
+  const int w = t / 32, g = (t % 32) / 4, q = t % 4;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t row = row0 + 16 * w + g + 8 * h;
+    if (row >= seq) continue;
+    T* dst = out + row * D + 2 * q;
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j)
+      *reinterpret_cast<uint32_t*>(dst + 8 * j) =
+          mma::pack2<T>(acc[4 * j + 2 * h] * mul, acc[4 * j + 2 * h + 1] * mul);
+  }
+}
+
+template <int N>
+__device__ __forceinline__ void zero(float (&a)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) a[i] = 0.0f;
+}
+
+// ---- Host side -----------------------------------------------------------------------------------
+// Shapes the TMA kernels cannot take run this registered kernel through the registry (as the
+// forward's fallback, ch07_common.cuh): it takes head dims 32, 64, 96 and 128.
+constexpr const char* kBwdFallback = "06/v2_mma";
+
+// TMA's rules for Q, K, V, dO (16-byte aligned bases; D * 2 bytes per row is a multiple of 16;
+// sizes and coordinates in int32; no empty sequence), and 4-byte aligned gradients for the
+// paired stores. seq_q = 0 (dK = dV = 0) and seq_k = 0 (dQ = 0) go to the fallback too.
+inline bool tma_can_load(const AttentionBwdArgs& a) {
+  const AttentionShape& s = a.shape;
+  return aligned(a.q, 16) && aligned(a.k, 16) && aligned(a.v, 16) && aligned(a.dout, 16) &&
+         aligned(a.dq, 4) && aligned(a.dk, 4) && aligned(a.dv, 4) && s.seq_q > 0 && s.seq_k > 0 &&
+         s.seq_q < INT_MAX - 512 && s.seq_k < INT_MAX - 512 && s.bh() < INT_MAX;
+}
+
+inline void run_fallback(const AttentionBwdArgs& a, cudaStream_t stream) {
+  const AttentionBwdKernel* k = find_entry<AttentionBwdKernel>(kBwdFallback);
+  FA_REQUIRE(k != nullptr, std::string(kBwdFallback) + " is not linked in");
+  k->run(a, stream);
+}
+
+// Cache the opt-in to more than 48 KiB of dynamic shared memory, once per kernel.
+template <auto kKernel, int kBytes>
+void set_smem_limit_once() {
+  static const bool done = [] {
+    FA_CUDA_CHECK(
+        cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes));
+    return true;
+  }();
+  (void)done;
+}
+
+}  // namespace fa::ch07
