@@ -38,6 +38,8 @@
 //                  most (S^T is dead once dS^T is formed); D = 64: 32 + 32 + 32 + 32 + 32 = 160.
 //   dq,   D = 128: dQ 64 + S 32 + dP 32 + dS fragments 16 = 144; D = 64: 112.
 //   256 threads per block (two warpgroups, no producer warpgroup): up to 255 registers each.
+//   ptxas (CUDA 13.0, sm_90a, fp16 = bf16): dkdv 191 (D 64) / 255 (D 128), dq 136 / 182
+//   registers, no spills.
 // D = 256 is not instantiated: dK and dV of 64 keys alone would be 2 x 128 = 256 registers per
 //   thread, more than a thread has (it would need dK or dV in shared memory, or 32 keys per
 //   warpgroup, which wgmma's M = 64 does not allow). 06/v2 does not take D = 256 either.
