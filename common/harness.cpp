@@ -67,6 +67,23 @@ bool supports(const std::vector<int>& head_dims, int d) {
   return std::find(head_dims.begin(), head_dims.end(), d) != head_dims.end();
 }
 
+std::string missing_version(const std::vector<DType>& dtypes, const std::vector<int>& head_dims,
+                            DType t, int64_t d) {
+  if (supports(dtypes, t) && supports(head_dims, int(d))) return "";
+  return "this kernel has no " + std::string(dtype_name(t)) + " D=" + std::to_string(d) +
+         " version";
+}
+
+std::string kernel_error_message(const Error& e, bool* unsupported) {
+  std::string what = e.what();
+  *unsupported = dynamic_cast<const Unsupported*>(&e) != nullptr;
+  if (what.find("cudaErrorNoKernelImageForDevice") != std::string::npos) {
+    *unsupported = true;
+    what += " (rebuild with -DCMAKE_CUDA_ARCHITECTURES=" + std::to_string(gpu_info().sm) + ")";
+  }
+  return what;
+}
+
 const AttentionFwdKernel* best_forward_kernel(DType t, int d) {
   const AttentionFwdKernel* best = nullptr;
   for (const AttentionFwdKernel* k : entries_with_prefix<AttentionFwdKernel>("05/"))
@@ -91,20 +108,13 @@ template <class F>
 void guarded(RunResult& r, F body) {
   try {
     body();
-  } catch (const Unsupported& e) {
-    r.status = Status::Unsupported;
-    r.message = e.what();
   } catch (const Error& e) {
-    // A CUDA error is a failed run, reported with its file and line. One special case gets a
-    // hint: the binary holds no code for this GPU (built for another architecture).
-    std::string what = e.what();
-    r.status = Status::Fail;
-    r.message = what;
-    if (what.find("cudaErrorNoKernelImageForDevice") != std::string::npos) {
-      r.status = Status::Unsupported;
-      r.message =
-          what + " (rebuild with -DCMAKE_CUDA_ARCHITECTURES=" + std::to_string(gpu_info().sm) + ")";
-    }
+    // fa::Unsupported becomes UNSUPPORTED; any other error (a CUDA error) is a failed run,
+    // reported with its file and line, except one that gets a hint and counts as UNSUPPORTED:
+    // the binary holds no code for this GPU (built for another architecture).
+    bool unsupported = false;
+    r.message = kernel_error_message(e, &unsupported);
+    r.status = unsupported ? Status::Unsupported : Status::Fail;
   }
 }
 
@@ -329,10 +339,9 @@ RunResult run_attention_fwd(const AttentionFwdKernel& k, AttentionShape s, DType
   r.shape = s.str();
   r.dtype = dtype_name(t);
   if (!gpu_ready(r, k.min_sm)) return r;
-  if (!supports(k.dtypes, t) || !supports(k.head_dims, int(s.head_dim))) {
+  r.message = missing_version(k.dtypes, k.head_dims, t, s.head_dim);
+  if (!r.message.empty()) {
     r.status = Status::Unsupported;
-    r.message = "this kernel has no " + std::string(dtype_name(t)) +
-                " D=" + std::to_string(s.head_dim) + " version";
     return r;
   }
   std::vector<float> q, kk, v;
@@ -427,10 +436,9 @@ RunResult run_attention_bwd(const AttentionBwdKernel& k, AttentionShape s, DType
   r.shape = s.str();
   r.dtype = dtype_name(t);
   if (!gpu_ready(r, k.min_sm)) return r;
-  if (!supports(k.dtypes, t) || !supports(k.head_dims, int(s.head_dim))) {
+  r.message = missing_version(k.dtypes, k.head_dims, t, s.head_dim);
+  if (!r.message.empty()) {
     r.status = Status::Unsupported;
-    r.message = "this kernel has no " + std::string(dtype_name(t)) +
-                " D=" + std::to_string(s.head_dim) + " version";
     return r;
   }
   const AttentionFwdKernel* fwd = opt.forward_kernel.empty()

@@ -76,6 +76,15 @@ std::string exercise_hint(const std::string& kernel);
 
 bool supports(const std::vector<DType>& dtypes, DType t);
 bool supports(const std::vector<int>& head_dims, int d);
+// The message of the harness's UNSUPPORTED row for a kernel that lists no version for dtype t and
+// head dim d ("this kernel has no bf16 D=80 version"); "" when it lists one.
+std::string missing_version(const std::vector<DType>& dtypes, const std::vector<int>& head_dims,
+                            DType t, int64_t d);
+// The message of an fa::Error thrown by a kernel run, as the harness reports it: e.what(), plus a
+// rebuild hint when the binary holds no code for this GPU, which makes the run UNSUPPORTED rather
+// than failed (*unsupported is set then).
+struct Error;
+std::string kernel_error_message(const Error& e, bool* unsupported);
 // The most advanced forward kernel (last by name among "05/...") that takes dtype t and head dim d.
 const AttentionFwdKernel* best_forward_kernel(DType t, int d);
 

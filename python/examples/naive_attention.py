@@ -1,0 +1,54 @@
+#!/usr/bin/env python3
+"""Attention in plain PyTorch ops, checked and timed with flash_from_scratch's tools.
+
+    PYTHONPATH=python python3 python/examples/naive_attention.py [--dtype bf16] [--no-bench]
+
+my_attention is the textbook computation: S = scale * Q K^T, the bottom-right causal mask, softmax,
+O = P V. It materialises S (Nq x Nk per head), which FlashAttention never does. Replace its body
+with your own (a Triton kernel, another library) and rerun: check_attention compares it with
+float64 on the repository's ragged shapes, forward and gradients, with the tolerance rule of
+notes/conventions.md; bench_attention times it next to our kernel and PyTorch's SDPA.
+"""
+import argparse
+import math
+import sys
+
+import torch
+
+import flash_from_scratch as fa
+
+
+def my_attention(q, k, v, causal=False, scale=None):
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    s = torch.matmul(q, k.transpose(-2, -1)) * scale
+    if causal:  # bottom-right: query i sees keys j <= i + (Nk - Nq)
+        nq, nk = q.shape[-2], k.shape[-2]
+        i = torch.arange(nq, device=q.device).unsqueeze(1)
+        j = torch.arange(nk, device=q.device).unsqueeze(0)
+        s = s.masked_fill(j > i + (nk - nq), float("-inf"))
+    p = torch.softmax(s.float(), dim=-1).to(q.dtype)
+    # A row that sees no key (causal, Nq > Nk) is all -inf: softmax gives NaN, the convention is 0.
+    p = torch.nan_to_num(p, nan=0.0)
+    return torch.matmul(p, v)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--dtype", default="bf16", choices=["fp32", "fp16", "bf16"])
+    ap.add_argument("--no-bench", action="store_true", help="check only")
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        print("no CUDA GPU: nothing to check")
+        return 0
+    dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[args.dtype]
+    print("GPU:", fa.describe_gpu())
+    fa.check_attention(my_attention, dtypes=(dtype,))
+    print("my_attention: every check passed")
+    if not args.no_bench:
+        fa.bench_attention(my_attention, dtype=dtype, name="my_attention",
+                           shapes=[(4, 16, 1024, 1024, 64), (1, 16, 4096, 4096, 128)])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
