@@ -3,7 +3,7 @@
 //
 //   fa_bench                                   everything
 //   fa_bench --benchmark_filter=attn_fwd       one family (softmax, gemm, transpose, attn_fwd, attn_bwd,
-//                                              bwd_preprocess)
+//                                              attn_decode, bwd_preprocess)
 //   fa_bench --benchmark_format=json --benchmark_out=bench.json   for bench/compare_sdpa.py
 //
 // Each benchmark runs one "iteration" whose manual time is the harness's median over many timed
@@ -15,6 +15,7 @@
 
 #include <iostream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "buffer.h"
@@ -61,7 +62,9 @@ void add(const std::string& name, F body) {
 // D 64 and 128, causal and not, N 512..16384 with B = 16384/N and H = 2048/D.
 template <class K, class Run>
 void add_attention_protocol(const std::string& family, Run run) {
-  for (const K* k : fa::entries_with_prefix<K>(""))
+  for (const K* k : fa::entries_with_prefix<K>("")) {
+    if constexpr (std::is_same_v<K, fa::AttentionFwdKernel>)
+      if (k->decoding) continue;  // timed on the decode shapes instead (add_decode_shapes)
     for (fa::DType t : k->dtypes)
       for (int d : k->head_dims) {
         if (d != 64 && d != 128) continue;
@@ -75,6 +78,31 @@ void add_attention_protocol(const std::string& family, Run run) {
                 [k, s, t, run](benchmark::State& st) { report(st, run(*k, s, t, timing_only())); });
           }
       }
+  }
+}
+
+// Decoding: one query row per sequence against a long K/V cache, bf16, D 128, for every forward
+// kernel that takes bf16 D 128 (a kernel without GQA is reported as skipped on the grouped shape).
+// Memory-bound: the harness reports GB/s of Q, K, V, O, L and the percentage of the copy ceiling.
+// bench/compare_decode.py times PyTorch SDPA on the same shapes.
+void add_decode_shapes() {
+  const std::vector<fa::AttentionShape> shapes = {
+      {8, 32, 1, 32768, 128, false, 0.0f, 32},   // multi-head: H_kv = H
+      {8, 32, 1, 32768, 128, false, 0.0f, 8},    // GQA, groups of 4
+      {1, 16, 1, 131072, 128, false, 0.0f, 16},  // one long sequence
+  };
+  const fa::DType t = fa::DType::BF16;
+  for (const fa::AttentionFwdKernel* k : fa::entries_with_prefix<fa::AttentionFwdKernel>(""))
+    for (const fa::AttentionShape& s : shapes) {
+      if (!fa::supports(k->dtypes, t) || !fa::supports(k->head_dims, 128)) continue;
+      const std::string name = "attn_decode/" + k->name + "/bf16/D128/B" + std::to_string(s.batch) +
+                               "_H" + std::to_string(s.heads) + "_Hkv" +
+                               std::to_string(s.kv_heads()) + "/Nq" + std::to_string(s.seq_q) +
+                               "/Nk" + std::to_string(s.seq_k);
+      add(name, [k, s, t](benchmark::State& st) {
+        report(st, fa::run_attention_fwd(*k, s, t, timing_only()));
+      });
+    }
 }
 
 void register_all() {
@@ -113,6 +141,7 @@ void register_all() {
   // The FlashAttention protocol: 16384 tokens per batch, hidden 2048, N from 512 to 16384.
   add_attention_protocol<fa::AttentionFwdKernel>("attn_fwd/", fa::run_attention_fwd);
   add_attention_protocol<fa::AttentionBwdKernel>("attn_bwd/", fa::run_attention_bwd);
+  add_decode_shapes();
 
   // The backward's preprocess, D_i = rowsum(dO_i o O_i): memory-bound, so GB/s against the copy
   // ceiling (bytes: O and dO read once, D written once in fp32).

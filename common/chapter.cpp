@@ -31,6 +31,9 @@ const std::vector<PrintedCommand>& printed_commands() {
       {"ch04.help", "ch04_coalesced_loads", "--rows=4096 --cols=16384 --kernel=04/v3_smem_padded"},
       {"ch05.help", "ch05_flash_forward", "--seq_q=4096 --head_dim=128 --dtype=bf16 --causal"},
       {"ch06.help", "ch06_flash_backward", "--seq_q=4096 --head_dim=128 --dtype=bf16"},
+      {"ch07.help", "ch07_flash_hopper", "--seq_q=4096 --head_dim=64 --causal"},
+      {"ch08.help", "ch08_decoding",
+       "--batch=8 --heads=32 --heads_kv=8 --seq_q=1 --seq_k=32768 --head_dim=128 --causal"},
       {"tour.help", "tour", "01 05"},
   };
   return all;
@@ -245,7 +248,8 @@ AttentionOptions read_attention_options(const Cli& cli) {
 
 double attention_fwd_bytes(const AttentionShape& s, DType t) {
   const double q = double(s.batch) * double(s.heads) * double(s.seq_q) * double(s.head_dim);
-  const double k = double(s.batch) * double(s.heads) * double(s.seq_k) * double(s.head_dim);
+  // K and V have heads_kv heads (grouped-query attention; heads when heads_kv is 0).
+  const double k = double(s.batch) * double(s.kv_heads()) * double(s.seq_k) * double(s.head_dim);
   return (2 * q + 2 * k) * double(dtype_size(t)) + double(s.batch) * s.heads * s.seq_q * 4.0;
 }
 

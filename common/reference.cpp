@@ -5,6 +5,8 @@
 #include <cmath>
 #include <limits>
 
+#include "check.h"
+
 namespace fa {
 
 namespace {
@@ -92,8 +94,10 @@ HeadView head_view(const AttentionShape& s, const float* q, const float* k, cons
                    int64_t bh) {
   HeadView h;
   h.q = q + bh * s.seq_q * s.head_dim;
-  h.k = k + bh * s.seq_k * s.head_dim;
-  h.v = v + bh * s.seq_k * s.head_dim;
+  // Grouped-query attention: query head bh reads the K/V head of its group (shapes.h).
+  const int64_t kv = s.kv_index(bh);
+  h.k = k + kv * s.seq_k * s.head_dim;
+  h.v = v + kv * s.seq_k * s.head_dim;
   h.seq_q = s.seq_q;
   h.seq_k = s.seq_k;
   h.d = s.head_dim;
@@ -219,6 +223,9 @@ AttentionFwdRef attention_forward_ref(const float* q, const float* k, const floa
 
 AttentionBwdRef attention_backward_ref(const float* q, const float* k, const float* v,
                                        const float* dO, const AttentionShape& s) {
+  // With grouped K/V heads, dK and dV of a K/V head sum over its query heads; no backward here
+  // takes that shape, and the reference does not pretend to.
+  FA_REQUIRE(!s.is_gqa(), "the backward reference takes heads_kv == heads only");
   AttentionBwdRef r;
   r.dQ.resize(static_cast<size_t>(s.q_numel()));
   r.dK.resize(static_cast<size_t>(s.k_numel()));

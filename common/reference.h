@@ -31,6 +31,8 @@ struct HeadView {
   bool causal = false;
   double scale = 1.0;
 };
+// The view of query head bh = b * heads + h: its Q slice and the K/V slice of the K/V head it
+// reads (s.kv_index(bh); the same head unless heads_kv < heads, see shapes.h).
 HeadView head_view(const AttentionShape& s, const float* q, const float* k, const float* v,
                    int64_t bh);
 
@@ -57,6 +59,7 @@ AttentionFwdRef attention_forward_ref(const float* q, const float* k, const floa
 struct AttentionBwdRef {
   std::vector<double> dQ, dK, dV, D;
 };
+// Backward: heads_kv == heads only (throws fa::Error on a grouped shape).
 AttentionBwdRef attention_backward_ref(const float* q, const float* k, const float* v,
                                        const float* dO, const AttentionShape& s);
 

@@ -49,8 +49,9 @@ struct TransposeKernel {
   int min_sm = 70;
 };
 
-// ---- Attention forward (chapter 05). -----------------------------------------------------------
+// ---- Attention forward (chapters 05, 07, 08). --------------------------------------------------
 // q, k, v, o are `dtype` with the layouts of AttentionShape; lse (L) is fp32 [batch, heads, seq_q].
+// K and V have shape.kv_heads() heads (grouped-query attention when fewer than shape.heads).
 struct AttentionFwdArgs {
   const void* q = nullptr;
   const void* k = nullptr;
@@ -68,12 +69,20 @@ struct AttentionFwdKernel {
   std::vector<DType> dtypes = {DType::F32};
   std::vector<int> head_dims = {64};
   int min_sm = 70;
+  // Takes grouped K/V heads (shape.heads_kv < shape.heads). A kernel that leaves it false is
+  // never run on such a shape: the harness reports UNSUPPORTED instead.
+  bool gqa = false;
+  // Written for decoding (short seq_q against a long cache): correct for every seq_q, but the
+  // long square shapes of the FlashAttention benchmark protocol are not its job (fa_bench skips
+  // it there and times it on decode shapes instead).
+  bool decoding = false;
 };
 
 // ---- Attention backward (chapter 06). ----------------------------------------------------------
 // Inputs q, k, v, o, dout (dtype) and lse (fp32, from the forward). Outputs dq, dk, dv (dtype) and
 // delta = D = rowsum(dO * O) (fp32 [batch, heads, seq_q]). `workspace` is an fp32 scratch buffer
-// of q_numel() floats (e.g. a dQ accumulator), zeroed before every call.
+// of q_numel() floats (e.g. a dQ accumulator), zeroed before every call. No backward takes
+// grouped K/V heads: the harness reports shapes with heads_kv != heads as UNSUPPORTED.
 struct AttentionBwdArgs {
   const void* q = nullptr;
   const void* k = nullptr;

@@ -43,6 +43,7 @@ std::string AttentionShape::str() const {
   std::ostringstream os;
   os << "B" << batch << " H" << heads << " Nq" << seq_q << " Nk" << seq_k << " D" << head_dim
      << (causal ? " causal" : "");
+  if (is_gqa()) os << " Hkv" << kv_heads();
   if (scale != 0.0f) os << " scale=" << scale;
   return os.str();
 }

@@ -35,9 +35,14 @@ struct TransposeShape {
   std::string str() const;
 };
 
-// Attention: Q is [batch, heads, seq_q, head_dim]; K and V are [batch, heads, seq_k, head_dim];
+// Attention: Q is [batch, heads, seq_q, head_dim]; K and V are [batch, heads_kv, seq_k, head_dim];
 // O is shaped like Q; L (the log-sum-exp of each row of scale * Q K^T) is [batch, heads, seq_q],
 // always fp32. All row-major.
+//
+// Grouped-query attention (GQA): heads_kv K/V heads serve heads query heads, heads a multiple of
+// heads_kv; query head h reads K/V head h / (heads / heads_kv), so consecutive query heads share
+// one K/V head. heads_kv = 0 (the default) means heads_kv = heads, plain multi-head attention;
+// heads_kv = 1 is multi-query attention (MQA).
 //
 // Causal masking is aligned to the bottom-right corner, as FlashAttention does: query i sees keys
 // j <= i + (seq_k - seq_q). With seq_q == seq_k this is the usual j <= i. When seq_q > seq_k the
@@ -45,14 +50,23 @@ struct TransposeShape {
 struct AttentionShape {
   int64_t batch = 1, heads = 1, seq_q = 0, seq_k = 0, head_dim = 64;
   bool causal = false;
-  float scale = 0.0f;  // 0 means the default 1/sqrt(head_dim)
+  float scale = 0.0f;    // 0 means the default 1/sqrt(head_dim)
+  int64_t heads_kv = 0;  // K/V heads; 0 means heads (no grouping)
 
   float softmax_scale() const {
     return scale != 0.0f ? scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
   }
   int64_t bh() const { return batch * heads; }
+  int64_t kv_heads() const { return heads_kv > 0 ? heads_kv : heads; }
+  int64_t group() const { return heads / kv_heads(); }  // query heads per K/V head
+  bool is_gqa() const { return kv_heads() != heads; }
+  bool valid_heads() const { return heads_kv >= 0 && heads % kv_heads() == 0; }
+  // The K/V head (b * heads_kv + kv_head) that query head bh = b * heads + h reads.
+  int64_t kv_index(int64_t bh_index) const {
+    return (bh_index / heads) * kv_heads() + (bh_index % heads) / group();
+  }
   int64_t q_numel() const { return bh() * seq_q * head_dim; }
-  int64_t k_numel() const { return bh() * seq_k * head_dim; }
+  int64_t k_numel() const { return batch * kv_heads() * seq_k * head_dim; }
   int64_t lse_numel() const { return bh() * seq_q; }
   // The (query, key) pairs of one head that are not masked: seq_q * seq_k, or under causal
   // masking the sum over rows of the keys each row sees (a closed form, see shapes.cpp). Square

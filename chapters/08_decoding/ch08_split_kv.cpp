@@ -1,0 +1,85 @@
+#include "ch08_split_kv.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace fa {
+namespace ch08 {
+
+namespace {
+constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+
+// e^(m - M) for M = max(m, ...): exactly 1 when m == M, which also covers two empty states
+// (-inf - -inf would be NaN); chapter 02's convention.
+double factor(double m, double M) {
+  return m == M ? 1.0 : std::exp(m - M);
+}
+}  // namespace
+
+SplitPlan plan_split_kv(const AttentionShape& s, int64_t key_tile, int64_t resident_blocks) {
+  SplitPlan p;
+  const int64_t rows = s.group() * s.seq_q;
+  while (p.rows_per_block < std::min(rows, kMaxRows)) p.rows_per_block *= 2;
+  p.row_tiles = std::max<int64_t>(1, ceil_div(rows, p.rows_per_block));
+  p.base_blocks = s.batch * s.kv_heads() * p.row_tiles;
+  const int64_t max_splits = std::max<int64_t>(1, ceil_div(s.seq_k, 4 * key_tile));
+  p.num_splits = p.base_blocks >= resident_blocks
+                     ? 1
+                     : std::min(max_splits, std::max<int64_t>(1, resident_blocks / p.base_blocks));
+  // Whole key tiles per split, and no empty split: recount after rounding the length up.
+  const int64_t keys = std::max<int64_t>(1, s.seq_k);
+  p.split_len = ceil_div(ceil_div(keys, p.num_splits), key_tile) * key_tile;
+  p.num_splits = ceil_div(keys, p.split_len);
+  p.blocks = p.base_blocks * p.num_splits;
+  return p;
+}
+
+Partial partial_over_keys(const HeadView& h, int64_t row, int64_t k0, int64_t k1) {
+  Partial p;
+  p.m = kNegInf;
+  p.o.assign(static_cast<size_t>(h.d), 0.0);
+  int64_t last = h.seq_k - 1;
+  if (h.causal) last = std::min(last, causal_last_key(row, h.seq_q, h.seq_k));
+  k1 = std::min(k1, last + 1);
+  if (k1 <= k0) return p;  // this row sees none of these keys: the identity (-inf, 0, 0)
+  std::vector<double> s(static_cast<size_t>(k1 - k0));
+  for (int64_t j = k0; j < k1; ++j) {
+    double dot = 0;
+    for (int64_t d = 0; d < h.d; ++d) dot += double(h.q[row * h.d + d]) * double(h.k[j * h.d + d]);
+    s[j - k0] = dot * h.scale;
+    p.m = std::max(p.m, s[j - k0]);
+  }
+  for (int64_t j = k0; j < k1; ++j) {
+    const double e = std::exp(s[j - k0] - p.m);
+    p.l += e;
+    for (int64_t d = 0; d < h.d; ++d) p.o[d] += e * double(h.v[j * h.d + d]);
+  }
+  return p;
+}
+
+Partial merge(const Partial& a, const Partial& b) {
+  Partial r;
+  r.m = std::max(a.m, b.m);
+  const double fa = factor(a.m, r.m), fb = factor(b.m, r.m);
+  r.l = a.l * fa + b.l * fb;
+  r.o.resize(a.o.size());
+  for (size_t d = 0; d < a.o.size(); ++d) r.o[d] = a.o[d] * fa + b.o[d] * fb;
+  return r;
+}
+
+void split_kv_forward_head(const HeadView& h, int64_t split_len, double* O, double* L) {
+  split_len = std::max<int64_t>(1, split_len);
+  for (int64_t i = 0; i < h.seq_q; ++i) {
+    Partial acc;
+    acc.m = kNegInf;
+    acc.o.assign(static_cast<size_t>(h.d), 0.0);
+    for (int64_t k0 = 0; k0 < h.seq_k; k0 += split_len)
+      acc = merge(acc, partial_over_keys(h, i, k0, k0 + split_len));
+    for (int64_t d = 0; d < h.d; ++d) O[i * h.d + d] = acc.l > 0 ? acc.o[d] / acc.l : 0.0;
+    L[i] = acc.l > 0 ? acc.m + std::log(acc.l) : kNegInf;
+  }
+}
+
+}  // namespace ch08
+}  // namespace fa

@@ -1,0 +1,58 @@
+// ch08_split_kv.h: the split-KV ("flash-decoding") forward, on the host: its launch plan and a CPU
+// model of its arithmetic. The chapter program and the tests use both; the kernel (v1_split_kv.cu)
+// follows the plan and the model step by step.
+//
+// A block of the split kernel owns one K/V head of one sequence, a tile of at most kMaxRows query
+// rows that read it (the rows of all `group` query heads that share the K/V head: GQA's saving is
+// that K/V are loaded once for all of them), and one split: a contiguous range of keys. It writes
+// the partial state (m, l, o) of each of its rows, and a second kernel merges the splits of a row
+// with chapter 02's pair merge:
+//
+//   (m1, l1, o1) (+) (m2, l2, o2) = (M, l1 a1 + l2 a2, o1 a1 + o2 a2),  a_i = e^(m_i - M),
+//   M = max(m1, m2);  O = o / l,  L = M + ln l.
+//
+// The (m, l) part is chapter 02's operator; o rides along with the same factors. Associativity is
+// what makes any split of the keys, merged in any grouping, equal the whole row.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "reference.h"
+#include "shapes.h"
+
+namespace fa {
+namespace ch08 {
+
+constexpr int64_t kMaxRows = 16;  // query rows per block (group * seq_q rows are tiled by this)
+
+struct SplitPlan {
+  int64_t rows_per_block = 1;  // power of two >= min(group * seq_q, kMaxRows)
+  int64_t row_tiles = 1;       // ceil(group * seq_q / rows_per_block)
+  int64_t base_blocks = 1;     // batch * heads_kv * row_tiles: the grid without splitting
+  int64_t num_splits = 1;      // key ranges per row
+  int64_t split_len = 1;       // keys per split, a multiple of the key tile
+  int64_t blocks = 1;          // base_blocks * num_splits
+};
+
+// The plan for `s`: key_tile keys are loaded per step; `resident_blocks` is how many blocks of the
+// kernel the GPU holds at once (SMs x blocks per SM). Splits are added until the grid fills one
+// wave of resident blocks, and to no more than seq_k / (4 key tiles) splits (each split also costs
+// a partial write and a merge). Splits are whole key tiles, and none is empty.
+SplitPlan plan_split_kv(const AttentionShape& s, int64_t key_tile, int64_t resident_blocks);
+
+// One query row's partial state over keys [k0, k1): m (max of the scaled scores, -inf when the
+// row sees none of these keys), l = sum of e^(s - m), and the unnormalised o = sum of e^(s - m) v.
+struct Partial {
+  double m = 0, l = 0;
+  std::vector<double> o;
+};
+Partial partial_over_keys(const HeadView& h, int64_t row, int64_t k0, int64_t k1);
+// The pair merge above (chapter 02's (m, l) operator, with o carried along).
+Partial merge(const Partial& a, const Partial& b);
+
+// The split-KV forward of one head in double: each row's keys cut into `num_splits` ranges of
+// split_len keys (the kernel's split), partials merged left to right. O is [seq_q, d], L [seq_q].
+void split_kv_forward_head(const HeadView& h, int64_t split_len, double* O, double* L);
+
+}  // namespace ch08
+}  // namespace fa
