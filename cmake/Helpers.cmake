@@ -6,25 +6,34 @@
 # and the benchmarks all see the same registered kernels.
 set_property(GLOBAL PROPERTY FA_CHAPTER_LIBS "")
 
+# _fa_exercise_sources(<out-var> <chapter number> <sources...>): the sources of a chapter's
+# library in this build. In the exercise build (FA_BUILD_EXERCISES), where <dir>/exercises/<file>
+# exists beside a source <dir>/<file> (generated from a marked solution, common/exercise.h), the
+# student's version replaces the solution, under the same registered name, so every test,
+# benchmark and chapter program runs the student's code. Otherwise the sources unchanged.
+function(_fa_exercise_sources out number)
+  set(_sources "")
+  foreach(src IN LISTS ARGN)
+    get_filename_component(_name ${src} NAME)
+    get_filename_component(_dir ${src} DIRECTORY)
+    if(NOT IS_ABSOLUTE "${_dir}")
+      set(_dir ${CMAKE_CURRENT_SOURCE_DIR}/${_dir})
+    endif()
+    if(FA_BUILD_EXERCISES AND EXISTS ${_dir}/exercises/${_name})
+      list(APPEND _sources ${_dir}/exercises/${_name})
+      file(RELATIVE_PATH _shown ${CMAKE_CURRENT_SOURCE_DIR} ${_dir}/exercises/${_name})
+      message(STATUS "exercise: chapter ${number} builds ${_shown}")
+    else()
+      list(APPEND _sources ${src})
+    endif()
+  endforeach()
+  set(${out} ${_sources} PARENT_SCOPE)
+endfunction()
+
 function(fa_add_chapter)
   cmake_parse_arguments(CH "" "NUMBER;NAME" "SOURCES" ${ARGN})
   set(lib fa_ch${CH_NUMBER})
-  if(FA_BUILD_EXERCISES)
-    # The exercise build: where exercises/<file> exists (generated from a marked solution), the
-    # student's version replaces the solution, under the same registered name, so every test,
-    # benchmark and chapter program runs the student's code.
-    set(_sources "")
-    foreach(src IN LISTS CH_SOURCES)
-      get_filename_component(_name ${src} NAME)
-      if(EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/exercises/${_name})
-        list(APPEND _sources ${CMAKE_CURRENT_SOURCE_DIR}/exercises/${_name})
-        message(STATUS "exercise: chapter ${CH_NUMBER} builds exercises/${_name}")
-      else()
-        list(APPEND _sources ${src})
-      endif()
-    endforeach()
-    set(CH_SOURCES ${_sources})
-  endif()
+  _fa_exercise_sources(CH_SOURCES ${CH_NUMBER} ${CH_SOURCES})
   add_library(${lib} OBJECT ${CH_SOURCES})
   target_link_libraries(${lib} PUBLIC fa_common)
   target_include_directories(${lib} PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
@@ -45,10 +54,12 @@ endfunction()
 
 # fa_add_chapter_sm90a(NUMBER 03 NAME ch03_tiled_matmul SOURCES sm90a/v6.cu ...): a chapter's
 # Hopper-only kernels, compiled for sm_90a alone (wgmma and TMA exist only there) into a second
-# OBJECT library that joins the chapter's program, the tour, the tests and the benchmarks.
+# OBJECT library that joins the chapter's program, the tour, the tests and the benchmarks. In the
+# exercise build, sm90a/exercises/<file> replaces sm90a/<file> as in fa_add_chapter.
 function(fa_add_chapter_sm90a)
   cmake_parse_arguments(CH "" "NUMBER;NAME" "SOURCES" ${ARGN})
   set(lib fa_ch${CH_NUMBER}_sm90a)
+  _fa_exercise_sources(CH_SOURCES ${CH_NUMBER} ${CH_SOURCES})  # sm90a/exercises/<file> likewise
   add_library(${lib} OBJECT ${CH_SOURCES})
   target_link_libraries(${lib} PUBLIC fa_common)
   target_include_directories(${lib} PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})

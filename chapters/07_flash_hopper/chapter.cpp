@@ -3,9 +3,12 @@
 // The program, in the order it runs:
 //   1. CPU tier: the tile-range arithmetic every rung uses (ch07_tiles.h) against a brute-force
 //      definition, and the visit/mask/skip map of one causal problem with seq_q != seq_k.
-//   2. GPU: every "07/" kernel and, as the peer to beat, 05/v3 (the best mma.sync forward), on the
-//      chosen shape, causal and not; then a larger timing row. The 07 kernels need compute
-//      capability 9.0 and a build that targets it; elsewhere they report "unsupported".
+//   2. GPU: every "07/" kernel (or the ones --kernel names) and, as the peer to beat, 05/v3 (the
+//      best mma.sync forward), on the chosen shape, causal and not; then a bf16 D=128 timing row
+//      at B=2, H=16, N=--big_seq. The 07 kernels need compute capability 9.0 and a build that
+//      targets it; elsewhere they report "unsupported".
+// The options are the shared ones (common/README.md, "The command line"); without a GPU the
+// program runs the CPU tier, says what it skipped and exits 0.
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
@@ -82,74 +85,92 @@ int tile_range_checks() {
   return failures;
 }
 
-std::vector<bool> parse_causal(const std::string& v) {
-  if (v == "both") return {false, true};
-  if (v == "1" || v == "true" || v == "on") return {true};
-  if (v == "0" || v == "false" || v == "off") return {false};
-  throw fa::Error("--causal: expected both, 0/1, true/false or on/off, got '" + v + "'");
+// The --help list: the 07 kernels of this build, then the peer every table shows.
+std::string kernels_text() {
+  std::string text = fa::kernels_help<AttentionFwdKernel>("07/");
+  if (text.empty())
+    text =
+        "  (none in this build: they are compiled only when CMAKE_CUDA_ARCHITECTURES includes "
+        "90)\n";
+  text += "the peer in every table (chapter 05's best forward):\n";
+  if (const AttentionFwdKernel* peer = fa::find_entry<AttentionFwdKernel>(kPeer))
+    text += "  " + fa::describe_kernel(*peer) + "\n";
+  return text;
+}
+
+bool supports_shape(const AttentionFwdKernel& k, DType t, int64_t head_dim) {
+  return fa::supports(k.dtypes, t) && fa::supports(k.head_dims, int(head_dim));
 }
 
 int run(const std::vector<std::string>& args) {
   fa::Cli cli("ch07_flash_hopper",
-              "FlashAttention-3 style forward on Hopper: wgmma, TMA, warp specialisation.");
-  cli.option("batch", "2", "batch size B")
-      .option("heads", "16", "heads H")
-      .option("seq_q", "2048", "query length N_q")
-      .option("seq_k", "0", "key length N_k (0 = seq_q)")
-      .option("head_dim", "128", "head dimension D (64, 128, 256)")
-      .option("causal", "both", "causal mask (bottom-right aligned): both, 0 or 1")
-      .option("dtype", "bf16", "bf16, fp16 (comma-separated)")
-      .option("kernel", "all", "kernel name(s) to run, comma-separated (07/...)")
-      .option("repeats", "20", "timed repeats (median reported)")
-      .option("check_heads", "4", "heads checked against the CPU reference (0 = automatic)")
-      .option("big_seq", "8192", "N of the extra timing row at B=2, H=16 (0 = skip)");
+              "FlashAttention-3 style forward on Hopper: TMA, wgmma, warp specialisation; each "
+              "kernel next to chapter 05's best (" +
+                  std::string(kPeer) + ").");
+  fa::AttentionDefaults defaults;
+  defaults.heads = 16;
+  defaults.seq_q = 2048;
+  defaults.head_dim = 128;
+  defaults.dtype = "bf16";
+  fa::add_attention_options(cli, defaults);
+  fa::add_kernel_options(cli, "07/", 20);
+  cli.option("check_heads", "4", "heads checked against the CPU reference (0 = automatic)")
+      .option("big_seq", "8192", "N of the extra bf16 D=128 timing row at B=2, H=16 (0 = skip)")
+      .section("kernels (name, dtypes, head dims, oldest GPU, what it changes)", kernels_text())
+      .example(fa::printed_command("ch07.help").args);
   if (!cli.parse(args)) return cli.exit_code();
+
+  // Every check of the command line comes before any work, so a mistake exits 2 at once.
+  const fa::AttentionOptions req = fa::read_attention_options(cli);
+  const AttentionShape& shape = req.shape;
+  const bool named = cli.get("kernel") != "all";
+  const std::vector<const AttentionFwdKernel*> selected =
+      fa::select_kernels<AttentionFwdKernel>("07/", cli.get("kernel"));
+  if (named) fa::require_supported(selected, req, true);  // each named kernel takes the request
+  std::vector<const AttentionFwdKernel*> kernels = selected;
+  if (const AttentionFwdKernel* peer = fa::find_entry<AttentionFwdKernel>(kPeer))
+    kernels.insert(kernels.begin(), peer);
+  // With --kernel=all some 07 kernel must take it (the peer alone, in a build without them).
+  if (!named) fa::require_supported(selected.empty() ? kernels : selected, req, false);
+  for (DType t : req.dtypes)
+    fa::require_fits_in_gpu_memory(fa::attention_fwd_bytes(shape, t),
+                                   "the forward pass at " + shape.str());
+  const int64_t repeats = cli.get_count("repeats");
+  const int64_t check_heads = cli.get_count("check_heads", 0);
+  const int64_t big_seq = cli.get_count("big_seq", 0);
+  const AttentionShape big_shape{2, 16, big_seq, big_seq, 128, false, 0.0f};
+  if (big_seq > 0)
+    fa::require_fits_in_gpu_memory(fa::attention_fwd_bytes(big_shape, DType::BF16),
+                                   "--big_seq=" + std::to_string(big_seq));
   fa::print_chapter_header(std::cout, "07", "FlashAttention on Hopper", cli);
 
-  AttentionShape shape;
-  shape.batch = cli.get_int("batch");
-  shape.heads = cli.get_int("heads");
-  shape.seq_q = cli.get_int("seq_q");
-  shape.seq_k = cli.get_int("seq_k") == 0 ? shape.seq_q : cli.get_int("seq_k");
-  shape.head_dim = cli.get_int("head_dim");
-  FA_REQUIRE(shape.batch > 0 && shape.heads > 0 && shape.seq_q > 0 && shape.seq_k > 0 &&
-                 shape.head_dim > 0,
-             "sizes must be positive");
-  const std::vector<bool> causals = parse_causal(cli.get("causal"));
-  std::vector<DType> dtypes;
-  for (const std::string& name : cli.get_list("dtype")) dtypes.push_back(fa::parse_dtype(name));
-  const int64_t big_seq = cli.get_int("big_seq");
-
+  // 1. CPU tier.
   int failures = tile_range_checks();
+  if (fa::entries_with_prefix<AttentionFwdKernel>("07/").empty())
+    std::cout << "\n  no 07/ kernel in this build: they are compiled only when "
+                 "CMAKE_CUDA_ARCHITECTURES includes 90\n";
 
   if (!fa::have_gpu()) {
     fa::print_no_gpu(std::cout, "the Hopper kernels and their peer 05/v3");
     return failures ? 1 : 0;
   }
-  std::vector<const AttentionFwdKernel*> kernels =
-      fa::select_kernels<AttentionFwdKernel>("07/", cli.get("kernel"));
-  if (kernels.empty())
-    std::cout << "\n  no 07/ kernel in this build: they are compiled only when "
-                 "CMAKE_CUDA_ARCHITECTURES includes 90\n";
-  if (const AttentionFwdKernel* peer = fa::find_entry<AttentionFwdKernel>(kPeer))
-    kernels.insert(kernels.begin(), peer);
 
+  // 2. GPU: 05/v3 first, then every selected 07 kernel, on the chosen shape, then the big row.
   fa::RunOptions opt;
   opt.seed = cli.seed();
-  opt.timing.repeats = static_cast<int>(cli.get_int("repeats"));
-  opt.check_heads = cli.get_int("check_heads");
+  opt.timing.repeats = static_cast<int>(repeats);
+  opt.check_heads = check_heads;
 
   std::vector<fa::RunResult> all, rows;
-  for (DType t : dtypes)
-    for (bool causal : causals)
+  for (DType t : req.dtypes)
+    for (bool causal : req.causal)
       for (const AttentionFwdKernel* k : kernels) {
-        if (!fa::supports(k->dtypes, t) || !fa::supports(k->head_dims, int(shape.head_dim)))
-          continue;
+        if (!supports_shape(*k, t, shape.head_dim)) continue;
         AttentionShape s = shape;
         s.causal = causal;
         rows.push_back(fa::run_attention_fwd(*k, s, t, opt));
       }
-  fa::print_table(std::cout, "07: attention forward, TFLOP/s (4*B*H*Nq*Nk*D, halved when causal)",
+  fa::print_table(std::cout, "07: attention forward, TFLOP/s (4*B*H*D per visible query-key pair)",
                   rows);
   all.insert(all.end(), rows.begin(), rows.end());
 
@@ -157,11 +178,12 @@ int run(const std::vector<std::string>& args) {
     rows.clear();
     fa::RunOptions big = opt;
     big.check_heads = 0;  // automatic: the harness samples heads and rows at this size
-    for (bool causal : causals)
+    for (bool causal : req.causal)
       for (const AttentionFwdKernel* k : kernels) {
-        if (!fa::supports(k->dtypes, DType::BF16) || !fa::supports(k->head_dims, 128)) continue;
-        rows.push_back(fa::run_attention_fwd(*k, {2, 16, big_seq, big_seq, 128, causal, 0.0f},
-                                             DType::BF16, big));
+        if (!supports_shape(*k, DType::BF16, 128)) continue;
+        AttentionShape s = big_shape;
+        s.causal = causal;
+        rows.push_back(fa::run_attention_fwd(*k, s, DType::BF16, big));
       }
     fa::print_table(std::cout, "07: bf16 D=128 at B=2, H=16, N=" + std::to_string(big_seq), rows);
     all.insert(all.end(), rows.begin(), rows.end());

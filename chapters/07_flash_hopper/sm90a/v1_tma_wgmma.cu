@@ -43,7 +43,11 @@
 // 4 * 64 * 128 * 128 FLOPs of MMA but 64 * 128 exponentials, i.e. the exponentials take about
 // half the time the MMAs do), then P V. And the TMA issue sits in the same warps' instruction
 // stream. v2 gives the loads to a producer warpgroup and uses two consumer warpgroups.
-// Measured: not yet run on a GPU.
+// Measured (NVIDIA H100 80GB HBM3, 2026-11-23, fa_bench bf16 at N = 8192, B = 2, H = 2048/D;
+// notes/measured/h100-2026-11-23/bench_ch07.log): D 128: 404.4 TFLOP/s (causal 396.5); D 64:
+// 439.2 (causal 423.0). 05/v3 on the same run: 274.0 and 277.3.
+//
+// EXERCISE-KERNELS: 07/v1_tma_wgmma
 #include <cuda.h>
 
 #include "ch07_common.cuh"
@@ -129,7 +133,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   hopper::mbar_wait(q_full, 0);
   for (int j = 0; j < n_tiles; ++j) {
     const int s = j % kStages;
+    // EXERCISE(kv-ring-parity): wait until stage s holds K and V of tile j: hopper::mbar_wait(&kv_full[s], parity). Stage s is filled for tiles s, s + kStages, s + 2 kStages, ...; each fill completes one phase of its mbarrier, and the wait names the parity (0, 1, 0, 1, ...) of the phase it waits for. A wrong parity returns at once (a race: S from a tile still in flight) or never (a hang)
     hopper::mbar_wait(&kv_full[s], (j / kStages) & 1);
+    // EXERCISE-END
 
     // ---- S = Q K_j^T: 64 x Bc, D / 16 k-steps, both operands K-major in shared memory.
     float sc[Tl::kSAcc];
@@ -147,9 +153,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (j >= n_unmasked) mask_tile(sc, int64_t(j) * kBc, last_key, q);
     float alpha[2];
     online_softmax(sc, m, l, c, alpha);
+    // EXERCISE(rescale-and-pack-p): (1) O was summed against the old row max: multiply this thread's O accumulators by alpha of their row; in the wgmma accumulator fragment o[i] belongs to row g (alpha[0]) when i % 4 < 2 and to row g + 8 (alpha[1]) otherwise. (2) Turn P (fp32, in sc) into the register A fragments of O += P V without moving a value between threads: slice k (keys 16k .. 16k+15, k < Tl::kPSlices) needs pf[k][0] = row g, keys 16k+2q, +1; pf[k][1] = row g+8, the same keys; pf[k][2] = row g, keys 16k+8+2q, +1; pf[k][3] = row g+8, those keys; sc[4j .. 4j+3] hold rows g, g, g+8, g+8 at keys 8j+2q, 8j+2q+1. Pack two values with mma::pack2<T>(lower key, higher key)
     rescale(o, alpha);
     uint32_t pf[Tl::kPSlices][4];
     pack_p<T>(sc, pf);
+    // EXERCISE-PLACEHOLDER
+    // uint32_t pf[Tl::kPSlices][4] = {};  // stand-in: P = 0 and O never rescaled
+    // EXERCISE-END
 
     // ---- O += P V_j: Bc / 16 k-steps, P from registers, V MN-major in shared memory.
     hopper::fence_registers(o);

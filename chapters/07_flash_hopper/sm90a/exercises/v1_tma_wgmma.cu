@@ -1,0 +1,251 @@
+// GENERATED from chapters/07_flash_hopper/sm90a/v1_tma_wgmma.cu by fa_make_exercise: this is the exercise.
+// Fill in every TODO(exercise) block; the tests and benchmarks run your version when the
+// project is configured with -DFA_BUILD_EXERCISES=ON (preset "exercises").
+// 07/v1_tma_wgmma: the smallest FlashAttention forward built from Hopper's own instructions
+// (sm_90a: H100, H200). The algorithm is chapter 05's (tiles of Q, K, V, online softmax, P kept in
+// registers); what changed vs 05/v3 is how the tensor cores are fed.
+//
+// What changed vs 05/v3, and why it pays
+//   05/v3 runs on mma.sync, the Ampere instruction: a warp multiplies 16 x 8 x 16 at a time and
+//   every operand passes through registers (ldmatrix from shared memory first). On an H100 that
+//   path reaches about half of the tensor cores' rate (chapter 03 measured it for GEMM: v5 stalls
+//   near 260 TFLOP/s, v6 with wgmma reaches 700). Two Hopper instructions remove the detour:
+//   * wgmma: four warps (a warpgroup) issue one asynchronous 64 x N x 16 MMA that reads B (and
+//     optionally A) straight from shared memory through a 64-bit descriptor. S = Q K^T reads both
+//     Q and K from shared memory (K-major: a row of K is a column of K^T); O += P V takes P from
+//     registers (the register-A form) and V from shared memory MN-major (V's rows are k, its
+//     columns n: the "transposed B" bit).
+//   * TMA: one thread asks the copy engine for a whole box of Q, K or V; it lands in the 128-byte
+//     swizzled layout wgmma reads without bank conflicts, zero-filled past the end of a head, and
+//     the bytes are counted on an mbarrier. No thread computes an address or a predicate for it.
+//
+// Map of the kernel
+//   block       one warpgroup (128 threads), Br = 64 query rows of one (batch, head); grid =
+//               q tiles x batch*heads on blockIdx.x (no 65535 limit), last q tile first
+//   tiles       Bc = 128 keys for D = 64 and 128, 64 for D = 256 (register budget: ch07_common.cuh)
+//   pipeline    K and V tiles in a 2-stage ring: tile j+2 is requested (by thread 0) as soon as
+//               the whole warpgroup is done with tile j; the copy of j+1 overlaps the math of j.
+//               One mbarrier per stage counts the K and V bytes.
+//   per tile    S = Q K^T (D/16 wgmma m64nBc k16, wait), mask (diagonal and ragged tiles only),
+//               online softmax in registers (m, l per row, exp2 with the scale in the FMA as in
+//               05/v3), O *= alpha, P -> bf16/fp16 A fragments, O += P V (Bc/16 wgmma m64nDk16,
+//               wait)
+//   registers   S: Bc/2 fp32 per thread, O: D/2, P: Bc/4 (see ch07_common.cuh for the table)
+//   smem        Q 64 x D + 2 stages x (K + V) Bc x D, 16-bit, + 1 KiB alignment:
+//               D 64: 72 KiB, D 128: 144 KiB, D 256: 160 KiB
+//   ragged      TMA zero-fills rows past seq_q / seq_k; keys past seq_k are masked to -inf; O and
+//               L stores are predicated on the row. Causal: tiles above the diagonal are never
+//               loaded (ch07_tiles.h), the diagonal tiles are masked, rows that see no key get
+//               O = 0 and L = -inf.
+//   fallback    pointers TMA cannot take (not 16-byte aligned), seq_k = 0 or sizes near 2^31 run
+//               05/v3 through the registry (which takes D <= 128).
+//
+// Why it is not yet fast (the next rungs): the tensor cores sit idle during the softmax, because
+// one warpgroup does everything in sequence: wait for S, exponentiate (MUFU: 16 ex2 per clock
+// per SM against ~1000 dense 16-bit FLOPs per clock per SM for wgmma: for D = 128 a tile costs
+// 4 * 64 * 128 * 128 FLOPs of MMA but 64 * 128 exponentials, i.e. the exponentials take about
+// half the time the MMAs do), then P V. And the TMA issue sits in the same warps' instruction
+// stream. v2 gives the loads to a producer warpgroup and uses two consumer warpgroups.
+// Measured (NVIDIA H100 80GB HBM3, 2026-11-23, fa_bench bf16 at N = 8192, B = 2, H = 2048/D;
+// notes/measured/h100-2026-11-23/bench_ch07.log): D 128: 404.4 TFLOP/s (causal 396.5); D 64:
+// 439.2 (causal 423.0). 05/v3 on the same run: 274.0 and 277.3.
+//
+// EXERCISE-KERNELS: 07/v1_tma_wgmma
+#include <cuda.h>
+
+#include "ch07_common.cuh"
+#include "gpu.h"
+
+namespace fa::ch07 {
+namespace {
+
+constexpr int kThreads = 128;  // one warpgroup
+constexpr int kBr = kRowsPerWarpgroup;
+constexpr int kStages = 2;
+
+template <int D>
+struct V1Smem {
+  static constexpr int kQBytes = kBr * D * 2;
+  static constexpr int kKVBytes = Tiles<D>::kKVBytes;
+  static constexpr int kKOffset = kQBytes;                       // K stage s at + s * kKVBytes
+  static constexpr int kVOffset = kQBytes + kStages * kKVBytes;  // V stage s at + s * kKVBytes
+  static constexpr int kBarOffset = kVOffset + kStages * kKVBytes;
+  static constexpr int kBytes = kBarOffset + (1 + kStages) * 8 + kAtomBytes;  // + alignment
+  static_assert(kQBytes % kAtomBytes == 0 && kKVBytes % kAtomBytes == 0, "atoms stay aligned");
+};
+
+template <class T, int D>
+__global__ void __launch_bounds__(kThreads, 1)
+    flash_fwd_v1_kernel(const __grid_constant__ CUtensorMap tm_q,
+                        const __grid_constant__ CUtensorMap tm_k,
+                        const __grid_constant__ CUtensorMap tm_v, const Params p) {
+  using Tl = Tiles<D>;
+  using Sm = V1Smem<D>;
+  constexpr int kBc = Tl::kBc;
+  extern __shared__ unsigned char smem_raw[];
+  // The 128-byte swizzle repeats every 1024 bytes and the descriptors assume atoms start there.
+  const uint32_t raw = mma::smem_addr(smem_raw);
+  unsigned char* smem = smem_raw + ((kAtomBytes - raw % kAtomBytes) % kAtomBytes);
+  unsigned char* sQ = smem;
+  auto sK = [&](int s) { return smem + Sm::kKOffset + s * Sm::kKVBytes; };
+  auto sV = [&](int s) { return smem + Sm::kVOffset + s * Sm::kKVBytes; };
+  uint64_t* q_full = reinterpret_cast<uint64_t*>(smem + Sm::kBarOffset);
+  uint64_t* kv_full = q_full + 1;  // one per stage: K and V bytes of the tile have landed
+
+  const int t = threadIdx.x, q = t % 4;
+  const int64_t bh = blockIdx.x / p.num_q_tiles;
+  const int q_tile = p.num_q_tiles - 1 - int(blockIdx.x % p.num_q_tiles);
+  const int64_t q0 = int64_t(q_tile) * kBr;
+  const KvTiles range = kv_tiles(q0, kBr, p.seq_q, p.seq_k, kBc, p.causal);
+  const int n_tiles = int(range.visit), n_unmasked = int(range.unmasked);
+
+  // Thread 0 asks TMA for K and V tile j into stage j % kStages: D / 64 boxes of Bc rows each.
+  auto request_kv = [&](int j) {
+    const int s = j % kStages;
+    hopper::mbar_arrive_expect_tx(&kv_full[s], 2 * Sm::kKVBytes);
+    for (int c = 0; c < Tl::kStrips; ++c) {
+      hopper::tma_load_3d(sK(s) + c * kBc * 128, &tm_k, &kv_full[s], c * kSwizzleCols, j * kBc,
+                          int(bh));
+      hopper::tma_load_3d(sV(s) + c * kBc * 128, &tm_v, &kv_full[s], c * kSwizzleCols, j * kBc,
+                          int(bh));
+    }
+  };
+
+  if (t == 0) {
+    hopper::mbar_init(q_full, 1);
+    for (int s = 0; s < kStages; ++s) hopper::mbar_init(&kv_full[s], 1);
+    hopper::mbar_fence_init();
+    hopper::mbar_arrive_expect_tx(q_full, Sm::kQBytes);
+    for (int c = 0; c < Tl::kStrips; ++c)
+      hopper::tma_load_3d(sQ + c * kBr * 128, &tm_q, q_full, c * kSwizzleCols, int(q0), int(bh));
+    for (int j = 0; j < kStages && j < n_tiles; ++j) request_kv(j);
+  }
+  __syncthreads();  // the barriers are initialised before anyone waits on them
+
+  // This thread's two rows and the last key each may see.
+  const int64_t row0 = q0 + 16 * (t / 32) + (t % 32) / 4;
+  const int64_t last_key[2] = {last_visible_key(row0, p.seq_q, p.seq_k, p.causal),
+                               last_visible_key(row0 + 8, p.seq_q, p.seq_k, p.causal)};
+  const float c = fabsf(p.scale_log2);
+
+  float o[Tl::kOAcc];
+#pragma unroll
+  for (int i = 0; i < Tl::kOAcc; ++i) o[i] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+
+  hopper::mbar_wait(q_full, 0);
+  for (int j = 0; j < n_tiles; ++j) {
+    const int s = j % kStages;
+    // TODO(exercise kv-ring-parity): wait until stage s holds K and V of tile j: hopper::mbar_wait(&kv_full[s], parity). Stage s is filled for tiles s, s + kStages, s + 2 kStages, ...; each fill completes one phase of its mbarrier, and the wait names the parity (0, 1, 0, 1, ...) of the phase it waits for. A wrong parity returns at once (a race: S from a tile still in flight) or never (a hang)
+
+    // ---- S = Q K_j^T: 64 x Bc, D / 16 k-steps, both operands K-major in shared memory.
+    float sc[Tl::kSAcc];
+    hopper::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+      hopper::wgmma_ss<kBc, T, 0>(sc, desc_k_major<kBr>(sQ, kk), desc_k_major<kBc>(sK(s), kk),
+                                  kk > 0);
+    hopper::wgmma_commit();
+    hopper::wgmma_wait<0>();
+    hopper::fence_registers(sc);
+
+    // ---- Softmax in registers.
+    negate_if(sc, p.scale_log2 < 0.0f);
+    if (j >= n_unmasked) mask_tile(sc, int64_t(j) * kBc, last_key, q);
+    float alpha[2];
+    online_softmax(sc, m, l, c, alpha);
+    // TODO(exercise rescale-and-pack-p): (1) O was summed against the old row max: multiply this thread's O accumulators by alpha of their row; in the wgmma accumulator fragment o[i] belongs to row g (alpha[0]) when i % 4 < 2 and to row g + 8 (alpha[1]) otherwise. (2) Turn P (fp32, in sc) into the register A fragments of O += P V without moving a value between threads: slice k (keys 16k .. 16k+15, k < Tl::kPSlices) needs pf[k][0] = row g, keys 16k+2q, +1; pf[k][1] = row g+8, the same keys; pf[k][2] = row g, keys 16k+8+2q, +1; pf[k][3] = row g+8, those keys; sc[4j .. 4j+3] hold rows g, g, g+8, g+8 at keys 8j+2q, 8j+2q+1. Pack two values with mma::pack2<T>(lower key, higher key)
+    uint32_t pf[Tl::kPSlices][4] = {};  // stand-in: P = 0 and O never rescaled
+
+    // ---- O += P V_j: Bc / 16 k-steps, P from registers, V MN-major in shared memory.
+    hopper::fence_registers(o);
+    hopper::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < Tl::kPSlices; ++kk)
+      hopper::wgmma_rs<D, T, 1>(o, pf[kk], desc_v<D>(sV(s), kk), 1);
+    hopper::wgmma_commit();
+    hopper::wgmma_wait<0>();
+    hopper::fence_registers(o);
+#pragma unroll
+    for (int kk = 0; kk < Tl::kPSlices; ++kk) hopper::fence_registers(pf[kk]);
+
+    // ---- Stage s is free once every warp's wgmmas on it are done: refill it with tile j + 2.
+    __syncthreads();
+    if (t == 0 && j + kStages < n_tiles) request_kv(j + kStages);
+  }
+
+  store_o_l<T, D>(o, m, l, c, static_cast<T*>(p.o) + bh * p.seq_q * D, p.lse + bh * p.seq_q, q0,
+                  p.seq_q, t);
+}
+
+template <class T, int D>
+void set_smem_limit() {
+  static const bool done = [] {
+    FA_CUDA_CHECK(cudaFuncSetAttribute(
+        flash_fwd_v1_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, V1Smem<D>::kBytes));
+    return true;
+  }();
+  (void)done;
+}
+
+template <class T, int D>
+void launch(const AttentionFwdArgs& a, cudaStream_t stream) {
+  const AttentionShape& s = a.shape;
+  const int64_t num_q_tiles = (s.seq_q + kBr - 1) / kBr;
+  const int64_t blocks = num_q_tiles * s.bh();
+  FA_UNSUPPORTED_IF(blocks > INT_MAX, "07/v1_tma_wgmma: more than 2^31-1 thread blocks");
+  set_smem_limit<T, D>();
+  const CUtensorMap tm_q = make_tmap(a.q, s.bh(), s.seq_q, D, kBr, a.dtype);
+  const CUtensorMap tm_k = make_tmap(a.k, s.bh(), s.seq_k, D, Tiles<D>::kBc, a.dtype);
+  const CUtensorMap tm_v = make_tmap(a.v, s.bh(), s.seq_k, D, Tiles<D>::kBc, a.dtype);
+  flash_fwd_v1_kernel<T, D><<<unsigned(blocks), kThreads, V1Smem<D>::kBytes, stream>>>(
+      tm_q, tm_k, tm_v, make_params(a, int(num_q_tiles)));
+  FA_CHECK_LAUNCH();
+}
+
+template <class T>
+void dispatch_head_dim(const AttentionFwdArgs& a, cudaStream_t stream) {
+  switch (a.shape.head_dim) {
+    case 64:
+      return launch<T, 64>(a, stream);
+    case 128:
+      return launch<T, 128>(a, stream);
+    case 256:
+      return launch<T, 256>(a, stream);
+    default:
+      FA_UNSUPPORTED_IF(true, "07/v1_tma_wgmma: head_dim " + std::to_string(a.shape.head_dim) +
+                                  " not instantiated (64, 128, 256)");
+  }
+}
+
+void attention_fwd_v1(const AttentionFwdArgs& a, cudaStream_t stream) {
+  FA_REQUIRE(a.shape.seq_q >= 0 && a.shape.seq_k >= 0 && a.shape.bh() >= 0, "negative size");
+  FA_UNSUPPORTED_IF(a.dtype != DType::BF16 && a.dtype != DType::F16,
+                    "07/v1_tma_wgmma takes bf16 and fp16 only");
+  FA_UNSUPPORTED_IF(gpu_info().sm != 90,
+                    "07/v1_tma_wgmma uses sm_90a instructions (wgmma, TMA): it runs on compute "
+                    "capability 9.0 (H100, H200) only");
+  if (a.shape.seq_q == 0 || a.shape.bh() == 0) return;  // nothing to write
+  if (!tma_can_load(a)) return run_fallback(a, stream);
+  if (a.dtype == DType::BF16)
+    dispatch_head_dim<__nv_bfloat16>(a, stream);
+  else
+    dispatch_head_dim<__half>(a, stream);
+}
+
+}  // namespace
+
+FA_REGISTER(AttentionFwdKernel,
+            {"07/v1_tma_wgmma",
+             attention_fwd_v1,
+             "Hopper: TMA loads (128B swizzle) + wgmma, one warpgroup, Br=64, 2-stage K/V ring, P "
+             "from registers",
+             {DType::BF16, DType::F16},
+             {64, 128, 256},
+             90});
+
+}  // namespace fa::ch07
+
+// Registered so that a failing test names this file (see common/exercise.h).
+#include "registry.h"
+FA_REGISTER(Exercise, {"chapters/07_flash_hopper/sm90a/exercises/v1_tma_wgmma.cu", {"07/v1_tma_wgmma"}, 2});
