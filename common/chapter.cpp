@@ -32,7 +32,6 @@ const std::vector<PrintedCommand>& printed_commands() {
       {"ch05.help", "ch05_flash_forward", "--seq_q=4096 --head_dim=128 --dtype=bf16 --causal"},
       {"ch06.help", "ch06_flash_backward", "--seq_q=4096 --head_dim=128 --dtype=bf16"},
       {"ch07.help", "ch07_flash_hopper", "--seq_q=4096 --head_dim=64 --causal"},
-      {"ch07.help", "ch07_flash_hopper", "--seq_q=4096 --head_dim=64 --causal"},
       {"ch08.help", "ch08_decoding",
        "--batch=8 --heads=32 --heads_kv=8 --seq_q=1 --seq_k=32768 --head_dim=128 --causal"},
       {"tour.help", "tour", "01 05"},
