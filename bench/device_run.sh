@@ -5,7 +5,8 @@
 #   bash bench/device_run.sh build test          # first call
 #   bash bench/device_run.sh tour bench sdpa     # second call, while the machine is warm
 #
-# Stages: build, test, testlong, tour, bench, benchquick, sdpa, memdemo, sanitize, mystery, ch07.
+# Stages: build, test, testlong, tour, bench, benchquick, sdpa, memdemo, sanitize, mystery, ch07,
+# python.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}
@@ -99,6 +100,17 @@ for stage in "$@"; do
       "$BUILD/bin/fa_bench" --benchmark_filter='attn_fwd/(05/v3|07/).*bf16.*' --benchmark_format=console \
         --benchmark_out="$OUT/bench_ch07.json" --benchmark_out_format=json > "$OUT/bench_ch07.log" 2>&1
       log "ch07 fa_bench rc=$?"; grep -E "attn_fwd" "$OUT/bench_ch07.log" | head -60
+      ;;
+    python)
+      # The PyTorch package (README "From PyTorch"), after `build`: the pytest suite (every
+      # registered kernel through libfa_python.so against float64 on ragged shapes, gradcheck of
+      # the fp32 kernels, a training run against SDPA, the README's python lines including the
+      # example's timing table). Writes python_tests.log, training_loss.png and .csv, and
+      # bench_attention.csv (my_attention | ours | SDPA) to $OUT.
+      log "python: pytest python/tests"
+      FA_LIBRARY="$PWD/$BUILD/lib/libfa_python.so" FA_PYTHON_OUT="$OUT" PYTHONPATH=python \
+        python3 -m pytest -s -rs -p no:cacheprovider python/tests > "$OUT/python_tests.log" 2>&1
+      log "python pytest rc=$?"; tail -40 "$OUT/python_tests.log"
       ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac

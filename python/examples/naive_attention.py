@@ -7,15 +7,18 @@ my_attention is the textbook computation: S = scale * Q K^T, the bottom-right ca
 O = P V. It materialises S (Nq x Nk per head), which FlashAttention never does. Replace its body
 with your own (a Triton kernel, another library) and rerun: check_attention compares it with
 float64 on the repository's ragged shapes, forward and gradients, with the tolerance rule of
-notes/conventions.md; bench_attention times it next to our kernel and PyTorch's SDPA.
+notes/conventions.md; bench_attention times it next to our kernel and PyTorch's SDPA (and, with
+FA_PYTHON_OUT set, writes the table to $FA_PYTHON_OUT/bench_attention.csv).
 """
 import argparse
 import math
+import os
 import sys
 
 import torch
 
 import flash_from_scratch as fa
+from flash_from_scratch.bench import write_csv
 
 
 def my_attention(q, k, v, causal=False, scale=None):
@@ -45,8 +48,13 @@ def main():
     fa.check_attention(my_attention, dtypes=(dtype,))
     print("my_attention: every check passed")
     if not args.no_bench:
-        fa.bench_attention(my_attention, dtype=dtype, name="my_attention",
-                           shapes=[(4, 16, 1024, 1024, 64), (1, 16, 4096, 4096, 128)])
+        rows = fa.bench_attention(my_attention, dtype=dtype, name="my_attention",
+                                  shapes=[(4, 16, 1024, 1024, 64), (1, 16, 4096, 4096, 128)])
+        out = os.environ.get("FA_PYTHON_OUT")  # bench/device_run.sh keeps the table
+        if out:
+            os.makedirs(out, exist_ok=True)
+            labels = [key for key in rows[0] if key not in ("shape", "causal", "dtype", "errors")]
+            write_csv(rows, labels, os.path.join(out, "bench_attention.csv"))
     return 0
 
 

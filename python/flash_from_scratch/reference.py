@@ -62,12 +62,17 @@ def reference_attention(q, k, v, causal=False, scale=None):
 @contextlib.contextmanager
 def exact_fp32_matmul():
     """fp32 matmuls in fp32 (no TF32) inside the block, restored after."""
-    old = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = False
+    matmul = torch.backends.cuda.matmul
+    try:
+        old = matmul.allow_tf32
+        matmul.allow_tf32 = False
+    except (AttributeError, RuntimeError):  # a newer torch that only takes fp32_precision
+        old = None
     try:
         yield
     finally:
-        torch.backends.cuda.matmul.allow_tf32 = old
+        if old is not None:
+            matmul.allow_tf32 = old
 
 
 def naive_attention_lowp(q, k, v, dout=None, causal=False, scale=None):

@@ -41,6 +41,7 @@ def test_shell_line_runs(line):
     r = subprocess.run(["/bin/sh", "-c", line], cwd=REPO_ROOT, capture_output=True, text=True,
                        timeout=600)
     assert r.returncode == 0, "%s\n%s\n%s" % (line, r.stdout[-3000:], r.stderr[-3000:])
+    print("\n$ %s\n%s" % (line, r.stdout))  # shown with pytest -s (bench/device_run.sh python)
 
 
 def test_python_block_runs():
