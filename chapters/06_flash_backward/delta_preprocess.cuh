@@ -1,7 +1,7 @@
 // delta_preprocess.cuh: the kernel of D_i = rowsum(dO_i o O_i) and its launcher, in a header so
 // that every CUDA module that needs it compiles its own copy: chapter 06's delta_preprocess.cu
 // (which defines launch_delta_preprocess, ch06_preprocess.h) and chapter 07's sm_90a backward,
-// whose program links chapter 07's objects only. Everything here is in an anonymous namespace:
+// whose program does not link chapter 06's objects. Everything here is in an anonymous namespace:
 // each including .cu file gets private symbols, and no module uses a kernel compiled in another.
 //
 // What it is for: the softmax Jacobian turns dP into dS = P o (dP - D), where D_i = rowsum(P_i o

@@ -6,7 +6,7 @@
 //   * the store of a 64 x D accumulator (dK, dV, dQ) with predicated rows;
 //   * host side: which shapes TMA can take, the fallback, and the D = rowsum(dO o O) preprocess
 //     (chapter 06's kernel, compiled into this module from its header: the chapter 07 program
-//     links chapter 07's objects only, so it cannot call chapter 06's copy).
+//     does not link chapter 06's objects, so it cannot call chapter 06's copy).
 // Included by the sm_90a backward files only.
 #pragma once
 #include "../06_flash_backward/delta_preprocess.cuh"
