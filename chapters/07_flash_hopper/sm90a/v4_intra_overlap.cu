@@ -59,8 +59,8 @@ constexpr int kConsumers = 2;                           // warpgroups that compu
 constexpr int kThreads = 128 * (1 + kConsumers);        // + the producer warpgroup
 constexpr int kBr = kConsumers * kRowsPerWarpgroup;     // 128 query rows per block
 constexpr int kProducerRegs = 24, kConsumerRegs = 240;  // 24 + 2 x 240 = 3 x 168
-constexpr int kTurnBar = 1;                             // named barriers 1, 2: consumer 0's, 1's turn
-constexpr int kTurnThreads = 2 * 128;                   // the giver's arrive + the taker's sync
+constexpr int kTurnBar = 1;            // named barriers 1, 2: consumer 0's, 1's turn
+constexpr int kTurnThreads = 2 * 128;  // the giver's arrive + the taker's sync
 template <int D>
 constexpr int stages() {
   return D == 64 ? 4 : 2;
@@ -96,9 +96,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto sK = [&](int s) { return smem + Sm::kKOffset + s * Sm::kKVBytes; };
   auto sV = [&](int s) { return smem + Sm::kVOffset + s * Sm::kKVBytes; };
   uint64_t* q_full = reinterpret_cast<uint64_t*>(smem + Sm::kBarOffset);
-  uint64_t* full_k = q_full + 1;         // per stage: the K tile has landed
-  uint64_t* full_v = full_k + kStages;   // per stage: the V tile has landed
-  uint64_t* empty_k = full_v + kStages;  // per stage: both consumers are done reading K
+  uint64_t* full_k = q_full + 1;          // per stage: the K tile has landed
+  uint64_t* full_v = full_k + kStages;    // per stage: the V tile has landed
+  uint64_t* empty_k = full_v + kStages;   // per stage: both consumers are done reading K
   uint64_t* empty_v = empty_k + kStages;  // per stage: both consumers are done reading V
 
   const int warpgroup = threadIdx.x / 128, t = threadIdx.x % 128, q = t % 4;
@@ -111,7 +111,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (threadIdx.x == 0) {
     hopper::mbar_init(q_full, 1);
     for (int s = 0; s < kStages; ++s) {
-      hopper::mbar_init(&full_k[s], 1);                  // the producer's expect_tx arrival
+      hopper::mbar_init(&full_k[s], 1);  // the producer's expect_tx arrival
       hopper::mbar_init(&full_v[s], 1);
       hopper::mbar_init(&empty_k[s], 128 * kConsumers);  // every consumer thread, once per use
       hopper::mbar_init(&empty_v[s], 128 * kConsumers);
@@ -273,8 +273,7 @@ void dispatch_head_dim(const AttentionFwdArgs& a, cudaStream_t stream) {
     case 256:
       return launch<T, 256>(a, stream);
     default:
-      FA_UNSUPPORTED_IF(true, "07/v4_intra_overlap: head_dim " +
-                                  std::to_string(a.shape.head_dim) +
+      FA_UNSUPPORTED_IF(true, "07/v4_intra_overlap: head_dim " + std::to_string(a.shape.head_dim) +
                                   " not instantiated (64, 128, 256)");
   }
 }
@@ -283,10 +282,9 @@ void attention_fwd_v4(const AttentionFwdArgs& a, cudaStream_t stream) {
   FA_REQUIRE(a.shape.seq_q >= 0 && a.shape.seq_k >= 0 && a.shape.bh() >= 0, "negative size");
   FA_UNSUPPORTED_IF(a.dtype != DType::BF16 && a.dtype != DType::F16,
                     "07/v4_intra_overlap takes bf16 and fp16 only");
-  FA_UNSUPPORTED_IF(
-      gpu_info().sm != 90,
-      "07/v4_intra_overlap uses sm_90a instructions (wgmma, TMA): it runs on compute "
-      "capability 9.0 (H100, H200) only");
+  FA_UNSUPPORTED_IF(gpu_info().sm != 90,
+                    "07/v4_intra_overlap uses sm_90a instructions (wgmma, TMA): it runs on compute "
+                    "capability 9.0 (H100, H200) only");
   if (a.shape.seq_q == 0 || a.shape.bh() == 0) return;  // nothing to write
   if (!tma_can_load(a)) return run_fallback(a, stream);
   if (a.dtype == DType::BF16)
