@@ -35,9 +35,10 @@ struct SplitPlan {
 };
 
 // The plan for `s`: key_tile keys are loaded per step; `resident_blocks` is how many blocks of the
-// kernel the GPU holds at once (SMs x blocks per SM). Splits are added until the grid fills one
-// wave of resident blocks, and to no more than seq_k / (4 key tiles) splits (each split also costs
-// a partial write and a merge). Splits are whole key tiles, and none is empty.
+// kernel the GPU holds at once (SMs x blocks per SM). The split count makes the grid fill whole
+// waves of resident blocks (the fewest splits within 5% of the best waves x keys-per-block), and
+// stays at most seq_k / (4 key tiles) (each split also costs a partial write and a merge). Splits
+// are whole key tiles, and none is empty.
 SplitPlan plan_split_kv(const AttentionShape& s, int64_t key_tile, int64_t resident_blocks);
 
 // One query row's partial state over keys [k0, k1): m (max of the scaled scores, -inf when the

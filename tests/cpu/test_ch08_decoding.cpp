@@ -193,15 +193,18 @@ TEST(SplitKvPlan, FillsOneWaveWithWholeTilesAndNoEmptySplit) {
     EXPECT_LT((p.num_splits - 1) * p.split_len, s.seq_k);  // and no split empty
     EXPECT_EQ(p.blocks, p.base_blocks * p.num_splits);
     if (p.num_splits > 1) {
-      EXPECT_LE(p.blocks, resident);     // one wave
       EXPECT_GE(p.split_len, 2 * tile);  // 4 tiles, less the rounding to whole tiles
+      EXPECT_LE(p.num_splits, fa::ceil_div(s.seq_k, 4 * tile));
     }
   }
-  // The decode shapes of the benchmark keep every SM busy.
-  EXPECT_GE(fa::ch08::plan_split_kv({1, 16, 1, 131072, 128, false, 0.0f, 0}, tile, resident).blocks,
-            resident / 2);
-  EXPECT_GE(fa::ch08::plan_split_kv({8, 32, 1, 32768, 128, false, 0.0f, 8}, tile, resident).blocks,
-            resident / 2);
+  // The decode shapes of the benchmark fill at least 90% of the waves they run.
+  for (AttentionShape s : {AttentionShape{8, 32, 1, 32768, 128, false, 0.0f, 0},
+                           AttentionShape{8, 32, 1, 32768, 128, false, 0.0f, 8},
+                           AttentionShape{1, 16, 1, 131072, 128, false, 0.0f, 0}}) {
+    const fa::ch08::SplitPlan p = fa::ch08::plan_split_kv(s, tile, resident);
+    const int64_t waves = fa::ceil_div(p.blocks, resident);
+    EXPECT_GE(double(p.blocks), 0.9 * double(waves * resident)) << s.str();
+  }
 }
 
 }  // namespace

@@ -67,7 +67,7 @@ TEST_P(DecodingKernels, EveryDtype) {
         }
 }
 
-TEST_P(DecodingKernels, LongestCache131072) {
+TEST_P(DecodingKernels, Cache131072Keys) {
   FA_SKIP_WITHOUT_GPU(kernel().min_sm);
   const fa::DType t = kernel().dtypes.back();
   for (int64_t hkv : {int64_t(16), kernel().gqa ? int64_t(4) : int64_t(16)})
