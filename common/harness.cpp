@@ -84,6 +84,19 @@ std::string kernel_error_message(const Error& e, bool* unsupported) {
   return what;
 }
 
+std::string grouped_heads_refusal(const AttentionShape& s, bool takes_gqa) {
+  if (!s.valid_heads())
+    return "heads (" + std::to_string(s.heads) + ") must be a multiple of heads_kv (" +
+           std::to_string(s.heads_kv) + ")";
+  if (s.is_gqa() && !takes_gqa)
+    return "this kernel takes heads_kv == heads only (no grouped-query attention)";
+  return "";
+}
+
+double attention_fwd_min_bytes(const AttentionShape& s, DType t) {
+  return double(2 * s.q_numel() + 2 * s.k_numel()) * dtype_size(t) + double(s.lse_numel()) * 4.0;
+}
+
 const AttentionFwdKernel* best_forward_kernel(DType t, int d) {
   const AttentionFwdKernel* best = nullptr;
   for (const AttentionFwdKernel* k : entries_with_prefix<AttentionFwdKernel>("05/"))
@@ -140,6 +153,69 @@ DeviceBuffer make_input(DType t, int64_t n, uint64_t stream, const RunOptions& o
   DeviceBuffer b(n * dtype_size(t));
   fill_random_device(t, b.data(), n, derive_seed(opt.seed, stream), opt.input_mean, opt.input_std);
   return b;
+}
+
+// Attention inputs above this many elements (q, k, v and dO together) are drawn on the GPU even
+// for checked runs, and only the slices of the checked heads come back to the host: drawing
+// 2 x 10^9 values on the CPU (B 8, H 32, seq_k 32768, D 128) took minutes, the reference that
+// reads a few heads of them milliseconds. Below it, inputs are drawn on the host as always.
+constexpr int64_t kHostDrawLimit = int64_t(1) << 25;
+
+// The inputs of one attention run: on the device, and on the host what the CPU reference reads,
+// either the whole tensors (small problems) or the Q (and dO) slices of the checked heads and the
+// K/V slices of the K/V heads they read.
+struct AttentionInputs {
+  DeviceBuffer q, k, v, dout;
+  std::vector<float> hq, hk, hv, hdo;
+  bool sliced = false;
+
+  // The reference's view of the i-th checked head, whose index is bh.
+  HeadView view(const AttentionShape& s, size_t i, int64_t bh) const {
+    if (!sliced) return head_view(s, hq.data(), hk.data(), hv.data(), bh);
+    AttentionShape one = s;  // one head's slices, laid out as a B = H = 1 problem
+    one.batch = one.heads = 1;
+    one.heads_kv = 0;
+    return head_view(one, hq.data() + i * s.seq_q * s.head_dim,
+                     hk.data() + i * s.seq_k * s.head_dim, hv.data() + i * s.seq_k * s.head_dim, 0);
+  }
+  const float* dout_of(const AttentionShape& s, size_t i, int64_t bh) const {
+    return hdo.data() + (sliced ? int64_t(i) : bh) * s.seq_q * s.head_dim;
+  }
+};
+
+// Appends `count` elements, from element `offset` on, of a device tensor to `out`.
+void append_slice(DType t, const DeviceBuffer& b, int64_t offset, int64_t count,
+                  std::vector<float>& out) {
+  std::vector<uint8_t> bytes(count * dtype_size(t));
+  FA_CUDA_CHECK(cudaMemcpy(bytes.data(),
+                           static_cast<const char*>(b.data()) + offset * dtype_size(t),
+                           bytes.size(), cudaMemcpyDeviceToHost));
+  std::vector<float> v = decode(t, bytes.data(), count);
+  out.insert(out.end(), v.begin(), v.end());
+}
+
+AttentionInputs make_attention_inputs(const AttentionShape& s, DType t, const RunOptions& opt,
+                                      const std::vector<int64_t>& heads, bool with_dout) {
+  AttentionInputs in;
+  const int64_t total = 2 * s.k_numel() + s.q_numel() * (with_dout ? 2 : 1);
+  in.sliced = opt.check && total > kHostDrawLimit;
+  RunOptions on_device = opt;
+  if (in.sliced) on_device.check = false;  // make_input then fills on the GPU
+  in.q = make_input(t, s.q_numel(), 1, on_device, &in.hq);
+  in.k = make_input(t, s.k_numel(), 2, on_device, &in.hk);
+  in.v = make_input(t, s.k_numel(), 3, on_device, &in.hv);
+  if (with_dout) in.dout = make_input(t, s.q_numel(), 4, on_device, &in.hdo);
+  if (in.sliced) {
+    FA_CUDA_CHECK(cudaDeviceSynchronize());
+    const int64_t qh = s.seq_q * s.head_dim, kh = s.seq_k * s.head_dim;
+    for (int64_t bh : heads) {
+      append_slice(t, in.q, bh * qh, qh, in.hq);
+      append_slice(t, in.k, s.kv_index(bh) * kh, kh, in.hk);
+      append_slice(t, in.v, s.kv_index(bh) * kh, kh, in.hv);
+      if (with_dout) append_slice(t, in.dout, bh * qh, qh, in.hdo);
+    }
+  }
+  return in;
 }
 
 }  // namespace
@@ -340,19 +416,22 @@ RunResult run_attention_fwd(const AttentionFwdKernel& k, AttentionShape s, DType
   r.dtype = dtype_name(t);
   if (!gpu_ready(r, k.min_sm)) return r;
   r.message = missing_version(k.dtypes, k.head_dims, t, s.head_dim);
+  if (r.message.empty()) r.message = grouped_heads_refusal(s, k.gqa);
   if (!r.message.empty()) {
     r.status = Status::Unsupported;
     return r;
   }
-  std::vector<float> q, kk, v;
-  DeviceBuffer dq = make_input(t, s.q_numel(), 1, opt, &q),
-               dk = make_input(t, s.k_numel(), 2, opt, &kk),
-               dv = make_input(t, s.k_numel(), 3, opt, &v);
+  // What the check will compare, decided before drawing: big inputs bring back only these heads.
+  const std::vector<int64_t> rows = rows_to_check(s, kRefBudget);
+  const int64_t nrows = rows.empty() ? s.seq_q : int64_t(rows.size());
+  const double per_head = double(nrows) * s.seq_k * s.head_dim * (t == DType::F32 ? 2 : 3);
+  const std::vector<int64_t> heads = heads_to_check(s, opt.check_heads, per_head, kRefBudget);
+  AttentionInputs in = make_attention_inputs(s, t, opt, heads, false);
   DeviceBuffer dout(s.q_numel() * dtype_size(t)), dlse(s.lse_numel() * sizeof(float));
   AttentionFwdArgs a;
-  a.q = dq.data();
-  a.k = dk.data();
-  a.v = dv.data();
+  a.q = in.q.data();
+  a.k = in.k.data();
+  a.v = in.v.data();
   a.o = dout.data();
   a.lse = dlse.as<float>();
   a.shape = s;
@@ -366,14 +445,11 @@ RunResult run_attention_fwd(const AttentionFwdKernel& k, AttentionShape s, DType
       std::vector<float> o = to_host(t, dout, s.q_numel());
       std::vector<float> lse = to_host(DType::F32, dlse, s.lse_numel());
 
-      std::vector<int64_t> rows = rows_to_check(s, kRefBudget);
-      int64_t nrows = rows.empty() ? s.seq_q : int64_t(rows.size());
-      double per_head = double(nrows) * s.seq_k * s.head_dim * (t == DType::F32 ? 2 : 3);
-      std::vector<int64_t> heads = heads_to_check(s, opt.check_heads, per_head, kRefBudget);
       std::vector<double> refO, refL;
       std::vector<float> gotO, gotL, naiveO, naiveL;
-      for (int64_t bh : heads) {
-        HeadView h = head_view(s, q.data(), kk.data(), v.data(), bh);
+      for (size_t hi = 0; hi < heads.size(); ++hi) {
+        const int64_t bh = heads[hi];
+        HeadView h = in.view(s, hi, bh);
         std::vector<double> O(nrows * s.head_dim), L(nrows);
         attention_forward_ref_head(h, rows, O.data(), L.data());
         refO.insert(refO.end(), O.begin(), O.end());
@@ -423,6 +499,12 @@ RunResult run_attention_fwd(const AttentionFwdKernel& k, AttentionShape s, DType
       Timing tm = time_gpu([&](cudaStream_t st) { k.run(a, st); }, opt.timing);
       r.ms = tm.median_ms;
       r.tflops = s.fwd_flops() / (r.ms * 1e-3) / 1e12;
+      if (s.seq_q <= kDecodeSeqQ) {
+        // Decoding is memory-bound: GB/s of the minimal traffic, against the copy ceiling.
+        r.gbps = attention_fwd_min_bytes(s, t) / (r.ms * 1e-3) / 1e9;
+        r.pct = 100.0 * r.gbps / copy_bandwidth_gbps();
+        r.pct_of = "copy";
+      }
     }
   });
   return r;
@@ -437,6 +519,7 @@ RunResult run_attention_bwd(const AttentionBwdKernel& k, AttentionShape s, DType
   r.dtype = dtype_name(t);
   if (!gpu_ready(r, k.min_sm)) return r;
   r.message = missing_version(k.dtypes, k.head_dims, t, s.head_dim);
+  if (r.message.empty()) r.message = grouped_heads_refusal(s, false);  // no backward takes GQA
   if (!r.message.empty()) {
     r.status = Status::Unsupported;
     return r;
@@ -450,11 +533,10 @@ RunResult run_attention_bwd(const AttentionBwdKernel& k, AttentionShape s, DType
                 " D=" + std::to_string(s.head_dim);
     return r;
   }
-  std::vector<float> q, kk, v, dO;
-  DeviceBuffer dq = make_input(t, s.q_numel(), 1, opt, &q),
-               dk = make_input(t, s.k_numel(), 2, opt, &kk),
-               dv = make_input(t, s.k_numel(), 3, opt, &v),
-               ddO = make_input(t, s.q_numel(), 4, opt, &dO);
+  const double per_head = 6.0 * double(s.seq_q) * s.seq_k * s.head_dim * (t == DType::F32 ? 1 : 2);
+  const std::vector<int64_t> heads = heads_to_check(s, opt.check_heads, per_head, kRefBudget);
+  AttentionInputs in = make_attention_inputs(s, t, opt, heads, true);
+  DeviceBuffer &dq = in.q, &dk = in.k, &dv = in.v, &ddO = in.dout;
   DeviceBuffer dout(s.q_numel() * dtype_size(t)), dlse(s.lse_numel() * sizeof(float));
   DeviceBuffer gq(s.q_numel() * dtype_size(t)), gk(s.k_numel() * dtype_size(t)),
       gv(s.k_numel() * dtype_size(t)), gD(s.lse_numel() * sizeof(float)),
@@ -499,24 +581,22 @@ RunResult run_attention_bwd(const AttentionBwdKernel& k, AttentionShape s, DType
       std::vector<float> hq = to_host(t, gq, s.q_numel()), hk = to_host(t, gk, s.k_numel()),
                          hv = to_host(t, gv, s.k_numel()),
                          hD = to_host(DType::F32, gD, s.lse_numel());
-      double per_head = 6.0 * double(s.seq_q) * s.seq_k * s.head_dim * (t == DType::F32 ? 1 : 2);
-      std::vector<int64_t> heads = heads_to_check(s, opt.check_heads, per_head, kRefBudget);
       const int64_t qh = s.seq_q * s.head_dim, kh = s.seq_k * s.head_dim;
       std::vector<double> rq, rk, rv, rD;
       std::vector<float> xq, xk, xv, xD, nq, nk, nv, nD;
-      for (int64_t bh : heads) {
-        HeadView h = head_view(s, q.data(), kk.data(), v.data(), bh);
+      for (size_t hi = 0; hi < heads.size(); ++hi) {
+        const int64_t bh = heads[hi];
+        HeadView h = in.view(s, hi, bh);
+        const float* dO = in.dout_of(s, hi, bh);
         std::vector<double> a1(qh), a2(kh), a3(kh), a4(s.seq_q);
-        attention_backward_ref_head(h, dO.data() + bh * qh, a1.data(), a2.data(), a3.data(),
-                                    a4.data());
+        attention_backward_ref_head(h, dO, a1.data(), a2.data(), a3.data(), a4.data());
         rq.insert(rq.end(), a1.begin(), a1.end());
         rk.insert(rk.end(), a2.begin(), a2.end());
         rv.insert(rv.end(), a3.begin(), a3.end());
         rD.insert(rD.end(), a4.begin(), a4.end());
         if (t != DType::F32) {
           std::vector<float> b1(qh), b2(kh), b3(kh), b4(s.seq_q);
-          attention_backward_lowp_head(h, dO.data() + bh * qh, t, b1.data(), b2.data(), b3.data(),
-                                       b4.data());
+          attention_backward_lowp_head(h, dO, t, b1.data(), b2.data(), b3.data(), b4.data());
           nq.insert(nq.end(), b1.begin(), b1.end());
           nk.insert(nk.end(), b2.begin(), b2.end());
           nv.insert(nv.end(), b3.begin(), b3.end());

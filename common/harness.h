@@ -88,6 +88,17 @@ std::string kernel_error_message(const Error& e, bool* unsupported);
 // The most advanced forward kernel (last by name among "05/...") that takes dtype t and head dim d.
 const AttentionFwdKernel* best_forward_kernel(DType t, int d);
 
+// Grouped-query shapes (shapes.h): why a kernel cannot run `s` ("heads_kv must divide heads", or
+// "this kernel takes heads_kv == heads only" when !takes_gqa), "" when it can. Every kernel that
+// does not declare AttentionFwdKernel::gqa, and every backward, is refused on grouped shapes.
+std::string grouped_heads_refusal(const AttentionShape& s, bool takes_gqa);
+
+// Decoding: forward runs with seq_q <= kDecodeSeqQ are memory-bound, and the harness also reports
+// their GB/s (of attention_fwd_min_bytes: Q, K, V read once, O and L written once; K and V with
+// heads_kv heads) and the percentage of the measured copy bandwidth.
+constexpr int64_t kDecodeSeqQ = 16;
+double attention_fwd_min_bytes(const AttentionShape& s, DType t);
+
 // A table: kernel | shape | dtype | ms | TFLOP/s or GB/s | % of ceiling | max error | status.
 void print_table(std::ostream& os, const std::string& title, const std::vector<RunResult>& rows);
 // Prints the full report of every row that did not pass. Returns the number of failures.
