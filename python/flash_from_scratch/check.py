@@ -127,7 +127,8 @@ def _check_one(fn, b, h, nq, nk, d, dtype, causal, grads, scale, device, unsuppo
     except unsupported_error as e:
         row["status"], row["message"] = "UNSUPPORTED", str(e)
         return row
-    torch.cuda.synchronize()
+    if q.is_cuda:
+        torch.cuda.synchronize()
     q64, k64, v64 = (t.detach().double().requires_grad_(grads) for t in (q, k, v))
     ref_o, ref_l = reference_attention(q64, k64, v64, causal, scale)
     naive = (naive_attention_lowp(q.detach(), k.detach(), v.detach(), do if grads else None,
