@@ -492,6 +492,9 @@ void launch_dtype(const AttentionFwdArgs& a, cudaStream_t stream) {
 
 void split_kv_forward(const AttentionFwdArgs& a, cudaStream_t stream) {
   FA_UNSUPPORTED_IF(!a.shape.valid_heads(), "heads must be a multiple of heads_kv");
+  FA_UNSUPPORTED_IF(
+      !ch02::gpu::aligned16(a.k) || !ch02::gpu::aligned16(a.v),
+      "08/v1_split_kv loads K and V 16 bytes at a time: they must be 16-byte aligned");
   switch (a.dtype) {
     case DType::F32:
       return launch_dtype<float>(a, stream);
