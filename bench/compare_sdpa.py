@@ -9,7 +9,13 @@ Reads the Google Benchmark JSON written by fa_bench, e.g.
 (benchmark names look like "attn_fwd/05/v3_.../bf16/D128/full/N8192", counter "TFLOPs"), then
 times torch.nn.functional.scaled_dot_product_attention with the FlashAttention and cuDNN backends
 on the same shapes (the FlashAttention protocol: B = 16384/N, H = 2048/D, bf16), forward and
-backward, and prints one markdown table; a CSV and a PNG plot go to --out.
+backward, and prints one markdown table; a CSV and a PNG plot go to --out (the plot needs
+matplotlib; without it the table and the CSV are still written and the script says it skipped the
+plot).
+
+"ours" at a shape is the fastest of our kernels there; the table names that kernel in every row
+and gives its ratio to both backends. The CSV and the plot also keep each chapter's best (05, 06,
+07, ...): the plot draws one line per chapter, its legend naming the kernels behind it.
 
 Only square shapes (seq_q == seq_k) are compared: PyTorch's is_causal is aligned top-left, ours
 bottom-right, and the two agree only when seq_q == seq_k.
@@ -34,7 +40,8 @@ NAME_RE = re.compile(
 
 
 def parse_ours(path, include_baseline=False):
-    """{(family, dtype, D, causal, N): (best TFLOP/s, kernel name)} from a fa_bench JSON."""
+    """{(family, dtype, D, causal, N): {chapter: (best TFLOP/s, kernel name)}} from a fa_bench
+    JSON; the chapter is the kernel name's prefix ("05" for "05/v3_...")."""
     with open(path) as f:
         data = json.load(f)
     best = {}
@@ -49,9 +56,16 @@ def parse_ours(path, include_baseline=False):
         if tf is None:
             continue
         key = (m["family"], m["dtype"], int(m["d"]), m["mask"] == "causal", int(m["n"]))
-        if key not in best or tf > best[key][0]:
-            best[key] = (float(tf), kernel)
+        chapter = kernel.split("/")[0]
+        per_chapter = best.setdefault(key, {})
+        if chapter not in per_chapter or tf > per_chapter[chapter][0]:
+            per_chapter[chapter] = (float(tf), kernel)
     return best
+
+
+def best_of(per_chapter):
+    """(TFLOP/s, kernel) of the fastest chapter's best, or None."""
+    return max(per_chapter.values()) if per_chapter else None
 
 
 def attention_flops(b, h, n, d, causal, backward):
@@ -172,9 +186,11 @@ def main():
         for direction, fam in (("fwd", "attn_fwd"), ("bwd", "attn_bwd")):
             if direction == "bwd" and not has_bwd:
                 continue
-            mine = ours.get((fam, args.dtype, d, causal, n))
+            per_chapter = ours.get((fam, args.dtype, d, causal, n), {})
+            mine = best_of(per_chapter)
             row[f"ours_{direction}"] = mine[0] if mine else None
             row[f"ours_{direction}_kernel"] = mine[1] if mine else ""
+            row[f"chapters_{direction}"] = per_chapter  # {chapter: (TFLOP/s, kernel)}
             for name, backend in backends.items():
                 row[f"{name}_{direction}"] = time_sdpa(torch, timer, backend, b, h, n, d, causal,
                                                        dtype, direction == "bwd")
@@ -182,66 +198,114 @@ def main():
         print(f"  measured D{d} N{n} {'causal' if causal else 'full'}", file=sys.stderr)
 
     gpu = torch.cuda.get_device_name()
-    head = "| shape | ours fwd | flash fwd | cudnn fwd | ours/flash fwd |"
-    sep = "| --- | ---: | ---: | ---: | ---: |"
-    if has_bwd:
-        head += " ours bwd | flash bwd | cudnn bwd | ours/flash bwd |"
-        sep += " ---: | ---: | ---: | ---: |"
     print(f"\nTFLOP/s on {gpu}, {args.dtype}, B = 16384/N, H = 2048/D (PyTorch {torch.__version__})\n")
+    print_table(rows, has_bwd)
+    write_csv(rows, has_bwd, args.out)
+    plot(rows, has_bwd, args.out, f"attention {args.dtype} on {gpu}")
+
+
+def print_table(rows, has_bwd):
+    """The markdown table: per direction, our best with its kernel, the two backends, and our
+    ratio to each."""
+    directions = ["fwd", "bwd"] if has_bwd else ["fwd"]
+    head, sep = "| shape |", "| --- |"
+    for t in directions:
+        head += (f" ours {t} | kernel {t} | flash {t} | cudnn {t} | ours/flash {t} |"
+                 f" ours/cudnn {t} |")
+        sep += " ---: | --- | ---: | ---: | ---: | ---: |"
     print(head)
     print(sep)
     for r in rows:
-        line = (f"| D{r['D']} N{r['N']} {'causal' if r['causal'] else 'full'} | {fmt(r['ours_fwd'])} | "
-                f"{fmt(r['flash_fwd'])} | {fmt(r['cudnn_fwd'])} | {ratio(r['ours_fwd'], r['flash_fwd'])} |")
-        if has_bwd:
-            line += (f" {fmt(r.get('ours_bwd'))} | {fmt(r.get('flash_bwd'))} | {fmt(r.get('cudnn_bwd'))} | "
-                     f"{ratio(r.get('ours_bwd'), r.get('flash_bwd'))} |")
+        line = f"| D{r['D']} N{r['N']} {'causal' if r['causal'] else 'full'} |"
+        for t in directions:
+            o, fl, cu = r.get(f"ours_{t}"), r.get(f"flash_{t}"), r.get(f"cudnn_{t}")
+            kernel = r.get(f"ours_{t}_kernel") or "-"
+            line += (f" {fmt(o)} | `{kernel}` | {fmt(fl)} | {fmt(cu)} | {ratio(o, fl)} |"
+                     f" {ratio(o, cu)} |")
         print(line)
 
-    os.makedirs(args.out, exist_ok=True)
-    fields = ["D", "causal", "N", "B", "H", "ours_fwd", "ours_fwd_kernel", "flash_fwd", "cudnn_fwd"]
-    if has_bwd:
-        fields += ["ours_bwd", "ours_bwd_kernel", "flash_bwd", "cudnn_bwd"]
-    csv_path = os.path.join(args.out, "sdpa_compare.csv")
+
+def chapters_of(rows, direction):
+    """The chapters with a kernel in `direction`, in order ("05", "07")."""
+    return sorted({c for r in rows for c in r.get(f"chapters_{direction}", {})})
+
+
+def write_csv(rows, has_bwd, out):
+    directions = ["fwd", "bwd"] if has_bwd else ["fwd"]
+    fields = ["D", "causal", "N", "B", "H"]
+    for t in directions:
+        fields += [f"ours_{t}", f"ours_{t}_kernel", f"flash_{t}", f"cudnn_{t}",
+                   f"ours_over_flash_{t}", f"ours_over_cudnn_{t}"]
+        for c in chapters_of(rows, t):  # each chapter's best, e.g. ch05_fwd, ch05_fwd_kernel
+            fields += [f"ch{c}_{t}", f"ch{c}_{t}_kernel"]
+    os.makedirs(out, exist_ok=True)
+    csv_path = os.path.join(out, "sdpa_compare.csv")
     with open(csv_path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
         w.writeheader()
         for r in rows:
-            w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in fields})
+            flat = dict(r)
+            for t in directions:
+                o = r.get(f"ours_{t}")
+                flat[f"ours_over_flash_{t}"] = ratio(o, r.get(f"flash_{t}"))
+                flat[f"ours_over_cudnn_{t}"] = ratio(o, r.get(f"cudnn_{t}"))
+                for c, (tf, kernel) in r.get(f"chapters_{t}", {}).items():
+                    flat[f"ch{c}_{t}"], flat[f"ch{c}_{t}_kernel"] = tf, kernel
+            w.writerow({k: ("" if flat.get(k) is None or flat.get(k) == "-" else flat.get(k))
+                        for k in fields})
     print(f"\nwrote {csv_path}", file=sys.stderr)
 
+
+def plot(rows, has_bwd, out, title):
+    """One panel per (direction, D, mask): a line per chapter's best kernel (the legend names the
+    kernels behind it) and one per SDPA backend, TFLOP/s against N."""
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except Exception as e:
-        print(f"matplotlib unavailable ({e}): no plot", file=sys.stderr)
+        print(f"matplotlib unavailable ({e}): skipped the plot (the table and the CSV are "
+              f"complete)", file=sys.stderr)
         return
     panels = sorted({(r["D"], r["causal"]) for r in rows})
     directions = ["fwd", "bwd"] if has_bwd else ["fwd"]
     fig, axes = plt.subplots(len(directions), len(panels), squeeze=False,
-                             figsize=(4.5 * len(panels), 3.6 * len(directions)))
+                             figsize=(5.0 * len(panels), 3.9 * len(directions)))
+    markers = "oDvP*X"
     for col, (d, causal) in enumerate(panels):
-        sel = [r for r in rows if r["D"] == d and r["causal"] == causal]
-        for row_i, direction in enumerate(directions):
+        sel = sorted((r for r in rows if r["D"] == d and r["causal"] == causal),
+                     key=lambda r: r["N"])
+        for row_i, t in enumerate(directions):
             ax = axes[row_i][col]
-            for who, style in (("ours", "o-"), ("flash", "s--"), ("cudnn", "^:")):
-                pts = [(r["N"], r.get(f"{who}_{direction}")) for r in sel
-                       if r.get(f"{who}_{direction}") is not None]
+            for i, c in enumerate(chapters_of(sel, t)):
+                pts = [(r["N"],) + r[f"chapters_{t}"][c] for r in sel
+                       if c in r.get(f"chapters_{t}", {})]
+                if not pts:
+                    continue
+                kernels = []
+                for _, _, k in pts:  # the kernels behind the line, in the order of N
+                    if k not in kernels:
+                        kernels.append(k)
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], markers[i % len(markers)] + "-",
+                        label=f"ours {c}: " + ", ".join(kernels))
+            for who, style in (("flash", "s--"), ("cudnn", "^:")):
+                pts = [(r["N"], r.get(f"{who}_{t}")) for r in sel
+                       if r.get(f"{who}_{t}") is not None]
                 if pts:
-                    ax.plot([p[0] for p in pts], [p[1] for p in pts], style, label=who)
+                    label = "PyTorch FlashAttention-2" if who == "flash" else "PyTorch cuDNN"
+                    ax.plot([p[0] for p in pts], [p[1] for p in pts], style, label=label)
             ax.set_xscale("log", base=2)
-            ax.set_title(f"{direction} D{d} {'causal' if causal else 'full'}")
+            ax.set_title(f"{t} D{d} {'causal' if causal else 'full'}")
             ax.set_xlabel("N")
             ax.set_ylabel("TFLOP/s")
             ax.grid(True, alpha=0.3)
-            ax.legend()
-    fig.suptitle(f"attention {args.dtype} on {gpu}")
+            ax.legend(fontsize=7)
+    fig.suptitle(title)
     fig.tight_layout()
-    png = os.path.join(args.out, "sdpa_compare.png")
+    os.makedirs(out, exist_ok=True)
+    png = os.path.join(out, "sdpa_compare.png")
     fig.savefig(png, dpi=120)
     print(f"wrote {png}", file=sys.stderr)
-
 
 if __name__ == "__main__":
     main()
