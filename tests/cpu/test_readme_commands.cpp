@@ -1,6 +1,7 @@
 // test_readme_commands.cpp: every command the documentation shows, run on this machine.
 //
-// Run: each line of a code block (fenced, or indented by 4 spaces) in README.md and
+// Run (one test each, DocumentedCommand.ExitsZero/Readme_N_program and /Printed_N_program):
+// each line of a code block (fenced, or indented by 4 spaces) in README.md and
 // chapters/*/README.md whose first word is one of this build's programs (`./build/bin/X`,
 // `build/bin/X`, `./build-exercises/bin/X` or a bare `X`), and every row of
 // fa::printed_commands() (the --help examples and the advice the programs print). Each runs with
@@ -18,6 +19,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -190,37 +192,84 @@ bool in_child() {
   return std::getenv("FA_README_TEST_CHILD") != nullptr;
 }
 
-}  // namespace
+// One documented command: where it comes from, and the program line itself.
+struct Documented {
+  std::string where;    // "README.md" or "ch02.compare_with_ch01"
+  std::string program;  // one of this build's programs
+  std::string args;
+};
 
-TEST(ReadmeCommands, EveryProgramLineOfTheReadmesRuns) {
-  if (in_child()) GTEST_SKIP() << "run by a README command: not again";
-  int programs = 0, cmake_lines = 0;
+void PrintTo(const Documented& d, std::ostream* os) {
+  *os << d.where << ": " << d.program << " " << d.args;
+}
+
+// A test name for gtest: letters, digits and '_' only, numbered so that it is unique and stable
+// while the documents do not change.
+std::string test_name(size_t index, const Documented& d) {
+  std::string name = std::to_string(index) + "_" + d.program;
+  for (char& c : name)
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  return name;
+}
+
+// Every program line of the READMEs, in document order.
+std::vector<Documented> readme_program_lines() {
+  std::vector<Documented> out;
   for (const std::string& readme : readmes())
     for (const std::string& line : code_lines(readme))
       for (const std::string& cmd : split_and(line)) {
+        const std::string program = program_of(cmd);
+        if (program.empty() || cmd.rfind("cmake ", 0) == 0 || cmd.rfind("ctest ", 0) == 0) continue;
+        out.push_back({readme.substr(kSource.size() + 1), program,
+                       cmd.substr(cmd.find(program) + program.size())});
+      }
+  return out;
+}
+
+std::vector<Documented> printed_program_lines() {
+  std::vector<Documented> out;
+  for (const fa::PrintedCommand& c : fa::printed_commands())
+    out.push_back({c.id, c.program, c.args});
+  return out;
+}
+
+}  // namespace
+
+// Each documented command is its own test (so that ctest runs them in parallel, each under its
+// own time limit: on a GPU machine the programs run their kernels for real, which takes seconds
+// to minutes per command).
+class DocumentedCommand : public ::testing::TestWithParam<Documented> {};
+
+TEST_P(DocumentedCommand, ExitsZero) {
+  if (in_child()) GTEST_SKIP() << "run by a README command: not again";
+  const Documented& d = GetParam();
+  ASSERT_TRUE(is_program(d.program)) << d.where << ": no program " << d.program;
+  const Ran r = run(d.program, d.args);
+  EXPECT_EQ(r.code, 0) << d.where << ": " << d.program << " " << d.args << "\n" << tail(r.output);
+}
+
+INSTANTIATE_TEST_SUITE_P(Readme, DocumentedCommand, ::testing::ValuesIn(readme_program_lines()),
+                         [](const ::testing::TestParamInfo<Documented>& i) {
+                           return test_name(i.index, i.param);
+                         });
+INSTANTIATE_TEST_SUITE_P(Printed, DocumentedCommand, ::testing::ValuesIn(printed_program_lines()),
+                         [](const ::testing::TestParamInfo<Documented>& i) {
+                           return test_name(i.index, i.param);
+                         });
+
+// The counts guard the parser: a README change that hides every command from it must fail.
+TEST(ReadmeCommands, TheReadmesShowProgramAndCmakeLines) {
+  EXPECT_GE(readme_program_lines().size(), 20u)
+      << "the READMEs show fewer program lines than expected: parser broken?";
+  int cmake_lines = 0;
+  for (const std::string& readme : readmes())
+    for (const std::string& line : code_lines(readme))
+      for (const std::string& cmd : split_and(line))
         if (cmd.rfind("cmake ", 0) == 0 || cmd.rfind("ctest ", 0) == 0) {
           ++cmake_lines;
           EXPECT_EQ(check_cmake_line(cmd), "") << readme << ": " << cmd;
-          continue;
         }
-        const std::string program = program_of(cmd);
-        if (program.empty()) continue;
-        ++programs;
-        const Ran r = run(program, cmd.substr(cmd.find(program) + program.size()));
-        EXPECT_EQ(r.code, 0) << readme << ": " << cmd << "\n" << tail(r.output);
-      }
-  std::cout << programs << " program lines run, " << cmake_lines << " cmake/ctest lines checked\n";
-  EXPECT_GE(programs, 20) << "the READMEs show fewer program lines than expected: parser broken?";
   EXPECT_GE(cmake_lines, 10);
-}
-
-TEST(ReadmeCommands, EveryCommandTheProgramsPrintRuns) {
-  if (in_child()) GTEST_SKIP() << "run by a README command: not again";
-  for (const fa::PrintedCommand& c : fa::printed_commands()) {
-    ASSERT_TRUE(is_program(c.program)) << c.id << ": no program " << c.program;
-    const Ran r = run(c.program, c.args);
-    EXPECT_EQ(r.code, 0) << c.id << ": " << c.line() << "\n" << tail(r.output);
-  }
 }
 
 // --help of every chapter program: exit 0, its options, its kernels, and the example it prints
