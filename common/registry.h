@@ -112,7 +112,7 @@ struct AttentionBwdKernel {
 // ---- Chapters: each chapter program registers its body so the tour can run them in order. ----
 using ChapterFn = int (*)(const std::vector<std::string>& args);
 struct Chapter {
-  std::string number;  // "00".."06"
+  std::string number;  // "00".."08"
   std::string title;
   ChapterFn run = nullptr;
 };

@@ -42,13 +42,17 @@
 //
 // Why it is not yet fast (the next rungs): the tensor cores sit idle during the softmax, because
 // one warpgroup does everything in sequence: wait for S, exponentiate (MUFU: 16 ex2 per clock
-// per SM against ~1000 dense 16-bit FLOPs per clock per SM for wgmma: for D = 128 a tile costs
-// 4 * 64 * 128 * 128 FLOPs of MMA but 64 * 128 exponentials, i.e. the exponentials take about
+// per SM against ~4096 dense 16-bit FLOPs per clock per SM for wgmma, 989 TFLOP/s / (132 SMs x
+// 1.83 GHz): for D = 128 a 64 x 128 tile costs 4 * 64 * 128 * 128 = 4.2 M FLOPs of MMA, ~1 k
+// clocks, but 64 * 128 = 8192 exponentials, ~0.5 k clocks, i.e. the exponentials take about
 // half the time the MMAs do), then P V. And the TMA issue sits in the same warps' instruction
 // stream. v2 gives the loads to a producer warpgroup and uses two consumer warpgroups.
 // Measured (NVIDIA H100 80GB HBM3, 2026-11-23, fa_bench bf16 at N = 8192, B = 2, H = 2048/D;
 // notes/measured/h100-2026-11-23/bench_ch07.log): D 128: 404.4 TFLOP/s (causal 396.5); D 64:
-// 439.2 (causal 423.0). 05/v3 on the same run: 274.0 and 277.3.
+// 439.2 (causal 423.0). 05/v3 on the same run: 274.0 and 277.3. A second call the same day
+// (notes/measured/h100-2026-11-23b/bench.log): D 128 405.2 (causal 392.9), D 64 440.1 (386.6).
+// Tests on that GPU: every forward test passed (ragged shapes causal and not, non-default scale,
+// sizes past 2^31, more than 65535 heads, fresh inputs).
 //
 // EXERCISE-KERNELS: 07/v1_tma_wgmma
 #include <cuda.h>
