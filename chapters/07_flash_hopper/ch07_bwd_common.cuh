@@ -79,15 +79,4 @@ inline void run_fallback(const AttentionBwdArgs& a, cudaStream_t stream) {
   k->run(a, stream);
 }
 
-// Cache the opt-in to more than 48 KiB of dynamic shared memory, once per kernel.
-template <auto kKernel, int kBytes>
-void set_smem_limit_once() {
-  static const bool done = [] {
-    FA_CUDA_CHECK(
-        cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes));
-    return true;
-  }();
-  (void)done;
-}
-
 }  // namespace fa::ch07

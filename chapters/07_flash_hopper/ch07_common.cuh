@@ -4,8 +4,8 @@
 //   * the online softmax on a wgmma accumulator fragment (mask, running max and sum, exp2);
 //   * P (the probabilities) packed from the S accumulators into register A fragments for P V;
 //   * the epilogue (O = acc / l, L = ln-sum-exp), with predicated stores;
-//   * host side: the TMA descriptors of Q, K, V and the fallback for shapes TMA cannot load.
-// Included by the sm_90a files only.
+//   * host side: TMA descriptors of Q, K, V, the fallback, the opt-in to more shared memory.
+// Included by the sm_90a files only; the forward rungs' launch and checks are in ch07_launch.cuh.
 #pragma once
 #include <cuda.h>
 #include <cuda_bf16.h>
@@ -269,6 +269,20 @@ inline CUtensorMap make_tmap(const void* base, int64_t bh, int64_t seq, int d, i
                                      ", seq " + std::to_string(seq) + ", d " + std::to_string(d) +
                                      ")");
   return map;
+}
+
+// The opt-in to more than 48 KiB of dynamic shared memory, once per kernel. The flag is a static of
+// this template, keyed by the kernel's address: every rung's kernels live in an anonymous namespace
+// of their own .cu file, so each instantiation, and its flag, belongs to one kernel of one CUDA
+// module (the trap kFallback above avoids cannot happen here).
+template <auto kKernel, int kBytes>
+void set_smem_limit_once() {
+  static const bool done = [] {
+    FA_CUDA_CHECK(
+        cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes));
+    return true;
+  }();
+  (void)done;
 }
 
 inline Params make_params(const AttentionFwdArgs& a, int num_q_tiles) {

@@ -55,7 +55,7 @@
 #include <cuda.h>
 
 #include "ch07_common.cuh"
-#include "gpu.h"
+#include "ch07_launch.cuh"
 
 namespace fa::ch07 {
 namespace {
@@ -186,65 +186,24 @@ __global__ void __launch_bounds__(kThreads, 1)
                   p.seq_q, t);
 }
 
-template <class T, int D>
-void set_smem_limit() {
-  static const bool done = [] {
-    FA_CUDA_CHECK(cudaFuncSetAttribute(
-        flash_fwd_v1_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, V1Smem<D>::kBytes));
-    return true;
-  }();
-  (void)done;
-}
+// ---- Host side: ch07_launch.cuh checks the arguments, picks T and D, and calls Launch<T, D>::run.
+constexpr const char* kName = "07/v1_tma_wgmma";
 
 template <class T, int D>
-void launch(const AttentionFwdArgs& a, cudaStream_t stream) {
-  const AttentionShape& s = a.shape;
-  const int64_t num_q_tiles = (s.seq_q + kBr - 1) / kBr;
-  const int64_t blocks = num_q_tiles * s.bh();
-  FA_UNSUPPORTED_IF(blocks > INT_MAX, "07/v1_tma_wgmma: more than 2^31-1 thread blocks");
-  set_smem_limit<T, D>();
-  const CUtensorMap tm_q = make_tmap(a.q, s.bh(), s.seq_q, D, kBr, a.dtype);
-  const CUtensorMap tm_k = make_tmap(a.k, s.bh(), s.seq_k, D, Tiles<D>::kBc, a.dtype);
-  const CUtensorMap tm_v = make_tmap(a.v, s.bh(), s.seq_k, D, Tiles<D>::kBc, a.dtype);
-  flash_fwd_v1_kernel<T, D><<<unsigned(blocks), kThreads, V1Smem<D>::kBytes, stream>>>(
-      tm_q, tm_k, tm_v, make_params(a, int(num_q_tiles)));
-  FA_CHECK_LAUNCH();
-}
-
-template <class T>
-void dispatch_head_dim(const AttentionFwdArgs& a, cudaStream_t stream) {
-  switch (a.shape.head_dim) {
-    case 64:
-      return launch<T, 64>(a, stream);
-    case 128:
-      return launch<T, 128>(a, stream);
-    case 256:
-      return launch<T, 256>(a, stream);
-    default:
-      FA_UNSUPPORTED_IF(true, "07/v1_tma_wgmma: head_dim " + std::to_string(a.shape.head_dim) +
-                                  " not instantiated (64, 128, 256)");
+struct Launch {
+  static void run(const AttentionFwdArgs& a, cudaStream_t stream) {
+    launch_fwd<flash_fwd_v1_kernel<T, D>, D, kBr, kThreads, V1Smem<D>::kBytes>(kName, a, stream);
   }
-}
+};
 
 void attention_fwd_v1(const AttentionFwdArgs& a, cudaStream_t stream) {
-  FA_REQUIRE(a.shape.seq_q >= 0 && a.shape.seq_k >= 0 && a.shape.bh() >= 0, "negative size");
-  FA_UNSUPPORTED_IF(a.dtype != DType::BF16 && a.dtype != DType::F16,
-                    "07/v1_tma_wgmma takes bf16 and fp16 only");
-  FA_UNSUPPORTED_IF(gpu_info().sm != 90,
-                    "07/v1_tma_wgmma uses sm_90a instructions (wgmma, TMA): it runs on compute "
-                    "capability 9.0 (H100, H200) only");
-  if (a.shape.seq_q == 0 || a.shape.bh() == 0) return;  // nothing to write
-  if (!tma_can_load(a)) return run_fallback(a, stream);
-  if (a.dtype == DType::BF16)
-    dispatch_head_dim<__nv_bfloat16>(a, stream);
-  else
-    dispatch_head_dim<__half>(a, stream);
+  run_fwd_rung<Launch>(kName, a, stream);
 }
 
 }  // namespace
 
 FA_REGISTER(AttentionFwdKernel,
-            {"07/v1_tma_wgmma",
+            {kName,
              attention_fwd_v1,
              "Hopper: TMA loads (128B swizzle) + wgmma, one warpgroup, Br=64, 2-stage K/V ring, P "
              "from registers",
