@@ -60,8 +60,7 @@ void dispatch_head_dim(const char* name, const AttentionFwdArgs& a, cudaStream_t
     case 256:
       return Launch<T, 256>::run(a, stream);
     default:
-      FA_UNSUPPORTED_IF(true, std::string(name) + ": head_dim " +
-                                  std::to_string(a.shape.head_dim) +
+      FA_UNSUPPORTED_IF(true, std::string(name) + ": head_dim " + std::to_string(a.shape.head_dim) +
                                   " not instantiated (64, 128, 256)");
   }
 }
