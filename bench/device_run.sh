@@ -6,7 +6,7 @@
 #   bash bench/device_run.sh tour bench sdpa     # second call, while the machine is warm
 #
 # Stages: build, test, testlong, tour, bench, benchquick, sdpa, memdemo, sanitize, mystery, ch07,
-# python.
+# python, pack (fold the logs into one archive: the device returns at most 8 files).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}
@@ -113,6 +113,13 @@ for stage in "$@"; do
       FA_LIBRARY="$PWD/$BUILD/lib/libfa_python.so" FA_PYTHON_OUT="$OUT" PYTHONPATH=python \
         python3 -m pytest -s -rs -p no:cacheprovider python/tests > "$OUT/python_tests.log" 2>&1
       log "python pytest rc=$?"; tail -40 "$OUT/python_tests.log"
+      ;;
+    pack)
+      # The device returns at most 8 files per call: fold every log of this call into one archive
+      # (keeping steps.log beside it for a quick look). Put it last: bash bench/device_run.sh ... pack
+      log "pack: $OUT/logs.tgz"
+      tar czf /tmp/fa_logs.tgz -C "$OUT" --exclude=logs.tgz . && find "$OUT" -mindepth 1 ! -name steps.log -delete &&
+        mv /tmp/fa_logs.tgz "$OUT/logs.tgz"
       ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac
