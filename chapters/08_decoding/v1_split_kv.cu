@@ -26,6 +26,7 @@
 // Tests on that GPU: the generic forward tests (ragged shapes causal and not, non-default scale,
 // more than 65535 heads, fresh inputs) passed; the DecodingKernels tests (ragged caches, GQA
 // groups, 131072 keys) have not run on a GPU yet.
+// EXERCISE-KERNELS: 08/v1_split_kv
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -387,6 +388,7 @@ __global__ void __launch_bounds__(kThreads) merge_splits_kernel(Params p) {
     const int64_t w = s * p.total_rows + row;
     const float2 ml = p.ws_ml[w];
     const Stats part{ml.x, ml.y};
+    // EXERCISE(pair-merge): fold split s into the running (acc, o) with chapter 02's pair merge: merged = ch02::gpu::merge(acc, part); each side's o is rescaled by the same factor as its l, rescale(acc.m, merged.m) for the running o and rescale(part.m, merged.m) for the split's o (p.ws_o[w * D + d], lane's columns d = lane + 32 * e); then acc = merged
     const Stats merged = ch02::gpu::merge(acc, part);
     const float fa = ch02::gpu::rescale(acc.m, merged.m);
     const float fb = ch02::gpu::rescale(part.m, merged.m);
@@ -396,6 +398,9 @@ __global__ void __launch_bounds__(kThreads) merge_splits_kernel(Params p) {
       if (d < D) o[e] = o[e] * fa + p.ws_o[w * D + d] * fb;
     }
     acc = merged;
+    // EXERCISE-PLACEHOLDER
+    // (void)part;
+    // EXERCISE-END
   }
 #pragma unroll
   for (int e = 0; e < kPerLane; ++e) {
