@@ -42,4 +42,27 @@ FA_HD KvTiles kv_tiles(int64_t q0, int64_t rows, int64_t seq_q, int64_t seq_k, i
   return t;
 }
 
+// The same two numbers from their definition, element by element: the slow check that
+// kv_tiles is measured against (the chapter program's CPU tier and tests/cpu/test_ch07_tiles.cpp).
+// A tile is visited when some real row sees some key in it; it needs no mask when every real row
+// sees every one of its keys and so did every tile before it.
+inline KvTiles kv_tiles_brute_force(int64_t q0, int64_t rows, int64_t seq_q, int64_t seq_k,
+                                    int64_t bc, bool causal) {
+  KvTiles t{0, 0};
+  bool prefix = true;
+  for (int64_t k0 = 0; k0 < seq_k; k0 += bc) {
+    bool any = false, all = true;
+    for (int64_t i = q0; i < q0 + rows && i < seq_q; ++i)
+      for (int64_t j = k0; j < k0 + bc; ++j) {
+        const bool seen = j < seq_k && (!causal || j <= i + seq_k - seq_q);
+        any = any || seen;
+        all = all && seen;
+      }
+    if (any) t.visit = k0 / bc + 1;
+    prefix = prefix && all;
+    if (prefix) t.unmasked = k0 / bc + 1;
+  }
+  return t;
+}
+
 }  // namespace fa::ch07

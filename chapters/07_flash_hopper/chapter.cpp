@@ -40,29 +40,17 @@ int tile_range_checks() {
           for (int64_t bc : {64, 128})
             for (int64_t q0 = 0; q0 < seq_q; q0 += br) {
               const fa::ch07::KvTiles got = fa::ch07::kv_tiles(q0, br, seq_q, seq_k, bc, causal);
-              int64_t visit = 0, unmasked = 0;
-              bool prefix = true;
-              for (int64_t k0 = 0; k0 < seq_k; k0 += bc) {
-                bool any = false, all = true;
-                for (int64_t i = q0; i < q0 + br && i < seq_q; ++i)
-                  for (int64_t j = k0; j < k0 + bc; ++j) {
-                    const bool seen = j < seq_k && (!causal || j <= i + seq_k - seq_q);
-                    any = any || seen;
-                    all = all && seen;
-                  }
-                if (any) visit = k0 / bc + 1;
-                if (all && prefix) unmasked = k0 / bc + 1;
-                prefix = prefix && all;
-              }
+              const fa::ch07::KvTiles want =
+                  fa::ch07::kv_tiles_brute_force(q0, br, seq_q, seq_k, bc, causal);
               ++cases;
-              if (got.visit != visit || got.unmasked != unmasked) {
+              if (got.visit != want.visit || got.unmasked != want.unmasked) {
                 if (failures++ < 5)
                   std::printf(
                       "  MISMATCH seq_q %lld seq_k %lld causal %d Br %lld Bc %lld q0 %lld:"
                       " visit %lld (want %lld), unmasked %lld (want %lld)\n",
                       (long long)seq_q, (long long)seq_k, int(causal), (long long)br, (long long)bc,
-                      (long long)q0, (long long)got.visit, (long long)visit,
-                      (long long)got.unmasked, (long long)unmasked);
+                      (long long)q0, (long long)got.visit, (long long)want.visit,
+                      (long long)got.unmasked, (long long)want.unmasked);
               }
             }
   std::printf("  %d Q tiles checked, %d mismatches\n", cases, failures);

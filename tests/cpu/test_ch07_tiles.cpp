@@ -10,28 +10,6 @@
 
 namespace {
 
-struct Brute {
-  int64_t visit = 0, unmasked = 0;
-};
-
-Brute brute_force(int64_t q0, int64_t br, int64_t seq_q, int64_t seq_k, int64_t bc, bool causal) {
-  Brute b;
-  bool prefix = true;
-  for (int64_t k0 = 0; k0 < seq_k; k0 += bc) {
-    bool any = false, all = true;
-    for (int64_t i = q0; i < q0 + br && i < seq_q; ++i)
-      for (int64_t j = k0; j < k0 + bc; ++j) {
-        const bool seen = j < seq_k && (!causal || j <= i + seq_k - seq_q);
-        any = any || seen;
-        all = all && seen;
-      }
-    if (any) b.visit = k0 / bc + 1;
-    prefix = prefix && all;
-    if (prefix) b.unmasked = k0 / bc + 1;
-  }
-  return b;
-}
-
 TEST(Ch07Tiles, MatchesBruteForce) {
   for (bool causal : {false, true})
     for (int64_t seq_q : {1, 2, 17, 63, 64, 65, 127, 128, 129, 255, 300})
@@ -40,7 +18,8 @@ TEST(Ch07Tiles, MatchesBruteForce) {
           for (int64_t bc : {64, 128})
             for (int64_t q0 = 0; q0 < seq_q; q0 += br) {
               const fa::ch07::KvTiles got = fa::ch07::kv_tiles(q0, br, seq_q, seq_k, bc, causal);
-              const Brute want = brute_force(q0, br, seq_q, seq_k, bc, causal);
+              const fa::ch07::KvTiles want =
+                  fa::ch07::kv_tiles_brute_force(q0, br, seq_q, seq_k, bc, causal);
               ASSERT_EQ(got.visit, want.visit)
                   << "seq_q " << seq_q << " seq_k " << seq_k << " Br " << br << " Bc " << bc
                   << " q0 " << q0 << " causal " << causal;
