@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ch05_cpu_model.h"
+#include "cpu_inputs.h"
 #include "random.h"
 #include "reference.h"
 
@@ -16,14 +17,8 @@ namespace {
 
 using fa::AttentionShape;
 
-struct Inputs {
-  std::vector<float> q, k, v;
-};
-Inputs draw(const AttentionShape& s, uint64_t seed) {
-  return {fa::random_normal(s.q_numel(), fa::derive_seed(seed, 1)),
-          fa::random_normal(s.k_numel(), fa::derive_seed(seed, 2)),
-          fa::random_normal(s.k_numel(), fa::derive_seed(seed, 3))};
-}
+using fa_test::draw;
+using fa_test::Inputs;
 
 // Element-wise |got - ref| <= tol, with matching infinities (L = -inf) accepted and NaN rejected.
 void expect_close(const std::vector<double>& got, const std::vector<double>& ref, double tol,

@@ -9,6 +9,7 @@
 
 #include "ch08_split_kv.h"
 #include "check.h"
+#include "cpu_inputs.h"
 #include "random.h"
 #include "reference.h"
 
@@ -16,14 +17,8 @@ namespace {
 
 using fa::AttentionShape;
 
-struct Inputs {
-  std::vector<float> q, k, v;
-};
-Inputs draw(const AttentionShape& s, uint64_t seed) {
-  return {fa::random_normal(s.q_numel(), fa::derive_seed(seed, 1)),
-          fa::random_normal(s.k_numel(), fa::derive_seed(seed, 2)),
-          fa::random_normal(s.k_numel(), fa::derive_seed(seed, 3))};
-}
+using fa_test::draw;
+using fa_test::Inputs;
 
 void expect_close(const std::vector<double>& got, const std::vector<double>& want, double tol,
                   const std::string& what) {

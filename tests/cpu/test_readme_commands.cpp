@@ -19,7 +19,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -30,6 +29,7 @@
 #include <vector>
 
 #include "chapter.h"
+#include "test_util.h"
 
 namespace {
 
@@ -203,13 +203,10 @@ void PrintTo(const Documented& d, std::ostream* os) {
   *os << d.where << ": " << d.program << " " << d.args;
 }
 
-// A test name for gtest: letters, digits and '_' only, numbered so that it is unique and stable
-// while the documents do not change.
+// A test name for gtest, numbered so that it is unique and stable while the documents do not
+// change.
 std::string test_name(size_t index, const Documented& d) {
-  std::string name = std::to_string(index) + "_" + d.program;
-  for (char& c : name)
-    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-  return name;
+  return test_name_of(std::to_string(index) + "_" + d.program);
 }
 
 // Every program line of the READMEs, in document order.
