@@ -21,6 +21,7 @@
 #include "check.h"
 #include "dtype.h"
 #include "hopper.cuh"
+#include "tensor_map.h"
 #include "mma.cuh"
 #include "registry.h"
 
@@ -235,20 +236,6 @@ inline void run_fallback(const AttentionFwdArgs& a, cudaStream_t stream) {
   k->run(a, stream);
 }
 
-// cuTensorMapEncodeTiled lives in the driver; the runtime hands out its address (as in 03/v6).
-inline PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
-  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    FA_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000,
-                                                   cudaEnableDefault, &found));
-    FA_REQUIRE(found == cudaDriverEntryPointSuccess && p != nullptr,
-               "the driver does not provide cuTensorMapEncodeTiled (needs CUDA 12 or newer)");
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
-  }();
-  return fn;
-}
-
 // Q, K or V as a 3-D tensor [bh][seq][d] (d innermost), read in boxes of box_rows x 64 columns of
 // one head, swizzled by 128 bytes, zeros where a box passes seq (the ragged tails) or d.
 inline CUtensorMap make_tmap(const void* base, int64_t bh, int64_t seq, int d, int box_rows,
@@ -258,7 +245,7 @@ inline CUtensorMap make_tmap(const void* base, int64_t bh, int64_t seq, int d, i
   const cuuint64_t strides[2] = {cuuint64_t(d) * 2, cuuint64_t(seq) * cuuint64_t(d) * 2};  // bytes
   const cuuint32_t box[3] = {cuuint32_t(kSwizzleCols), cuuint32_t(box_rows), 1};
   const cuuint32_t elem_strides[3] = {1, 1, 1};
-  const CUresult rc = encode_fn()(
+  const CUresult rc = tensor_map_encode_fn()(
       &map,
       dtype == DType::BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 3,
       const_cast<void*>(base), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,

@@ -41,6 +41,7 @@
 #include "ch03_mma_gemm.cuh"
 #include "gpu.h"
 #include "hopper.cuh"
+#include "tensor_map.h"
 #include "registry.h"
 
 namespace fa::ch03 {
@@ -166,21 +167,6 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 // ---- host side -------------------------------------------------------------------------------------
 
-// cuTensorMapEncodeTiled lives in the driver library; the runtime hands out its address, so the
-// project does not link libcuda directly.
-PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
-  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    FA_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000,
-                                                   cudaEnableDefault, &found));
-    FA_REQUIRE(found == cudaDriverEntryPointSuccess && p != nullptr,
-               "the driver does not provide cuTensorMapEncodeTiled (needs CUDA 12 or newer)");
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
-  }();
-  return fn;
-}
-
 // A row-major [rows, cols] 16-bit matrix, read in boxes of box_rows x 64 columns (128 bytes, the
 // widest box the 128-byte swizzle allows), swizzled in shared memory, zeros outside the matrix.
 CUtensorMap make_tmap(const void* base, int64_t rows, int64_t cols, int box_rows, DType dtype) {
@@ -189,7 +175,7 @@ CUtensorMap make_tmap(const void* base, int64_t rows, int64_t cols, int box_rows
   const cuuint64_t strides[1] = {cuuint64_t(cols) * 2};  // bytes between rows
   const cuuint32_t box[2] = {cuuint32_t(kSwizzleCols), cuuint32_t(box_rows)};
   const cuuint32_t elem_strides[2] = {1, 1};
-  const CUresult rc = encode_fn()(
+  const CUresult rc = tensor_map_encode_fn()(
       &map,
       dtype == DType::BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2,
       const_cast<void*>(base), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
