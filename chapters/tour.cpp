@@ -7,6 +7,7 @@
 //
 //   tour                    every chapter
 //   tour 01 05              only these chapters
+#include <algorithm>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -51,9 +52,11 @@ int main(int argc, char** argv) {
   }
   int failed = 0;
   std::cout << "\n== Tour summary ==\n";
+  size_t width = 0;  // the longest title, so that the verdicts line up
+  for (const Row& r : rows) width = std::max(width, r.title.size());
   for (const Row& r : rows) {
-    std::cout << "  " << r.number << "  " << r.title;
-    for (size_t i = r.title.size(); i < 30; ++i) std::cout << ' ';
+    std::cout << "  " << r.number << "  " << r.title
+              << std::string(width + 2 - r.title.size(), ' ');
     if (r.code == 1)
       std::cout << "CHECK FAILED";
     else if (r.code != 0)
