@@ -34,7 +34,7 @@ for stage in "$@"; do
       ;;
     test)
       log "ctest (cpu + gpu, no long)"
-      ctest --test-dir "$BUILD" -LE "long|sanitize" -j 4 --output-on-failure --timeout 900 > "$OUT/ctest.log" 2>&1
+      ctest --test-dir "$BUILD" -LE "long|sanitize" -j "$JOBS" --output-on-failure --timeout 900 > "$OUT/ctest.log" 2>&1
       log "ctest rc=$?"; tail -25 "$OUT/ctest.log"
       ;;
     testlong)

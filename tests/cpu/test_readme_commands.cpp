@@ -1,6 +1,7 @@
 // test_readme_commands.cpp: every command the documentation shows, run on this machine.
 //
-// Run (one test each, DocumentedCommand.ExitsZero/Readme_N_program and /Printed_N_program):
+// Run (one test each: Readme/DocumentedCommand.ExitsZero/N_program, Printed/.../N_program, and
+// LongCommand/.../N_program for the README lines whose comment says "(minutes)", label cpu-long):
 // each line of a code block (fenced, or indented by 4 spaces) in README.md and
 // chapters/*/README.md whose first word is one of this build's programs (`./build/bin/X`,
 // `build/bin/X`, `./build-exercises/bin/X` or a bare `X`), and every row of
@@ -197,6 +198,7 @@ struct Documented {
   std::string where;    // "README.md" or "ch02.compare_with_ch01"
   std::string program;  // one of this build's programs
   std::string args;
+  size_t number = 0;  // its place in document order (the test name)
 };
 
 void PrintTo(const Documented& d, std::ostream* os) {
@@ -205,20 +207,33 @@ void PrintTo(const Documented& d, std::ostream* os) {
 
 // A test name for gtest, numbered so that it is unique and stable while the documents do not
 // change.
-std::string test_name(size_t index, const Documented& d) {
-  return test_name_of(std::to_string(index) + "_" + d.program);
+std::string test_name(const Documented& d) {
+  return test_name_of(std::to_string(d.number) + "_" + d.program);
 }
 
-// Every program line of the READMEs, in document order.
-std::vector<Documented> readme_program_lines() {
+// A README command whose comment says "(minutes)" runs for minutes on a GPU (a benchmark sweep,
+// a whole test suite's worth of kernels): its test is instantiated as LongCommand/... and
+// tests/CMakeLists.txt gives it the label cpu-long, so the default label stays a few minutes long.
+bool takes_minutes(const std::string& line) {
+  const size_t hash = line.find(" #");
+  return hash != std::string::npos && line.find("(minutes)", hash) != std::string::npos;
+}
+
+// Every program line of the READMEs, in document order: all of them, only the quick ones, or only
+// those marked "(minutes)". Numbers count all of them, so a test keeps its name in either list.
+enum class Lines { All, Quick, Minutes };
+std::vector<Documented> readme_program_lines(Lines which = Lines::All) {
   std::vector<Documented> out;
+  size_t number = 0;
   for (const std::string& readme : readmes())
     for (const std::string& line : code_lines(readme))
       for (const std::string& cmd : split_and(line)) {
         const std::string program = program_of(cmd);
         if (program.empty() || cmd.rfind("cmake ", 0) == 0 || cmd.rfind("ctest ", 0) == 0) continue;
+        const size_t n = number++;
+        if (which != Lines::All && (which == Lines::Minutes) != takes_minutes(line)) continue;
         out.push_back({readme.substr(kSource.size() + 1), program,
-                       cmd.substr(cmd.find(program) + program.size())});
+                       cmd.substr(cmd.find(program) + program.size()), n});
       }
   return out;
 }
@@ -226,7 +241,7 @@ std::vector<Documented> readme_program_lines() {
 std::vector<Documented> printed_program_lines() {
   std::vector<Documented> out;
   for (const fa::PrintedCommand& c : fa::printed_commands())
-    out.push_back({c.id, c.program, c.args});
+    out.push_back({c.id, c.program, c.args, out.size()});
   return out;
 }
 
@@ -245,14 +260,15 @@ TEST_P(DocumentedCommand, ExitsZero) {
   EXPECT_EQ(r.code, 0) << d.where << ": " << d.program << " " << d.args << "\n" << tail(r.output);
 }
 
-INSTANTIATE_TEST_SUITE_P(Readme, DocumentedCommand, ::testing::ValuesIn(readme_program_lines()),
-                         [](const ::testing::TestParamInfo<Documented>& i) {
-                           return test_name(i.index, i.param);
-                         });
+std::string param_name(const ::testing::TestParamInfo<Documented>& i) {
+  return test_name(i.param);
+}
+INSTANTIATE_TEST_SUITE_P(Readme, DocumentedCommand,
+                         ::testing::ValuesIn(readme_program_lines(Lines::Quick)), param_name);
+INSTANTIATE_TEST_SUITE_P(LongCommand, DocumentedCommand,
+                         ::testing::ValuesIn(readme_program_lines(Lines::Minutes)), param_name);
 INSTANTIATE_TEST_SUITE_P(Printed, DocumentedCommand, ::testing::ValuesIn(printed_program_lines()),
-                         [](const ::testing::TestParamInfo<Documented>& i) {
-                           return test_name(i.index, i.param);
-                         });
+                         param_name);
 
 // The counts guard the parser: a README change that hides every command from it must fail.
 TEST(ReadmeCommands, TheReadmesShowProgramAndCmakeLines) {
