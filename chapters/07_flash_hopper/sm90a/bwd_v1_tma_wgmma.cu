@@ -7,8 +7,9 @@
 // The three launches (one stream):
 //   1. D = rowsum(dO o O): chapter 06's preprocess (delta_preprocess.cuh, compiled here too).
 //   2. dkdv_kernel: one block per (tile of Bc = 128 keys, batch*head); two warpgroups, 64 keys
-//      each. K and V stay in shared memory; the Q tiles that see them (causal: from the first
-//      one, tiles above the diagonal are skipped) stream through a 2-stage ring with dO, L, D:
+//      each (D = 256: Bc = 64, see below). K and V stay in shared memory; the Q tiles that see
+//      them (causal: from the first one, tiles above the diagonal are skipped) stream through a
+//      2-stage ring with dO, L, D:
 //        S^T  = K Q^T          wgmma_ss, A = K (smem, K-major), B = Q (smem, K-major)
 //        P^T  = exp2(S^T scale log2 e - L log2 e)        registers, L per column (query)
 //        dP^T = V dO^T         wgmma_ss, A = V, B = dO, both K-major
@@ -17,7 +18,8 @@
 //        dK  += dS^T Q         wgmma_rs, A = dS^T (registers), B = Q (smem, MN-major)
 //      then dK * scale and dV are stored.
 //   3. dq_kernel: one block per (tile of Br = 128 queries, batch*head); two warpgroups, 64 rows
-//      each. Q and dO stay; the visible K/V tiles (ch07_tiles.h) stream through a 2-stage ring:
+//      each (D = 256: Br = 64, see below). Q and dO stay; the visible K/V tiles (ch07_tiles.h)
+//      stream through a 2-stage ring:
 //        S = Q K^T, dP = dO V^T (wgmma_ss, all K-major), P and dS = P o (dP - D) in registers,
 //        dQ += dS K (wgmma_rs, B = K MN-major), then dQ * scale is stored.
 //      Every dQ element is summed by one thread in a fixed order: bitwise deterministic. The
@@ -35,14 +37,36 @@
 //
 // Tiles and registers (per thread; a warpgroup holds a 64 x N fp32 accumulator in N / 2):
 //   dkdv, D = 128: dK 64 + dV 64 + S^T 32 + dP^T 32 + P^T and dS^T fragments 16 + 16 = 224 at
-//                  most (S^T is dead once dS^T is formed); D = 64: 32 + 32 + 32 + 32 + 32 = 160.
-//   dq,   D = 128: dQ 64 + S 32 + dP 32 + dS fragments 16 = 144; D = 64: 112.
+//                  most (S^T is dead once dS^T is formed); D = 64: 32 + 32 + 32 + 32 + 32 = 160;
+//                  D = 256 (column halves, below): the same 224 as D = 128.
+//   dq,   D = 128: dQ 64 + S 32 + dP 32 + dS fragments 16 = 144; D = 64: 112; D = 256: 144.
 //   256 threads per block (two warpgroups, no producer warpgroup): up to 255 registers each.
-//   ptxas (CUDA 13.0, sm_90a, fp16 = bf16): dkdv 191 (D 64) / 255 (D 128), dq 136 / 182
-//   registers, no spills.
-// D = 256 is not instantiated: dK and dV of 64 keys alone would be 2 x 128 = 256 registers per
-//   thread, more than a thread has (it would need dK or dV in shared memory, or 32 keys per
-//   warpgroup, which wgmma's M = 64 does not allow). 06/v2 does not take D = 256 either.
+//   ptxas (CUDA 13.0, sm_90a, fp16 = bf16): dkdv 191 (D 64) / 255 (D 128) / 244 (D 256),
+//   dq 136 / 182 / 155 registers, no spills.
+//
+// D = 256: the accumulator columns are split. Whole, dK and dV of 64 keys would be 2 x 128 =
+//   256 registers per thread, more than a thread has (and wgmma's M = 64 allows no fewer keys
+//   per warpgroup). So at D > 128 (Split<D>) a block holds 64 rows (keys in dkdv, queries in dq)
+//   instead of 128, and its two warpgroups take the same 64 rows and different columns:
+//   warpgroup w accumulates dV[:, 128w ..] += P^T dO[:, 128w ..] and dK[:, 128w ..] +=
+//   dS^T Q[:, 128w ..] (dq: dQ[:, 128w ..] += dS K[:, 128w ..]), a wgmma of N = 128 whose
+//   MN-major B starts at strip 2w of the full-width tile (desc_mn_major's col0), and stores
+//   columns 128w .. 128w + 127. S^T and dP^T (S, dP) still contract over all 256 columns, so
+//   K, V, Q and dO are loaded full-width (four 64-column boxes each, as at D = 128 two) and each
+//   warpgroup computes the same S^T and dP^T. The accumulators are then exactly D = 128's.
+//   The price is that S^T and dP^T are computed twice. In units of one Nq x Nk x D product:
+//   dkdv does S^T, dP^T, dV, dK = 4 units at D <= 128 and 2 + 2 + 1 + 1 = 6 at D = 256 (dV and
+//   dK are two halves of one unit each); dq does S, dP, dQ = 3 and 2 + 2 + 1 = 5. The backward
+//   then issues 11 units of tensor work for the 5 that the 2.5x-forward FLOP convention counts
+//   (7 at D <= 128): at the same tensor-core efficiency, 7/11 = 0.64x the counted rate of
+//   D = 128. Why 64-row blocks and not two blocks of 128 keys each owning a half: K and V of
+//   128 keys x 256 columns (128 KiB) plus two Q/dO stages (128 KiB) exceed the 227 KiB a block
+//   may have; one stage would fit, but then every tile's load waits for the previous tile's math.
+//   With 64 rows the grid has the same number of blocks (twice as many tiles, on gridDim.x as
+//   before), each K/V (Q/dO) tile is read once rather than by two blocks, and both rings keep
+//   two stages. The idea holds for any D > 128 (parts of at most 128 columns keep the
+//   accumulators at D = 128's); as written, Split makes one 128-column part per warpgroup, which
+//   is D = 256 exactly, and static_asserts it. 06/v2 does not take D = 256.
 //
 // Pipelines: one thread (thread 0) issues every TMA copy, as 07/v1. K/V (dkdv) or Q/dO (dq) are
 // loaded once with one mbarrier; the streamed tiles use a 2-stage ring, one mbarrier per stage
@@ -57,8 +81,11 @@
 // dP (wait_group 1 again: groups complete in order), forms dS, commits dK (dQ), waits for all.
 //
 // Shared memory (16-bit tiles, + 1 KiB for the 1024-byte alignment of the swizzle atoms):
-//   dkdv: K, V 128 x D + 2 stages x (Q, dO 64 x D + L, D 64 floats)  D 64: 66 KiB, D 128: 130 KiB
-//   dq:   Q, dO 128 x D + 2 stages x (K, V 64 x D)                     D 64: 65 KiB, D 128: 129 KiB
+//   dkdv: K, V Bc x D + 2 stages x (Q, dO 64 x D + L, D 64 floats)
+//         D 64: 65 KiB, D 128: 130 KiB, D 256 (Bc = 64): 32 + 32 + 2 x (32 + 32 + 0.5) = 194 KiB
+//   dq:   Q, dO Br x D + 2 stages x (K, V 64 x D)
+//         D 64: 65 KiB, D 128: 129 KiB, D 256 (Br = 64): 32 + 32 + 2 x (32 + 32) = 193 KiB
+//   (227 KiB is the most a block may opt in to; DkdvSmem and DqSmem static_assert it.)
 //
 // Masking and ragged shapes: TMA zero-fills rows past seq_q and seq_k. Query rows past seq_q or
 // with L = -inf have L2 = +inf, so P = 0 (load_l2). Keys past seq_k and past a row's last
@@ -70,18 +97,21 @@
 // Offsets are 64-bit; batch*heads * tiles is on gridDim.x.
 //
 // Fallback: shapes TMA cannot load (unaligned pointers, seq_q or seq_k = 0, sizes near 2^31) run
-// 06/v2_mma through the registry.
+// 06/v2_mma through the registry; it stops at D = 128, so at D = 256 those shapes are refused as
+// unsupported.
 //
 // Not yet here (next rungs): a producer warpgroup with setmaxnreg (the block-wide barrier per
 // tile goes), more stages, dQ accumulated in the dK/dV kernel through an fp32 workspace (with
 // atomics, not deterministic; or with a second pass that is), skipping per warpgroup the causal
-// tiles its 64 rows never see.
+// tiles its 64 rows never see; at D = 256, one warpgroup computing S^T and the other dP^T and
+// exchanging them through shared memory (2 x 16 KiB of fp32 more, which still fits: 227 KiB),
+// which takes dkdv from 6 units back to 4 and dq from 5 to 3 at the price of a barrier per tile.
 // Measured (NVIDIA H100 80GB HBM3, 2026-11-23, fa_bench bf16 at N = 8192, B = 2, H = 2048/D,
 // 2.5x forward FLOPs; notes/measured/h100-2026-11-23b/bench.log): D 128: 413.2 TFLOP/s (causal
 // 391.0), 06/v2_mma in the same run 186.4 (181.5); D 64: 324.9 (309.4), 06/v2_mma 154.9 (151.2).
 // Tests on that GPU: NonDefaultScale, ManyHeadsBeyondGridLimit and BwdDeterminism (two runs bit
 // for bit) passed; RaggedShapesCausalAndNot, the long label and the sanitizers have not run on
-// it yet.
+// it yet. D = 256 is compiled and CPU-tested only: not yet run on a GPU, not yet measured.
 #include <cuda.h>
 
 #include "ch07_bwd_common.cuh"
@@ -94,6 +124,25 @@ constexpr int kWarpgroups = 2;
 constexpr int kThreads = 128 * kWarpgroups;
 constexpr int kStages = 2;
 constexpr int kWgRows = kRowsPerWarpgroup;  // 64: wgmma M, the rows one warpgroup owns
+
+// How a block's two warpgroups share its work at head dim D (see "D = 256" in the header).
+//   D <= 128: each warpgroup owns 64 rows of the block's 128 (keys in dkdv, queries in dq) and
+//             all D columns of their gradient.
+//   D  > 128: the block holds 64 rows; both warpgroups compute the same S^T and dP^T (S and dP)
+//             over all D columns, and warpgroup w accumulates columns 128 w .. 128 w + 127 of
+//             the gradient. The accumulators are then those of D = 128.
+template <int D>
+struct Split {
+  static constexpr int kAccCols = D <= 128 ? D : 128;  // N of dV, dK, dQ per warpgroup
+  static constexpr int kParts = D / kAccCols;          // column parts: 1, or 2 at D = 256
+  static constexpr int kRows = kParts == 1 ? kWarpgroups * kWgRows : kWgRows;  // rows per block
+  static_assert(kParts == 1 || kParts == kWarpgroups, "one column part per warpgroup");
+  static_assert(kParts * kAccCols == D && kAccCols % kSwizzleCols == 0,
+                "parts tile D and start on a 64-column strip");
+  // Warpgroup wg's first row within the block's tile, and its first gradient column.
+  __device__ static int row_off(int wg) { return kParts == 1 ? wg * kWgRows : 0; }
+  __device__ static int col0(int wg) { return kParts == 1 ? 0 : wg * kAccCols; }
+};
 
 struct BwdParams {
   const float* lse;
@@ -109,13 +158,14 @@ struct BwdParams {
 };
 
 // ---- dK, dV --------------------------------------------------------------------------------------
-constexpr int kKvBc = kWarpgroups * kWgRows;  // 128 keys per block
-constexpr int kKvBr = 64;                     // queries per streamed tile: N of S^T and dP^T
+template <int D>
+constexpr int kKvBc = Split<D>::kRows;  // keys per block: 128, or 64 at D = 256
+constexpr int kKvBr = 64;               // queries per streamed tile: N of S^T and dP^T
 
 template <int D>
 struct DkdvSmem {
-  static constexpr int kKVBytes = kKvBc * D * 2;  // K or V
-  static constexpr int kQBytes = kKvBr * D * 2;   // Q or dO, one stage
+  static constexpr int kKVBytes = kKvBc<D> * D * 2;  // K or V
+  static constexpr int kQBytes = kKvBr * D * 2;      // Q or dO, one stage
   static constexpr int kKOffset = 0;
   static constexpr int kVOffset = kKVBytes;
   static constexpr int kQOffset = 2 * kKVBytes;                    // stage s at + s * kQBytes
@@ -125,6 +175,7 @@ struct DkdvSmem {
   static constexpr int kBarOffset = kDOffset + kStages * kKvBr * 4;
   static constexpr int kBytes = kBarOffset + (1 + kStages) * 8 + kAtomBytes;  // + alignment
   static_assert(kKVBytes % kAtomBytes == 0 && kQBytes % kAtomBytes == 0, "atoms stay aligned");
+  static_assert(kBytes <= 227 * 1024, "the most dynamic shared memory a block may opt in to");
 };
 
 template <class T, int D>
@@ -133,8 +184,11 @@ __global__ void __launch_bounds__(kThreads, 1)
                 const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_do,
                 const BwdParams p) {
   using Sm = DkdvSmem<D>;
+  using Sp = Split<D>;
+  constexpr int kBc = kKvBc<D>;
   constexpr int kStrips = D / kSwizzleCols;
   constexpr int kSAcc = kKvBr / 2;  // S^T (and dP^T) accumulators per thread
+  constexpr int kN = Sp::kAccCols;  // columns of dK and dV this warpgroup accumulates
   extern __shared__ unsigned char smem_raw[];
   const uint32_t raw = mma::smem_addr(smem_raw);
   unsigned char* smem = smem_raw + ((kAtomBytes - raw % kAtomBytes) % kAtomBytes);
@@ -149,7 +203,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const int tid = threadIdx.x, wg = tid / 128, t = tid % 128, q = t % 4;
   const int64_t bh = int64_t(blockIdx.x) / p.n_tiles;
-  const int64_t k0 = (int64_t(blockIdx.x) % p.n_tiles) * kKvBc;
+  const int64_t k0 = (int64_t(blockIdx.x) % p.n_tiles) * kBc;
   const int64_t seq_q = p.seq_q, seq_k = p.seq_k;
   const float* lse = p.lse + bh * seq_q;
   const float* delta = p.delta + bh * seq_q;
@@ -196,11 +250,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     hopper::mbar_fence_init();
     if (n_iter > 0) {
       hopper::mbar_arrive_expect_tx(kv_full, 2 * Sm::kKVBytes);
-      for (int c = 0; c < kStrips; ++c) {
-        hopper::tma_load_3d(sK + c * kKvBc * 128, &tm_k, kv_full, c * kSwizzleCols, int(k0),
-                            int(bh));
-        hopper::tma_load_3d(sV + c * kKvBc * 128, &tm_v, kv_full, c * kSwizzleCols, int(k0),
-                            int(bh));
+      for (int c = 0; c < kStrips; ++c) {  // all D columns: S^T and dP^T contract over them
+        hopper::tma_load_3d(sK + c * kBc * 128, &tm_k, kv_full, c * kSwizzleCols, int(k0), int(bh));
+        hopper::tma_load_3d(sV + c * kBc * 128, &tm_v, kv_full, c * kSwizzleCols, int(k0), int(bh));
       }
     }
     for (int j = 0; j < kStages && j < n_iter; ++j) request_q(j);
@@ -209,13 +261,15 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int j = 0; j < kStages && j < n_iter; ++j) store_ld(j, load_ld(j));
   __syncthreads();  // barriers initialised, L and D of the first stages stored
 
-  // This warpgroup's 64 keys (rows of K and V in each strip), this thread's two keys.
-  const unsigned char* sKw = sK + wg * kWgRows * 128;
-  const unsigned char* sVw = sV + wg * kWgRows * 128;
-  const int64_t key0 = k0 + wg * kWgRows + 16 * (t / 32) + (t % 32) / 4;  // and key0 + 8
-  const int64_t off = causal_last_key(0, seq_q, seq_k);  // query i sees keys j <= i + off
+  // This warpgroup's 64 keys (rows of K and V in each strip), this thread's two keys, and the
+  // first of the kN columns of dK and dV it accumulates (0 unless D > 128).
+  const int wrow = Sp::row_off(wg), col0 = Sp::col0(wg);
+  const unsigned char* sKw = sK + wrow * 128;
+  const unsigned char* sVw = sV + wrow * 128;
+  const int64_t key0 = k0 + wrow + 16 * (t / 32) + (t % 32) / 4;  // and key0 + 8
+  const int64_t off = causal_last_key(0, seq_q, seq_k);           // query i sees keys j <= i + off
 
-  float dk[D / 2], dv[D / 2];
+  float dk[kN / 2], dv[kN / 2];
   zero(dk);
   zero(dv);
 
@@ -225,20 +279,21 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int64_t q0 = (qt_begin + j) * kKvBr;
     const bool prefetch = j + kStages < n_iter && tid < 2 * kKvBr;
     const float next_ld = prefetch ? load_ld(j + kStages) : 0.0f;
-    const bool need_mask = k0 + kKvBc > seq_k || (p.causal && k0 + kKvBc - 1 > q0 + off);
+    const bool need_mask = k0 + kBc > seq_k || (p.causal && k0 + kBc - 1 > q0 + off);
     hopper::mbar_wait(&q_full[s], (j / kStages) & 1);
 
-    // ---- S^T = K Q^T and dP^T = V dO^T: 64 keys x 64 queries each, two commit groups.
+    // ---- S^T = K Q^T and dP^T = V dO^T: 64 keys x 64 queries each, contracting over all D
+    // columns (at D = 256 both warpgroups compute the same two tiles), two commit groups.
     float st[kSAcc], dpt[kSAcc];
     hopper::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk)
-      hopper::wgmma_ss<kKvBr, T, 0>(st, desc_k_major<kKvBc>(sKw, kk),
-                                    desc_k_major<kKvBr>(sQ(s), kk), kk > 0);
+      hopper::wgmma_ss<kKvBr, T, 0>(st, desc_k_major<kBc>(sKw, kk), desc_k_major<kKvBr>(sQ(s), kk),
+                                    kk > 0);
     hopper::wgmma_commit();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk)
-      hopper::wgmma_ss<kKvBr, T, 0>(dpt, desc_k_major<kKvBc>(sVw, kk),
+      hopper::wgmma_ss<kKvBr, T, 0>(dpt, desc_k_major<kBc>(sVw, kk),
                                     desc_k_major<kKvBr>(sdO(s), kk), kk > 0);
     hopper::wgmma_commit();
     hopper::wgmma_wait<1>();  // S^T has landed; dP^T may still run
@@ -262,14 +317,15 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
 
-    // ---- dV += P^T dO: k = the 64 queries, P^T from registers, dO MN-major.
+    // ---- dV[:, col0 ..] += P^T dO[:, col0 ..]: k = the 64 queries, P^T from registers, dO
+    // MN-major from its strip col0 / 64 on.
     uint32_t pf[kKvBr / 16][4];
     pack_p<T>(st, pf);
     hopper::fence_registers(dv);
     hopper::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kKvBr / 16; ++kk)
-      hopper::wgmma_rs<D, T, 1>(dv, pf[kk], desc_mn_major<kKvBr>(sdO(s), kk), 1);
+      hopper::wgmma_rs<kN, T, 1>(dv, pf[kk], desc_mn_major<kKvBr>(sdO(s), kk, col0), 1);
     hopper::wgmma_commit();
     hopper::wgmma_wait<1>();  // dP^T (committed before dV) has landed; dV may still run
     hopper::fence_registers(dpt);
@@ -283,14 +339,15 @@ __global__ void __launch_bounds__(kThreads, 1)
       dpt[i + 1] = st[i + 1] * (dpt[i + 1] - d2.y);
     }
 
-    // ---- dK += dS^T Q: k = the 64 queries, dS^T from registers, Q MN-major.
+    // ---- dK[:, col0 ..] += dS^T Q[:, col0 ..]: k = the 64 queries, dS^T from registers, Q
+    // MN-major from its strip col0 / 64 on.
     uint32_t dsf[kKvBr / 16][4];
     pack_p<T>(dpt, dsf);
     hopper::fence_registers(dk);
     hopper::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kKvBr / 16; ++kk)
-      hopper::wgmma_rs<D, T, 1>(dk, dsf[kk], desc_mn_major<kKvBr>(sQ(s), kk), 1);
+      hopper::wgmma_rs<kN, T, 1>(dk, dsf[kk], desc_mn_major<kKvBr>(sQ(s), kk, col0), 1);
     hopper::wgmma_commit();
     hopper::wgmma_wait<0>();
     hopper::fence_registers(dk);
@@ -309,20 +366,23 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   }
 
-  // Keys no query sees (causal) leave with dK = dV = 0, as they must.
-  const int64_t row0 = k0 + wg * kWgRows;
-  store_acc_rows<T, D>(static_cast<T*>(p.dk) + bh * seq_k * D, dk, row0, seq_k, p.scale, t);
-  store_acc_rows<T, D>(static_cast<T*>(p.dv) + bh * seq_k * D, dv, row0, seq_k, 1.0f, t);
+  // Keys no query sees (causal) leave with dK = dV = 0, as they must. Rows k0 + wrow .., columns
+  // col0 .. col0 + kN - 1 of this head's [seq_k x D] dK and dV.
+  const int64_t row0 = k0 + wrow;
+  store_acc_rows<T, kN, D>(static_cast<T*>(p.dk) + bh * seq_k * D + col0, dk, row0, seq_k, p.scale,
+                           t);
+  store_acc_rows<T, kN, D>(static_cast<T*>(p.dv) + bh * seq_k * D + col0, dv, row0, seq_k, 1.0f, t);
 }
 
 // ---- dQ ------------------------------------------------------------------------------------------
-constexpr int kQBr = kWarpgroups * kWgRows;  // 128 queries per block
-constexpr int kQBc = 64;                     // keys per streamed K/V tile: N of S and dP
+template <int D>
+constexpr int kQBr = Split<D>::kRows;  // queries per block: 128, or 64 at D = 256
+constexpr int kQBc = 64;               // keys per streamed K/V tile: N of S and dP
 
 template <int D>
 struct DqSmem {
-  static constexpr int kQBytes = kQBr * D * 2;   // Q or dO
-  static constexpr int kKVBytes = kQBc * D * 2;  // K or V, one stage
+  static constexpr int kQBytes = kQBr<D> * D * 2;  // Q or dO
+  static constexpr int kKVBytes = kQBc * D * 2;    // K or V, one stage
   static constexpr int kQOffset = 0;
   static constexpr int kdOOffset = kQBytes;
   static constexpr int kKOffset = 2 * kQBytes;                    // stage s at + s * kKVBytes
@@ -330,6 +390,7 @@ struct DqSmem {
   static constexpr int kBarOffset = kVOffset + kStages * kKVBytes;
   static constexpr int kBytes = kBarOffset + (1 + kStages) * 8 + kAtomBytes;  // + alignment
   static_assert(kKVBytes % kAtomBytes == 0 && kQBytes % kAtomBytes == 0, "atoms stay aligned");
+  static_assert(kBytes <= 227 * 1024, "the most dynamic shared memory a block may opt in to");
 };
 
 template <class T, int D>
@@ -338,8 +399,11 @@ __global__ void __launch_bounds__(kThreads, 1)
               const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_do,
               const BwdParams p) {
   using Sm = DqSmem<D>;
+  using Sp = Split<D>;
+  constexpr int kBr = kQBr<D>;
   constexpr int kStrips = D / kSwizzleCols;
-  constexpr int kSAcc = kQBc / 2;  // S (and dP) accumulators per thread
+  constexpr int kSAcc = kQBc / 2;   // S (and dP) accumulators per thread
+  constexpr int kN = Sp::kAccCols;  // columns of dQ this warpgroup accumulates
   extern __shared__ unsigned char smem_raw[];
   const uint32_t raw = mma::smem_addr(smem_raw);
   unsigned char* smem = smem_raw + ((kAtomBytes - raw % kAtomBytes) % kAtomBytes);
@@ -353,16 +417,16 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int tid = threadIdx.x, wg = tid / 128, t = tid % 128, q = t % 4;
   const int64_t bh = int64_t(blockIdx.x) / p.n_tiles;
   // Heaviest tiles first under causal masking (the last query tiles see the most keys).
-  const int64_t q0 = (p.n_tiles - 1 - int64_t(blockIdx.x) % p.n_tiles) * kQBr;
+  const int64_t q0 = (p.n_tiles - 1 - int64_t(blockIdx.x) % p.n_tiles) * kBr;
   const int64_t seq_q = p.seq_q, seq_k = p.seq_k;
-  const KvTiles range = kv_tiles(q0, kQBr, seq_q, seq_k, kQBc, p.causal);
+  const KvTiles range = kv_tiles(q0, kBr, seq_q, seq_k, kQBc, p.causal);
   const int n_tiles = int(range.visit), n_unmasked = int(range.unmasked);
 
   // Thread 0: K and V tile j into stage j % kStages.
   auto request_kv = [&](int j) {
     const int s = j % kStages;
     hopper::mbar_arrive_expect_tx(&kv_full[s], 2 * Sm::kKVBytes);
-    for (int c = 0; c < kStrips; ++c) {
+    for (int c = 0; c < kStrips; ++c) {  // all D columns: S and dP contract over them
       hopper::tma_load_3d(sK(s) + c * kQBc * 128, &tm_k, &kv_full[s], c * kSwizzleCols, j * kQBc,
                           int(bh));
       hopper::tma_load_3d(sV(s) + c * kQBc * 128, &tm_v, &kv_full[s], c * kSwizzleCols, j * kQBc,
@@ -377,8 +441,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (n_tiles > 0) {
       hopper::mbar_arrive_expect_tx(q_full, 2 * Sm::kQBytes);
       for (int c = 0; c < kStrips; ++c) {
-        hopper::tma_load_3d(sQ + c * kQBr * 128, &tm_q, q_full, c * kSwizzleCols, int(q0), int(bh));
-        hopper::tma_load_3d(sdO + c * kQBr * 128, &tm_do, q_full, c * kSwizzleCols, int(q0),
+        hopper::tma_load_3d(sQ + c * kBr * 128, &tm_q, q_full, c * kSwizzleCols, int(q0), int(bh));
+        hopper::tma_load_3d(sdO + c * kBr * 128, &tm_do, q_full, c * kSwizzleCols, int(q0),
                             int(bh));
       }
     }
@@ -386,10 +450,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncthreads();  // the barriers are initialised before anyone waits on them
 
-  // This warpgroup's 64 query rows; this thread's two rows, their L2, D and last visible key.
-  const unsigned char* sQw = sQ + wg * kWgRows * 128;
-  const unsigned char* sdOw = sdO + wg * kWgRows * 128;
-  const int64_t row0 = q0 + wg * kWgRows + 16 * (t / 32) + (t % 32) / 4;
+  // This warpgroup's 64 query rows; this thread's two rows, their L2, D and last visible key; the
+  // first of the kN columns of dQ it accumulates (0 unless D > 128).
+  const int wrow = Sp::row_off(wg), col0 = Sp::col0(wg);
+  const unsigned char* sQw = sQ + wrow * 128;
+  const unsigned char* sdOw = sdO + wrow * 128;
+  const int64_t row0 = q0 + wrow + 16 * (t / 32) + (t % 32) / 4;
   float l2[2], dd[2];
   int64_t last_key[2];
 #pragma unroll
@@ -400,7 +466,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     last_key[h] = last_visible_key(row, seq_q, seq_k, p.causal);
   }
 
-  float dq[D / 2];
+  float dq[kN / 2];
   zero(dq);
 
   if (n_tiles > 0) hopper::mbar_wait(q_full, 0);
@@ -408,17 +474,18 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int s = j % kStages;
     hopper::mbar_wait(&kv_full[s], (j / kStages) & 1);
 
-    // ---- S = Q K^T and dP = dO V^T: 64 rows x 64 keys each, two commit groups.
+    // ---- S = Q K^T and dP = dO V^T: 64 rows x 64 keys each, contracting over all D columns (at
+    // D = 256 both warpgroups compute the same two tiles), two commit groups.
     float sc[kSAcc], dp[kSAcc];
     hopper::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk)
-      hopper::wgmma_ss<kQBc, T, 0>(sc, desc_k_major<kQBr>(sQw, kk), desc_k_major<kQBc>(sK(s), kk),
+      hopper::wgmma_ss<kQBc, T, 0>(sc, desc_k_major<kBr>(sQw, kk), desc_k_major<kQBc>(sK(s), kk),
                                    kk > 0);
     hopper::wgmma_commit();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk)
-      hopper::wgmma_ss<kQBc, T, 0>(dp, desc_k_major<kQBr>(sdOw, kk), desc_k_major<kQBc>(sV(s), kk),
+      hopper::wgmma_ss<kQBc, T, 0>(dp, desc_k_major<kBr>(sdOw, kk), desc_k_major<kQBc>(sV(s), kk),
                                    kk > 0);
     hopper::wgmma_commit();
     hopper::wgmma_wait<1>();  // S has landed; dP may still run
@@ -441,14 +508,15 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int i = 0; i < kSAcc; ++i) dp[i] = sc[i] * (dp[i] - dd[(i / 2) % 2]);
 
-    // ---- dQ += dS K: k = the 64 keys, dS from registers, K MN-major.
+    // ---- dQ[:, col0 ..] += dS K[:, col0 ..]: k = the 64 keys, dS from registers, K MN-major
+    // from its strip col0 / 64 on.
     uint32_t dsf[kQBc / 16][4];
     pack_p<T>(dp, dsf);
     hopper::fence_registers(dq);
     hopper::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kQBc / 16; ++kk)
-      hopper::wgmma_rs<D, T, 1>(dq, dsf[kk], desc_mn_major<kQBc>(sK(s), kk), 1);
+      hopper::wgmma_rs<kN, T, 1>(dq, dsf[kk], desc_mn_major<kQBc>(sK(s), kk, col0), 1);
     hopper::wgmma_commit();
     hopper::wgmma_wait<0>();
     hopper::fence_registers(dq);
@@ -460,15 +528,16 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (tid == 0 && j + kStages < n_tiles) request_kv(j + kStages);
   }
 
-  store_acc_rows<T, D>(static_cast<T*>(p.dq) + bh * seq_q * D, dq, q0 + wg * kWgRows, seq_q,
-                       p.scale, t);
+  // Rows q0 + wrow .., columns col0 .. col0 + kN - 1 of this head's [seq_q x D] dQ.
+  store_acc_rows<T, kN, D>(static_cast<T*>(p.dq) + bh * seq_q * D + col0, dq, q0 + wrow, seq_q,
+                           p.scale, t);
 }
 
 // ---- Launcher ------------------------------------------------------------------------------------
 template <class T, int D>
 void launch(const AttentionBwdArgs& a, cudaStream_t stream) {
   const AttentionShape& s = a.shape;
-  const int64_t n_kt = ceil_div(s.seq_k, kKvBc), n_qt = ceil_div(s.seq_q, kQBr);
+  const int64_t n_kt = ceil_div(s.seq_k, kKvBc<D>), n_qt = ceil_div(s.seq_q, kQBr<D>);
   FA_UNSUPPORTED_IF(n_kt * s.bh() > INT_MAX || n_qt * s.bh() > INT_MAX,
                     "07/bwd_v1_tma_wgmma: more than 2^31-1 thread blocks");
   BwdParams p{};
@@ -483,12 +552,13 @@ void launch(const AttentionBwdArgs& a, cudaStream_t stream) {
   p.scale_log2 = p.scale * kLog2e;
   p.causal = s.causal;
 
-  // 2. dK, dV: K/V boxes of 128 rows (kept), Q/dO boxes of 64 rows (streamed).
+  // 2. dK, dV: K/V boxes of kKvBc rows (kept), Q/dO boxes of 64 rows (streamed); every box is
+  // 64 columns wide, one 128-byte swizzled strip.
   {
     const CUtensorMap tm_q = make_tmap(a.q, s.bh(), s.seq_q, D, kKvBr, a.dtype);
     const CUtensorMap tm_do = make_tmap(a.dout, s.bh(), s.seq_q, D, kKvBr, a.dtype);
-    const CUtensorMap tm_k = make_tmap(a.k, s.bh(), s.seq_k, D, kKvBc, a.dtype);
-    const CUtensorMap tm_v = make_tmap(a.v, s.bh(), s.seq_k, D, kKvBc, a.dtype);
+    const CUtensorMap tm_k = make_tmap(a.k, s.bh(), s.seq_k, D, kKvBc<D>, a.dtype);
+    const CUtensorMap tm_v = make_tmap(a.v, s.bh(), s.seq_k, D, kKvBc<D>, a.dtype);
     constexpr int kSmem = DkdvSmem<D>::kBytes;
     set_smem_limit_once<dkdv_kernel<T, D>, kSmem>();
     p.n_tiles = n_kt;
@@ -496,10 +566,10 @@ void launch(const AttentionBwdArgs& a, cudaStream_t stream) {
         <<<unsigned(n_kt * s.bh()), kThreads, kSmem, stream>>>(tm_q, tm_k, tm_v, tm_do, p);
     FA_CHECK_LAUNCH();
   }
-  // 3. dQ: Q/dO boxes of 128 rows (kept), K/V boxes of 64 rows (streamed).
+  // 3. dQ: Q/dO boxes of kQBr rows (kept), K/V boxes of 64 rows (streamed).
   {
-    const CUtensorMap tm_q = make_tmap(a.q, s.bh(), s.seq_q, D, kQBr, a.dtype);
-    const CUtensorMap tm_do = make_tmap(a.dout, s.bh(), s.seq_q, D, kQBr, a.dtype);
+    const CUtensorMap tm_q = make_tmap(a.q, s.bh(), s.seq_q, D, kQBr<D>, a.dtype);
+    const CUtensorMap tm_do = make_tmap(a.dout, s.bh(), s.seq_q, D, kQBr<D>, a.dtype);
     const CUtensorMap tm_k = make_tmap(a.k, s.bh(), s.seq_k, D, kQBc, a.dtype);
     const CUtensorMap tm_v = make_tmap(a.v, s.bh(), s.seq_k, D, kQBc, a.dtype);
     constexpr int kSmem = DqSmem<D>::kBytes;
@@ -518,10 +588,11 @@ void dispatch_head_dim(const AttentionBwdArgs& a, cudaStream_t stream) {
       return launch<T, 64>(a, stream);
     case 128:
       return launch<T, 128>(a, stream);
+    case 256:
+      return launch<T, 256>(a, stream);
     default:
       FA_UNSUPPORTED_IF(true, "07/bwd_v1_tma_wgmma: head_dim " + std::to_string(a.shape.head_dim) +
-                                  " not instantiated (64, 128; 256 needs more registers than a "
-                                  "thread has, see the file header)");
+                                  " not instantiated (64, 128, 256)");
   }
 }
 
@@ -530,8 +601,8 @@ void attention_bwd_v1(const AttentionBwdArgs& a, cudaStream_t stream) {
   FA_REQUIRE(s.seq_q >= 0 && s.seq_k >= 0 && s.bh() >= 0, "negative size");
   FA_UNSUPPORTED_IF(a.dtype != DType::BF16 && a.dtype != DType::F16,
                     "07/bwd_v1_tma_wgmma takes bf16 and fp16 only");
-  FA_UNSUPPORTED_IF(s.head_dim != 64 && s.head_dim != 128,
-                    "07/bwd_v1_tma_wgmma is instantiated for head_dim 64 and 128 only");
+  FA_UNSUPPORTED_IF(s.head_dim != 64 && s.head_dim != 128 && s.head_dim != 256,
+                    "07/bwd_v1_tma_wgmma is instantiated for head_dim 64, 128 and 256 only");
   FA_UNSUPPORTED_IF(gpu_info().sm != 90,
                     "07/bwd_v1_tma_wgmma uses sm_90a instructions (wgmma, TMA): it runs on "
                     "compute capability 9.0 (H100, H200) only");
@@ -553,7 +624,7 @@ FA_REGISTER(AttentionBwdKernel,
              "Hopper backward: TMA + wgmma, dK/dV kernel (S^T = K Q^T, P^T and dS^T from "
              "registers) + dQ kernel, 2 warpgroups, 2-stage rings, no atomics",
              {DType::BF16, DType::F16},
-             {64, 128},
+             {64, 128, 256},
              90,
              true});
 
