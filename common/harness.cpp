@@ -105,6 +105,16 @@ const AttentionFwdKernel* best_forward_kernel(DType t, int d) {
   return best;
 }
 
+const AttentionFwdKernel* forward_for_backward(DType t, int d) {
+  if (const AttentionFwdKernel* k = best_forward_kernel(t, d)) return k;
+  const AttentionFwdKernel* any = nullptr;
+  for (const AttentionFwdKernel* k : entries_with_prefix<AttentionFwdKernel>(""))
+    if (!k->decoding && k->name.rfind("ref/", 0) != 0 && supports(k->dtypes, t) &&
+        supports(k->head_dims, d) && gpu_skip_reason(k->min_sm).empty())
+      any = k;
+  return any;
+}
+
 namespace {
 
 // Common start of every run: is there a GPU that can take this kernel?
@@ -525,7 +535,7 @@ RunResult run_attention_bwd(const AttentionBwdKernel& k, AttentionShape s, DType
     return r;
   }
   const AttentionFwdKernel* fwd = opt.forward_kernel.empty()
-                                      ? best_forward_kernel(t, int(s.head_dim))
+                                      ? forward_for_backward(t, int(s.head_dim))
                                       : find_entry<AttentionFwdKernel>(opt.forward_kernel);
   if (fwd == nullptr) {
     r.status = Status::Unsupported;
