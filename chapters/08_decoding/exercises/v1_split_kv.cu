@@ -315,6 +315,10 @@ __global__ void __launch_bounds__(kThreads) split_kv_kernel(Params p) {
         }
 #pragma unroll
         for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+        // Every lane read m_s[r] above; lane 0 overwrites it below. The shuffles keep the warp in
+        // step, but only a warp barrier also orders the shared-memory accesses (racecheck reported
+        // this write-after-read on the H100, 2026-11-23).
+        __syncwarp();
         if (lane == 0) {
           const float alpha = exp2f(m_old - m_use);
           alpha_s[r] = alpha;
