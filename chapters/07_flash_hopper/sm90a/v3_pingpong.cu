@@ -67,8 +67,9 @@
 // moved by up to 11% between two calls that day, so a few percent between rungs is not settled
 // (notes/07_flash_hopper.md, section 5).
 // Tests on that GPU: ragged shapes causal and not, non-default scale, more than 65535 heads and
-// fresh inputs passed; the tests of label long (sizes past 2^31) and the sanitizers have not run
-// on it yet.
+// fresh inputs passed; later that day (notes/measured/h100-2026-11-23c/) the whole default label,
+// the tensor past 2^31 elements, and memcheck, racecheck, synccheck and initcheck on the small
+// ragged shapes passed too, clean.
 #include <cuda.h>
 
 #include <type_traits>
