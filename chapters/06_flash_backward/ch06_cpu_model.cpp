@@ -3,10 +3,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iomanip>
 #include <limits>
+#include <sstream>
 
+#include "buffer.h"
+#include "check.h"
 #include "random.h"
 #include "reference.h"
+#include "registry.h"
 
 namespace ch06 {
 namespace {
@@ -225,6 +230,7 @@ std::vector<double> rowsum_p_dp(const float* q, const float* k, const float* v, 
 // ---------------------------------------------------------------------------------------------
 std::vector<double> train_toy(const ToyProblem& p, const GradSource& grads) {
   const fa::AttentionShape& s = p.shape;
+  const fa::DType t = p.dtype;
   // The target comes from a "teacher" head; the student starts from different random weights.
   std::vector<float> tq = fa::random_normal(s.q_numel(), fa::derive_seed(p.seed, 1), 0.0f, 1.0f);
   std::vector<float> tk = fa::random_normal(s.k_numel(), fa::derive_seed(p.seed, 2), 0.0f, 1.0f);
@@ -234,12 +240,19 @@ std::vector<double> train_toy(const ToyProblem& p, const GradSource& grads) {
   std::vector<float> q = fa::random_normal(s.q_numel(), fa::derive_seed(p.seed, 4), 0.0f, 1.0f);
   std::vector<float> k = fa::random_normal(s.k_numel(), fa::derive_seed(p.seed, 5), 0.0f, 1.0f);
   std::vector<float> v = fa::random_normal(s.k_numel(), fa::derive_seed(p.seed, 6), 0.0f, 1.0f);
+  // The student's weights are stored as t from the start (identity for fp32).
+  fa::round_in_place(t, q);
+  fa::round_in_place(t, k);
+  fa::round_in_place(t, v);
 
   std::vector<double> losses;
   std::vector<double> O, L;
   std::vector<float> dO(size_t(s.q_numel()));
-  auto step = [](std::vector<float>& w, const std::vector<double>& gw, double lr) {
-    for (size_t x = 0; x < w.size(); ++x) w[x] = static_cast<float>(double(w[x]) - lr * gw[x]);
+  // The update in float64, stored as t: a step smaller than half an ulp of w is lost, as it is
+  // in a 16-bit training loop that keeps no fp32 master copy.
+  auto step = [t](std::vector<float>& w, const std::vector<double>& gw, double lr) {
+    for (size_t x = 0; x < w.size(); ++x)
+      w[x] = fa::round_to(t, static_cast<float>(double(w[x]) - lr * gw[x]));
   };
   for (int it = 0; it <= p.steps; ++it) {
     forward(q.data(), k.data(), v.data(), s, O, L);
@@ -247,7 +260,7 @@ std::vector<double> train_toy(const ToyProblem& p, const GradSource& grads) {
     for (size_t x = 0; x < O.size(); ++x) {
       const double e = O[x] - target[x];
       loss += 0.5 * e * e;
-      dO[x] = static_cast<float>(e);  // dLoss/dO, stored as the kernel would read it
+      dO[x] = fa::round_to(t, static_cast<float>(e));  // dLoss/dO, stored as the kernel reads it
     }
     losses.push_back(loss);
     if (it == p.steps) break;
@@ -257,6 +270,20 @@ std::vector<double> train_toy(const ToyProblem& p, const GradSource& grads) {
     step(v, g.dV, p.lr);
   }
   return losses;
+}
+
+ToyProblem toy_problem(int64_t n, int64_t d, bool causal, fa::DType t) {
+  ToyProblem p;
+  p.shape = fa::AttentionShape{1, 1, n, n, d, causal, 0.0f};
+  p.dtype = t;
+  // 25 steps at lr = 0.8 / sqrt(d) lower the float64 loss to 0.16-0.34 of its start at n = 64,
+  // d = 32..128, causal or not, with no rise (0.14-0.40 over seeds 1-8). A fixed lr is not enough:
+  // dQ and dK grow like sqrt(d) relative to Q and K (dS carries dO . V, a sum over d), and at
+  // lr = 0.1 the causal d = 128 problem already overshoots and the loss goes up and down; once it
+  // does, two trajectories that differ by one rounding drift apart and no band holds.
+  p.steps = 25;
+  p.lr = 0.8 / std::sqrt(double(d));
+  return p;
 }
 
 Grads grads_from_tiled(const std::vector<float>& q, const std::vector<float>& k,
@@ -273,6 +300,137 @@ Grads grads_from_reference(const std::vector<float>& q, const std::vector<float>
                            const fa::AttentionShape& s) {
   fa::AttentionBwdRef r = fa::attention_backward_ref(q.data(), k.data(), v.data(), dO.data(), s);
   return Grads{r.dQ, r.dK, r.dV, r.D};
+}
+
+// ---------------------------------------------------------------------------------------------
+Grads grads_from_gpu(const fa::AttentionBwdKernel& kern, fa::DType t, const std::vector<float>& q,
+                     const std::vector<float>& k, const std::vector<float>& v,
+                     const std::vector<float>& dO, const std::vector<double>& O,
+                     const std::vector<double>& L, const fa::AttentionShape& s) {
+  using fa::DeviceBuffer;
+  const size_t es = fa::dtype_size(t);
+  // The forward's outputs as a forward kernel stores them: O in the kernel's dtype, L in fp32.
+  std::vector<float> Of(O.begin(), O.end()), Lf(L.begin(), L.end());
+  DeviceBuffer bq = fa::to_device(t, q), bk = fa::to_device(t, k), bv = fa::to_device(t, v),
+               bdO = fa::to_device(t, dO), bO = fa::to_device(t, Of),
+               bL = fa::to_device(fa::DType::F32, Lf);
+  DeviceBuffer gq(size_t(s.q_numel()) * es), gk(size_t(s.k_numel()) * es),
+      gv(size_t(s.k_numel()) * es), gD(size_t(s.lse_numel()) * sizeof(float)),
+      ws(size_t(s.q_numel()) * sizeof(float));
+  // NaN in every output, so one the kernel skips fails the finiteness check instead of passing as
+  // a stale value; the workspace is zeroed, as AttentionBwdArgs promises the kernel.
+  gq.poison();
+  gk.poison();
+  gv.poison();
+  gD.poison();
+  ws.zero();
+  fa::AttentionBwdArgs a;
+  a.q = bq.data();
+  a.k = bk.data();
+  a.v = bv.data();
+  a.o = bO.data();
+  a.dout = bdO.data();
+  a.lse = bL.as<float>();
+  a.dq = gq.data();
+  a.dk = gk.data();
+  a.dv = gv.data();
+  a.delta = gD.as<float>();
+  a.workspace = ws.as<float>();
+  a.shape = s;
+  a.dtype = t;
+  kern.run(a, nullptr);
+  // An asynchronous fault of the kernel surfaces here, named, rather than in the next upload.
+  FA_CUDA_CHECK(cudaGetLastError());
+  FA_CUDA_CHECK(cudaDeviceSynchronize());
+  auto back = [](fa::DType bt, const DeviceBuffer& b, int64_t n) {
+    std::vector<float> f = fa::to_host(bt, b, size_t(n));
+    return std::vector<double>(f.begin(), f.end());
+  };
+  return {back(t, gq, s.q_numel()), back(t, gk, s.k_numel()), back(t, gv, s.k_numel()),
+          back(fa::DType::F32, gD, s.lse_numel())};
+}
+
+GradSource gpu_grad_source(const fa::AttentionBwdKernel& kern, fa::DType t) {
+  // The kernel is a registry entry, which lives as long as the program: holding its address is safe.
+  const fa::AttentionBwdKernel* k = &kern;
+  return
+      [k, t](const std::vector<float>& q, const std::vector<float>& kk, const std::vector<float>& v,
+             const std::vector<float>& dO, const std::vector<double>& O,
+             const std::vector<double>& L,
+             const fa::AttentionShape& s) { return grads_from_gpu(*k, t, q, kk, v, dO, O, L, s); };
+}
+
+// ---------------------------------------------------------------------------------------------
+namespace {
+
+// Half the gap between 1 and the next value: the largest relative error of one rounding.
+double unit_roundoff(fa::DType t) {
+  switch (t) {
+    case fa::DType::F16:
+      return std::ldexp(1.0, -11);  // 10 stored significand bits
+    case fa::DType::BF16:
+      return std::ldexp(1.0, -8);  // 7 stored significand bits
+    default:
+      return std::ldexp(1.0, -24);
+  }
+}
+
+}  // namespace
+
+// The band bounds a coherent gradient error, with a margin. A kernel's gradient differs from the
+// float64 one by a relative error of at most eps per element. Were every element off the same way,
+// the kernel would train with the learning rate lr (1 + eps); a loss that falls like
+// L_t = L_0 exp(-c lr t) then moves by eps * ln(L_0 / L_t) relative, under 2 eps while
+// L_t / L_0 > exp(-2) = 0.135 (toy_problem's trajectories end at 0.16-0.34). Errors of independent
+// sign mostly cancel over the N * d parameters; the rounding of the stored weights, the same in
+// both trajectories, turns a sub-ulp difference into a whole ulp now and then, but without bias.
+//  * fp16 / bf16: eps <= 2u (P or dS rounded to the dtype before its MMA, the gradient rounded
+//    when stored), so 2 eps = 4u; the band is twice that, 8u: 3.9e-3 for fp16, 3.1e-2 for bf16.
+//  * fp32: the same reasoning would give 8u = 4.8e-7, but an fp32 kernel's error is set by its
+//    fp32 sums (of up to 128 terms here) and its exp, a few 1e-7 per element: 1e-5 (about 170u),
+//    tight enough that a 1% error in one gradient, or one query row's dQ left at 0, fails it.
+// Measured on the CPU at toy_problem(64, d = 32, 64, 96, 128, causal or not, seeds 1-8), largest
+// relative loss difference from the float64-gradient trajectory, in u of the dtype trained:
+//   float64 gradients times (1 +- 4u), coherent:              3.7u (fp32, fp16, bf16 alike)
+//   the naive 16-bit backward of reference.h (also rounds S): 2.0u bf16, 0.7u fp16
+//   3x its error (the largest error the harness accepts):     3.8u bf16, 3.1u fp16
+//   random relative errors of 4u per element:                 1.6u
+//   the naive backward in fp32 arithmetic, 3x its error:      9.6u = 5.7e-7 (fp32)
+// and, for scale, bugs: dV 1% too large moves bf16 by 1.9u (bf16 cannot see it), fp16 by 13u,
+// fp32 by 1e5 u; dK without the softmax scale moves bf16 by 145u. The gradient tests
+// (test_attention_kernels.cpp) judge the gradients themselves; this check judges training.
+double trajectory_band(fa::DType t) {
+  return t == fa::DType::F32 ? 1e-5 : 8 * unit_roundoff(t);
+}
+
+TrajectoryCheck check_trajectory(const std::vector<double>& losses, const std::vector<double>& ref,
+                                 fa::DType t) {
+  TrajectoryCheck c;
+  c.band = trajectory_band(t);
+  c.u = unit_roundoff(t);
+  if (losses.empty() || losses.size() != ref.size()) {
+    c.max_rel_diff = INFINITY;  // nothing to compare is no agreement
+    return c;
+  }
+  for (size_t i = 0; i < losses.size(); ++i) {
+    const double e = std::isfinite(losses[i]) ? std::abs(losses[i] - ref[i]) / ref[i] : INFINITY;
+    if (!(e <= c.max_rel_diff)) {
+      c.max_rel_diff = e;
+      c.worst_step = int(i);
+    }
+    if (i > 0 && !(losses[i] <= losses[i - 1])) ++c.rises;  // a NaN counts as a rise
+  }
+  c.final_ratio = losses.back() / losses.front();
+  return c;
+}
+
+std::string TrajectoryCheck::str() const {
+  std::ostringstream os;
+  os << std::scientific << std::setprecision(2) << "max |loss - ref| / ref = " << max_rel_diff
+     << " at step " << worst_step << " (band " << band << " = " << std::defaultfloat
+     << std::setprecision(3) << band / u << " u); the loss rose at " << rises << " steps (at most "
+     << max_rises << "); final / initial = " << final_ratio << " (below " << max_final_ratio << ")";
+  return os.str();
 }
 
 }  // namespace ch06
