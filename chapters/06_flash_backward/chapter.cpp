@@ -5,12 +5,16 @@
 //             steps of gradient descent on a toy head with tiled vs reference gradients.
 //   GPU tier  every 06/ backward kernel through the harness (O and L from 06/forward_helper, so
 //             this program needs no other chapter), causal and not, for each dtype it lists;
-//             the D preprocess on its own in GB/s; the same training steps with the GPU's
+//             the D preprocess on its own in GB/s, and at fa_bench's bf16 shapes with U = 1, 2,
+//             4 rows per lane (bytes in flight); the same training steps with the GPU's
 //             gradients (06/v1_fp32) against the CPU's.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <functional>
 #include <iomanip>
 #include <iostream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -20,6 +24,7 @@
 #include "ch06_preprocess.h"
 #include "chapter.h"
 #include "check.h"
+#include "device_fill.h"
 #include "gpu.h"
 #include "harness.h"
 #include "random.h"
@@ -111,6 +116,10 @@ int training_check(std::ostream& os) {
 }
 
 // ---- GPU tier ----------------------------------------------------------------------------------
+double gbps(double bytes, double ms) {
+  return bytes / (ms * 1e-3) / 1e9;
+}
+
 void preprocess_bandwidth(std::ostream& os, const AttentionShape& s,
                           const std::vector<DType>& dtypes, uint64_t seed) {
   os << "\n== The D preprocess alone: D_i = rowsum(dO_i o O_i), " << s.str() << " ==\n"
@@ -126,9 +135,189 @@ void preprocess_bandwidth(std::ostream& os, const AttentionShape& s,
     const double bytes =
         2.0 * double(s.q_numel()) * double(dtype_size(t)) + double(s.lse_numel()) * sizeof(float);
     os << "  " << std::setw(5) << dtype_name(t) << "  " << std::setprecision(4) << tm.median_ms
-       << " ms  " << std::setprecision(0) << bytes / (tm.median_ms * 1e-3) / 1e9 << " GB/s\n";
+       << " ms  " << std::setprecision(0) << gbps(bytes, tm.median_ms) << " GB/s\n";
   }
   os << std::defaultfloat << std::setprecision(6);
+}
+
+// ---- The preprocess: bytes in flight ----------------------------------------------------------
+// Little's law: bandwidth = bytes in flight / latency. With U rows per lane group each lane issues
+// 2U 16-byte loads (O and dO) before its first product, so an SM has at most resident threads *
+// 32U bytes outstanding, and GB/s should rise with U until DRAM, not the loads in flight, is the
+// limit. Each kernel is timed twice: after time_gpu's flush, as fa_bench does, and after a flush
+// that leaves L2 clean (time_after_clean_flush), which tells the kernel's cost from the flush's.
+
+struct CudaEvent {
+  cudaEvent_t e = nullptr;
+  CudaEvent() { FA_CUDA_CHECK(cudaEventCreate(&e)); }
+  ~CudaEvent() { cudaEventDestroy(e); }
+  CudaEvent(const CudaEvent&) = delete;
+  CudaEvent& operator=(const CudaEvent&) = delete;
+};
+
+// time_gpu's loop with another flush: the preprocess over scratch inputs twice the size of L2. It
+// only reads, so L2 is left full of clean lines, which the timed run evicts for free. time_gpu's
+// flush is a memset: L2 is left full of dirty lines, which the timed run must write back to DRAM
+// (up to the size of L2) while it reads.
+Timing time_after_clean_flush(const std::function<void(cudaStream_t)>& launch) {
+  const TimingOptions opt;
+  const int64_t rows = std::max<int64_t>(int64_t(gpu_info().l2_bytes) / 128, 1024);
+  const AttentionShape scratch{1, 1, rows, rows, 64, false, 0.0f};  // bf16: 128 bytes per row
+  DeviceBuffer o(size_t(rows) * 128), dout(size_t(rows) * 128), delta(size_t(rows) * 4);
+  o.zero();
+  dout.zero();
+  std::vector<CudaEvent> start(size_t(opt.repeats)), stop(size_t(opt.repeats));
+  // The warm-up runs also write back the lines the zero() above left dirty.
+  for (int i = -opt.warmup; i < opt.repeats; ++i) {
+    launch_delta_preprocess(o.data(), dout.data(), delta.as<float>(), scratch, DType::BF16,
+                            nullptr);
+    if (i >= 0) FA_CUDA_CHECK(cudaEventRecord(start[size_t(i)].e, nullptr));
+    launch(nullptr);
+    if (i >= 0) FA_CUDA_CHECK(cudaEventRecord(stop[size_t(i)].e, nullptr));
+  }
+  FA_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+  std::vector<double> ms;
+  for (int i = 0; i < opt.repeats; ++i) {
+    float t = 0;
+    FA_CUDA_CHECK(cudaEventElapsedTime(&t, start[size_t(i)].e, stop[size_t(i)].e));
+    ms.push_back(t);
+  }
+  std::sort(ms.begin(), ms.end());
+  Timing r;
+  r.repeats = opt.repeats;
+  r.min_ms = ms.front();
+  r.max_ms = ms.back();
+  r.median_ms = ms[ms.size() / 2];
+  return r;
+}
+
+void print_preprocess_header(std::ostream& os) {
+  os << "\n  Bytes in flight (bf16). U: rows per lane group, each lane has 2U 16-byte loads in\n"
+     << "  flight; KiB/SM: resident threads x 32U bytes, the most an SM has in flight. Plain\n"
+     << "  loads: O without the evict-first hint. Timed after time_gpu's flush (a memset, as\n"
+     << "  fa_bench: L2 full of dirty lines to write back) and after a clean flush (reads only).\n"
+     << "  " << std::string(26 + 22 + 3 * 7, ' ') << std::setw(23) << "---- memset flush ----"
+     << std::setw(23) << "---- clean flush ----"
+     << "\n"
+     << "  " << std::left << std::setw(26) << "shape" << std::setw(22) << "kernel" << std::right
+     << std::setw(7) << "blocks" << std::setw(7) << "thr/SM" << std::setw(7) << "KiB/SM"
+     << std::setw(9) << "ms" << std::setw(7) << "GB/s" << std::setw(7) << "%copy" << std::setw(9)
+     << "ms" << std::setw(7) << "GB/s" << std::setw(7) << "%copy"
+     << "  D\n";
+}
+
+void print_preprocess_row(std::ostream& os, const AttentionShape& s, const std::string& name,
+                          const DeltaGrid* g, int unroll, const Timing& flushed,
+                          const Timing& clean, double bytes, const std::string& note) {
+  const double copy = copy_bandwidth_gbps();
+  os << "  " << std::left << std::setw(26) << s.str() << std::setw(22) << name << std::right;
+  if (g)
+    os << std::setw(7) << g->blocks << std::setw(7) << g->blocks_per_sm * kDeltaBlockThreads
+       << std::setw(7) << g->blocks_per_sm * kDeltaBlockThreads * 32 * unroll / 1024;
+  else
+    os << std::setw(7) << "-" << std::setw(7) << "-" << std::setw(7) << "-";
+  const double f = gbps(bytes, flushed.median_ms), c = gbps(bytes, clean.median_ms);
+  os << std::fixed << std::setprecision(4) << std::setw(9) << flushed.median_ms
+     << std::setprecision(0) << std::setw(7) << f << std::setprecision(1) << std::setw(7)
+     << 100 * f / copy << std::setprecision(4) << std::setw(9) << clean.median_ms
+     << std::setprecision(0) << std::setw(7) << c << std::setprecision(1) << std::setw(7)
+     << 100 * c / copy << "  " << note << std::defaultfloat << std::setprecision(6) << "\n";
+}
+
+// Largest |D - D_ref| / sum_c |dO_ic O_ic| over the rows, D_ref in float64 from the same inputs.
+double preprocess_error(const DeviceBuffer& o, const DeviceBuffer& dout,
+                        const std::vector<float>& D, const AttentionShape& s, DType t) {
+  const std::vector<float> oh = to_host(t, o, size_t(s.q_numel()));
+  const std::vector<float> dh = to_host(t, dout, size_t(s.q_numel()));
+  double worst = 0;
+  for (int64_t r = 0; r < s.lse_numel(); ++r) {
+    double sum = 0, mag = 0;
+    for (int64_t c = r * s.head_dim; c < (r + 1) * s.head_dim; ++c) {
+      const double p = double(oh[size_t(c)]) * double(dh[size_t(c)]);
+      sum += p;
+      mag += std::abs(p);
+    }
+    const double e = std::abs(double(D[size_t(r)]) - sum) / std::max(mag, 1e-30);
+    if (!std::isfinite(e)) return INFINITY;
+    worst = std::max(worst, e);
+  }
+  return worst;
+}
+
+struct PreprocessRow {
+  std::string name;
+  DeltaVariant variant;
+  bool launcher = false;  // launch_delta_preprocess itself, which fa_bench's rows time
+};
+
+// The table at fa_bench's bf16 shapes (16384 tokens x 2048 hidden, N = 8192), then the launcher
+// on 4x the rows; returns the number of failed checks.
+int preprocess_bytes_in_flight(std::ostream& os) {
+  const DType t = DType::BF16;
+  const std::vector<PreprocessRow> rows = {
+      {"U = 1", DeltaVariant{1, true}},
+      {"U = 2", DeltaVariant{2, true}},
+      {"U = 4", DeltaVariant{4, true}},
+      {"U = 4, plain loads", DeltaVariant{4, false}},
+      {"launcher (U = " + std::to_string(kDeltaLauncherUnroll) + ")", DeltaVariant{}, true}};
+  print_preprocess_header(os);
+  int failures = 0;
+  int sms = 0;
+  for (int64_t batch : {2, 8})
+    for (int d : {64, 128}) {
+      if (batch == 8 && d == 128) continue;  // 4x the rows: one shape is enough
+      const AttentionShape s{batch, 2048 / d, 8192, 8192, d, false, 0.0f};
+      const double bytes =
+          2.0 * double(s.q_numel()) * double(dtype_size(t)) + double(s.lse_numel()) * sizeof(float);
+      DeviceBuffer o(size_t(s.q_numel()) * dtype_size(t)), dout(o.bytes());
+      DeviceBuffer delta(size_t(s.lse_numel()) * sizeof(float));
+      fill_random_device(t, o.data(), s.q_numel(), 1, 0.5f, 1.0f);  // fa_bench's inputs
+      fill_random_device(t, dout.data(), s.q_numel(), 2, 0.5f, 1.0f);
+      std::vector<float> first;  // D of the first row; every other row must match it bitwise
+      for (const PreprocessRow& row : rows) {
+        // 4x the rows: the launcher only. A cost per run (a flush's write-back, the launch)
+        // weighs 4x less there; a cost per byte (too few loads in flight) just as much.
+        if (batch == 8 && !row.launcher) continue;
+        DeltaGrid g;
+        auto launch = [&](cudaStream_t st) {
+          if (row.launcher)
+            launch_delta_preprocess(o.data(), dout.data(), delta.as<float>(), s, t, st);
+          else
+            g = launch_delta_preprocess_variant(o.data(), dout.data(), delta.as<float>(), s, t,
+                                                row.variant, st);
+        };
+        delta.poison();
+        const Timing flushed = time_gpu(launch);
+        const Timing clean = time_after_clean_flush(launch);
+        std::vector<float> D(size_t(s.lse_numel()));
+        delta.download(D.data(), D.size() * sizeof(float));
+        std::ostringstream note;
+        if (first.empty()) {
+          first = D;
+          // fp32 sums of d <= 128 exact products: about d * 2^-24 of sum |dO o O| at most.
+          const double err = preprocess_error(o, dout, D, s, t);
+          const bool ok = err <= 1e-5;
+          failures += ok ? 0 : 1;
+          note << "vs float64 " << std::scientific << std::setprecision(1) << err
+               << (ok ? " ok" : " CHECK FAILED");
+        } else if (std::memcmp(first.data(), D.data(), D.size() * sizeof(float)) == 0) {
+          note << "same bits as U = 1";
+        } else {
+          note << "differs from U = 1: CHECK FAILED";
+          ++failures;
+        }
+        sms = std::max(sms, g.sms);
+        print_preprocess_row(os, s, row.name, row.launcher ? nullptr : &g, row.variant.unroll,
+                             flushed, clean, bytes, note.str());
+      }
+    }
+  // What Little's law asks for at the copy ceiling with, say, 1 us of DRAM latency under load.
+  if (sms > 0)
+    os << "  Little's law: " << std::fixed << std::setprecision(0) << copy_bandwidth_gbps()
+       << " GB/s x 1 us = " << copy_bandwidth_gbps() * 1e3 / sms / 1024 << " KiB in flight per SM ("
+       << sms << " SMs)\n"
+       << std::defaultfloat << std::setprecision(6);
+  return failures;
 }
 
 // Gradients of the toy problem from a registered GPU backward kernel (fp32). O and L come from
@@ -255,6 +444,7 @@ int run(const std::vector<std::string>& args) {
 
   // 3. The preprocess on its own, and the training check.
   preprocess_bandwidth(std::cout, shape, dtypes, seed);
+  failures += preprocess_bytes_in_flight(std::cout);
   failures += gpu_training_check(std::cout);
   return failures ? 1 : 0;
 }

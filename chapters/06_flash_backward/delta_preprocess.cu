@@ -1,12 +1,13 @@
 // delta_preprocess.cu: D_i = rowsum(dO_i o O_i), the first kernel of every backward pass here.
-// The kernel and its launcher are in delta_preprocess.cuh (what D is for, and how the rows are
-// spread over the lanes); this file compiles them for chapter 06 and gives them the name every
-// 06/ backward calls (ch06_preprocess.h). Chapter 07's sm_90a backward compiles its own copy.
+// The kernel and its launcher are in delta_preprocess.cuh (what D is for, how the rows are spread
+// over the lanes, and how many loads each lane keeps in flight); this file compiles them for
+// chapter 06 and gives them the names ch06_preprocess.h declares. Chapter 07's sm_90a backward
+// compiles its own copy.
 //
-// Speed (H100, 2026-11-21, one row per warp, the version before delta_preprocess.cuh):
-// 2728 GB/s fp32 D128 N8192 (96% of copy), bf16 D128 2339 (83%), bf16 D64 1567 (55%: only 8
-// of 32 lanes loaded anything, notes/06_flash_backward.md). Several rows per warp for short rows:
-// not yet measured. (fa_bench; notes/measured/h100-2026-11-21/bench.log).
+// Speed (H100, fa_bench, % of the copy bandwidth measured in the same run): one row per warp
+// (2026-11-21): fp32 D128 96%, bf16 D128 83%, bf16 D64 55% (8 of 32 lanes loaded anything).
+// Several rows per warp for short rows (2026-11-23b): bf16 D64 and D128 84%, fp32 96%
+// (notes/06_flash_backward.md). U rows per lane group, grid-stride: not yet measured.
 #include "ch06_preprocess.h"
 #include "delta_preprocess.cuh"
 
@@ -15,6 +16,19 @@ namespace fa {
 void launch_delta_preprocess(const void* o, const void* dout, float* delta, const AttentionShape& s,
                              DType t, cudaStream_t st) {
   delta_preprocess_launch(o, dout, delta, s, t, st);
+}
+
+DeltaGrid launch_delta_preprocess_variant(const void* o, const void* dout, float* delta,
+                                          const AttentionShape& s, DType t, DeltaVariant v,
+                                          cudaStream_t st) {
+  if (!v.evict_first) {
+    FA_REQUIRE(v.unroll == 4, "plain loads of O are compiled for U = 4 only");
+    return delta_preprocess_launch_as<4, false>(o, dout, delta, s, t, st);
+  }
+  FA_REQUIRE(v.unroll == 1 || v.unroll == 2 || v.unroll == 4, "U must be 1, 2 or 4");
+  if (v.unroll == 1) return delta_preprocess_launch_as<1, true>(o, dout, delta, s, t, st);
+  if (v.unroll == 2) return delta_preprocess_launch_as<2, true>(o, dout, delta, s, t, st);
+  return delta_preprocess_launch_as<4, true>(o, dout, delta, s, t, st);
 }
 
 }  // namespace fa
