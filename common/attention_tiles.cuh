@@ -6,8 +6,8 @@
 // dO), stored as [ROWS][D + kPad]. The 8 elements (16 bytes) of padding per row shift each row
 // by 16 bytes modulo 128, so the eight row addresses of one ldmatrix 8x8 matrix (all at the same
 // column) fall into eight different 16-byte bank groups: no bank conflicts, with or without
-// .trans, for D = 32, 64, 96, 128. Without it the rows are 2 * D bytes apart, a multiple of 128
-// for D = 64 and 128, and all eight land in the same four banks (an 8-way conflict). Every
+// .trans, for D = 32, 64, 96, 128, 256. Without it the rows are 2 * D bytes apart, a multiple of
+// 128 for D = 64, 128 and 256, and all eight land in the same four banks (an 8-way conflict). Every
 // 16-byte cp.async destination stays aligned.
 //
 // The cp.async writes and the ldmatrix reads must agree on that layout: both go through

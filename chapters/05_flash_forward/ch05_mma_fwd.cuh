@@ -4,32 +4,77 @@
 // S = Q K^T, O = alpha O + P V, writing the O tile). The ideas that tell them apart (the softmax
 // in v3, the masks, the loop skip) stay in the kernels; read v2_mma.cu first: its header explains
 // the map of the kernel, the padding, the fragment ownership and the register reuse of P that
-// these functions implement. Device code only.
+// these functions implement. Device code, plus one host helper (the shared-memory limit).
+//
+// Tiles per head dim (Tiles<D> below)
+//   D <= 128: Br = 128 (8 warps x 16 rows), Bc = 64, Q fragments in registers for the whole
+//   kernel (v2_mma.cu's header has the register count).
+//   D = 256: Br = 64 (4 warps x 16 rows), Bc = 32, Q read from shared memory at every k16 slice.
+//   Why: per thread the O accumulator is 16 x 256 fp32 / 32 lanes = 128 registers by itself. Q
+//   fragments kept in registers would add 16 x 256 x 2 B / 32 / 4 B = 64 more, and S at Bc = 64
+//   another 32: 224 before a single address or loop variable, at the 255 limit (spills). With Q
+//   in shared memory (one ldmatrix.x4 per k16 slice, 4 live registers) and Bc = 32 (S = 16 x 32
+//   fp32 = 16 registers; P packs into 8 of them, reused in place) the live set is about
+//   128 + 16 + 8 (Q, K fragments) + the softmax state and addresses, well under 255.
+//   Shared memory, padded rows of 256 + 8 elements (528 B): sQ 64 rows = 33 KiB, K and V double
+//   buffered 4 x 32 rows = 66 KiB, in all 99 KiB = 101376 B, exactly the opt-in limit of sm_86 and
+//   sm_89 (99 KiB), so D = 256 runs on every GPU from sm_80 on; on an H100 (227 KiB) two blocks
+//   fit per SM, and __launch_bounds__(128, 2) caps registers at 255 (2 x 128 x 256 = the SM's
+//   65536). Br = 128 would double sQ (132 KiB: too big for sm_86/89, one block per H100 SM) and
+//   Bc = 64 would double the K/V buffers (165 KiB): the same 8 warps per H100 SM or fewer, and
+//   GPUs refused. The price of Br = 64: each K/V tile is reused by 64 query rows instead of 128
+//   (twice the K/V reads, mostly from L2); of Q in shared memory: one more ldmatrix per 2 (K)
+//   per k16 slice of S.
 #pragma once
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "attention_tiles.cuh"
+#include "check.h"
 #include "mma.cuh"
 
 namespace fa::fwd_mma {
 
-constexpr int kWarps = 8;
-constexpr int kThreads = kWarps * 32;
-constexpr int kRowsPerWarp = 16;            // one m16 tile per warp
-constexpr int kBr = kWarps * kRowsPerWarp;  // 128 query rows per block
-constexpr int kBc = 64;                     // keys per K/V tile
-constexpr int kSTiles = kBc / 8;            // n8 tiles of S (8)
+constexpr int kRowsPerWarp = 16;  // one m16 tile per warp
+
+// The tiles of head dim D (the header says how they were chosen).
+template <int D>
+struct Tiles {
+  static constexpr bool kWide = D > 128;  // D = 256: fewer rows, fewer keys, Q not in registers
+  static constexpr int kWarps = kWide ? 4 : 8;
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kBr = kWarps * kRowsPerWarp;  // query rows per block: 128, or 64 (D = 256)
+  static constexpr int kBc = kWide ? 32 : 64;        // keys per K/V tile
+  static constexpr int kSTiles = kBc / 8;            // n8 tiles of S: 8, or 4 (D = 256)
+  static constexpr bool kQInRegs = !kWide;           // Q fragments live in registers
+  // Register arrays of Q fragments: one A fragment per k16 slice, or a single unused one.
+  static constexpr int kQRegSlices = kQInRegs ? D / 16 : 1;
+  // Blocks per SM asked of __launch_bounds__: 2 caps registers at 128 for 256 threads (D <= 64)
+  // and at 255 for 128 threads (D = 256); D = 96, 128 need up to 255 with 256 threads: 1.
+  static constexpr int kMinBlocksPerSm = (D <= 64 || kWide) ? 2 : 1;
+  static_assert(kBc % 16 == 0, "P V takes the keys 16 at a time");
+};
 
 template <int D>
 struct SmemLayout {
   static constexpr int kPitch = tiles::kPitch<D>;  // elements between consecutive rows
-  static constexpr int kQElems = kBr * kPitch;
-  static constexpr int kKVElems = kBc * kPitch;               // one K (or V) buffer
+  static constexpr int kQElems = Tiles<D>::kBr * kPitch;
+  static constexpr int kKVElems = Tiles<D>::kBc * kPitch;     // one K (or V) buffer
   static constexpr int kTotalElems = kQElems + 4 * kKVElems;  // Q, K[2], V[2]
   static constexpr size_t kBytes = size_t(kTotalElems) * 2;
 };
+static_assert(SmemLayout<256>::kBytes == 99 * 1024, "D = 256 is sized for sm_86/89's 99 KiB");
+
+// The dynamic shared memory one block may opt in to on the current device (227 KiB on an H100,
+// 163 KiB on an A100, 99 KiB on sm_86/89). Host code.
+inline size_t smem_optin_bytes() {
+  int dev = 0, bytes = 0;
+  FA_CUDA_CHECK(cudaGetDevice(&dev));
+  FA_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  return size_t(bytes);
+}
 
 // The single address function for shared tiles: cp.async writes and ldmatrix reads both use it.
 template <int D, class T>
@@ -60,57 +105,79 @@ __device__ __forceinline__ float ex2_approx(float x) {
 template <int D, int ROWS, class T>
 __device__ __forceinline__ void load_tile_async(T* tile, const T* gmem, int64_t row0, int64_t seq,
                                                 int tid) {
-  tiles::load_tile_async<D, ROWS, kThreads>(tile, gmem, row0, seq, tid);
+  tiles::load_tile_async<D, ROWS, Tiles<D>::kThreads>(tile, gmem, row0, seq, tid);
 }
 
-template <int D>
-constexpr int min_blocks_per_sm() {
-  return D <= 64 ? 2 : 1;
-}
-
-// Q fragments of this warp's 16 rows, one A fragment per k16 slice, kept for the whole kernel.
-// ldmatrix.x4, lane l addresses row l % 8 of matrix l / 8; the four 8x8 matrices are
+// This lane's ldmatrix.x4 address for the A fragment of k16 slice 0 of this warp's 16 Q rows
+// (slice kk is kk * 16 elements further along). Lane l addresses row l % 8 of matrix l / 8; the
+// four 8x8 matrices are
 //   m0 = rows 0-7, cols 0-7   -> a[0]      m1 = rows 8-15, cols 0-7  -> a[1]
 //   m2 = rows 0-7, cols 8-15  -> a[2]      m3 = rows 8-15, cols 8-15 -> a[3]
 // (cols relative to the slice), exactly the A fragment order of mma.cuh.
 template <int D, class T>
-__device__ __forceinline__ void load_q_fragments(uint32_t (&q_frag)[D / 16][4], const T* sQ,
-                                                 int warp, int lane) {
+__device__ __forceinline__ const T* q_lane_ptr(const T* sQ, int warp, int lane) {
   const int row = warp * kRowsPerWarp + (lane % 8) + 8 * ((lane / 8) & 1);
   const int col = 8 * (lane / 16);
-#pragma unroll
-  for (int kk = 0; kk < D / 16; ++kk)
-    mma::ldmatrix_x4(q_frag[kk], tile_row<D>(sQ, row) + kk * 16 + col);
+  return tile_row<D>(sQ, row) + col;
 }
 
-// S = Q K_j^T: 16 x 64 per warp, fp32 accumulators. k_ld_row, k_ld_col: this lane's ldmatrix
-// offsets into the K tile (see the kernel).
-template <class T, int D>
-__device__ __forceinline__ void compute_s(float (&s)[kSTiles][4],
-                                          const uint32_t (&q_frag)[D / 16][4], const T* sKb,
-                                          int k_ld_row, int k_ld_col) {
+// Q fragments of this warp's 16 rows, one A fragment per k16 slice, kept for the whole kernel
+// (D <= 128 only: at D = 256 they would take 64 registers, see the header).
+template <int D, class T>
+__device__ __forceinline__ void load_q_fragments(uint32_t (&q_frag)[Tiles<D>::kQRegSlices][4],
+                                                 const T* sQ, int warp, int lane) {
+  static_assert(Tiles<D>::kQInRegs, "Q stays in shared memory at this head dim");
+  const T* q_lane = q_lane_ptr<D>(sQ, warp, lane);
 #pragma unroll
-  for (int nt = 0; nt < kSTiles; ++nt)
+  for (int kk = 0; kk < D / 16; ++kk) mma::ldmatrix_x4(q_frag[kk], q_lane + kk * 16);
+}
+
+// S += Q K_j^T for one k16 slice kk of the head dim, qa = the A fragment of that slice.
+template <class T, int D>
+__device__ __forceinline__ void add_s_slice(float (&s)[Tiles<D>::kSTiles][4],
+                                            const uint32_t (&qa)[4], const T* sKb, int kk,
+                                            int k_ld_row, int k_ld_col) {
+#pragma unroll
+  for (int np = 0; np < Tiles<D>::kSTiles / 2; ++np) {
+    uint32_t kb[4];
+    mma::ldmatrix_x4(kb, tile_row<D>(sKb, np * 16 + k_ld_row) + kk * 16 + k_ld_col);
+    const uint32_t b_lo[2] = {kb[0], kb[1]};
+    const uint32_t b_hi[2] = {kb[2], kb[3]};
+    mma::mma_16816<T>(s[2 * np], qa, b_lo);
+    mma::mma_16816<T>(s[2 * np + 1], qa, b_hi);
+  }
+}
+
+// S = Q K_j^T: 16 x Bc per warp, fp32 accumulators. Q comes from q_frag (registers) where
+// Tiles<D>::kQInRegs, else from shared memory at q_lane (q_lane_ptr), one ldmatrix.x4 per k16
+// slice; the other argument is then unused. k_ld_row, k_ld_col: this lane's ldmatrix offsets into
+// the K tile (see the kernel).
+template <class T, int D>
+__device__ __forceinline__ void compute_s(float (&s)[Tiles<D>::kSTiles][4],
+                                          const uint32_t (&q_frag)[Tiles<D>::kQRegSlices][4],
+                                          const T* q_lane, const T* sKb, int k_ld_row,
+                                          int k_ld_col) {
+#pragma unroll
+  for (int nt = 0; nt < Tiles<D>::kSTiles; ++nt)
 #pragma unroll
     for (int e = 0; e < 4; ++e) s[nt][e] = 0.0f;
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) {
-#pragma unroll
-    for (int np = 0; np < kSTiles / 2; ++np) {
-      uint32_t kb[4];
-      mma::ldmatrix_x4(kb, tile_row<D>(sKb, np * 16 + k_ld_row) + kk * 16 + k_ld_col);
-      const uint32_t b_lo[2] = {kb[0], kb[1]};
-      const uint32_t b_hi[2] = {kb[2], kb[3]};
-      mma::mma_16816<T>(s[2 * np], q_frag[kk], b_lo);
-      mma::mma_16816<T>(s[2 * np + 1], q_frag[kk], b_hi);
+    if constexpr (Tiles<D>::kQInRegs) {
+      add_s_slice<T, D>(s, q_frag[kk], sKb, kk, k_ld_row, k_ld_col);
+    } else {
+      uint32_t qa[4];
+      mma::ldmatrix_x4(qa, q_lane + kk * 16);
+      add_s_slice<T, D>(s, qa, sKb, kk, k_ld_row, k_ld_col);
     }
   }
 }
 
 // The row max of S over the quad's 4 threads, starting from m (rows g and g + 8).
-__device__ __forceinline__ void row_max(float (&m_new)[2], const float (&s)[kSTiles][4]) {
+template <int D>
+__device__ __forceinline__ void row_max(float (&m_new)[2], const float (&s)[Tiles<D>::kSTiles][4]) {
 #pragma unroll
-  for (int nt = 0; nt < kSTiles; ++nt) {
+  for (int nt = 0; nt < Tiles<D>::kSTiles; ++nt) {
     m_new[0] = fmaxf(m_new[0], fmaxf(s[nt][0], s[nt][1]));
     m_new[1] = fmaxf(m_new[1], fmaxf(s[nt][2], s[nt][3]));
   }
@@ -125,7 +192,7 @@ __device__ __forceinline__ void row_max(float (&m_new)[2], const float (&s)[kSTi
 // v_ld_row, v_ld_col: this lane's ldmatrix .trans offsets into the V tile (see the kernel).
 template <class T, int D>
 __device__ __forceinline__ void rescale_o_add_pv(float (&o_acc)[D / 8][4],
-                                                 const float (&s)[kSTiles][4],
+                                                 const float (&s)[Tiles<D>::kSTiles][4],
                                                  const float (&alpha)[2], const T* sVb,
                                                  int v_ld_row, int v_ld_col) {
 #pragma unroll
@@ -136,7 +203,7 @@ __device__ __forceinline__ void rescale_o_add_pv(float (&o_acc)[D / 8][4],
     o_acc[dn][3] *= alpha[1];
   }
 #pragma unroll
-  for (int kk = 0; kk < kBc / 16; ++kk) {
+  for (int kk = 0; kk < Tiles<D>::kBc / 16; ++kk) {
     // Two S accumulator tiles (2kk, 2kk+1) are one A fragment: see "Register reuse of P" (v2).
     const uint32_t p_frag[4] = {mma::pack2<T>(s[2 * kk][0], s[2 * kk][1]),
                                 mma::pack2<T>(s[2 * kk][2], s[2 * kk][3]),
@@ -156,9 +223,9 @@ __device__ __forceinline__ void rescale_o_add_pv(float (&o_acc)[D / 8][4],
 
 // Write this warp's 16 rows of O = o_acc * inv_l (16-bit) to global memory, rows past seq_q not
 // at all. O is staged in the warp's own 16 rows of sQ: only this warp ever read them (its Q
-// fragments), and no cp.async targets sQ any more, so a warp-level sync is enough. Each thread
-// writes 4 bytes at (row g or g+8, col 8dn + 2t): with the padded pitch these 32 writes fall in
-// 32 different banks. Then each lane copies 16-byte chunks of whole rows to global memory.
+// fragments, once before the loop or, at D = 256, at every tile), and no cp.async targets sQ any
+// more, so a warp-level sync is enough. Each thread writes 4 bytes at (row g or g+8, col
+// 8dn + 2t): with the padded pitch these 32 writes fall in 32 different banks. Then each lane copies 16-byte chunks of whole rows to global memory.
 template <class T, int D>
 __device__ __forceinline__ void store_o_tile(T* O, const float (&o_acc)[D / 8][4],
                                              const float (&inv_l)[2], T* sQ, int warp, int lane,

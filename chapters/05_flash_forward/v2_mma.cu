@@ -35,7 +35,10 @@
 //   the S accumulator at 32 fp32 registers per thread. Registers per thread at D = 128: O 64,
 //   S 32, Q 32 -> one 256-thread block per SM (up to 255 registers); at D = 64 (O 32, S 32, Q 16)
 //   two blocks fit per SM. Head dims 32, 64, 96, 128 are instantiated (D % 16 == 0 is what the
-//   fragment loops need); anything else is refused with FA_UNSUPPORTED_IF.
+//   fragment loops need), and 256 with other tiles: Br = 64 (4 warps), Bc = 32, Q read from
+//   shared memory at every k16 slice instead of kept in registers (O alone is 128 registers
+//   there; ch05_mma_fwd.cuh has the arithmetic). Anything else is refused with
+//   FA_UNSUPPORTED_IF.
 //
 // Shared memory (dynamic; > 48 KiB needs an opt-in, done in the launcher)
 //   sQ [Br][D + 8], sK [2][Bc][D + 8], sV [2][Bc][D + 8], 16-bit elements.
@@ -46,7 +49,7 @@
 //   128, and 80*r (mod 128) for D = 32 and 96: in both cases the eight rows hit eight different
 //   16-byte bank groups, so each ldmatrix phase is conflict-free. The cp.async writes and the
 //   ldmatrix reads both go through the one helper `tile_row` (same padding on both sides).
-//   Sizes: D = 64: 54 KiB, D = 128: 102 KiB.
+//   Sizes: D = 64: 54 KiB, D = 128: 102 KiB, D = 256 (Br = 64, Bc = 32): 99 KiB.
 //
 // Fragment ownership (g = lane / 4, t = lane % 4; layouts of common/mma.cuh)
 //   A warp owns query rows 16w .. 16w+15 of the tile; a thread owns rows g and g + 8 of those.
@@ -98,11 +101,13 @@ namespace {
 using namespace fwd_mma;
 
 template <class T, int D>
-__global__ void __launch_bounds__(kThreads, min_blocks_per_sm<D>())
+__global__ void __launch_bounds__(Tiles<D>::kThreads, Tiles<D>::kMinBlocksPerSm)
     flash_fwd_v2_kernel(const Params p) {
   static_assert(D % 16 == 0, "head dim must be a multiple of 16 (k16 slices of Q K^T)");
-  constexpr int kKSlices = D / 16;  // k16 slices of Q K^T
-  constexpr int kOTiles = D / 8;    // n8 tiles of O
+  constexpr int kBr = Tiles<D>::kBr;          // query rows per block
+  constexpr int kBc = Tiles<D>::kBc;          // keys per K/V tile
+  constexpr int kSTiles = Tiles<D>::kSTiles;  // n8 tiles of S
+  constexpr int kOTiles = D / 8;              // n8 tiles of O
   constexpr float kNegInf = -INFINITY;
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -167,9 +172,12 @@ __global__ void __launch_bounds__(kThreads, min_blocks_per_sm<D>())
   mma::cp_async_wait<0>();
   __syncthreads();
 
-  // Q fragments of this warp's 16 rows, one A fragment per k16 slice, kept for the whole kernel.
-  uint32_t q_frag[kKSlices][4];
-  load_q_fragments<D>(q_frag, sQ, warp, lane);
+  // Q fragments of this warp's 16 rows, one A fragment per k16 slice, kept in registers for the
+  // whole kernel where they fit (D <= 128); at D = 256 compute_s reads each slice from sQ at
+  // q_lane instead (ch05_mma_fwd.cuh says why), and q_frag is an unused placeholder.
+  uint32_t q_frag[Tiles<D>::kQRegSlices][4];
+  if constexpr (Tiles<D>::kQInRegs) load_q_fragments<D>(q_frag, sQ, warp, lane);
+  const T* q_lane = q_lane_ptr<D>(sQ, warp, lane);
 
   float o_acc[kOTiles][4];
 #pragma unroll
@@ -213,9 +221,9 @@ __global__ void __launch_bounds__(kThreads, min_blocks_per_sm<D>())
     const T* sVb = sV + buf * SmemLayout<D>::kKVElems;
     const int64_t k0 = j * kBc;
 
-    // ---- (1) S = Q K_j^T: 16 x 64 per warp.
+    // ---- (1) S = Q K_j^T: 16 x Bc per warp.
     float s[kSTiles][4];
-    compute_s<T, D>(s, q_frag, sKb, k_ld_row, k_ld_col);
+    compute_s<T, D>(s, q_frag, q_lane, sKb, k_ld_row, k_ld_col);
 
     // ---- Scores to log2 units (see "Softmax in base 2").
 #pragma unroll
@@ -244,7 +252,7 @@ __global__ void __launch_bounds__(kThreads, min_blocks_per_sm<D>())
 
     // ---- (3) Online softmax on rows g (h = 0) and g+8 (h = 1).
     float m_new[2] = {m_run[0], m_run[1]};
-    row_max(m_new, s);
+    row_max<D>(m_new, s);
     float base[2], alpha[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -291,7 +299,7 @@ __global__ void __launch_bounds__(kThreads, min_blocks_per_sm<D>())
 template <class T, int D>
 void launch(const AttentionFwdArgs& a, cudaStream_t stream) {
   const AttentionShape& s = a.shape;
-  const int64_t num_q_tiles = ceil_div(s.seq_q, kBr);
+  const int64_t num_q_tiles = ceil_div(s.seq_q, Tiles<D>::kBr);
   const int64_t blocks = num_q_tiles * s.bh();
   FA_UNSUPPORTED_IF(blocks > INT_MAX, "05/v2_mma: more than 2^31-1 thread blocks");
   Params p;
@@ -307,6 +315,10 @@ void launch(const AttentionFwdArgs& a, cudaStream_t stream) {
   p.scale_log2 = s.softmax_scale() * 1.4426950408889634f;  // log2(e)
 
   constexpr size_t smem = SmemLayout<D>::kBytes;
+  // D = 256 needs 99 KiB: every GPU from sm_80 on has that much, but say so clearly if not.
+  FA_UNSUPPORTED_IF(smem > smem_optin_bytes(),
+                    "05/v2_mma: head_dim " + std::to_string(D) + " needs " + std::to_string(smem) +
+                        " bytes of shared memory per block, more than this GPU allows");
   auto kernel = flash_fwd_v2_kernel<T, D>;
   // Above 48 KiB of dynamic shared memory a kernel must opt in; also ask for the largest
   // shared-memory carveout so that two blocks fit per SM where registers allow it.
@@ -314,7 +326,7 @@ void launch(const AttentionFwdArgs& a, cudaStream_t stream) {
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   FA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                      int(cudaSharedmemCarveoutMaxShared)));
-  kernel<<<unsigned(blocks), kThreads, smem, stream>>>(p);
+  kernel<<<unsigned(blocks), Tiles<D>::kThreads, smem, stream>>>(p);
   FA_CHECK_LAUNCH();
 }
 
@@ -329,9 +341,11 @@ void dispatch_head_dim(const AttentionFwdArgs& a, cudaStream_t stream) {
       return launch<T, 96>(a, stream);
     case 128:
       return launch<T, 128>(a, stream);
+    case 256:
+      return launch<T, 256>(a, stream);
     default:
       FA_UNSUPPORTED_IF(true, "05/v2_mma: head_dim " + std::to_string(a.shape.head_dim) +
-                                  " not instantiated (32, 64, 96, 128)");
+                                  " not instantiated (32, 64, 96, 128, 256)");
   }
 }
 
@@ -356,5 +370,5 @@ FA_REGISTER(AttentionFwdKernel,
              fa::attention_fwd_v2,
              "tensor cores (mma.sync m16n8k16), P reused from registers, cp.async double buffer",
              {fa::DType::BF16, fa::DType::F16},
-             {32, 64, 96, 128},
+             {32, 64, 96, 128, 256},
              80});

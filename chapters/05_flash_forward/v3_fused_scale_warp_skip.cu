@@ -28,7 +28,8 @@
 //
 // Map, tile sizes, shared memory and fragments: as v2 (Br = 128 rows = 8 warps x 16, Bc = 64,
 // padded rows of D + 8 elements, P reused from registers as the A operand of P V, cp.async double
-// buffering of K/V).
+// buffering of K/V). At D = 256: Br = 64 (4 warps), Bc = 32 and Q read from shared memory at every
+// k16 slice (ch05_mma_fwd.cuh says why).
 //
 // Speed (H100, 2026-11-21): 274.2 TFLOP/s bf16 D128 N8192 (261.1 causal), 267.8 at N2048
 // (240.5 causal), against v2's 278.5 (252.1) and 241.8 (221.4): the ideas pay at short lengths
@@ -55,11 +56,13 @@ namespace {
 using namespace fwd_mma;
 
 template <class T, int D>
-__global__ void __launch_bounds__(kThreads, min_blocks_per_sm<D>())
+__global__ void __launch_bounds__(Tiles<D>::kThreads, Tiles<D>::kMinBlocksPerSm)
     flash_fwd_v3_kernel(const Params p) {
   static_assert(D % 16 == 0, "head dim must be a multiple of 16 (k16 slices of Q K^T)");
-  constexpr int kKSlices = D / 16;  // k16 slices of Q K^T
-  constexpr int kOTiles = D / 8;    // n8 tiles of O
+  constexpr int kBr = Tiles<D>::kBr;          // query rows per block
+  constexpr int kBc = Tiles<D>::kBc;          // keys per K/V tile
+  constexpr int kSTiles = Tiles<D>::kSTiles;  // n8 tiles of S
+  constexpr int kOTiles = D / 8;              // n8 tiles of O
   constexpr float kNegInf = -INFINITY;
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -135,9 +138,12 @@ __global__ void __launch_bounds__(kThreads, min_blocks_per_sm<D>())
   mma::cp_async_wait<0>();
   __syncthreads();
 
-  // Q fragments of this warp's 16 rows, one A fragment per k16 slice, kept for the whole kernel.
-  uint32_t q_frag[kKSlices][4];
-  load_q_fragments<D>(q_frag, sQ, warp, lane);
+  // Q fragments of this warp's 16 rows, one A fragment per k16 slice, kept in registers for the
+  // whole kernel where they fit (D <= 128); at D = 256 compute_s reads each slice from sQ at
+  // q_lane instead (ch05_mma_fwd.cuh says why), and q_frag is an unused placeholder.
+  uint32_t q_frag[Tiles<D>::kQRegSlices][4];
+  if constexpr (Tiles<D>::kQInRegs) load_q_fragments<D>(q_frag, sQ, warp, lane);
+  const T* q_lane = q_lane_ptr<D>(sQ, warp, lane);
 
   float o_acc[kOTiles][4];
 #pragma unroll
@@ -185,9 +191,9 @@ __global__ void __launch_bounds__(kThreads, min_blocks_per_sm<D>())
     const int k0 = j * kBc;
     if (k0 > warp_max_key) continue;  // idea 2: no row of this warp sees any key of tile j
 
-    // ---- (1) S = Q K_j^T: 16 x 64 per warp.
+    // ---- (1) S = Q K_j^T: 16 x Bc per warp.
     float s[kSTiles][4];
-    compute_s<T, D>(s, q_frag, sKb, k_ld_row, k_ld_col);
+    compute_s<T, D>(s, q_frag, q_lane, sKb, k_ld_row, k_ld_col);
 
     // ---- Negative scale only: c * s = |c| * (-s), so the max below stays a max (idea 1).
     if (p.scale_log2 < 0.0f) {
@@ -218,7 +224,7 @@ __global__ void __launch_bounds__(kThreads, min_blocks_per_sm<D>())
 
     // ---- (3) Online softmax on rows g (h = 0) and g+8 (h = 1).
     float m_new[2] = {m_run[0], m_run[1]};
-    row_max(m_new, s);
+    row_max<D>(m_new, s);
     const float c = fabsf(p.scale_log2);
     float base[2], alpha[2];  // base = c * m_new, in log2 units
 #pragma unroll
@@ -271,11 +277,13 @@ __global__ void __launch_bounds__(kThreads, min_blocks_per_sm<D>())
 template <class T, int D>
 void launch(const AttentionFwdArgs& a, cudaStream_t stream) {
   const AttentionShape& s = a.shape;
-  const int64_t num_q_tiles = ceil_div(s.seq_q, kBr);
+  const int64_t num_q_tiles = ceil_div(s.seq_q, Tiles<D>::kBr);
   const int64_t blocks = num_q_tiles * s.bh();
   FA_UNSUPPORTED_IF(blocks > INT_MAX,
                     "05/v3_fused_scale_warp_skip: more than 2^31-1 thread blocks");
-  FA_UNSUPPORTED_IF(s.seq_q > INT_MAX - 2 * kBr || s.seq_k > INT_MAX - 2 * kBr,
+  // 32-bit key indices (idea 3): k0 + Bc and q0 + Br must not overflow; 256 = 2 x the largest Br.
+  constexpr int64_t kSeqMargin = 256;
+  FA_UNSUPPORTED_IF(s.seq_q > INT_MAX - kSeqMargin || s.seq_k > INT_MAX - kSeqMargin,
                     "05/v3_fused_scale_warp_skip: sequence lengths must stay below 2^31 - 256");
   Params p;
   p.q = a.q;
@@ -290,6 +298,11 @@ void launch(const AttentionFwdArgs& a, cudaStream_t stream) {
   p.scale_log2 = s.softmax_scale() * 1.4426950408889634f;  // log2(e)
 
   constexpr size_t smem = SmemLayout<D>::kBytes;
+  // D = 256 needs 99 KiB: every GPU from sm_80 on has that much, but say so clearly if not.
+  FA_UNSUPPORTED_IF(smem > smem_optin_bytes(),
+                    "05/v3_fused_scale_warp_skip: head_dim " + std::to_string(D) + " needs " +
+                        std::to_string(smem) +
+                        " bytes of shared memory per block, more than this GPU allows");
   auto kernel = flash_fwd_v3_kernel<T, D>;
   // Above 48 KiB of dynamic shared memory a kernel must opt in; also ask for the largest
   // shared-memory carveout so that two blocks fit per SM where registers allow it.
@@ -297,7 +310,7 @@ void launch(const AttentionFwdArgs& a, cudaStream_t stream) {
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   FA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                      int(cudaSharedmemCarveoutMaxShared)));
-  kernel<<<unsigned(blocks), kThreads, smem, stream>>>(p);
+  kernel<<<unsigned(blocks), Tiles<D>::kThreads, smem, stream>>>(p);
   FA_CHECK_LAUNCH();
 }
 
@@ -312,10 +325,12 @@ void dispatch_head_dim(const AttentionFwdArgs& a, cudaStream_t stream) {
       return launch<T, 96>(a, stream);
     case 128:
       return launch<T, 128>(a, stream);
+    case 256:
+      return launch<T, 256>(a, stream);
     default:
       FA_UNSUPPORTED_IF(true, "05/v3_fused_scale_warp_skip: head_dim " +
                                   std::to_string(a.shape.head_dim) +
-                                  " not instantiated (32, 64, 96, 128)");
+                                  " not instantiated (32, 64, 96, 128, 256)");
   }
 }
 
@@ -340,5 +355,5 @@ FA_REGISTER(AttentionFwdKernel,
              fa::attention_fwd_v3,
              "v2 + scale folded into the exp2 FFMA (max on raw scores) + per-warp causal skip",
              {fa::DType::BF16, fa::DType::F16},
-             {32, 64, 96, 128},
+             {32, 64, 96, 128, 256},
              80});

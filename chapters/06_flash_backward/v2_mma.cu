@@ -23,12 +23,13 @@
 //      instead of 5. That is the price of determinism without an fp32 dQ accumulator in
 //      global memory updated by atomics, which is what FA2 does.)
 //
-// Tiles: Br = Bc = 64, 4 warps (128 threads). Each warp owns 16 rows of the tile the block is
-// about (keys in dkdv, queries in dq) and all the columns, so the reductions of the row (the
-// accumulation of dK, dV, dQ) stay inside a thread and no warp ever talks to another: the only
-// barriers are the ones that protect the double buffers. 64 x 64 keeps the fp32 accumulators
-// (dK and dV: 2 x 16 x D per warp = 2 x 64 floats per thread at D = 128) in registers next to
-// the S / dP pieces, and two blocks fit in one SM (registers and shared memory).
+// Tiles: Br = Bc = 64, 4 warps (128 threads), at every head dim. Each warp owns 16 rows of the
+// tile the block is about (keys in dkdv, queries in dq) and all the columns (D = 256: half of
+// them, see "Head dim 256" below), so the reductions of the row (the accumulation of dK, dV, dQ)
+// stay inside a thread and no warp ever talks to another: the only barriers are the ones that
+// protect the double buffers. 64 x 64 keeps the fp32 accumulators (dK and dV: 2 x 16 x D per
+// warp = 2 x 64 floats per thread at D = 128) in registers next to the S / dP pieces, and two
+// blocks fit in one SM (registers and shared memory) up to D = 128.
 // S^T and dP^T are computed 32 columns (kChunk) at a time: the reduction over queries (keys in
 // dq) is split in two halves, which halves the live S/dP registers and keeps everything free of
 // spills.
@@ -52,6 +53,30 @@
 //   dq:   Q_i | dO_i | K_j x2 | V_j x2                              (6 tiles)
 //   = 103 KiB at D = 128, 55 KiB at D = 64 (opt-in above 48 KiB).
 //
+// Head dim 256: the accumulator columns are split over two blocks.
+//   Registers: at D = 128 the dkdv kernel already holds dK + dV = 2 x 64 fp32 per thread and
+//   ptxas reports 253 registers (no spills); at D = 256 dK + dV would be 256 registers by
+//   themselves, and dQ 128 next to the S, dP pieces (the dq kernel takes 206 at D = 128 with 64).
+//   So each block owns half of the accumulator columns (kAccCols = 128, kColSplits = 2): a dkdv
+//   block owns one K/V tile and columns col0 .. col0 + 127 of dK and dV; a dq block owns one Q
+//   tile and the same half of dQ. The accumulators are then exactly those of D = 128 (dkdv
+//   253 registers, dq 198 at D = 256, no spills; sm_90 and sm_80).
+//   What cannot be split: S = Q K^T and dP = dO V^T are sums over all 256 columns, so both
+//   halves compute them in full (and read whole Q, K, V, dO tiles): S and dP are computed twice
+//   more. Per (Q tile, K tile) pair, in units of one 64 x 64 x 256 product: dkdv was S + dP +
+//   dV + dK = 4, now 2 x (1 + 1 + 1/2 + 1/2) = 6; dq was S + dP + dQ = 3, now 2 x 2.5 = 5: 11
+//   instead of 7 (1.57x the tensor-core work of an unsplit D = 256, 2.2x the 5 of FA2's atomic
+//   dQ). The two halves of a tile are neighbours in blockIdx.x, so the second read of each
+//   tile mostly hits L2.
+//   Shared memory: tiles are 64 x 264 elements (33 KiB); the 6 tiles need 198 KiB (dq) and
+//   199 KiB (dkdv): one block per SM on an H100 (227 KiB per block), and more than an A100
+//   (163 KiB) or an sm_86/89 GPU (99 KiB) allows: there the launcher refuses D = 256 as
+//   UNSUPPORTED, naming the bytes. (Smaller Q/dO tiles in dkdv, or single buffers, would fit
+//   them; not done.)
+//   The grid gets the factor 2 on blockIdx.x (still 64-bit index arithmetic, so batch * heads
+//   beyond 65535 works as before), and each output element is still written by one thread:
+//   bitwise deterministic.
+//
 // Masking: out-of-range rows are zero-filled by cp.async; a query row that does not exist or
 // sees no key (L = -inf) gets L' = +inf, so P = exp2(x - inf) = 0 with no test in the loop.
 // Keys past seq_k and the causal triangle are masked only on the tiles that need it.
@@ -62,7 +87,9 @@
 #include <cuda_fp16.h>
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "ch06_preprocess.h"
 #include "check.h"
@@ -90,6 +117,14 @@ constexpr int kChunk = 32;  // columns of S^T (dkdv) / S (dq) held in registers 
 constexpr float kLog2e = 1.4426950408889634f;
 static_assert(kBr == kWarps * 16 && kBc == kWarps * 16, "one warp per 16 rows");
 static_assert(kBr % kChunk == 0 && kBc % kChunk == 0 && kChunk % 16 == 0, "chunking");
+
+// Columns of the fp32 accumulators (dK and dV in dkdv, dQ in dq) that one block owns: all D up
+// to 128; at D = 256 half of them, kColSplits = 2 blocks per tile (the header says why).
+template <int D>
+constexpr int kAccCols = D > 128 ? D / 2 : D;
+template <int D>
+constexpr int kColSplits = D / kAccCols<D>;
+static_assert(kAccCols<256> == 128 && kColSplits<256> == 2 && kColSplits<128> == 1, "splits");
 
 struct Params {
   const void* q;
@@ -129,18 +164,19 @@ __device__ __forceinline__ float load_l2(const float* lse, int64_t row, int64_t 
   return l == -INFINITY ? INFINITY : l * kLog2e;
 }
 
-// Store a 16 x D fp32 accumulator (rows r0 + g, r0 + g + 8 of a [seq, D] matrix), times `mul`.
-template <class T, int D>
-__device__ __forceinline__ void store_rows(T* out, const float (&acc)[D / 8][4], int64_t r0,
-                                           int64_t seq, float mul, int lane) {
+// Store a 16 x DC fp32 accumulator, times `mul`: rows r0 + g, r0 + g + 8 and columns
+// col0 .. col0 + DC - 1 of a [seq, D] matrix (DC = D, col0 = 0 unless the columns are split).
+template <class T, int D, int DC>
+__device__ __forceinline__ void store_rows(T* out, const float (&acc)[DC / 8][4], int64_t r0,
+                                           int col0, int64_t seq, float mul, int lane) {
   const int g = lane >> 2, t = lane & 3;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int64_t row = r0 + g + 8 * h;
     if (row >= seq) continue;
-    T* dst = out + row * int64_t(D) + 2 * t;
+    T* dst = out + row * int64_t(D) + col0 + 2 * t;
 #pragma unroll
-    for (int nt = 0; nt < D / 8; ++nt) {
+    for (int nt = 0; nt < DC / 8; ++nt) {
       *reinterpret_cast<uint32_t*>(dst + 8 * nt) =
           fa::mma::pack2<T>(acc[nt][2 * h] * mul, acc[nt][2 * h + 1] * mul);
     }
@@ -160,10 +196,15 @@ __global__ void __launch_bounds__(kThreads, 2) dkdv_kernel(Params p) {
   float* sL = reinterpret_cast<float*>(sdO + 2 * kTile);  // two buffers of kBr: L * log2(e)
   float* sD = sL + 2 * kBr;                               // two buffers of kBr: D
 
+  constexpr int kDC = kAccCols<D>;  // columns of dK, dV this block accumulates
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t = lane & 3;
-  const int64_t bh = int64_t(blockIdx.x) / p.n_tiles;
-  const int64_t k0 = (int64_t(blockIdx.x) % p.n_tiles) * kBc;
+  // blockIdx.x = (bh * n_tiles + key tile) * kColSplits + column half: the two halves of one
+  // K/V tile are neighbours in the grid, so their second reads of K, V, Q, dO come from L2.
+  const int64_t tile_bh = int64_t(blockIdx.x) / kColSplits<D>;
+  const int col0 = int(int64_t(blockIdx.x) % kColSplits<D>) * kDC;  // first owned column
+  const int64_t bh = tile_bh / p.n_tiles;
+  const int64_t k0 = (tile_bh % p.n_tiles) * kBc;
   const int64_t seq_q = p.seq_q, seq_k = p.seq_k;
   // Causal (bottom-right): query i sees keys j <= causal_last_key(i) = i + off (shapes.h).
   const int64_t off = causal_last_key(0, seq_q, seq_k);
@@ -196,9 +237,9 @@ __global__ void __launch_bounds__(kThreads, 2) dkdv_kernel(Params p) {
   }
   fa::mma::cp_async_commit();
 
-  float dv[D / 8][4], dk[D / 8][4];
+  float dv[kDC / 8][4], dk[kDC / 8][4];  // columns col0 .. col0 + kDC - 1 only
 #pragma unroll
-  for (int nt = 0; nt < D / 8; ++nt)
+  for (int nt = 0; nt < kDC / 8; ++nt)
 #pragma unroll
     for (int e = 0; e < 4; ++e) dv[nt][e] = dk[nt][e] = 0.0f;
 
@@ -275,15 +316,15 @@ __global__ void __launch_bounds__(kThreads, 2) dkdv_kernel(Params p) {
         }
       }
 
-      // dV_j += P^T dO: k runs over the chunk's queries, 16 at a time.
+      // dV_j += P^T dO: k runs over the chunk's queries, 16 at a time; only this block's columns.
 #pragma unroll
       for (int kk = 0; kk < kNt / 2; ++kk) {
         uint32_t a[4];
         acc_to_a<T>(a, s[2 * kk], s[2 * kk + 1]);
 #pragma unroll
-        for (int np = 0; np < D / 16; ++np) {
+        for (int np = 0; np < kDC / 16; ++np) {
           uint32_t b[4];
-          load_b_x<kLd>(b, do_s, c0 + kk * 16, np * 16, lane);
+          load_b_x<kLd>(b, do_s, c0 + kk * 16, col0 + np * 16, lane);
           mma_pair<T>(dv[2 * np], dv[2 * np + 1], a, b);
         }
       }
@@ -313,15 +354,15 @@ __global__ void __launch_bounds__(kThreads, 2) dkdv_kernel(Params p) {
         for (int e = 0; e < 4; ++e)
           dp[nt][e] = s[nt][e] * (dp[nt][e] - d_s[c0 + nt * 8 + 2 * t + (e & 1)]);
 
-          // dK_j += dS^T Q.
+          // dK_j += dS^T Q, only this block's columns.
 #pragma unroll
       for (int kk = 0; kk < kNt / 2; ++kk) {
         uint32_t a[4];
         acc_to_a<T>(a, dp[2 * kk], dp[2 * kk + 1]);
 #pragma unroll
-        for (int np = 0; np < D / 16; ++np) {
+        for (int np = 0; np < kDC / 16; ++np) {
           uint32_t b[4];
-          load_b_x<kLd>(b, q_s, c0 + kk * 16, np * 16, lane);
+          load_b_x<kLd>(b, q_s, c0 + kk * 16, col0 + np * 16, lane);
           mma_pair<T>(dk[2 * np], dk[2 * np + 1], a, b);
         }
       }
@@ -341,8 +382,8 @@ __global__ void __launch_bounds__(kThreads, 2) dkdv_kernel(Params p) {
   // Rows of keys that no query sees (causal) leave here with dK = dV = 0, as they must.
   T* dK = static_cast<T*>(p.dk) + bh * seq_k * D;
   T* dV = static_cast<T*>(p.dv) + bh * seq_k * D;
-  store_rows<T, D>(dK, dk, k0 + kr0, seq_k, p.scale, lane);
-  store_rows<T, D>(dV, dv, k0 + kr0, seq_k, 1.0f, lane);
+  store_rows<T, D, kDC>(dK, dk, k0 + kr0, col0, seq_k, p.scale, lane);
+  store_rows<T, D, kDC>(dV, dv, k0 + kr0, col0, seq_k, 1.0f, lane);
 }
 
 // ---- dQ ------------------------------------------------------------------------------------
@@ -356,11 +397,15 @@ __global__ void __launch_bounds__(kThreads, 2) dq_kernel(Params p) {
   T* sK = sdO + kTile;     // two buffers
   T* sV = sK + 2 * kTile;  // two buffers
 
+  constexpr int kDC = kAccCols<D>;  // columns of dQ this block accumulates
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t = lane & 3;
-  const int64_t bh = int64_t(blockIdx.x) / p.n_tiles;
+  // blockIdx.x = (bh * n_tiles + reversed query tile) * kColSplits + column half (as in dkdv).
+  const int64_t tile_bh = int64_t(blockIdx.x) / kColSplits<D>;
+  const int col0 = int(int64_t(blockIdx.x) % kColSplits<D>) * kDC;  // first owned column
+  const int64_t bh = tile_bh / p.n_tiles;
   // Heaviest tiles first under causal masking (the last query tiles see the most keys).
-  const int64_t qt = p.n_tiles - 1 - int64_t(blockIdx.x) % p.n_tiles;
+  const int64_t qt = p.n_tiles - 1 - tile_bh % p.n_tiles;
   const int64_t q0 = qt * kBr;
   const int64_t seq_q = p.seq_q, seq_k = p.seq_k;
   const int64_t off = causal_last_key(0, seq_q, seq_k);  // query i sees keys j <= i + off
@@ -397,9 +442,9 @@ __global__ void __launch_bounds__(kThreads, 2) dq_kernel(Params p) {
   }
   fa::mma::cp_async_commit();
 
-  float dq[D / 8][4];
+  float dq[kDC / 8][4];  // columns col0 .. col0 + kDC - 1 only
 #pragma unroll
-  for (int nt = 0; nt < D / 8; ++nt)
+  for (int nt = 0; nt < kDC / 8; ++nt)
 #pragma unroll
     for (int e = 0; e < 4; ++e) dq[nt][e] = 0.0f;
 
@@ -481,15 +526,16 @@ __global__ void __launch_bounds__(kThreads, 2) dq_kernel(Params p) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) dp[nt][e] = s[nt][e] * (dp[nt][e] - dd[e >> 1]);
 
-          // dQ += dS K: k runs over the chunk's keys, B = K rows by ldmatrix.trans.
+          // dQ += dS K: k runs over the chunk's keys, B = K rows by ldmatrix.trans; only this
+          // block's columns.
 #pragma unroll
       for (int kk = 0; kk < kNt / 2; ++kk) {
         uint32_t a[4];
         acc_to_a<T>(a, dp[2 * kk], dp[2 * kk + 1]);
 #pragma unroll
-        for (int np = 0; np < D / 16; ++np) {
+        for (int np = 0; np < kDC / 16; ++np) {
           uint32_t b[4];
-          load_b_x<kLd>(b, k_s, c0 + kk * 16, np * 16, lane);
+          load_b_x<kLd>(b, k_s, c0 + kk * 16, col0 + np * 16, lane);
           mma_pair<T>(dq[2 * np], dq[2 * np + 1], a, b);
         }
       }
@@ -499,7 +545,7 @@ __global__ void __launch_bounds__(kThreads, 2) dq_kernel(Params p) {
   fa::mma::cp_async_wait<0>();
 
   T* dQ = static_cast<T*>(p.dq) + bh * seq_q * D;
-  store_rows<T, D>(dQ, dq, q0 + qr0, seq_q, p.scale, lane);
+  store_rows<T, D, kDC>(dQ, dq, q0 + qr0, col0, seq_q, p.scale, lane);
 }
 
 // ---- launcher ------------------------------------------------------------------------------
@@ -524,15 +570,17 @@ void launch(const fa::AttentionBwdArgs& a, cudaStream_t stream) {
 
   const int64_t n_kt = ceil_div(s.seq_k, kBc);
   const int64_t n_qt = ceil_div(s.seq_q, kBr);
-  FA_REQUIRE(n_kt * s.bh() <= INT32_MAX && n_qt * s.bh() <= INT32_MAX,
-             "batch * heads * tiles must fit in gridDim.x");
+  constexpr int64_t kSplits = kColSplits<D>;
+  FA_REQUIRE(n_kt * s.bh() * kSplits <= INT32_MAX && n_qt * s.bh() * kSplits <= INT32_MAX,
+             "batch * heads * tiles * column splits must fit in gridDim.x");
 
   if (n_kt > 0 && s.bh() > 0) {
     constexpr int kSmem = dkdv_smem_bytes<D>();
     FA_CUDA_CHECK(cudaFuncSetAttribute(dkdv_kernel<T, D>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
     p.n_tiles = n_kt;
-    dkdv_kernel<T, D><<<static_cast<unsigned>(n_kt * s.bh()), kThreads, kSmem, stream>>>(p);
+    dkdv_kernel<T, D>
+        <<<static_cast<unsigned>(n_kt * s.bh() * kSplits), kThreads, kSmem, stream>>>(p);
     FA_CHECK_LAUNCH();
   }
   if (n_qt > 0 && s.bh() > 0) {
@@ -540,36 +588,57 @@ void launch(const fa::AttentionBwdArgs& a, cudaStream_t stream) {
     FA_CUDA_CHECK(
         cudaFuncSetAttribute(dq_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
     p.n_tiles = n_qt;
-    dq_kernel<T, D><<<static_cast<unsigned>(n_qt * s.bh()), kThreads, kSmem, stream>>>(p);
+    dq_kernel<T, D><<<static_cast<unsigned>(n_qt * s.bh() * kSplits), kThreads, kSmem, stream>>>(p);
     FA_CHECK_LAUNCH();
   }
+}
+
+// The dynamic shared memory one block may opt in to on the current device.
+size_t smem_optin_bytes() {
+  int dev = 0, bytes = 0;
+  FA_CUDA_CHECK(cudaGetDevice(&dev));
+  FA_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  return size_t(bytes);
+}
+
+template <int D>
+void run_head_dim(const fa::AttentionBwdArgs& a, cudaStream_t stream) {
+  // D = 256 needs 199 KiB per block: an H100 (227 KiB) has it, an A100 (163 KiB) and sm_86/89
+  // (99 KiB) do not. Refuse before anything runs, rather than fail in cudaFuncSetAttribute.
+  constexpr size_t kSmem =
+      size_t(dkdv_smem_bytes<D>() > dq_smem_bytes<D>() ? dkdv_smem_bytes<D>() : dq_smem_bytes<D>());
+  FA_UNSUPPORTED_IF(kSmem > smem_optin_bytes(),
+                    "06/v2_mma: head_dim " + std::to_string(D) + " needs " + std::to_string(kSmem) +
+                        " bytes of shared memory per block, more than this GPU allows");
+
+  // 1. D = rowsum(dO * O), before the two kernels that read it (same stream).
+  fa::launch_delta_preprocess(a.o, a.dout, a.delta, a.shape, a.dtype, stream);
+
+  // 2. dK, dV and 3. dQ.
+  if (a.dtype == fa::DType::BF16)
+    launch<__nv_bfloat16, D>(a, stream);
+  else
+    launch<__half, D>(a, stream);
 }
 
 void attention_bwd_v2(const fa::AttentionBwdArgs& a, cudaStream_t stream) {
   const fa::AttentionShape& s = a.shape;
   FA_UNSUPPORTED_IF(a.dtype != fa::DType::BF16 && a.dtype != fa::DType::F16,
                     "06/v2_mma takes bf16 and fp16 only");
-  FA_UNSUPPORTED_IF(s.head_dim != 32 && s.head_dim != 64 && s.head_dim != 96 && s.head_dim != 128,
-                    "06/v2_mma is instantiated for head_dim 32, 64, 96 and 128 only");
-
-  // 1. D = rowsum(dO * O), before the two kernels that read it (same stream).
-  fa::launch_delta_preprocess(a.o, a.dout, a.delta, s, a.dtype, stream);
-
-  // 2. dK, dV and 3. dQ.
-  const bool bf16 = a.dtype == fa::DType::BF16;
   switch (s.head_dim) {  // every D here is a multiple of 16, which the mma loops need
     case 32:
-      bf16 ? launch<__nv_bfloat16, 32>(a, stream) : launch<__half, 32>(a, stream);
-      break;
+      return run_head_dim<32>(a, stream);
     case 64:
-      bf16 ? launch<__nv_bfloat16, 64>(a, stream) : launch<__half, 64>(a, stream);
-      break;
+      return run_head_dim<64>(a, stream);
     case 96:
-      bf16 ? launch<__nv_bfloat16, 96>(a, stream) : launch<__half, 96>(a, stream);
-      break;
+      return run_head_dim<96>(a, stream);
+    case 128:
+      return run_head_dim<128>(a, stream);
+    case 256:
+      return run_head_dim<256>(a, stream);
     default:
-      bf16 ? launch<__nv_bfloat16, 128>(a, stream) : launch<__half, 128>(a, stream);
-      break;
+      FA_UNSUPPORTED_IF(true,
+                        "06/v2_mma is instantiated for head_dim 32, 64, 96, 128 and 256 only");
   }
 }
 
@@ -580,6 +649,6 @@ FA_REGISTER(AttentionBwdKernel,
              attention_bwd_v2,
              "tensor cores (mma.sync), dK/dV kernel over key tiles + dQ kernel, no atomics",
              {fa::DType::BF16, fa::DType::F16},
-             {32, 64, 96, 128},
+             {32, 64, 96, 128, 256},
              80,
              true});
