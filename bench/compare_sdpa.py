@@ -22,8 +22,11 @@ bottom-right, and the two agree only when seq_q == seq_k.
 
 FLOPs follow bench/bench_main.cpp: forward 4*B*H*D per visible (query, key) pair (N*N, or
 N*(N+1)/2 when causal), backward 2.5x that.
-Times are medians over CUDA-event-timed runs, with L2 flushed before each (triton.testing.do_bench
-when Triton is installed, our own loop otherwise). A backend that errors is skipped (its cell
+Times are medians over CUDA-event-timed runs with L2 flushed before each exactly as fa_bench flushes
+it (common/timing.h, Flush::Clean): a buffer larger than L2 is read, not overwritten, so that no
+dirty lines are left for the timed call to write back (triton.testing.do_bench zeroes its buffer
+instead, which cost a 0.05 ms kernel 13% on an H100; it is not used here, so that both sides are
+timed the same way). A backend that errors is skipped (its cell
 reads "-"), never fatal.
 """
 import argparse
@@ -75,30 +78,21 @@ def attention_flops(b, h, n, d, causal, backward):
 
 
 class Timer:
-    """Median milliseconds of fn(), L2 flushed before every run."""
+    """Median milliseconds of fn(), L2 flushed before every run (a clean flush, as fa_bench)."""
 
     def __init__(self, torch, reps):
         self.torch = torch
         self.reps = reps
-        try:
-            import triton.testing  # noqa: F401
-            self.do_bench = triton.testing.do_bench
-        except Exception:
-            self.do_bench = None
-        self.flush = torch.empty(256 * 1024 * 1024, dtype=torch.int8, device="cuda")
+        # 256 MiB of zeros, read (summed) before each run: five times an H100's L2.
+        self.flush = torch.zeros(64 * 1024 * 1024, dtype=torch.float32, device="cuda")
 
     def __call__(self, fn):
-        if self.do_bench is not None:
-            try:
-                return float(self.do_bench(fn, warmup=25, rep=100, return_mode="median"))
-            except TypeError:  # older Triton without return_mode
-                return float(self.do_bench(fn, warmup=25, rep=100, quantiles=[0.5])[0])
         torch = self.torch
         for _ in range(3):
             fn()
         times = []
         for _ in range(self.reps):
-            self.flush.zero_()
+            self.flush.sum()  # reads every line: L2 ends full of clean lines
             start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             fn()
@@ -156,7 +150,7 @@ def main():
     ap.add_argument("json", help="Google Benchmark JSON written by fa_bench")
     ap.add_argument("--out", default="sdpa_compare", help="directory for the CSV and the PNG")
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
-    ap.add_argument("--reps", type=int, default=30, help="timed runs without Triton's do_bench")
+    ap.add_argument("--reps", type=int, default=30, help="timed runs per backend and shape")
     ap.add_argument("--include-baseline", action="store_true",
                     help="let 05/v0_materialized count as 'ours' (off: fused kernels only)")
     args = ap.parse_args()

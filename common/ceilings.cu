@@ -88,7 +88,7 @@ double copy_bandwidth_gbps() {
     in.zero();
     Timing t =
         time_gpu([&](cudaStream_t s) { copy_kernel_launch(in.as<float>(), out.as<float>(), n, s); },
-                 TimingOptions{3, 20, true});
+                 TimingOptions{3, 20, Flush::Clean});
     return 2.0 * n * 4 / (t.median_ms * 1e-3) / 1e9;
   }();
   return gbps;
@@ -111,7 +111,7 @@ double cublas_tflops(DType dtype, int n) {
   cudaDataType_t c_type = cublas_type(dtype);  // 16-bit output for the 16-bit "peak"
   Timing t = time_gpu(
       [&](cudaStream_t st) { gemm_ex(A.data(), B.data(), C.data(), c_type, s, dtype, st); },
-      TimingOptions{3, 20, true});
+      TimingOptions{3, 20, Flush::Clean});
   double tf = s.flops() / (t.median_ms * 1e-3) / 1e12;
   cache[key] = tf;
   return tf;

@@ -9,9 +9,17 @@
 
 namespace fa {
 
-void flush_l2(cudaStream_t stream) {
-  static DeviceBuffer scratch(std::max<size_t>(2 * gpu_info().l2_bytes, size_t(64) << 20));
-  FA_CUDA_CHECK(cudaMemsetAsync(scratch.data(), 0x5A, scratch.bytes(), stream));
+void flush_l2(cudaStream_t stream, Flush how) {
+  static DeviceBuffer scratch = [] {
+    DeviceBuffer b(std::max<size_t>(2 * gpu_info().l2_bytes, size_t(64) << 20));
+    b.zero();  // defined contents for the reads; its dirty lines go with the first flush
+    return b;
+  }();
+  static DeviceBuffer sink(sizeof(unsigned));
+  if (how == Flush::Clean)
+    read_to_flush_l2(scratch.data(), scratch.bytes(), sink.as<unsigned>(), stream);
+  if (how == Flush::Memset)
+    FA_CUDA_CHECK(cudaMemsetAsync(scratch.data(), 0, scratch.bytes(), stream));
 }
 
 namespace {
@@ -30,7 +38,7 @@ Timing time_gpu(const std::function<void(cudaStream_t)>& launch, const TimingOpt
   const int n = std::max(1, opt.repeats);
   std::vector<Event> start(n), stop(n);
   for (int i = 0; i < n; ++i) {
-    if (opt.flush_l2) flush_l2(stream);
+    flush_l2(stream, opt.flush);
     FA_CUDA_CHECK(cudaEventRecord(start[i].e, stream));
     launch(stream);
     FA_CUDA_CHECK(cudaEventRecord(stop[i].e, stream));

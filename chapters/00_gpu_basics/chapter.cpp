@@ -346,7 +346,7 @@ void threads_and_blocks(int64_t n, int64_t rows, int64_t cols, uint64_t seed, Ch
 // Time a launch and return milliseconds (median), with the shared protocol of fa::time_gpu.
 double median_ms(const std::function<void(cudaStream_t)>& f, bool flush = true) {
   TimingOptions opt;
-  opt.flush_l2 = flush;
+  opt.flush = flush ? Flush::Clean : Flush::None;
   return time_gpu(f, opt).median_ms;
 }
 

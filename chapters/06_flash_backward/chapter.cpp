@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <functional>
 #include <iomanip>
 #include <iostream>
 #include <sstream>
@@ -145,58 +144,15 @@ void preprocess_bandwidth(std::ostream& os, const AttentionShape& s,
 // Little's law: bandwidth = bytes in flight / latency. With U rows per lane group each lane issues
 // 2U 16-byte loads (O and dO) before its first product, so an SM has at most resident threads *
 // 32U bytes outstanding, and GB/s should rise with U until DRAM, not the loads in flight, is the
-// limit. Each kernel is timed twice: after time_gpu's flush, as fa_bench does, and after a flush
-// that leaves L2 clean (time_after_clean_flush), which tells the kernel's cost from the flush's.
-
-struct CudaEvent {
-  cudaEvent_t e = nullptr;
-  CudaEvent() { FA_CUDA_CHECK(cudaEventCreate(&e)); }
-  ~CudaEvent() { cudaEventDestroy(e); }
-  CudaEvent(const CudaEvent&) = delete;
-  CudaEvent& operator=(const CudaEvent&) = delete;
-};
-
-// time_gpu's loop with another flush: the preprocess over scratch inputs twice the size of L2. It
-// only reads, so L2 is left full of clean lines, which the timed run evicts for free. time_gpu's
-// flush is a memset: L2 is left full of dirty lines, which the timed run must write back to DRAM
-// (up to the size of L2) while it reads.
-Timing time_after_clean_flush(const std::function<void(cudaStream_t)>& launch) {
-  const TimingOptions opt;
-  const int64_t rows = std::max<int64_t>(int64_t(gpu_info().l2_bytes) / 128, 1024);
-  const AttentionShape scratch{1, 1, rows, rows, 64, false, 0.0f};  // bf16: 128 bytes per row
-  DeviceBuffer o(size_t(rows) * 128), dout(size_t(rows) * 128), delta(size_t(rows) * 4);
-  o.zero();
-  dout.zero();
-  std::vector<CudaEvent> start(size_t(opt.repeats)), stop(size_t(opt.repeats));
-  // The warm-up runs also write back the lines the zero() above left dirty.
-  for (int i = -opt.warmup; i < opt.repeats; ++i) {
-    launch_delta_preprocess(o.data(), dout.data(), delta.as<float>(), scratch, DType::BF16,
-                            nullptr);
-    if (i >= 0) FA_CUDA_CHECK(cudaEventRecord(start[size_t(i)].e, nullptr));
-    launch(nullptr);
-    if (i >= 0) FA_CUDA_CHECK(cudaEventRecord(stop[size_t(i)].e, nullptr));
-  }
-  FA_CUDA_CHECK(cudaStreamSynchronize(nullptr));
-  std::vector<double> ms;
-  for (int i = 0; i < opt.repeats; ++i) {
-    float t = 0;
-    FA_CUDA_CHECK(cudaEventElapsedTime(&t, start[size_t(i)].e, stop[size_t(i)].e));
-    ms.push_back(t);
-  }
-  std::sort(ms.begin(), ms.end());
-  Timing r;
-  r.repeats = opt.repeats;
-  r.min_ms = ms.front();
-  r.max_ms = ms.back();
-  r.median_ms = ms[ms.size() / 2];
-  return r;
-}
+// limit. Each kernel is timed twice: after a memset flush, which leaves L2 full of dirty lines the
+// timed run must write back, and after time_gpu's default clean flush (common/l2_flush.cu), which
+// fa_bench uses: the difference is the flush's cost, not the kernel's.
 
 void print_preprocess_header(std::ostream& os) {
   os << "\n  Bytes in flight (bf16). U: rows per lane group, each lane has 2U 16-byte loads in\n"
      << "  flight; KiB/SM: resident threads x 32U bytes, the most an SM has in flight. Plain\n"
-     << "  loads: O without the evict-first hint. Timed after time_gpu's flush (a memset, as\n"
-     << "  fa_bench: L2 full of dirty lines to write back) and after a clean flush (reads only).\n"
+     << "  loads: O without the evict-first hint. Timed after a memset flush (L2 full of dirty\n"
+     << "  lines to write back) and after time_gpu's clean flush (reads only; fa_bench's).\n"
      << "  " << std::string(26 + 22 + 3 * 7, ' ') << std::setw(23) << "---- memset flush ----"
      << std::setw(23) << "---- clean flush ----"
      << "\n"
@@ -288,8 +244,10 @@ int preprocess_bytes_in_flight(std::ostream& os) {
                                                 row.variant, st);
         };
         delta.poison();
-        const Timing flushed = time_gpu(launch);
-        const Timing clean = time_after_clean_flush(launch);
+        TimingOptions memset;
+        memset.flush = Flush::Memset;
+        const Timing flushed = time_gpu(launch, memset);
+        const Timing clean = time_gpu(launch);
         std::vector<float> D(size_t(s.lse_numel()));
         delta.download(D.data(), D.size() * sizeof(float));
         std::ostringstream note;

@@ -1,8 +1,8 @@
 """bench_attention(fn): your attention's time next to this repository's kernel and PyTorch SDPA.
 
 Timed like common/timing.h: CUDA events around the call only, 3 warm-up calls, the L2 cache
-flushed (a buffer of twice its size overwritten) before every timed call, the median of `repeats`
-calls. TFLOP/s count 4 * B * H * D per visible (query, key) pair for the forward (shapes.h);
+flushed (a buffer of twice its size read, which leaves no dirty lines behind) before every timed
+call, the median of `repeats` calls. TFLOP/s count 4 * B * H * D per visible (query, key) pair for the forward (shapes.h);
 with backward=True each timed call is forward + backward, counted as 1 + 2.5 = 3.5 times that.
 """
 import math
@@ -19,7 +19,7 @@ class Timer:
         self.repeats, self.warmup = repeats, warmup
         props = torch.cuda.get_device_properties(device)
         l2 = getattr(props, "L2_cache_size", 0) or 64 * 1024 * 1024
-        self.flush_buf = torch.empty(2 * l2, dtype=torch.uint8, device=device)
+        self.flush_buf = torch.zeros(2 * l2 // 4, dtype=torch.float32, device=device)
 
     def __call__(self, fn):
         """Median milliseconds of fn()."""
@@ -27,7 +27,7 @@ class Timer:
             fn()
         times = []
         for _ in range(self.repeats):
-            self.flush_buf.fill_(1)  # evicts fn's inputs from L2
+            self.flush_buf.sum()  # evicts fn's inputs from L2, leaves clean lines (timing.h)
             start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             fn()
