@@ -1,5 +1,6 @@
 // fa_bench: every registered kernel at the repository's benchmark shapes (for attention, the
-// FlashAttention-2 paper's protocol: B = 16384/N, H = 2048/D, N 512 to 16384, D 64 and 128).
+// FlashAttention-2 paper's protocol: B = 16384/N, H = 2048/D, N 512 to 16384, D 64 and 128,
+// and D 256 here too).
 //
 //   fa_bench                                   everything
 //   fa_bench --benchmark_filter=attn_fwd       one family (softmax, gemm, transpose, attn_fwd, attn_bwd,
@@ -59,7 +60,7 @@ void add(const std::string& name, F body) {
 }
 
 // Every registered attention kernel of type K (forward or backward), in each dtype it takes, at
-// D 64 and 128, causal and not, N 512..16384 with B = 16384/N and H = 2048/D.
+// D 64, 128 and 256, causal and not, N 512..16384 with B = 16384/N and H = 2048/D.
 template <class K, class Run>
 void add_attention_protocol(const std::string& family, Run run) {
   for (const K* k : fa::entries_with_prefix<K>("")) {
@@ -67,7 +68,7 @@ void add_attention_protocol(const std::string& family, Run run) {
       if (k->decoding) continue;  // timed on the decode shapes instead (add_decode_shapes)
     for (fa::DType t : k->dtypes)
       for (int d : k->head_dims) {
-        if (d != 64 && d != 128) continue;
+        if (d != 64 && d != 128 && d != 256) continue;
         for (bool causal : {false, true})
           for (int64_t n : {512, 1024, 2048, 4096, 8192, 16384}) {
             // The fp32 teaching kernels are slow: keep them to the short end of the sweep.

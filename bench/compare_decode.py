@@ -30,7 +30,7 @@ from compare_sdpa import Timer  # noqa: E402  (median of CUDA-event timings, L2 
 
 NAME_RE = re.compile(
     r"^attn_decode/(?P<kernel>.+)/(?P<dtype>fp32|bf16|fp16)/D(?P<d>\d+)/"
-    r"B(?P<b>\d+)_H(?P<h>\d+)_Hkv(?P<hkv>\d+)/Nq(?P<nq>\d+)/Nk(?P<nk>\d+)$")
+    r"B(?P<b>\d+)_H(?P<h>\d+)_Hkv(?P<hkv>\d+)/Nq(?P<nq>\d+)/Nk(?P<nk>\d+)(?:/.*)?$")
 
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 
