@@ -22,13 +22,17 @@
 // CUDA cores only: with at most 16 rows per block the arithmetic is a few FMAs per loaded element,
 // which the CUDA cores keep up with at HBM speed; tensor cores pay off once rows per K/V tile grow.
 //
-// Speed (NVIDIA H100 80GB HBM3, 2026-11-23, fa_bench attn_decode, bf16 D 128, seq_q 1;
-// notes/measured/h100-2026-11-23b/bench.log; copy ceiling 2826 GB/s in the same run): B 8, H 32,
-// seq_k 32768: 2995 GB/s (106% of copy); the same with H_kv 8: 2597 (91.9%); B 1, H 16, seq_k
-// 131072: 2742 (97.0%). 05/v3 on the first and last shapes: 2177 (77.0%) and 274 (9.7%).
-// Tests on that GPU: the generic forward tests (ragged shapes causal and not, non-default scale,
-// more than 65535 heads, fresh inputs) passed; the DecodingKernels tests (ragged caches, GQA
-// groups, 131072 keys) have not run on a GPU yet.
+// Speed (NVIDIA H100 80GB HBM3, 2026-11-23, third session, call 5; bench/compare_decode.py, bf16
+// D 128, seq_q 1, read-only L2 flush, copy ceiling 2908 GB/s in the same run, PyTorch SDPA on the
+// same shapes: notes/measured/h100-2026-11-23c/call5_decode.log): B 8, H 32, seq_k 32768: 3113 GB/s
+// (107.1% of copy; FlashAttention-2 2832, cuDNN 3210); the same with H_kv 8 (GQA): 2480 (85.3%;
+// FA2 3082, 0.80x its speed: the one shape below 90% of copy); B 1, H 16, seq_k 131072: 2913
+// (100.2%; FA2 3003). Above 100%: the ceiling is a read-and-write copy, decoding only reads.
+// 05/v3 on the first and last shapes: 1967 and 271 GB/s.
+// Tests on that GPU: the generic forward tests and the DecodingKernels tests (ragged caches, GQA
+// groups, every dtype, 131072 keys, B * H past 65535) passed; compute-sanitizer clean after the
+// __syncwarp in the online softmax (racecheck had found a write-after-read on m_s, see there).
+// The decoding long test (K/V past 2^31 elements) has not run on a GPU.
 // EXERCISE-KERNELS: 08/v1_split_kv
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
