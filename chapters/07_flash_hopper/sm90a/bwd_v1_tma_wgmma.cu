@@ -59,14 +59,17 @@
 //   dK are two halves of one unit each); dq does S, dP, dQ = 3 and 2 + 2 + 1 = 5. The backward
 //   then issues 11 units of tensor work for the 5 that the 2.5x-forward FLOP convention counts
 //   (7 at D <= 128): at the same tensor-core efficiency, 7/11 = 0.64x the counted rate of
-//   D = 128. Why 64-row blocks and not two blocks of 128 keys each owning a half: K and V of
-//   128 keys x 256 columns (128 KiB) plus two Q/dO stages (128 KiB) exceed the 227 KiB a block
-//   may have; one stage would fit, but then every tile's load waits for the previous tile's math.
+//   D = 128. Measured (H100, 2026-11-23, N = 8192 full): 292.2 against 411.8 TFLOP/s, 0.71x,
+//   a little above that estimate. Why 64-row blocks and not two blocks of 128 keys each owning
+//   a half: K and V of 128 keys x 256 columns (128 KiB) plus two Q/dO stages (128 KiB) exceed
+//   the 227 KiB a block may have; one stage would fit, but then every tile's load waits for the
+//   previous tile's math.
 //   With 64 rows the grid has the same number of blocks (twice as many tiles, on gridDim.x as
 //   before), each K/V (Q/dO) tile is read once rather than by two blocks, and both rings keep
 //   two stages. The idea holds for any D > 128 (parts of at most 128 columns keep the
 //   accumulators at D = 128's); as written, Split makes one 128-column part per warpgroup, which
-//   is D = 256 exactly, and static_asserts it. 06/v2 does not take D = 256.
+//   is D = 256 exactly, and static_asserts it. (06/v2_mma takes D = 256 too since commit
+//   51d9575.)
 //
 // Pipelines: one thread (thread 0) issues every TMA copy, as 07/v1. K/V (dkdv) or Q/dO (dq) are
 // loaded once with one mbarrier; the streamed tiles use a 2-stage ring, one mbarrier per stage
@@ -97,8 +100,8 @@
 // Offsets are 64-bit; batch*heads * tiles is on gridDim.x.
 //
 // Fallback: shapes TMA cannot load (unaligned pointers, seq_q or seq_k = 0, sizes near 2^31) run
-// 06/v2_mma through the registry; it stops at D = 128, so at D = 256 those shapes are refused as
-// unsupported.
+// 06/v2_mma through the registry, which takes D = 256 too since commit 51d9575 (before it, such
+// shapes at D = 256 were refused as unsupported).
 //
 // Not yet here (next rungs): a producer warpgroup with setmaxnreg (the block-wide barrier per
 // tile goes), more stages, dQ accumulated in the dK/dV kernel through an fp32 workspace (with
@@ -107,11 +110,18 @@
 // exchanging them through shared memory (2 x 16 KiB of fp32 more, which still fits: 227 KiB),
 // which takes dkdv from 6 units back to 4 and dq from 5 to 3 at the price of a barrier per tile.
 // Measured (NVIDIA H100 80GB HBM3, 2026-11-23, fa_bench bf16 at N = 8192, B = 2, H = 2048/D,
-// 2.5x forward FLOPs; notes/measured/h100-2026-11-23b/bench.log): D 128: 413.2 TFLOP/s (causal
-// 391.0), 06/v2_mma in the same run 186.4 (181.5); D 64: 324.9 (309.4), 06/v2_mma 154.9 (151.2).
-// Tests on that GPU: NonDefaultScale, ManyHeadsBeyondGridLimit and BwdDeterminism (two runs bit
-// for bit) passed; RaggedShapesCausalAndNot, the long label and the sanitizers have not run on
-// it yet. D = 256 is compiled and CPU-tested only: not yet run on a GPU, not yet measured.
+// 2.5x forward FLOPs), full (causal) TFLOP/s. Second call (notes/measured/h100-2026-11-23b/
+// bench.log): D 128: 413.2 (391.0), 06/v2_mma in the same run 186.4 (181.5); D 64: 324.9
+// (309.4), 06/v2_mma 154.9 (151.2). Third session, with PyTorch SDPA in the same call and the
+// read-only L2 flush (notes/measured/h100-2026-11-23c/call4_sdpa.log, call5_sdpa.log):
+// D 64: 323.1 (308.4), FA2 275.7 (249.0), cuDNN 433.1 (398.5); D 128: 411.8 (394.0), FA2 294.2
+// (274.4), cuDNN 530.8 (480.1); D 256: 292.2 (277.2), FA2 251.6 (235.0), cuDNN 351.1 (377.6),
+// 06/v2_mma 84.8 (85.5). Over N 1024 to 16384 and every head dim: 1.10-1.53x FA2, 0.73-0.96x
+// cuDNN. Tests on that GPU (third session, call3_ctest.log, call3_san_*.log): the default label
+// passed whole, for this kernel RaggedShapesCausalAndNot and NonDefaultScale at bf16 and fp16
+// and D 64, 128, 256, ManyHeadsBeyondGridLimit, BwdDeterminism (two runs bit for bit) and
+// TrainingStep.LossFollowsReferenceGradients; memcheck, racecheck, synccheck and initcheck
+// reported nothing at every dtype and head dim. (The long label has no backward test.)
 #include <cuda.h>
 
 #include "ch07_bwd_common.cuh"
