@@ -71,8 +71,8 @@ __device__ __forceinline__ void zero(float (&a)[N]) {
 
 // ---- Host side -----------------------------------------------------------------------------------
 // Shapes the TMA kernels cannot take run this registered kernel through the registry (as the
-// forward's fallback, ch07_common.cuh): it takes head dims 32, 64, 96 and 128, so such a shape at
-// D = 256 is refused as unsupported (with 06/v2_mma's message).
+// forward's fallback, ch07_common.cuh): it takes head dims 32, 64, 96, 128 and 256, so every
+// head dim of this kernel has a fallback.
 constexpr const char* kBwdFallback = "06/v2_mma";
 
 // TMA's rules for Q, K, V, dO (16-byte aligned bases; D * 2 bytes per row is a multiple of 16;
