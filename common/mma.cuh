@@ -103,6 +103,20 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
   }
 }
 
+// The other way: one register of two 16-bit values -> two floats (lo first).
+template <class T>
+__device__ __forceinline__ float2 unpack2(uint32_t packed) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    __nv_bfloat162 v;
+    memcpy(&v, &packed, 4);
+    return __bfloat1622float2(v);
+  } else {
+    __half2 v;
+    memcpy(&v, &packed, 4);
+    return __half22float2(v);
+  }
+}
+
 // cp.async: copy 16 bytes global -> shared without passing through registers (sm_80+). With
 // `valid` false it writes 16 zero bytes instead of reading: the way to load a ragged tail tile
 // without reading past the end of the tensor.

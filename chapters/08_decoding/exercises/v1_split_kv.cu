@@ -46,6 +46,7 @@
 #include "buffer.h"
 #include "ch08_split_kv.h"
 #include "check.h"
+#include "mma.cuh"  // unpack2: two 16-bit values -> two floats
 #include "registry.h"
 
 namespace {
@@ -61,9 +62,28 @@ __device__ __forceinline__ int64_t imin(int64_t a, int64_t b) {
   return a < b ? a : b;
 }
 
-// Per dtype: how many elements one 16-byte load carries, the key tile, and the conversions.
+// Per dtype: how many elements one 16-byte load carries, the key tile, and the conversions. The
+// primary template is the 16-bit one (__half, __nv_bfloat16); fp32 below.
 template <class T>
-struct Traits;
+struct Traits {
+  static constexpr int kVec = 8;
+  static constexpr int kBc = 64;
+  __device__ static void unpack(const uint4& u, float* f) {
+    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 p = fa::mma::unpack2<T>(w[i]);
+      f[2 * i] = p.x;
+      f[2 * i + 1] = p.y;
+    }
+  }
+  __device__ static float to_float(T x) {
+    return static_cast<float>(x);
+  }
+  __device__ static T from_float(float x) {
+    return T(x);
+  }  // round to nearest
+};
 template <>
 struct Traits<float> {
   static constexpr int kVec = 4;
@@ -77,51 +97,6 @@ struct Traits<float> {
   __device__ static float to_float(float x) { return x; }
   __device__ static float from_float(float x) { return x; }
 };
-template <>
-struct Traits<__half> {
-  static constexpr int kVec = 8;
-  static constexpr int kBc = 64;
-  __device__ static void unpack(const uint4& u, float* f) {
-    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      __half2 h;
-      memcpy(&h, &w[i], 4);
-      const float2 p = __half22float2(h);
-      f[2 * i] = p.x;
-      f[2 * i + 1] = p.y;
-    }
-  }
-  __device__ static float to_float(__half x) {
-    return __half2float(x);
-  }
-  __device__ static __half from_float(float x) {
-    return __float2half_rn(x);
-  }
-};
-template <>
-struct Traits<__nv_bfloat16> {
-  static constexpr int kVec = 8;
-  static constexpr int kBc = 64;
-  __device__ static void unpack(const uint4& u, float* f) {
-    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      __nv_bfloat162 h;
-      memcpy(&h, &w[i], 4);
-      const float2 p = __bfloat1622float2(h);
-      f[2 * i] = p.x;
-      f[2 * i + 1] = p.y;
-    }
-  }
-  __device__ static float to_float(__nv_bfloat16 x) {
-    return __bfloat162float(x);
-  }
-  __device__ static __nv_bfloat16 from_float(float x) {
-    return __float2bfloat16_rn(x);
-  }
-};
-
 struct Params {
   const void* q;
   const void* k;
