@@ -88,7 +88,7 @@ std::string kernel_error_message(const Error& e, bool* unsupported);
 // The most advanced forward kernel (last by name among "05/...") that takes dtype t and head dim d.
 const AttentionFwdKernel* best_forward_kernel(DType t, int d);
 // The forward that makes O and L for a backward run: best_forward_kernel, or where no chapter 05
-// kernel takes (t, d) (head dim 256) the last registered general forward that does and runs here.
+// kernel takes (t, d) or runs on this GPU, the last registered general forward that does.
 const AttentionFwdKernel* forward_for_backward(DType t, int d);
 
 // Grouped-query shapes (shapes.h): why a kernel cannot run `s` ("heads_kv must divide heads", or
