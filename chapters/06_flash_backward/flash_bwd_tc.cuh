@@ -1,5 +1,5 @@
 // flash_bwd_tc.cuh: the shared-memory tile loader and the three fragment loaders that the
-// tensor-core backward kernels (06/v2_mma) are built from. Device code only.
+// tensor-core backward kernels (06/v2_mma, 06/v3_atomic_dq) are built from. Device code only.
 //
 // Shared-memory tiles are the padded tiles of common/attention_tiles.cuh (row-major
 // [rows][D + kPad] in the 16-bit dtype, the layout chapter 05's tensor-core forward uses): the
@@ -89,6 +89,30 @@ __device__ __forceinline__ void mma_pair(float (&d0)[4], float (&d1)[4], const u
   const uint32_t b1[2] = {b[2], b[3]};
   fa::mma::mma_16816<T>(d0, a, b0);
   fa::mma::mma_16816<T>(d1, a, b1);
+}
+
+// A fragment of the 16x16 block A[m0.., k0..] when A = X^T, i.e. A[m][k] = X[k][m] with X the
+// row-major tile (rows are k). ldmatrix .trans hands thread (g, t) X[2t][g], X[2t+1][g] of each
+// 8x8 matrix, which is A[g][2t], A[g][2t+1]. Matrices: 0 = k 0-7 / m 0-7 -> a[0],
+// 1 = k 0-7 / m 8-15 -> a[1], 2 = k 8-15 / m 0-7 -> a[2], 3 = k 8-15 / m 8-15 -> a[3].
+// Used for dQ += dS K with dS^T in shared memory (06/v3_atomic_dq: X = dS^T, rows are keys).
+template <int LD, class T>
+__device__ __forceinline__ void load_a_xt(uint32_t (&a)[4], const T* s, int m0, int k0, int lane) {
+  const int i = lane >> 3, r = lane & 7;
+  fa::mma::ldmatrix_x4_trans(a, s + (k0 + r + (i >> 1) * 8) * LD + m0 + (i & 1) * 8);
+}
+
+// Store an A fragment (as acc_to_a makes it) as the 16x16 block [m0.., k0..] of a row-major tile:
+// the inverse of load_a. Four 32-bit stores per thread; in a padded tile (LD = 8 mod 16 elements)
+// the 32 lanes of each store hit 32 different banks.
+template <int LD, class T>
+__device__ __forceinline__ void store_a(T* s, const uint32_t (&a)[4], int m0, int k0, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+  T* p = s + (m0 + g) * LD + k0 + 2 * t;
+  *reinterpret_cast<uint32_t*>(p) = a[0];
+  *reinterpret_cast<uint32_t*>(p + 8 * LD) = a[1];
+  *reinterpret_cast<uint32_t*>(p + 8) = a[2];
+  *reinterpret_cast<uint32_t*>(p + 8 * LD + 8) = a[3];
 }
 
 }  // namespace fa::bwd_tc

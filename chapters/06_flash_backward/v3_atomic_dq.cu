@@ -1,0 +1,539 @@
+// v3_atomic_dq.cu: 06/v2_mma plus one idea, FlashAttention-2's: dQ is accumulated in fp32 by
+// atomics from the dK/dV kernel, and the dq kernel, with its second computation of S and dP, is
+// gone. bf16 / fp16 in, mma.sync m16n8k16, fp32 accumulate. Not bitwise deterministic (Cost).
+//
+// What changed vs v2: v2 runs 7 matmuls per (Q tile, K tile) pair (S^T, dV, dP^T, dK in dkdv;
+// S, dP, dQ again in dq) so that every output element is written by one thread. Here the dkdv
+// block, which already holds dS^T for its K_j and the current Q_i, also forms the partial sum
+//   dQ_i += dS K_j          (Br queries x D, summed over this block's Bc keys)
+// and adds it with fp32 atomicAdd (result unused: one REDG.E.ADD.F32 per element) into the
+// workspace dQaccum = args.workspace, fp32 [batch * heads][seq_q][D], 64-bit offsets, which the
+// caller zeroes before every call (registry.h: AttentionBwdArgs; the harness, and so fa_bench,
+// with a cudaMemsetAsync on the stream, inside the timed launch; the tests and the Python API
+// too). A last small kernel writes dQ = dQaccum * scale in the 16-bit dtype. 5 matmuls instead of 7: exactly the 5 that
+// the 2.5x FLOP convention counts, at the price of Br x D atomics per pair and one pass over the
+// fp32 accumulator.
+//
+// The map (three launches on one stream, after the caller's memset of the workspace):
+//   1. launch_delta_preprocess: D = rowsum(dO * O)                    (ch06_preprocess.h)
+//   2. dkdv_kernel: one block per (K/V tile of Bc = 64 keys, batch*head), as in v2. K_j, V_j
+//      stay in shared memory; the block walks the Q tiles that can see K_j and for each Q_i:
+//        S^T = K_j Q_i^T,  P^T = exp(scale S^T - L_i),  dV_j += P^T dO_i,
+//        dP^T = V_j dO_i^T,  dS^T = P^T * (dP^T - D_i),  dK_j += dS^T Q_i,
+//        dS^T -> shared memory, barrier, dQaccum_i += dS K_j by atomics
+//      then writes dK_j * scale and dV_j.
+//   3. convert_dq_kernel: dQ = dQaccum * scale in the dtype (grid-stride, 4 elements a thread).
+//      Rows no K tile touched (causal rows that see no key) read the zeroed workspace: dQ = 0.
+//
+// Why dS goes through shared memory. In dkdv warp w owns 16 keys (rows of dS^T) and all 64
+// queries of the tile: right for dK_j += dS^T Q_i, whose sum over queries stays in the thread.
+// dQ_i = dS K_j sums over keys, which are spread over the 4 warps. So each warp stores its
+// 16 x 64 piece of dS^T, the 16-bit A fragments its dK product uses anyway (flash_bwd_tc.cuh:
+// store_a, bank-conflict free), into sdS, 64 keys x 64 queries (+ 8 padding); after a barrier
+// warp w computes dQ rows 16w..16w+15 of the Q tile (its queries; the same rows as v2's dq
+// kernel gave it) with A = dS = sdS^T (ldmatrix.trans, flash_bwd_tc.cuh: load_a_xt) and B = K_j
+// (ldmatrix.trans of K rows, as in v2's dq), kDqCols columns at a time: a 16 x kDqCols fp32
+// accumulator (kDqCols / 2 registers a thread) lives only between the MMAs and its atomics, next
+// to dK and dV. Thread (g, t) adds rows q0 + 16w + g and + 8, columns 8nt + 2t and + 1; rows at
+// or past seq_q are skipped (their dS is 0, but they are not in the workspace). FA2 sends dS
+// through shared memory too. Barriers: one more per Q tile (sdS written -> sdS read); the
+// barrier that ends each Q tile in v2 now also keeps the next tile's sdS stores behind this
+// tile's reads. Rows of dS^T for keys past seq_k are 0 (masked P), as in v2.
+//
+// Head dim 256: v2's column split still applies, and costs less. The two blocks of a K/V tile
+// each compute S^T and dP^T in full, so both hold the same dS^T, and each adds only its own half
+// of the columns: dQaccum_i[:, col0 .. col0 + 127] += dS K_j[:, col0 .. col0 + 127]. Per pair,
+// in units of one 64 x 64 x 256 product: 2 x (S 1 + dP 1 + dV 1/2 + dK 1/2 + dQ 1/2) = 7
+// instead of v2's 11 (5 unsplit).
+//
+// Shared memory: v2's dkdv layout plus sdS (64 x 72 x 2 B = 9 KiB):
+//   K_j | V_j | Q_i x2 | dO_i x2 | L_i*log2(e) x2 | D_i x2 | dS^T
+//   = 40 / 64 / 88 / 112 / 208 KiB at D = 32 / 64 / 96 / 128 / 256. Two blocks per SM on an H100
+//   up to D = 128 (2 x (112 + 1) KiB <= 228 KiB), one at D = 256 (H100/H200 only: an A100 or
+//   sm_86/89 is refused as UNSUPPORTED by the launcher, naming the bytes, as in v2).
+// Registers (ptxas -v, sm_90): dkdv_kernel 171 / 194 / 242 / 253 / 250 at D = 32 / 64 / 96 /
+//   128 / 256, no spills (v2's dkdv: 156 / 198 / 238 / 253 / 253). The fp32 dQ chunk comes on top
+//   of dK and dV, which is why it is kDqCols = 32 columns at a time and not all D.
+//
+// Cost: the blocks of the n_kt K tiles add into the same dQaccum_i in whatever order the
+// scheduler runs them, and fp32 addition is not associative, so two runs can differ in the last
+// bits of dQ (registered with deterministic = false; tests/gpu/test_ch06_determinism.cpp prints
+// whether two runs matched). dK and dV are still written by one thread each. Memory: the
+// atomics are one per element of dQ per K tile (n_kt x the size of dQ; FA2 with Bc = 128 issues
+// half as many), mostly served by L2; the memset and the convert read and write dQaccum once
+// each. Expected gain: 5 / 7 of v2's tensor-core work and one launch less.
+//
+// Masking: out-of-range rows are zero-filled by cp.async; a query row that does not exist or
+// sees no key (L = -inf) gets L' = +inf, so P = exp2(x - inf) = 0 with no test in the loop.
+// Keys past seq_k and the causal triangle are masked only on the tiles that need it.
+//
+// Speed: not measured yet (filled in after the next GPU run).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "ch06_preprocess.h"
+#include "check.h"
+#include "flash_bwd_tc.cuh"
+#include "mma.cuh"
+#include "registry.h"
+
+namespace {
+
+using fa::causal_last_key;
+using fa::ceil_div;
+using fa::bwd_tc::acc_to_a;
+using fa::bwd_tc::kPad;
+using fa::bwd_tc::load_a;
+using fa::bwd_tc::load_a_xt;
+using fa::bwd_tc::load_b_x;
+using fa::bwd_tc::load_b_xt;
+using fa::bwd_tc::load_tile_async;
+using fa::bwd_tc::mma_pair;
+using fa::bwd_tc::store_a;
+
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+constexpr int kBr = 64;     // query rows per tile
+constexpr int kBc = 64;     // key rows per tile
+constexpr int kChunk = 32;  // columns of S^T held in registers at a time
+constexpr float kLog2e = 1.4426950408889634f;
+static_assert(kBr == kWarps * 16 && kBc == kWarps * 16, "one warp per 16 rows");
+static_assert(kBr % kChunk == 0 && kBc % kChunk == 0 && kChunk % 16 == 0, "chunking");
+
+// Columns of the fp32 accumulators (dK, dV and the partial dQ) that one block owns: all D up to
+// 128; at D = 256 half of them, kColSplits = 2 blocks per tile (the header says why).
+template <int D>
+constexpr int kAccCols = D > 128 ? D / 2 : D;
+template <int D>
+constexpr int kColSplits = D / kAccCols<D>;
+static_assert(kAccCols<256> == 128 && kColSplits<256> == 2 && kColSplits<128> == 1, "splits");
+// Columns of the partial dQ held in registers at a time (16 x kDqCols per warp) before their
+// atomics: 32 divides every kAccCols (32, 64, 96, 128).
+constexpr int kDqCols = 32;
+
+struct Params {
+  const void* q;
+  const void* k;
+  const void* v;
+  const void* dout;
+  const float* lse;
+  const float* delta;
+  float* dq_accum;  // fp32 [batch * heads][seq_q][D], zero on entry (the caller's workspace)
+  void* dk;
+  void* dv;
+  int64_t seq_q, seq_k;
+  int64_t n_tiles;   // key tiles per (batch, head)
+  float scale;       // softmax scale
+  float scale_log2;  // scale * log2(e): P = exp2(S * scale_log2 - L * log2(e))
+  bool causal;
+};
+
+template <int D>
+constexpr int smem_bytes_tiles() {
+  return 6 * 64 * (D + kPad) * 2;
+}
+constexpr int kLdS = kBr + kPad;  // row of the dS^T tile: kBr queries + padding
+template <int D>
+constexpr int dkdv_smem_bytes() {
+  return smem_bytes_tiles<D>() + 4 * kBr * int(sizeof(float)) + kBc * kLdS * 2;
+}
+
+// L in the form the loops want: L * log2(e), or +inf for a row that does not exist or sees no
+// key (L = -inf), which makes every P of that row exp2(finite - inf) = 0.
+__device__ __forceinline__ float load_l2(const float* lse, int64_t row, int64_t seq_q) {
+  if (row >= seq_q) return INFINITY;
+  const float l = lse[row];
+  return l == -INFINITY ? INFINITY : l * kLog2e;
+}
+
+// Store a 16 x DC fp32 accumulator, times `mul`: rows r0 + g, r0 + g + 8 and columns
+// col0 .. col0 + DC - 1 of a [seq, D] matrix (DC = D, col0 = 0 unless the columns are split).
+template <class T, int D, int DC>
+__device__ __forceinline__ void store_rows(T* out, const float (&acc)[DC / 8][4], int64_t r0,
+                                           int col0, int64_t seq, float mul, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t row = r0 + g + 8 * h;
+    if (row >= seq) continue;
+    T* dst = out + row * int64_t(D) + col0 + 2 * t;
+#pragma unroll
+    for (int nt = 0; nt < DC / 8; ++nt) {
+      *reinterpret_cast<uint32_t*>(dst + 8 * nt) =
+          fa::mma::pack2<T>(acc[nt][2 * h] * mul, acc[nt][2 * h + 1] * mul);
+    }
+  }
+}
+
+// ---- dK, dV, and the dQ atomics ------------------------------------------------------------
+template <class T, int D>
+__global__ void __launch_bounds__(kThreads, 2) dkdv_kernel(Params p) {
+  constexpr int kLd = D + kPad;
+  constexpr int kTile = 64 * kLd;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* sK = reinterpret_cast<T*>(smem_raw);
+  T* sV = sK + kTile;
+  T* sQ = sV + kTile;                                     // two buffers
+  T* sdO = sQ + 2 * kTile;                                // two buffers
+  float* sL = reinterpret_cast<float*>(sdO + 2 * kTile);  // two buffers of kBr: L * log2(e)
+  float* sD = sL + 2 * kBr;                               // two buffers of kBr: D
+  T* sdS = reinterpret_cast<T*>(sD + 2 * kBr);            // dS^T: kBc keys x kBr queries
+
+  constexpr int kDC = kAccCols<D>;  // columns of dK, dV (and dQ) this block accumulates
+  static_assert(kDC % kDqCols == 0, "dQ chunks");
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, t = lane & 3;
+  // blockIdx.x = (bh * n_tiles + key tile) * kColSplits + column half: the two halves of one
+  // K/V tile are neighbours in the grid, so their second reads of K, V, Q, dO come from L2.
+  const int64_t tile_bh = int64_t(blockIdx.x) / kColSplits<D>;
+  const int col0 = int(int64_t(blockIdx.x) % kColSplits<D>) * kDC;  // first owned column
+  const int64_t bh = tile_bh / p.n_tiles;
+  const int64_t k0 = (tile_bh % p.n_tiles) * kBc;
+  const int64_t seq_q = p.seq_q, seq_k = p.seq_k;
+  // Causal (bottom-right): query i sees keys j <= causal_last_key(i) = i + off (shapes.h).
+  const int64_t off = causal_last_key(0, seq_q, seq_k);
+
+  const T* Q = static_cast<const T*>(p.q) + bh * seq_q * D;
+  const T* dO = static_cast<const T*>(p.dout) + bh * seq_q * D;
+  const T* K = static_cast<const T*>(p.k) + bh * seq_k * D;
+  const T* V = static_cast<const T*>(p.v) + bh * seq_k * D;
+  float* dQacc = p.dq_accum + bh * seq_q * D;
+  const float* lse = p.lse + bh * seq_q;
+  const float* delta = p.delta + bh * seq_q;
+
+  // The Q tiles that can see this K tile: with causal masking the first query to see key k0 is
+  // k0 - off; every tile before the one holding it is entirely masked and skipped.
+  const int64_t n_qt = ceil_div(seq_q, kBr);
+  int64_t qt_begin = 0;
+  if (p.causal && k0 - off > 0) qt_begin = (k0 - off) / kBr;  // may be >= n_qt: no work
+
+  // Prologue: K_j, V_j and the first Q_i, dO_i in one cp.async group; L_i, D_i by plain loads.
+  load_tile_async<T, D, kBc, kThreads>(sK, K, k0, seq_k, tid);
+  load_tile_async<T, D, kBc, kThreads>(sV, V, k0, seq_k, tid);
+  if (qt_begin < n_qt) {
+    const int64_t q0 = qt_begin * kBr;
+    load_tile_async<T, D, kBr, kThreads>(sQ, Q, q0, seq_q, tid);
+    load_tile_async<T, D, kBr, kThreads>(sdO, dO, q0, seq_q, tid);
+    const int64_t row = q0 + (tid & (kBr - 1));
+    if (tid < kBr)
+      sL[tid] = load_l2(lse, row, seq_q);
+    else if (tid < 2 * kBr)
+      sD[tid - kBr] = row < seq_q ? delta[row] : 0.0f;
+  }
+  fa::mma::cp_async_commit();
+
+  float dv[kDC / 8][4], dk[kDC / 8][4];  // columns col0 .. col0 + kDC - 1 only
+#pragma unroll
+  for (int nt = 0; nt < kDC / 8; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dv[nt][e] = dk[nt][e] = 0.0f;
+
+  const int kr0 = warp * 16;  // this warp's first key row in the tile
+  const int qr0 = warp * 16;  // and its first query row, for dQ
+
+  for (int64_t qt = qt_begin; qt < n_qt; ++qt) {
+    const int buf = int(qt - qt_begin) & 1;
+    const int64_t q0 = qt * kBr;
+    const bool has_next = qt + 1 < n_qt;
+
+    // Prefetch Q_{i+1}, dO_{i+1} into the other buffer (always commit: an empty group keeps the
+    // wait<1> below correct on the last tile). L and D go through registers, stored after the
+    // math so their latency hides behind it.
+    float next_ld = 0.0f;
+    if (has_next) {
+      const int64_t q1 = q0 + kBr;
+      load_tile_async<T, D, kBr, kThreads>(sQ + (buf ^ 1) * kTile, Q, q1, seq_q, tid);
+      load_tile_async<T, D, kBr, kThreads>(sdO + (buf ^ 1) * kTile, dO, q1, seq_q, tid);
+      const int64_t row = q1 + (tid & (kBr - 1));
+      if (tid < kBr)
+        next_ld = load_l2(lse, row, seq_q);
+      else if (tid < 2 * kBr)
+        next_ld = row < seq_q ? delta[row] : 0.0f;
+    }
+    fa::mma::cp_async_commit();
+    fa::mma::cp_async_wait<1>();
+    __syncthreads();
+
+    const T* q_s = sQ + buf * kTile;
+    const T* do_s = sdO + buf * kTile;
+    const float* l_s = sL + buf * kBr;
+    const float* d_s = sD + buf * kBr;
+    // Mask only where needed: keys past seq_k, or a tile crossing the causal diagonal (some key
+    // of the tile lies beyond what the tile's first query sees).
+    const bool need_mask = (k0 + kBc > seq_k) || (p.causal && k0 + kBc - 1 > q0 + off);
+
+#pragma unroll
+    for (int qc = 0; qc < kBr / kChunk; ++qc) {
+      constexpr int kNt = kChunk / 8;  // n-tiles of the chunk
+      const int c0 = qc * kChunk;      // first query column of the chunk, within the tile
+
+      // S^T = K_j Q^T over this chunk of queries.
+      float s[kNt][4];
+#pragma unroll
+      for (int nt = 0; nt < kNt; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[nt][e] = 0.0f;
+#pragma unroll
+      for (int ks = 0; ks < D / 16; ++ks) {
+        uint32_t a[4];
+        load_a<kLd>(a, sK, kr0, ks * 16, lane);
+#pragma unroll
+        for (int np = 0; np < kNt / 2; ++np) {
+          uint32_t b[4];
+          load_b_xt<kLd>(b, q_s, c0 + np * 16, ks * 16, lane);
+          mma_pair<T>(s[2 * np], s[2 * np + 1], a, b);
+        }
+      }
+
+      // P^T = exp(scale S^T - L), masked. Element (nt, e): key row kr0 + g + 8*(e/2), query
+      // column c0 + 8*nt + 2t + e%2.
+#pragma unroll
+      for (int nt = 0; nt < kNt; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int col = c0 + nt * 8 + 2 * t + (e & 1);
+          float pv = exp2f(fmaf(s[nt][e], p.scale_log2, -l_s[col]));
+          if (need_mask) {
+            const int64_t key = k0 + kr0 + g + 8 * (e >> 1);
+            const int64_t query = q0 + col;
+            if (key >= seq_k || (p.causal && key > query + off)) pv = 0.0f;
+          }
+          s[nt][e] = pv;
+        }
+      }
+
+      // dV_j += P^T dO: k runs over the chunk's queries, 16 at a time; only this block's columns.
+#pragma unroll
+      for (int kk = 0; kk < kNt / 2; ++kk) {
+        uint32_t a[4];
+        acc_to_a<T>(a, s[2 * kk], s[2 * kk + 1]);
+#pragma unroll
+        for (int np = 0; np < kDC / 16; ++np) {
+          uint32_t b[4];
+          load_b_x<kLd>(b, do_s, c0 + kk * 16, col0 + np * 16, lane);
+          mma_pair<T>(dv[2 * np], dv[2 * np + 1], a, b);
+        }
+      }
+
+      // dP^T = V_j dO^T over the same chunk.
+      float dp[kNt][4];
+#pragma unroll
+      for (int nt = 0; nt < kNt; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) dp[nt][e] = 0.0f;
+#pragma unroll
+      for (int ks = 0; ks < D / 16; ++ks) {
+        uint32_t a[4];
+        load_a<kLd>(a, sV, kr0, ks * 16, lane);
+#pragma unroll
+        for (int np = 0; np < kNt / 2; ++np) {
+          uint32_t b[4];
+          load_b_xt<kLd>(b, do_s, c0 + np * 16, ks * 16, lane);
+          mma_pair<T>(dp[2 * np], dp[2 * np + 1], a, b);
+        }
+      }
+
+      // dS^T = P^T * (dP^T - D): D belongs to the query, the column.
+#pragma unroll
+      for (int nt = 0; nt < kNt; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          dp[nt][e] = s[nt][e] * (dp[nt][e] - d_s[c0 + nt * 8 + 2 * t + (e & 1)]);
+
+          // dK_j += dS^T Q, only this block's columns; the same 16-bit dS^T into sdS for dQ.
+#pragma unroll
+      for (int kk = 0; kk < kNt / 2; ++kk) {
+        uint32_t a[4];
+        acc_to_a<T>(a, dp[2 * kk], dp[2 * kk + 1]);
+        store_a<kLdS>(sdS, a, kr0, c0 + kk * 16, lane);
+#pragma unroll
+        for (int np = 0; np < kDC / 16; ++np) {
+          uint32_t b[4];
+          load_b_x<kLd>(b, q_s, c0 + kk * 16, col0 + np * 16, lane);
+          mma_pair<T>(dk[2 * np], dk[2 * np + 1], a, b);
+        }
+      }
+    }
+
+    // dQaccum_i += dS K_j: warp w takes query rows qr0.. of the tile, A = dS = sdS^T (all kBc
+    // keys, written by the four warps), B = K_j; kDqCols of this block's columns at a time.
+    __syncthreads();         // sdS complete
+    if (q0 + qr0 < seq_q) {  // else every row of this warp lies past seq_q
+#pragma unroll
+      for (int dc = 0; dc < kDC / kDqCols; ++dc) {
+        const int n0 = col0 + dc * kDqCols;  // first column of the chunk
+        float acc[kDqCols / 8][4];
+#pragma unroll
+        for (int nt = 0; nt < kDqCols / 8; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[nt][e] = 0.0f;
+#pragma unroll
+        for (int ks = 0; ks < kBc / 16; ++ks) {
+          uint32_t a[4];
+          load_a_xt<kLdS>(a, sdS, qr0, ks * 16, lane);
+#pragma unroll
+          for (int np = 0; np < kDqCols / 16; ++np) {
+            uint32_t b[4];
+            load_b_x<kLd>(b, sK, ks * 16, n0 + np * 16, lane);
+            mma_pair<T>(acc[2 * np], acc[2 * np + 1], a, b);
+          }
+        }
+        // Element (nt, e): query row qr0 + g + 8*(e/2), column n0 + 8*nt + 2t + e%2.
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int64_t row = q0 + qr0 + g + 8 * h;
+          if (row >= seq_q) continue;
+          float* dst = dQacc + row * D + n0 + 2 * t;
+#pragma unroll
+          for (int nt = 0; nt < kDqCols / 8; ++nt) {
+            atomicAdd(dst + 8 * nt, acc[nt][2 * h]);
+            atomicAdd(dst + 8 * nt + 1, acc[nt][2 * h + 1]);
+          }
+        }
+      }
+    }
+
+    // L, D of the next tile into the other buffer (nobody reads it during this iteration).
+    if (has_next) {
+      if (tid < kBr)
+        sL[(buf ^ 1) * kBr + tid] = next_ld;
+      else if (tid < 2 * kBr)
+        sD[(buf ^ 1) * kBr + tid - kBr] = next_ld;
+    }
+    __syncthreads();  // everyone is done with `buf` before the next prefetch overwrites it
+  }
+  fa::mma::cp_async_wait<0>();
+
+  // Rows of keys that no query sees (causal) leave here with dK = dV = 0, as they must.
+  T* dK = static_cast<T*>(p.dk) + bh * seq_k * D;
+  T* dV = static_cast<T*>(p.dv) + bh * seq_k * D;
+  store_rows<T, D, kDC>(dK, dk, k0 + kr0, col0, seq_k, p.scale, lane);
+  store_rows<T, D, kDC>(dV, dv, k0 + kr0, col0, seq_k, 1.0f, lane);
+}
+
+// ---- dQ = dQaccum * scale ------------------------------------------------------------------
+// n4 = elements / 4 (every D here is a multiple of 16); 16-byte loads, 8-byte stores.
+template <class T>
+__global__ void convert_dq_kernel(const float* __restrict__ acc, T* __restrict__ dq, int64_t n4,
+                                  float scale) {
+  for (int64_t x = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; x < n4;
+       x += int64_t(gridDim.x) * blockDim.x) {
+    const float4 v = reinterpret_cast<const float4*>(acc)[x];
+    uint2 out;
+    out.x = fa::mma::pack2<T>(v.x * scale, v.y * scale);
+    out.y = fa::mma::pack2<T>(v.z * scale, v.w * scale);
+    reinterpret_cast<uint2*>(dq)[x] = out;
+  }
+}
+
+// ---- launcher ------------------------------------------------------------------------------
+template <class T, int D>
+void launch(const fa::AttentionBwdArgs& a, cudaStream_t stream) {
+  const fa::AttentionShape& s = a.shape;
+  Params p{};
+  p.q = a.q;
+  p.k = a.k;
+  p.v = a.v;
+  p.dout = a.dout;
+  p.lse = a.lse;
+  p.delta = a.delta;
+  p.dq_accum = a.workspace;
+  p.dk = a.dk;
+  p.dv = a.dv;
+  p.seq_q = s.seq_q;
+  p.seq_k = s.seq_k;
+  p.scale = s.softmax_scale();
+  p.scale_log2 = p.scale * kLog2e;
+  p.causal = s.causal;
+
+  const int64_t n_kt = ceil_div(s.seq_k, kBc);
+  constexpr int64_t kSplits = kColSplits<D>;
+  FA_REQUIRE(n_kt * s.bh() * kSplits <= INT32_MAX,
+             "batch * heads * tiles * column splits must fit in gridDim.x");
+
+  if (n_kt > 0 && s.bh() > 0) {
+    constexpr int kSmem = dkdv_smem_bytes<D>();
+    FA_CUDA_CHECK(cudaFuncSetAttribute(dkdv_kernel<T, D>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+    p.n_tiles = n_kt;
+    dkdv_kernel<T, D>
+        <<<static_cast<unsigned>(n_kt * s.bh() * kSplits), kThreads, kSmem, stream>>>(p);
+    FA_CHECK_LAUNCH();
+  }
+  // dQ = dQaccum * scale, every element (rows no key tile reached are 0 in the workspace).
+  const int64_t n4 = s.q_numel() / 4;
+  if (n4 > 0) {
+    constexpr int kConvThreads = 256;
+    const int64_t blocks = std::min<int64_t>(ceil_div(n4, kConvThreads), int64_t(1) << 20);
+    convert_dq_kernel<T><<<static_cast<unsigned>(blocks), kConvThreads, 0, stream>>>(
+        a.workspace, static_cast<T*>(a.dq), n4, p.scale);
+    FA_CHECK_LAUNCH();
+  }
+}
+
+// The dynamic shared memory one block may opt in to on the current device.
+size_t smem_optin_bytes() {
+  int dev = 0, bytes = 0;
+  FA_CUDA_CHECK(cudaGetDevice(&dev));
+  FA_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  return size_t(bytes);
+}
+
+template <int D>
+void run_head_dim(const fa::AttentionBwdArgs& a, cudaStream_t stream) {
+  // D = 256 needs 208 KiB per block: an H100 (227 KiB) has it, an A100 (163 KiB) and sm_86/89
+  // (99 KiB) do not. Refuse before anything runs, rather than fail in cudaFuncSetAttribute.
+  constexpr size_t kSmem = size_t(dkdv_smem_bytes<D>());
+  FA_UNSUPPORTED_IF(kSmem > smem_optin_bytes(),
+                    "06/v3_atomic_dq: head_dim " + std::to_string(D) + " needs " +
+                        std::to_string(kSmem) +
+                        " bytes of shared memory per block, more than this GPU allows");
+  FA_REQUIRE(a.workspace != nullptr, "06/v3_atomic_dq needs the fp32 workspace (dQ accumulator)");
+
+  // 1. D = rowsum(dO * O), before the kernel that reads it (same stream).
+  fa::launch_delta_preprocess(a.o, a.dout, a.delta, a.shape, a.dtype, stream);
+
+  // 2. dK, dV and the dQ atomics, 3. dQ from the accumulator.
+  if (a.dtype == fa::DType::BF16)
+    launch<__nv_bfloat16, D>(a, stream);
+  else
+    launch<__half, D>(a, stream);
+}
+
+void attention_bwd_v3(const fa::AttentionBwdArgs& a, cudaStream_t stream) {
+  const fa::AttentionShape& s = a.shape;
+  FA_UNSUPPORTED_IF(a.dtype != fa::DType::BF16 && a.dtype != fa::DType::F16,
+                    "06/v3_atomic_dq takes bf16 and fp16 only");
+  switch (s.head_dim) {  // every D here is a multiple of 16, which the mma loops need
+    case 32:
+      return run_head_dim<32>(a, stream);
+    case 64:
+      return run_head_dim<64>(a, stream);
+    case 96:
+      return run_head_dim<96>(a, stream);
+    case 128:
+      return run_head_dim<128>(a, stream);
+    case 256:
+      return run_head_dim<256>(a, stream);
+    default:
+      FA_UNSUPPORTED_IF(
+          true, "06/v3_atomic_dq is instantiated for head_dim 32, 64, 96, 128 and 256 only");
+  }
+}
+
+}  // namespace
+
+FA_REGISTER(AttentionBwdKernel,
+            {"06/v3_atomic_dq",
+             attention_bwd_v3,
+             "v2 + dQ by fp32 atomics from the dK/dV kernel (FA2): 5 matmuls, not 7",
+             {fa::DType::BF16, fa::DType::F16},
+             {32, 64, 96, 128, 256},
+             80,
+             false});
