@@ -1,5 +1,5 @@
-// ch08_parallel_merge.cuh: the merge kernel of 08/v2_parallel_merge, in a header for the rungs
-// after it: one block per output row, the row's splits spread over the block, every workspace load
+// ch08_parallel_merge.cuh: the merge kernel of 08/v2_parallel_merge, which 08/v3_mma_split runs
+// too: one block per output row, the row's splits spread over the block, every workspace load
 // issued before the arithmetic that needs it. Device code and its launcher, in an anonymous
 // namespace like ch08_split_kv.cuh (each including .cu file compiles its own copy).
 //
