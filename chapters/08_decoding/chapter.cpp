@@ -75,19 +75,31 @@ int cpu_model_checks(uint64_t seed) {
 // ---- 2. The plan. ---------------------------------------------------------------------------------
 void print_plan(const AttentionShape& s) {
   const int sms = fa::have_gpu() ? fa::gpu_info().sm_count : 132;
-  // The kernel's occupancy is measured by its launcher; 3 blocks per SM is what 168 registers
-  // per thread allow (bf16, D 128; notes/08_decoding.md).
-  const int64_t resident = int64_t(sms) * 3;
-  const fa::ch08::SplitPlan p = fa::ch08::plan_split_kv(s, 64, resident);
   std::cout << "\n== The plan for " << s.str() << " (" << sms << " SMs"
-            << (fa::have_gpu() ? "" : ", an H100's count: no GPU here") << ") ==\n"
-            << "  without splitting: " << p.base_blocks << " blocks (B x H_kv x row tiles of "
-            << p.rows_per_block << " rows), each walking all " << s.seq_k
-            << " keys: " << std::min<int64_t>(100, 100 * p.base_blocks / resident)
-            << "% of the resident block slots busy\n"
-            << "  split-KV: " << p.num_splits << " splits of " << p.split_len << " keys, "
-            << p.blocks << " blocks; a merge kernel folds the " << p.num_splits
-            << " partials of each row\n";
+            << (fa::have_gpu() ? "" : ", an H100's count: no GPU here") << ") ==\n";
+  // The kernels' occupancy is measured by their launchers; here the H100's (notes/08_decoding.md):
+  // 08/v1 and v2, blocks of 128 threads and 64-key tiles: 3 per SM (168 registers per thread at
+  // bf16, D 128); 08/v3, one-warp blocks and 16-key steps: 6 per SM (34816 B of shared memory).
+  struct Kernel {
+    const char* names;
+    int64_t key_tile, per_sm;
+    const char* block;
+    bool m16;  // rows padded to one m16 tile of the tensor cores
+  };
+  for (const Kernel& k : {Kernel{"08/v1, 08/v2", 64, 3, "128-thread blocks", false},
+                          Kernel{"08/v3", 16, 6, "one-warp blocks", true}}) {
+    const int64_t resident = int64_t(sms) * k.per_sm;
+    const fa::ch08::SplitPlan p = fa::ch08::plan_split_kv(s, k.key_tile, resident);
+    std::cout << "  " << k.names << " (" << k.block << ", " << k.per_sm << " per SM):\n"
+              << "    without splitting: " << p.base_blocks << " blocks (B x H_kv x row tiles of "
+              << (k.m16 ? "16 (padded)" : std::to_string(p.rows_per_block))
+              << " rows), each walking all " << s.seq_k
+              << " keys: " << std::min<int64_t>(100, 100 * p.base_blocks / resident)
+              << "% of the resident block slots busy\n"
+              << "    split-KV: " << p.num_splits << " splits of " << p.split_len << " keys, "
+              << p.blocks << " blocks; a merge kernel folds the " << p.num_splits
+              << " partials of each row\n";
+  }
 }
 
 int run(const std::vector<std::string>& args) {

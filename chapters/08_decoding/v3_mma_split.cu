@@ -1,0 +1,325 @@
+// 08/v3_mma_split: 08/v2_parallel_merge with a split kernel on tensor cores: S = Q K^T and
+// O += P V on mma.sync m16n8k16, each warp its own split. fp16 and bf16 only (fp32 stays on v1 and
+// v2: mma.sync takes no fp32 inputs), D 64 and 128, grouped-query attention included.
+//
+// What changed, and why. On the grouped shape (B 8, H 32, H_kv 8: 4 query rows per K/V head,
+// 32768 keys, bf16, D 128) v1's split kernel streams at 2.05 TB/s of DRAM (Nsight Compute, H100,
+// 2026-11-23: 524.5 us, grid 384 = 64 x 6 splits, 161 registers, 3 blocks per SM), where
+// FlashAttention-2 takes 355.3 us at 3.02 TB/s. Ours is instruction-bound (issue slots 53.6% busy):
+// every K/V tile serves 4 rows, so phase 1 (S, Q read from shared memory as fp32 for every FMA)
+// and phase 3 (P V, 32 chunks of V per thread) do 4x the CUDA-core work of the multi-head shape.
+// FA2 puts the 4 rows of the group into a 64-row tile (60 rows wasted) and still streams at 90%
+// of DRAM peak, because its S and P V run on tensor cores: the wasted rows cost nothing that
+// matters. Here the rows of one K/V head (group * seq_q, at most 16 per tile) are padded to one
+// m16 tile, and a 16-key step costs a warp 16 mma for S and 16 for P V whatever the rows.
+//
+// The map. A block is one warp (32 threads) and owns one (sequence, K/V head, tile of 16 query
+// rows of its group, split of the keys); the plan (ch08_split_kv.h) counts these one-warp blocks
+// against how many the GPU holds at once, so "warps x blocks" is simply blocks. The warp:
+//   1. loads its 16 rows' Q straight from global memory into A fragments (D/16 of them, 4 x 32-bit
+//      words per lane each: 32 registers at D 128), rows past the group's zero, kept for the
+//      whole kernel (Q is read once, a few KB against megabytes of K/V);
+//   2. streams its split through a kStages-deep ring of shared-memory stages, each kKeys = 16 keys
+//      of K and V in padded rows (common/attention_tiles.cuh: cp.async 16-byte chunks, keys past
+//      the split zero-filled); the copies of the next kStages - 1 steps are in flight while one is
+//      computed; only cp.async.wait_group and __syncwarp order them, no block barrier;
+//   3. per step: S = Q K^T (16 x 16, two n8 tiles; K by ldmatrix, the non-transposed B operand),
+//      scaled to log2 units, masked (-inf past the split / seq_k, causal bottom-right per row,
+//      padding rows see nothing); the online softmax on the accumulator fragments (row max over
+//      the quad, exp2, alpha = 2^(m_old - m_new)); O = alpha O + P V with P packed to 16 bits
+//      straight from the S registers into the A fragment, V by ldmatrix .trans;
+//   4. writes each real row's partial (m, l, o) to the workspace (padding rows write nothing), or
+//      with a single split O and L directly; a row that saw no key gives (-inf, 0, 0).
+// v2's merge (ch08_parallel_merge.cuh) folds the splits.
+//
+// Registers: the O accumulator is 16 x D fp32 over 32 lanes (64 at D 128), the Q fragments 32,
+// S 8; ptxas' count is in notes/08_decoding.md. Shared memory: kStages x (K + V) x 16 keys x
+// (D + 8) x 2 bytes = 34816 B at D 128 (18432 at D 64), under the 48 KiB default (no opt-in):
+// 6 blocks (warps) per H100 SM, 4 on an A100, 2 on sm_86/89. Bytes in flight: 3 stages of 16 keys
+// x 2 x 256 B = 24 KiB per warp, about 144 KiB per H100 SM, well above the ~30 KB an SM needs
+// in flight to keep HBM busy (bandwidth x latency / SMs).
+//
+// Speed: measured in the next GPU run.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "attention_tiles.cuh"      // padded tiles and their cp.async loader
+#include "ch08_parallel_merge.cuh"  // v2's merge
+#include "ch08_split_kv.cuh"        // Params, make_params, resident_blocks
+#include "check.h"
+#include "mma.cuh"
+#include "registry.h"
+
+namespace {
+
+constexpr int kWarp = 32;      // threads per block: one warp
+constexpr int kTileRows = 16;  // query rows per warp: one m16 tile
+constexpr int kKeys = 16;      // keys per pipeline step: two n8 tiles of S, one k16 slice of P V
+constexpr int kStages = 4;     // shared-memory stages per warp (kStages - 1 in flight)
+
+template <int D>
+struct MmaLayout {
+  static constexpr int kPitch = fa::tiles::kPitch<D>;                 // D + 8 elements per row
+  static constexpr int kStageElems = 2 * kKeys * kPitch;              // K rows, then V rows
+  static constexpr size_t kSmem = size_t(kStages) * kStageElems * 2;  // 16-bit elements
+  static_assert(kSmem <= 48 * 1024, "no opt-in to more than 48 KiB of shared memory here");
+};
+
+template <class T, int D>
+__global__ void __launch_bounds__(kWarp) mma_split_kernel(Params p) {
+  using Lay = MmaLayout<D>;
+  constexpr int kPitch = Lay::kPitch;
+  constexpr float kNegInf = -INFINITY;
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* const stages = reinterpret_cast<T*>(smem);
+
+  const int lane = threadIdx.x;
+  const int g = lane / 4, t4 = lane % 4;  // this lane holds rows g and g + 8 of every fragment
+
+  // Which (sequence, K/V head), row tile and split this warp owns (64-bit, as in v1).
+  const int64_t bid = blockIdx.x;
+  const int64_t split = bid % p.num_splits;
+  const int64_t rest = bid / p.num_splits;
+  const int64_t r0 = (rest % p.row_tiles) * kTileRows;
+  const int64_t bkv = rest / p.row_tiles;  // b * heads_kv + kv head
+  const int64_t b = bkv / p.heads_kv, kvh = bkv % p.heads_kv;
+  const int nrows = int(imin(kTileRows, p.rows_per_kv - r0));
+
+  // This lane's two rows: r0 + r = i * group + gq is query i of query head kvh * group + gq. Rows
+  // past the group's (padding) see no key (last = -1) and are never written.
+  int64_t out_row[2], last[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = g + 8 * h;
+    const int64_t rr = r0 + r;
+    const int64_t i = rr / p.group, qh = kvh * p.group + rr % p.group;
+    out_row[h] = (b * p.heads + qh) * p.seq_q + i;
+    last[h] = r >= nrows ? -1 : p.causal ? i + (p.seq_k - p.seq_q) : p.seq_k - 1;
+  }
+
+  // Q as A fragments, straight from global memory (mma.cuh: a[0] = A[g][2t, 2t+1], a[1] = A[g+8]
+  // [2t, 2t+1], a[2] = A[g][2t+8, 2t+9], a[3] = A[g+8][2t+8, 2t+9] of each k16 slice).
+  uint32_t qf[D / 16][4];
+  {
+    const T* q = static_cast<const T*>(p.q);
+    const uint32_t* qrow[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      qrow[h] = g + 8 * h < nrows ? reinterpret_cast<const uint32_t*>(q + out_row[h] * D) : nullptr;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const uint32_t* src = qrow[j & 1];
+        const int col = kk * 16 + 8 * (j / 2) + 2 * t4;  // even: one 32-bit word, two elements
+        qf[kk][j] = src != nullptr ? __ldg(src + col / 2) : 0u;
+      }
+  }
+
+  // This warp's keys: its split, cut at the last key any of its rows sees (as in v1).
+  const int64_t k_begin = split * p.split_len;
+  int64_t k_end = imin(p.seq_k, k_begin + p.split_len);
+  if (p.causal) {
+    const int64_t last_i = (r0 + nrows - 1) / p.group;
+    k_end = imin(k_end, last_i + (p.seq_k - p.seq_q) + 1);
+  }
+  const int64_t nsteps = k_end > k_begin ? (k_end - k_begin + kKeys - 1) / kKeys : 0;
+  const T* kbase = static_cast<const T*>(p.k) + bkv * p.seq_k * D;
+  const T* vbase = static_cast<const T*>(p.v) + bkv * p.seq_k * D;
+
+  // Step `st` into stage st % kStages; one commit group per step, an empty one past the last step,
+  // so that "wait until kStages - 1 groups are pending" always means "step st has landed".
+  auto issue = [&](int64_t st) {
+    if (st < nsteps) {
+      T* sk = stages + int(st % kStages) * Lay::kStageElems;
+      const int64_t k0 = k_begin + st * kKeys;
+      fa::tiles::load_tile_async<D, kKeys, kWarp>(sk, kbase, k0, k_end, lane);
+      fa::tiles::load_tile_async<D, kKeys, kWarp>(sk + kKeys * kPitch, vbase, k0, k_end, lane);
+    }
+    fa::mma::cp_async_commit();
+  };
+#pragma unroll
+  for (int st = 0; st < kStages - 1; ++st) issue(st);
+
+  // ldmatrix lane offsets, as in chapter 05 (ch05_mma_fwd.cuh). K: x4 = keys 0-7 / 8-15 times
+  // columns 0-7 / 8-15 of a k16 slice (b of n8 tiles 0 and 1). V (.trans): x4 = keys 0-7 / 8-15
+  // times columns 0-7 / 8-15 of a 16-wide slice of D (b of n8 tiles 2dp and 2dp + 1).
+  const int k_ld_row = (lane % 8) + 8 * (lane / 16), k_ld_col = 8 * ((lane / 8) & 1);
+  const int v_ld_row = (lane % 8) + 8 * ((lane / 8) & 1), v_ld_col = 8 * (lane / 16);
+
+  float o[D / 8][4];
+#pragma unroll
+  for (int dn = 0; dn < D / 8; ++dn)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[dn][e] = 0.0f;
+  float m[2] = {kNegInf, kNegInf};  // running max, log2 units (rows g, g + 8)
+  float l[2] = {0.0f, 0.0f};        // this lane's share of the running sum (its columns)
+
+  for (int64_t st = 0; st < nsteps; ++st) {
+    issue(st + kStages - 1);  // into the stage step st - 1 used: every lane is done with it
+    fa::mma::cp_async_wait<kStages - 1>();
+    __syncwarp();  // step st's copies, issued by all lanes, are visible to every lane
+    const T* sK = stages + int(st % kStages) * Lay::kStageElems;
+    const T* sV = sK + kKeys * kPitch;
+
+    // S = Q K^T: 16 rows x 16 keys, two n8 accumulator tiles.
+    float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t kb[4];
+      fa::mma::ldmatrix_x4(kb, sK + k_ld_row * kPitch + kk * 16 + k_ld_col);
+      const uint32_t b_lo[2] = {kb[0], kb[1]}, b_hi[2] = {kb[2], kb[3]};
+      fa::mma::mma_16816<T>(s[0], qf[kk], b_lo);
+      fa::mma::mma_16816<T>(s[1], qf[kk], b_hi);
+    }
+
+    // Scale to log2 units and mask: s[nt][e] is row g + 8 (e / 2), key 8 nt + 2 t4 + e % 2.
+    const int64_t k0 = k_begin + st * kKeys;
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t key = k0 + 8 * nt + 2 * t4 + (e & 1);
+        s[nt][e] = (key < k_end && key <= last[e / 2]) ? s[nt][e] * p.scale_log2 : kNegInf;
+      }
+
+    // The online softmax of both rows over this step: the quad's 4 lanes hold a row's 16 keys.
+    float m_use[2], alpha[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float mx = fmaxf(
+          m[h], fmaxf(fmaxf(s[0][2 * h], s[0][2 * h + 1]), fmaxf(s[1][2 * h], s[1][2 * h + 1])));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      m_use[h] = mx == kNegInf ? 0.0f : mx;  // nothing seen yet: no -inf - -inf
+      alpha[h] = exp2f(m[h] - m_use[h]);
+      m[h] = mx;
+    }
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[nt][e] = exp2f(s[nt][e] - m_use[e / 2]);  // masked: 0
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      l[h] = l[h] * alpha[h] + ((s[0][2 * h] + s[0][2 * h + 1]) + (s[1][2 * h] + s[1][2 * h + 1]));
+
+      // O = alpha O + P V: P packed to 16 bits is the A fragment of this k16 slice of keys.
+#pragma unroll
+    for (int dn = 0; dn < D / 8; ++dn) {
+      o[dn][0] *= alpha[0];
+      o[dn][1] *= alpha[0];
+      o[dn][2] *= alpha[1];
+      o[dn][3] *= alpha[1];
+    }
+    const uint32_t pa[4] = {
+        fa::mma::pack2<T>(s[0][0], s[0][1]), fa::mma::pack2<T>(s[0][2], s[0][3]),
+        fa::mma::pack2<T>(s[1][0], s[1][1]), fa::mma::pack2<T>(s[1][2], s[1][3])};
+#pragma unroll
+    for (int dp = 0; dp < D / 16; ++dp) {
+      uint32_t vb[4];
+      fa::mma::ldmatrix_x4_trans(vb, sV + v_ld_row * kPitch + dp * 16 + v_ld_col);
+      const uint32_t b_lo[2] = {vb[0], vb[1]}, b_hi[2] = {vb[2], vb[3]};
+      fa::mma::mma_16816<T>(o[2 * dp], pa, b_lo);
+      fa::mma::mma_16816<T>(o[2 * dp + 1], pa, b_hi);
+    }
+    __syncwarp();  // every lane's ldmatrix of this stage is done before it is refilled
+  }
+  fa::mma::cp_async_wait<0>();  // nothing of this warp's left in flight (empty groups only)
+
+  // Epilogue: the row sums over the quad, then each real row's partial (or O and L).
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    if (g + 8 * h >= nrows) continue;  // padding rows write nothing
+    const int64_t row = out_row[h];
+    if (p.num_splits == 1) {
+      const float inv = l[h] > 0.0f ? 1.0f / l[h] : 0.0f;
+      T* orow = static_cast<T*>(p.o) + row * D;
+#pragma unroll
+      for (int dn = 0; dn < D / 8; ++dn)
+        *reinterpret_cast<uint32_t*>(orow + dn * 8 + 2 * t4) =
+            fa::mma::pack2<T>(o[dn][2 * h] * inv, o[dn][2 * h + 1] * inv);
+      if (t4 == 0) p.lse[row] = l[h] > 0.0f ? (m[h] + log2f(l[h])) * kLn2 : kNegInf;
+    } else {
+      const int64_t w = split * p.total_rows + row;
+      float* wrow = p.ws_o + w * D;
+#pragma unroll
+      for (int dn = 0; dn < D / 8; ++dn)
+        *reinterpret_cast<float2*>(wrow + dn * 8 + 2 * t4) =
+            make_float2(o[dn][2 * h], o[dn][2 * h + 1]);
+      if (t4 == 0) p.ws_ml[w] = make_float2(m[h] == kNegInf ? kNegInf : m[h] * kLn2, l[h]);
+    }
+  }
+}
+
+template <class T, int D>
+void launch(const AttentionFwdArgs& a, cudaStream_t stream) {
+  using Lay = MmaLayout<D>;
+  auto kernel = mma_split_kernel<T, D>;
+  const fa::ch08::SplitPlan plan = fa::ch08::plan_split_kv(
+      a.shape, kKeys, resident_blocks((const void*)kernel, kWarp, Lay::kSmem));
+  // The plan tiles group * seq_q rows by at most 16 (kMaxRows): one m16 tile per tile.
+  FA_REQUIRE(plan.row_tiles == fa::ceil_div(a.shape.group() * a.shape.seq_q, kTileRows),
+             "internal: the plan's row tiles and the kernel's m16 tiles disagree");
+  FA_UNSUPPORTED_IF(plan.blocks > 0x7fffffff, "more than 2^31 - 1 blocks");
+  const Params p = make_params(a, plan);
+  kernel<<<unsigned(plan.blocks), kWarp, Lay::kSmem, stream>>>(p);
+  FA_CHECK_LAUNCH();
+  launch_parallel_merge<T, D>(p, stream);
+}
+
+template <class T>
+void launch_dtype(const AttentionFwdArgs& a, cudaStream_t stream) {
+  switch (a.shape.head_dim) {
+    case 64:
+      return launch<T, 64>(a, stream);
+    case 128:
+      return launch<T, 128>(a, stream);
+    default:
+      FA_UNSUPPORTED_IF(true, "08/v3_mma_split takes head dims 64 and 128");
+  }
+}
+
+bool aligned4(const void* ptr) {
+  return reinterpret_cast<uintptr_t>(ptr) % 4 == 0;
+}
+
+void mma_split_forward(const AttentionFwdArgs& a, cudaStream_t stream) {
+  FA_UNSUPPORTED_IF(!a.shape.valid_heads(), "heads must be a multiple of heads_kv");
+  FA_UNSUPPORTED_IF(!ch02::gpu::aligned16(a.k) || !ch02::gpu::aligned16(a.v),
+                    "08/v3_mma_split copies K and V 16 bytes at a time: they must be 16-byte "
+                    "aligned");
+  FA_UNSUPPORTED_IF(!aligned4(a.q) || !aligned4(a.o),
+                    "08/v3_mma_split reads Q and writes O two elements at a time: they must be "
+                    "4-byte aligned");
+  switch (a.dtype) {
+    case DType::F16:
+      return launch_dtype<__half>(a, stream);
+    case DType::BF16:
+      return launch_dtype<__nv_bfloat16>(a, stream);
+    default:
+      FA_UNSUPPORTED_IF(true, "08/v3_mma_split runs on tensor cores: fp16 and bf16 only");
+  }
+}
+
+}  // namespace
+
+FA_REGISTER(AttentionFwdKernel,
+            {"08/v3_mma_split",
+             mma_split_forward,
+             "v2 with the split kernel on tensor cores: one warp per split, the group's rows "
+             "padded to an m16 tile, S and P V on mma.sync, a 4-stage cp.async K/V ring per warp, "
+             "no block barrier; v2's merge",
+             {DType::F16, DType::BF16},
+             {64, 128},
+             /*min_sm=*/80,
+             /*gqa=*/true,
+             /*decoding=*/true});
