@@ -392,8 +392,16 @@ __global__ void __launch_bounds__(kThreads, 2) dkdv_kernel(Params p) {
           float* dst = dQacc + row * D + n0 + 2 * t;
 #pragma unroll
           for (int nt = 0; nt < kDqCols / 8; ++nt) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+            // sm_90 adds a float2 in one atomic (the two columns are adjacent and 8-byte
+            // aligned: 2t is even): half the atomic instructions and L2 sector updates of two
+            // scalar ones (Nsight Compute, H100: 1.61 G reduction sectors with scalar atomics).
+            atomicAdd(reinterpret_cast<float2*>(dst + 8 * nt),
+                      make_float2(acc[nt][2 * h], acc[nt][2 * h + 1]));
+#else
             atomicAdd(dst + 8 * nt, acc[nt][2 * h]);
             atomicAdd(dst + 8 * nt + 1, acc[nt][2 * h + 1]);
+#endif
           }
         }
       }

@@ -1,0 +1,459 @@
+// v6_skip_unmoved_rescale.cu: v5 (v5_bc32_for_registers.cu) with one change: O is rescaled by
+// alpha only when the running max of one of its rows moved; when no row of an m16 tile got a new
+// max in this K/V tile, the warp skips the D / 2 multiplies per thread of that tile's O.
+//
+// Why: after v5 the D 128 kernel is short of tensor-core work per instruction, not of registers.
+//   Per 32-key tile a warp issues 64 MMAs for S and 64 for P V; the O rescale is D / 8 x 4 = 64
+//   FMULs per thread per m16 tile, 128 at kM = 2: as many instructions as the MMAs themselves
+//   (v5's Bc = 32 doubled their share; at Bc = 64 it was half as many per key). Yet alpha = 1
+//   for most tiles: row i's max moves at tile j only if tile j holds the largest score seen so
+//   far, which for scores in no particular order happens with probability about 1/j. After the
+//   first few tiles nearly every tile leaves every max where it was.
+//
+// What changed vs v5
+//   * A row whose max did not move gets alpha = 1 exactly (not 2^(c m - c m) through ex2.approx,
+//     which may round to 1 + 1 ulp), so l and O are untouched for it.
+//   * Per m16 tile, the warp votes (__any_sync) whether any of its 16 rows has alpha != 1; if none
+//     has, the O multiplies of that tile are skipped. The vote makes the branch warp-uniform: no
+//     divergence, and skipping a multiply by exactly 1 changes no bit of the result.
+//
+// Speed: see notes/05_flash_forward.md (measured in the next GPU run).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "attention_tiles.cuh"
+#include "ch05_mma_fwd.cuh"
+#include "check.h"
+#include "mma.cuh"
+#include "registry.h"
+
+namespace fa {
+namespace {
+
+// Shared with v2/v3: Params, ex2_approx, q_lane_ptr, store_o_tile.
+using namespace fwd_mma;
+
+// v5's tiles: v4's, with Bc = 32 at D = 96 and 128.
+template <int D>
+struct TilesV6 {
+  static constexpr int kM = D <= 128 ? 2 : 1;  // m16 tiles per warp (the idea of this rung)
+  static constexpr int kWarps = Tiles<D>::kBr / (16 * kM);
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kRowsPerWarp = 16 * kM;
+  static constexpr int kBr = Tiles<D>::kBr;  // 128 (D <= 128) or 64: v3's, so is the smem layout
+  static constexpr int kBc = (D == 96 || D == 128) ? 32 : Tiles<D>::kBc;
+  static constexpr int kSTiles = kBc / 8;
+  static constexpr bool kQInRegs = kM * D <= 128;  // 32 rows x D x 2 B / 32 lanes <= 32 regs
+  static constexpr int kQRegSlices = kQInRegs ? D / 16 : 1;
+  static_assert(kWarps == 4, "128 threads: two blocks per SM at up to 255 registers");
+};
+
+// v5's shared memory: v3's layout (Q tile, then K and V double-buffered) with Bc-row K/V buffers.
+template <int D>
+struct SmemV6 {
+  static constexpr int kPitch = tiles::kPitch<D>;
+  static constexpr int kQElems = TilesV6<D>::kBr * kPitch;
+  static constexpr int kKVElems = TilesV6<D>::kBc * kPitch;  // one K (or V) buffer
+  static constexpr size_t kBytes = size_t(kQElems + 4 * kKVElems) * 2;
+};
+
+// S = Q K_j^T for the warp's kM m16 tiles. Each K fragment (ldmatrix.x4: two n8 tiles, one k16
+// slice) is loaded once and used by every m16 tile.
+template <class T, int D>
+__device__ __forceinline__ void compute_s_m(
+    float (&s)[TilesV6<D>::kM][TilesV6<D>::kSTiles][4],
+    const uint32_t (&q_frag)[TilesV6<D>::kM][TilesV6<D>::kQRegSlices][4], uint32_t q_addr,
+    uint32_t k_addr) {
+  using Tl = TilesV6<D>;
+  constexpr int kRowBytes = SmemV6<D>::kPitch * 2;
+#pragma unroll
+  for (int m = 0; m < Tl::kM; ++m)
+#pragma unroll
+    for (int nt = 0; nt < Tl::kSTiles; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[m][nt][e] = 0.0f;
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    uint32_t qa[Tl::kM][4];
+#pragma unroll
+    for (int m = 0; m < Tl::kM; ++m) {
+      if constexpr (Tl::kQInRegs) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) qa[m][r] = q_frag[m][kk][r];
+      } else {
+        mma::ldmatrix_x4(qa[m], q_addr + 16 * kRowBytes * m + 32 * kk);
+      }
+    }
+#pragma unroll
+    for (int np = 0; np < Tl::kSTiles / 2; ++np) {
+      uint32_t kb[4];
+      mma::ldmatrix_x4(kb, k_addr + 16 * kRowBytes * np + 32 * kk);
+      const uint32_t b_lo[2] = {kb[0], kb[1]};
+      const uint32_t b_hi[2] = {kb[2], kb[3]};
+#pragma unroll
+      for (int m = 0; m < Tl::kM; ++m) {
+        mma::mma_16816<T>(s[m][2 * np], qa[m], b_lo);
+        mma::mma_16816<T>(s[m][2 * np + 1], qa[m], b_hi);
+      }
+    }
+  }
+}
+
+// O = alpha O + P V_j for the warp's kM m16 tiles; each V fragment is loaded once for all of them.
+// The rescale of m16 tile m runs only where rescale[m] (the idea of this rung).
+template <class T, int D>
+__device__ __forceinline__ void rescale_o_add_pv_m(
+    float (&o_acc)[TilesV6<D>::kM][D / 8][4],
+    const float (&s)[TilesV6<D>::kM][TilesV6<D>::kSTiles][4],
+    const float (&alpha)[TilesV6<D>::kM][2], const bool (&rescale)[TilesV6<D>::kM],
+    uint32_t v_addr) {
+  using Tl = TilesV6<D>;
+  constexpr int kRowBytes = SmemV6<D>::kPitch * 2;
+#pragma unroll
+  for (int m = 0; m < Tl::kM; ++m) {
+    if (!rescale[m]) continue;  // warp-uniform: every alpha of this m16 tile is exactly 1
+#pragma unroll
+    for (int dn = 0; dn < D / 8; ++dn) {
+      o_acc[m][dn][0] *= alpha[m][0];
+      o_acc[m][dn][1] *= alpha[m][0];
+      o_acc[m][dn][2] *= alpha[m][1];
+      o_acc[m][dn][3] *= alpha[m][1];
+    }
+  }
+#pragma unroll
+  for (int kk = 0; kk < Tl::kBc / 16; ++kk) {
+    uint32_t p_frag[Tl::kM][4];  // two S tiles of one m16 tile are one A fragment (v2's header)
+#pragma unroll
+    for (int m = 0; m < Tl::kM; ++m) {
+      p_frag[m][0] = mma::pack2<T>(s[m][2 * kk][0], s[m][2 * kk][1]);
+      p_frag[m][1] = mma::pack2<T>(s[m][2 * kk][2], s[m][2 * kk][3]);
+      p_frag[m][2] = mma::pack2<T>(s[m][2 * kk + 1][0], s[m][2 * kk + 1][1]);
+      p_frag[m][3] = mma::pack2<T>(s[m][2 * kk + 1][2], s[m][2 * kk + 1][3]);
+    }
+#pragma unroll
+    for (int dp = 0; dp < D / 16; ++dp) {
+      uint32_t vb[4];
+      mma::ldmatrix_x4_trans(vb, v_addr + 16 * kRowBytes * kk + 32 * dp);
+      const uint32_t b_lo[2] = {vb[0], vb[1]};
+      const uint32_t b_hi[2] = {vb[2], vb[3]};
+#pragma unroll
+      for (int m = 0; m < Tl::kM; ++m) {
+        mma::mma_16816<T>(o_acc[m][2 * dp], p_frag[m], b_lo);
+        mma::mma_16816<T>(o_acc[m][2 * dp + 1], p_frag[m], b_hi);
+      }
+    }
+  }
+}
+
+template <class T, int D>
+__global__ void __launch_bounds__(TilesV6<D>::kThreads, 2) flash_fwd_v6_kernel(const Params p) {
+  static_assert(D % 16 == 0, "head dim must be a multiple of 16 (k16 slices of Q K^T)");
+  using Tl = TilesV6<D>;
+  constexpr int kM = Tl::kM;
+  constexpr int kBr = Tl::kBr;
+  constexpr int kBc = Tl::kBc;
+  constexpr int kSTiles = Tl::kSTiles;
+  constexpr int kOTiles = D / 8;
+  constexpr float kNegInf = -INFINITY;
+
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* sQ = reinterpret_cast<T*>(smem_raw);
+  T* sK = sQ + SmemV6<D>::kQElems;  // buffer b at sK + b * kKVElems
+  T* sV = sK + 2 * SmemV6<D>::kKVElems;
+
+  const int tid = threadIdx.x;
+  const int warp = tid / 32, lane = tid % 32;
+  const int g = lane / 4, t = lane % 4;
+
+  // ---- Which (batch*head) and which Q tile (as v3: blockIdx.x, last tile first).
+  const int64_t bh = blockIdx.x / p.num_q_tiles;
+  const int q_tile = p.num_q_tiles - 1 - int(blockIdx.x % p.num_q_tiles);
+  const int64_t q0 = int64_t(q_tile) * kBr;
+  const int64_t seq_q = p.seq_q, seq_k = p.seq_k;
+
+  const T* Q = static_cast<const T*>(p.q) + bh * seq_q * D;
+  const T* K = static_cast<const T*>(p.k) + bh * seq_k * D;
+  const T* V = static_cast<const T*>(p.v) + bh * seq_k * D;
+
+  // ---- How many K/V tiles this Q tile needs (as v3).
+  int64_t n_tiles = ceil_div(seq_k, kBc);
+  if (p.causal) {
+    const int64_t last_row = (q0 + kBr < seq_q ? q0 + kBr : seq_q) - 1;
+    const int64_t last_key = causal_last_key(last_row, seq_q, seq_k);
+    n_tiles = last_key < 0 ? 0 : (last_key / kBc + 1 < n_tiles ? last_key / kBc + 1 : n_tiles);
+  }
+
+  // This thread's rows are g and g + 8 of each of the warp's kM m16 tiles: rows warp_row0 + 16 m +
+  // g + 8 h. Their last visible keys are recomputed where a tile needs a mask (kept in registers
+  // across the loop they pushed D = 128 into spills).
+  const int64_t warp_row0 = q0 + warp * Tl::kRowsPerWarp;
+  // The smallest last key over the warp (its first row) and the largest (its last row), as v3.
+  const int warp_last_key = int(p.causal ? (causal_last_key(warp_row0, seq_q, seq_k) < seq_k - 1
+                                                ? causal_last_key(warp_row0, seq_q, seq_k)
+                                                : seq_k - 1)
+                                         : seq_k - 1);
+  const int warp_max_key =
+      int(p.causal ? (causal_last_key(warp_row0 + Tl::kRowsPerWarp - 1, seq_q, seq_k) < seq_k - 1
+                          ? causal_last_key(warp_row0 + Tl::kRowsPerWarp - 1, seq_q, seq_k)
+                          : seq_k - 1)
+                   : seq_k - 1);
+
+  // ---- Prologue: Q tile (group 0) and K/V tile 0 (group 1) in flight together.
+  tiles::load_tile_async<D, kBr, Tl::kThreads>(sQ, Q, q0, seq_q, tid);
+  mma::cp_async_commit();
+  if (n_tiles > 0) {
+    tiles::load_tile_async<D, kBc, Tl::kThreads>(sK, K, 0, seq_k, tid);
+    tiles::load_tile_async<D, kBc, Tl::kThreads>(sV, V, 0, seq_k, tid);
+  }
+  mma::cp_async_commit();
+  mma::cp_async_wait<0>();
+  __syncthreads();
+
+  // Q: m16 tile m of this warp is the 16-row slab kM * warp + m of sQ, so q_lane_ptr's 16-row
+  // addressing applies unchanged. Fragments kept in registers at D <= 64 only.
+  constexpr int kRowBytes = SmemV6<D>::kPitch * 2;
+  const T* q_lane = q_lane_ptr<D>(sQ, kM * warp, lane);  // m16 tile m: 16 m rows further down
+  const uint32_t q_addr = mma::smem_addr(q_lane);
+  uint32_t q_frag[kM][Tl::kQRegSlices][4];
+  if constexpr (Tl::kQInRegs) {
+#pragma unroll
+    for (int m = 0; m < kM; ++m)
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk)
+        mma::ldmatrix_x4(q_frag[m][kk], q_addr + 16 * kRowBytes * m + 32 * kk);
+  }
+
+  float o_acc[kM][kOTiles][4];
+#pragma unroll
+  for (int m = 0; m < kM; ++m)
+#pragma unroll
+    for (int dn = 0; dn < kOTiles; ++dn)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o_acc[m][dn][e] = 0.0f;
+  float m_run[kM][2], l_run[kM][2];  // raw-score running max (v3's idea 1), per-thread partial sum
+#pragma unroll
+  for (int m = 0; m < kM; ++m)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      m_run[m][h] = kNegInf;
+      l_run[m][h] = 0.0f;
+    }
+
+  // ldmatrix lane offsets into the K and V tiles: v3's (its kernel explains them).
+  // As 32-bit shared addresses of buffer 0: every fragment is then this base plus a compile-time
+  // offset, folded into the ldmatrix ([base + imm]); 64-bit pointers per fragment, kept live
+  // across the loop, pushed D = 128 into spills (the register diet this rung needs).
+  const int k_ld_row = (lane % 8) + 8 * (lane / 16);
+  const int k_ld_col = 8 * ((lane / 8) & 1);
+  const int v_ld_row = (lane % 8) + 8 * ((lane / 8) & 1);
+  const int v_ld_col = 8 * (lane / 16);
+  const uint32_t k_addr0 = mma::smem_addr(tile_row<D>(sK, k_ld_row) + k_ld_col);
+  const uint32_t v_addr0 = mma::smem_addr(tile_row<D>(sV, v_ld_row) + v_ld_col);
+  constexpr uint32_t kKVBytes = SmemV6<D>::kKVElems * 2;
+
+  const int n_tiles32 = int(n_tiles);
+  for (int j = 0; j < n_tiles32; ++j) {
+    const int buf = int(j & 1);
+    if (j > 0) {
+      mma::cp_async_wait<0>();
+      __syncthreads();
+    }
+    if (j + 1 < n_tiles32) {
+      const int nb = buf ^ 1;
+      tiles::load_tile_async<D, kBc, Tl::kThreads>(sK + nb * SmemV6<D>::kKVElems, K,
+                                                   int64_t(j + 1) * kBc, seq_k, tid);
+      tiles::load_tile_async<D, kBc, Tl::kThreads>(sV + nb * SmemV6<D>::kKVElems, V,
+                                                   int64_t(j + 1) * kBc, seq_k, tid);
+      mma::cp_async_commit();
+    }
+    const int k0 = j * kBc;
+    if (k0 > warp_max_key) continue;  // no row of this warp sees any key of tile j
+
+    // ---- (1) S = Q K_j^T: 32 x Bc per warp (kM m16 tiles).
+    float s[kM][kSTiles][4];
+    compute_s_m<T, D>(s, q_frag, q_addr, k_addr0 + buf * kKVBytes);
+
+    if (p.scale_log2 < 0.0f) {  // negative scale: c * s = |c| * (-s) (v3's idea 1)
+#pragma unroll
+      for (int m = 0; m < kM; ++m)
+#pragma unroll
+        for (int nt = 0; nt < kSTiles; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[m][nt][e] = -s[m][nt][e];
+    }
+
+    // ---- (2) Mask, on the tiles at the ragged end or across the diagonal only.
+    if (k0 + kBc - 1 > warp_last_key) {
+#pragma unroll
+      for (int m = 0; m < kM; ++m) {
+        int lim[2];  // last visible key of each row, relative to k0, clamped to [-1, kBc]
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          // In 32 bits (the launcher keeps lengths below 2^31 - 256): causal_last_key's
+          // row + seq_k - seq_q, capped at the last key.
+          const int row = int(warp_row0) + 16 * m + g + 8 * h;
+          int lk = int(p.seq_k) - 1;
+          if (p.causal) lk = min(lk, row + int(p.seq_k - p.seq_q));
+          const int r = lk - k0;
+          lim[h] = r < -1 ? -1 : (r > kBc ? kBc : r);
+        }
+#pragma unroll
+        for (int nt = 0; nt < kSTiles; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int col = nt * 8 + 2 * t + (e & 1);
+            if (col > lim[e >> 1]) s[m][nt][e] = kNegInf;
+          }
+      }
+    }
+
+    // ---- (3) Online softmax, v3's, for each m16 tile.
+    const float c = fabsf(p.scale_log2);
+    float alpha[kM][2];
+    bool rescale[kM];
+#pragma unroll
+    for (int m = 0; m < kM; ++m) {
+      float m_new[2] = {m_run[m][0], m_run[m][1]};
+#pragma unroll
+      for (int nt = 0; nt < kSTiles; ++nt) {
+        m_new[0] = fmaxf(m_new[0], fmaxf(s[m][nt][0], s[m][nt][1]));
+        m_new[1] = fmaxf(m_new[1], fmaxf(s[m][nt][2], s[m][nt][3]));
+      }
+      float base[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        m_new[h] = fmaxf(m_new[h], __shfl_xor_sync(0xffffffffu, m_new[h], 1));
+        m_new[h] = fmaxf(m_new[h], __shfl_xor_sync(0xffffffffu, m_new[h], 2));
+        base[h] = m_new[h] == kNegInf ? 0.0f : m_new[h] * c;
+        // An unmoved max gives alpha = 1 exactly (the idea of this rung).
+        alpha[m][h] = m_new[h] == m_run[m][h] ? 1.0f : ex2_approx(fmaf(m_run[m][h], c, -base[h]));
+        m_run[m][h] = m_new[h];
+        l_run[m][h] *= alpha[m][h];
+      }
+      rescale[m] = __any_sync(0xffffffffu, alpha[m][0] != 1.0f || alpha[m][1] != 1.0f);
+#pragma unroll
+      for (int nt = 0; nt < kSTiles; ++nt) {
+        s[m][nt][0] = ex2_approx(fmaf(s[m][nt][0], c, -base[0]));
+        s[m][nt][1] = ex2_approx(fmaf(s[m][nt][1], c, -base[0]));
+        s[m][nt][2] = ex2_approx(fmaf(s[m][nt][2], c, -base[1]));
+        s[m][nt][3] = ex2_approx(fmaf(s[m][nt][3], c, -base[1]));
+        l_run[m][0] += s[m][nt][0] + s[m][nt][1];
+        l_run[m][1] += s[m][nt][2] + s[m][nt][3];
+      }
+    }
+
+    // ---- (4) O = alpha * O + P V_j.
+    rescale_o_add_pv_m<T, D>(o_acc, s, alpha, rescale, v_addr0 + buf * kKVBytes);
+  }
+
+  // ---- Epilogue: per m16 tile, v3's (O through the tile's own 16 rows of sQ, then L).
+  T* O = static_cast<T*>(p.o) + bh * seq_q * D;
+  float* Lse = p.lse + bh * seq_q;
+  const float c = fabsf(p.scale_log2);
+#pragma unroll
+  for (int m = 0; m < kM; ++m) {
+    float inv_l[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      l_run[m][h] += __shfl_xor_sync(0xffffffffu, l_run[m][h], 1);
+      l_run[m][h] += __shfl_xor_sync(0xffffffffu, l_run[m][h], 2);
+      inv_l[h] = l_run[m][h] > 0.0f ? 1.0f / l_run[m][h] : 0.0f;  // no visible key: O = 0
+    }
+    store_o_tile<T, D>(O, o_acc[m], inv_l, sQ, kM * warp + m, lane, warp_row0 + 16 * m, seq_q);
+    if (t == 0) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int64_t row = warp_row0 + 16 * m + g + 8 * h;
+        if (row < seq_q)
+          Lse[row] = l_run[m][h] > 0.0f
+                         ? (m_run[m][h] * c + log2f(l_run[m][h])) * 0.6931471805599453f
+                         : kNegInf;
+      }
+    }
+  }
+}
+
+template <class T, int D>
+void launch(const AttentionFwdArgs& a, cudaStream_t stream) {
+  const AttentionShape& s = a.shape;
+  const int64_t num_q_tiles = ceil_div(s.seq_q, TilesV6<D>::kBr);
+  const int64_t blocks = num_q_tiles * s.bh();
+  FA_UNSUPPORTED_IF(blocks > INT_MAX, "05/v6_skip_unmoved_rescale: more than 2^31-1 thread blocks");
+  constexpr int64_t kSeqMargin = 256;  // 32-bit key indices, as v3
+  FA_UNSUPPORTED_IF(s.seq_q > INT_MAX - kSeqMargin || s.seq_k > INT_MAX - kSeqMargin,
+                    "05/v6_skip_unmoved_rescale: sequence lengths must stay below 2^31 - 256");
+  Params p;
+  p.q = a.q;
+  p.k = a.k;
+  p.v = a.v;
+  p.o = a.o;
+  p.lse = a.lse;
+  p.seq_q = s.seq_q;
+  p.seq_k = s.seq_k;
+  p.num_q_tiles = int(num_q_tiles);
+  p.causal = s.causal;
+  p.scale_log2 = s.softmax_scale() * 1.4426950408889634f;  // log2(e)
+
+  constexpr size_t smem = SmemV6<D>::kBytes;
+  FA_UNSUPPORTED_IF(smem > smem_optin_bytes(),
+                    "05/v6_skip_unmoved_rescale: head_dim " + std::to_string(D) + " needs " +
+                        std::to_string(smem) +
+                        " bytes of shared memory per block, more than this GPU allows");
+  auto kernel = flash_fwd_v6_kernel<T, D>;
+  FA_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  FA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                     int(cudaSharedmemCarveoutMaxShared)));
+  kernel<<<unsigned(blocks), TilesV6<D>::kThreads, smem, stream>>>(p);
+  FA_CHECK_LAUNCH();
+}
+
+template <class T>
+void dispatch_head_dim(const AttentionFwdArgs& a, cudaStream_t stream) {
+  switch (a.shape.head_dim) {
+    case 32:
+      return launch<T, 32>(a, stream);
+    case 64:
+      return launch<T, 64>(a, stream);
+    case 96:
+      return launch<T, 96>(a, stream);
+    case 128:
+      return launch<T, 128>(a, stream);
+    case 256:
+      return launch<T, 256>(a, stream);
+    default:
+      FA_UNSUPPORTED_IF(true, "05/v6_skip_unmoved_rescale: head_dim " +
+                                  std::to_string(a.shape.head_dim) +
+                                  " not instantiated (32, 64, 96, 128, 256)");
+  }
+}
+
+void attention_fwd_v6(const AttentionFwdArgs& a, cudaStream_t stream) {
+  FA_REQUIRE(a.shape.seq_q >= 0 && a.shape.seq_k >= 0 && a.shape.bh() >= 0, "negative size");
+  if (a.shape.seq_q == 0 || a.shape.bh() == 0) return;  // nothing to write
+  switch (a.dtype) {
+    case DType::BF16:
+      return dispatch_head_dim<__nv_bfloat16>(a, stream);
+    case DType::F16:
+      return dispatch_head_dim<__half>(a, stream);
+    default:
+      FA_UNSUPPORTED_IF(true, "05/v6_skip_unmoved_rescale: takes fp16 or bf16 inputs only");
+  }
+}
+
+}  // namespace
+}  // namespace fa
+
+FA_REGISTER(AttentionFwdKernel,
+            {"05/v6_skip_unmoved_rescale",
+             fa::attention_fwd_v6,
+             "v5 + O rescaled only when a row max moved (warp vote per m16 tile)",
+             {fa::DType::BF16, fa::DType::F16},
+             {32, 64, 96, 128, 256},
+             80});
