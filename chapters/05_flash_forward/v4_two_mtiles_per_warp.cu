@@ -40,7 +40,16 @@
 //     (4) O = alpha O + P V_j: each V fragment -> 2 MMAs per m16 tile
 //   epilogue   O / l staged through the warp's own 32 rows of sQ (two 16-row halves), L
 //
-// Speed: see notes/05_flash_forward.md (measured in the next GPU run).
+// Speed (H100 80GB HBM3, 2026-11-23, bf16, B = 16384/N, H = 2048/D; fa_bench with PyTorch SDPA in
+// the same call: notes/measured/h100-2026-11-23d/call2_sdpa.log, call2_bench.log)
+//   D 64, N 8192: 317.7 TFLOP/s (v3 275.2; FlashAttention-2 301.0, 1.06x); causal 309.3 (v3
+//   269.2; FA2 295.1). At D 64 v4 is at 1.00x to 1.06x FA2 over N 1024 .. 16384, causal and not.
+//   Nsight Compute (call2_ncu_ours_fwd_v4_d64.txt): ldmatrix 134 M -> 67 M, tensor pipe busy 44%
+//   -> 53%, 4.65 -> 4.06 ms.
+//   D 128, N 8192: 270.3 (v3 267.7; FA2 349.0): no gain. ptxas: 255 registers and 64 bytes of
+//   spills; ncu: 12.6 M local-memory loads, tensor pipe 43% (call2_ncu_ours_fwd_v4_d128.txt), and
+//   with the k16 loop rolled, 2.9x v3's short-scoreboard stalls (call4_ncu_fwd_v4_*.txt). v5 is
+//   the rung that fixes it.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>

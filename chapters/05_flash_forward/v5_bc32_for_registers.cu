@@ -1,14 +1,18 @@
 // v5_bc32_for_registers.cu: v4 (v4_two_mtiles_per_warp.cu) with one change: at head dims 96 and
 // 128 a K/V tile is 32 keys instead of 64, which halves the S accumulator and ends v4's spills.
 //
-// Why: what Nsight Compute saw (H100, bf16, N 8192, B 2, H 16; 2026-11-23; notes/05)
+// Why: what Nsight Compute saw (H100, bf16, N 8192, B 2, H 16; 2026-11-23; notes/05 section 8)
 //   v4 at D 64 did what it promised: ldmatrix count 134 M -> 67 M, tensor pipe busy 44% -> 53%,
-//   1.12x FlashAttention-2's forward at N 8192 (317.7 TFLOP/s against 301.0 measured in the same
-//   run; v3: 275.2). At D 128 it did not: 270.3 against FA2's 349.0 (v3 267.7). ptxas puts v4's
-//   D 128 kernel at 255 registers with 64 bytes of spills, and ncu counts 12.6 M local-memory loads
-//   (none at D 64); the tensor pipe stays at 43% busy. The live set is O (32 rows x 128 fp32 per
-//   warp = 128 registers per thread), S (32 rows x Bc keys: 64 registers at Bc = 64), the Q and K
-//   fragments of a k16 slice, the softmax state and the addresses: a little more than 255.
+//   1.06x FlashAttention-2's forward at N 8192 (317.7 TFLOP/s against 301.0 measured in the same
+//   run; v3: 275.2). At D 128 it did not: 270.3 against FA2's 349.0 (v3 267.7), tensor pipe 43%.
+//   Registers hit it twice there. The live set is O (32 rows x 128 fp32 per warp = 128 registers
+//   per thread), S (32 rows x Bc keys: 64 registers at Bc = 64), the Q and K fragments of a k16
+//   slice, the softmax state and the addresses: a little more than 255. So ptxas spills (64 bytes;
+//   ncu counts 12.6 M local-memory loads), and to keep the spills that small v4 leaves the k16
+//   loop of S = Q K^T rolled, so each slice waits for its own ldmatrix: short-scoreboard stalls
+//   (shared-memory results) 2.9x v3's. Spilling alone is survivable: FA2's own D 128 kernel
+//   makes 14.7 M local loads (call4_ncu_fa2_fwd_d128.txt) and still keeps its tensor pipe 57%
+//   busy. The rolled loop is the likelier cost.
 //
 // What changed vs v4
 //   * Bc = 32 keys per K/V tile at D = 96 and 128 (64 elsewhere, as before). S is 32 x 32 per warp:
@@ -19,10 +23,19 @@
 //   * The shared-memory layout has its own K/V buffer size (Bc rows): 68 KiB at D = 128 instead of
 //     102 KiB.
 //   The price: twice as many K/V tiles, so twice the barriers, the mask tests and the O rescales
-//   (alpha) per key. FlashAttention-2 makes the same choice for D = 128 on sm_8x (its forward
-//   tile there is 128 x 32, flash_fwd_launch_template.h; on sm_90 it uses 128 x 64).
+//   (alpha) per key. FlashAttention-2 makes the same choice for D = 128, non-causal, on sm_86/89
+//   (128 x 32 there, "the fastest for non-causal since we get 2 CTAs per SM"; 128 x 64 on A100
+//   and H100: run_mha_fwd_hdim128 in Dao-AILab/flash-attention,
+//   csrc/flash_attn/src/flash_fwd_launch_template.h).
 //
-// Speed: see notes/05_flash_forward.md (measured in the next GPU run).
+// Speed (H100 80GB HBM3, 2026-11-23, bf16, B = 16384/N, H = 2048/D; fa_bench with PyTorch SDPA in
+// the same call: notes/measured/h100-2026-11-23d/call3_sdpa.log, call3_bench.log)
+//   D 128, N 8192: 316.0 TFLOP/s (v4 270.4; FlashAttention-2 338.8, 0.93x); causal 297.2 (v4
+//   244.5; FA2 315.5, 0.94x). Over N 1024 .. 16384 at D 128: 0.82x to 0.96x FA2.
+//   Nsight Compute (call3_sdpa.log's table, call4_ncu_fwd_v5_bc32_for_registers.txt): no local
+//   loads, tensor pipe busy 51% (v4 43%), short-scoreboard stalls half of v4's, 100.7 M ldmatrix
+//   (v4 83.9 M: Q is now read from shared memory once per 32 keys instead of once per 64).
+//   At D 64 nothing changed (Bc stays 64): v5 has v4's tiles and loops there.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>

@@ -16,8 +16,23 @@
 //   * Per m16 tile, the warp votes (__any_sync) whether any of its 16 rows has alpha != 1; if none
 //     has, the O multiplies of that tile are skipped. The vote makes the branch warp-uniform: no
 //     divergence, and skipping a multiply by exactly 1 changes no bit of the result.
+//   * Only where Bc = 32 (D = 96, 128 and 256). With Bc = 64 (D = 32, 64) the rescale is half as
+//     many instructions as the MMAs, and the skip measured slower than no skip: the branch cuts
+//     the tile's code in two, so ptxas can no longer hide the multiplies among the MMAs and
+//     exponentials around them. Measured with the skip at every head dim (call 4, below): D 64
+//     N 8192 314.7 TFLOP/s against v5's 336.9; slower than v5 at 11 of the 12 D 64 shapes, by
+//     up to 8%.
 //
-// Speed: see notes/05_flash_forward.md (measured in the next GPU run).
+// Speed (H100 80GB HBM3, 2026-11-23, bf16, B = 16384/N, H = 2048/D; fa_bench and PyTorch SDPA in
+// the same call: notes/measured/h100-2026-11-23d/call4_sdpa.log, call4_bench.log):
+//   D 128, N 8192: 336.6 TFLOP/s (v5 292.7; FlashAttention-2 351.0, 0.96x), causal 311.5 (v5
+//   292.0; FA2 318.1, 0.98x). That +15% over v5 is partly v5's sample: the same kernel made 316.0
+//   at that shape in call 3. At the other D 128 shapes of the call v6 is 2% slower (causal N
+//   1024) to 7% faster than v5. Over N 1024 .. 16384 at D 128: 0.89x to 0.98x FA2, short of it
+//   still (notes/05 section 8 has the profile). At D 64, v4/v5 are the ones at 1.01x to 1.11x.
+//   Nsight Compute at D 128 N 8192 (call4_ncu_fwd_v6_skip_unmoved_rescale.txt): 1.109 G
+//   instructions against v5's 1.299 G (-15%), tensor pipe busy 54.5% (v5 51.3%, FA2 57.1%).
+//   The limit to Bc = 32 came after call 4; the session's last call timed it (notes/05 section 8).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -49,6 +64,8 @@ struct TilesV6 {
   static constexpr int kBr = Tiles<D>::kBr;  // 128 (D <= 128) or 64: v3's, so is the smem layout
   static constexpr int kBc = (D == 96 || D == 128) ? 32 : Tiles<D>::kBc;
   static constexpr int kSTiles = kBc / 8;
+  // The skip pays where the rescale is as many instructions as the MMAs: Bc = 32 (header).
+  static constexpr bool kSkipRescale = kBc <= 32;
   static constexpr bool kQInRegs = kM * D <= 128;  // 32 rows x D x 2 B / 32 lanes <= 32 regs
   static constexpr int kQRegSlices = kQInRegs ? D / 16 : 1;
   static_assert(kWarps == 4, "128 threads: two blocks per SM at up to 255 registers");
@@ -159,6 +176,7 @@ __global__ void __launch_bounds__(TilesV6<D>::kThreads, 2) flash_fwd_v6_kernel(c
   constexpr int kBr = Tl::kBr;
   constexpr int kBc = Tl::kBc;
   constexpr int kSTiles = Tl::kSTiles;
+  constexpr bool kSkipRescale = Tl::kSkipRescale;
   constexpr int kOTiles = D / 8;
   constexpr float kNegInf = -INFINITY;
 
@@ -336,7 +354,8 @@ __global__ void __launch_bounds__(TilesV6<D>::kThreads, 2) flash_fwd_v6_kernel(c
         m_run[m][h] = m_new[h];
         l_run[m][h] *= alpha[m][h];
       }
-      rescale[m] = __any_sync(0xffffffffu, alpha[m][0] != 1.0f || alpha[m][1] != 1.0f);
+      rescale[m] =
+          !kSkipRescale || __any_sync(0xffffffffu, alpha[m][0] != 1.0f || alpha[m][1] != 1.0f);
 #pragma unroll
       for (int nt = 0; nt < kSTiles; ++nt) {
         s[m][nt][0] = ex2_approx(fmaf(s[m][nt][0], c, -base[0]));
