@@ -6,7 +6,8 @@
 // S, dP, dQ again in dq) so that every output element is written by one thread. Here the dkdv
 // block, which already holds dS^T for its K_j and the current Q_i, also forms the partial sum
 //   dQ_i += dS K_j          (Br queries x D, summed over this block's Bc keys)
-// and adds it with fp32 atomicAdd (result unused: one REDG.E.ADD.F32 per element) into the
+// and adds it with fp32 atomicAdd (result unused, so a fire-and-forget reduction; on sm_90 one
+// float2 atomicAdd per two adjacent columns, elsewhere one scalar atomic per element) into the
 // workspace dQaccum = args.workspace, fp32 [batch * heads][seq_q][D], 64-bit offsets, which the
 // caller zeroes before every call (registry.h: AttentionBwdArgs; the harness, and so fa_bench,
 // with a cudaMemsetAsync on the stream, inside the timed launch; the tests and the Python API
@@ -58,16 +59,38 @@
 // Cost: the blocks of the n_kt K tiles add into the same dQaccum_i in whatever order the
 // scheduler runs them, and fp32 addition is not associative, so two runs can differ in the last
 // bits of dQ (registered with deterministic = false; tests/gpu/test_ch06_determinism.cpp prints
-// whether two runs matched). dK and dV are still written by one thread each. Memory: the
-// atomics are one per element of dQ per K tile (n_kt x the size of dQ; FA2 with Bc = 128 issues
-// half as many), mostly served by L2; the memset and the convert read and write dQaccum once
-// each. Expected gain: 5 / 7 of v2's tensor-core work and one launch less.
+// whether two runs matched). dK and dV are still written by one thread each. Memory: every
+// element of dQ is added once per K tile (n_kt x the size of dQ; FA2 with Bc = 128 adds half as
+// often), mostly served by L2; the memset and the convert read and write dQaccum once each.
+// The prediction was 5 / 7 of v2's tensor-core work and one launch less, so at most 0.71x v2's
+// time before the atomics; measured, 0.90x at D 128 N 8192 (Speed).
 //
 // Masking: out-of-range rows are zero-filled by cp.async; a query row that does not exist or
 // sees no key (L = -inf) gets L' = +inf, so P = exp2(x - inf) = 0 with no test in the loop.
 // Keys past seq_k and the causal triangle are masked only on the tiles that need it.
 //
-// Speed: not measured yet (filled in after the next GPU run).
+// Speed (H100 80GB HBM3, 2026-11-23, notes/measured/h100-2026-11-23d/; bf16, B = 16384/N,
+// H = 2048/D, TFLOP/s in the 2.5x convention). The first version (commit fa68b29) added dQ with
+// one scalar fp32 atomic per element, and was slower than v2 at every shape (0.68-0.87x):
+// 135.2 against 184.7 at D 128 N 8192 (call3_bench.log). Nsight Compute on that shape
+// (call3_sdpa.log): dkdv_kernel 22.24 ms, tensor pipe busy 24.32%, 1,610,612,736 L2 reduction
+// sectors (lts__t_sectors_op_red.sum), 9.62 cycles per issued instruction; convert_dq 62.11 us.
+// v2's two kernels took 10.57 + 7.17 ms (call1_ncu_ours_bwd_v2_d128.txt). sm_90 can add a float2
+// in one atomic, and a thread's two columns 2t and 2t + 1 are adjacent and 8-byte aligned, so
+// the #if block at the atomics issues one per pair: 805,306,368 sectors (exactly half),
+// dkdv_kernel 15.78 ms, tensor pipe 33.17% (call4_ncu_bwd_v3.txt). fa_bench, v2 / v3 at D 128
+// (call4_bench.log): full N 1024 169.1 / 178.9, N 8192 187.8 / 207.8; causal N 1024
+// 138.2 / 148.4, N 8192 182.0 / 195.8. v3 is now our fastest mma.sync backward at every shape
+// of the protocol, but short of PyTorch's FA2 (call4_sdpa.log, N 1024 to 16384; goal 0.85x):
+// 0.65-0.82x at D 64 and 0.69-0.87x at D 128 without mask, 0.68-1.03x and 0.67-1.07x causal;
+// 207.8 against 289.7 at D 128 N 8192. FA2's one kernel on that shape
+// (call4_ncu_fa2_bwd_d128.txt): 10.87 ms, tensor pipe 49.93%, 402,653,184 reduction sectors,
+// half of ours again: its key tile is 128 wide (Br 64 x Bc 128, 8 warps, one block per SM), so
+// each dQ element is added half as often. It also issues 2.12 G instructions to our 3.40 G
+// (ldmatrix: 302 M to 436 M) at about the same issue rate (26.23% and 28.02% of cycles): 1.5x
+// the cycles (23.46 M against 15.80 M). Not built yet: Bc = 128 with 8 warps (FA2's tile); two m16
+// tiles per warp in the dQ product, as 05/v4_two_mtiles_per_warp does in the forward (half
+// the ldmatrix per MMA).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
