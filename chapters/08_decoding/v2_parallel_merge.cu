@@ -16,7 +16,25 @@
 // column with the same operator (its associativity allows any grouping). At 24 splits: 3 splits
 // per thread, one round trip, 16 blocks instead of 4.
 //
-// Speed: measured in the next GPU run.
+// Speed (NVIDIA H100 80GB HBM3, 2026-11-23, fourth session, call 3 at commit f7dd6aa;
+// bench/compare_decode.py, bf16 D 128, seq_q 1, read-only L2 flush, copy ceiling 2852 GB/s in the
+// same run, PyTorch SDPA on the same shapes: notes/measured/h100-2026-11-23d/call3_decode.log):
+// B 1, H 16, seq_k 131072: 2902 GB/s (101.7% of copy; FlashAttention-2 2896, cuDNN 2983; v1
+// 2830). The merge took 5.95 us there (grid 16 x 256; Nsight Compute in the same call, table at
+// the end of call3_sdpa.log) against v1's 22.6 us and FA2's 10.8 us (call 1 of the session,
+// call1_ncu_ours_decode_b1.txt, call1_ncu_fa2_decode_b1.txt); the split kernel is v1's, 364.16 us
+// at 2.95 TB/s of DRAM. So v2 is level with FA2 on this shape: ahead by 0.2%, which is within
+// run-to-run spread, not a win. B 8, H 32, seq_k 32768: 3048 (106.9%; FA2 2787,
+// cuDNN 3106; v1 3009). The same with H_kv 8 (GQA): 2505 (87.8%; FA2 2987; v1 2604): the split
+// kernel is the limit there (v1's, instruction-bound), which is 08/v3's job. That v2 ran 16 us
+// behind v1 there with the same split kernel (the parallel merge took 7.07 us at that shape, v1's
+// 8.51 us in call 1) is run-to-run spread, and it is larger than v2's 0.6 us lead over FA2 above.
+// Above 100%: the ceiling is a read-and-write copy, decoding only reads.
+// Tests on that GPU (call 3): the default label, 333 of 333, with v2's DecodingKernels tests
+// (ragged caches and GQA groups, every dtype, 131072 keys, many rows per K/V head, B * H past
+// 65535; notes/measured/h100-2026-11-23d/call3_ctest.log); compute-sanitizer memcheck,
+// racecheck, synccheck and initcheck clean; the long tests (Q, and K/V, past 2^31 elements)
+// passed (both in the footer of call3_sdpa.log).
 #include <cuda_runtime.h>
 
 #include "ch08_parallel_merge.cuh"  // the merge

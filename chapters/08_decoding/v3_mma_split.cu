@@ -39,7 +39,29 @@
 // x 2 x 256 B = 24 KiB per warp, about 144 KiB per H100 SM, well above the ~30 KB an SM needs
 // in flight to keep HBM busy (bandwidth x latency / SMs).
 //
-// Speed: measured in the next GPU run.
+// Speed (NVIDIA H100 80GB HBM3, 2026-11-23, fourth session, call 3 at commit f7dd6aa;
+// bench/compare_decode.py, bf16 D 128, seq_q 1, read-only L2 flush, copy ceiling 2852 GB/s in the
+// same run, PyTorch SDPA on the same shapes: notes/measured/h100-2026-11-23d/call3_decode.log):
+// B 8, H 32, H_kv 8 (GQA), seq_k 32768: 2690 GB/s (94.3% of copy; FlashAttention-2 2987, cuDNN
+// 3035; v1 2604, v2 2505), the best of ours on that shape: above 90% of copy, but 0.90x FA2's
+// speed. Nsight Compute in the same call (table at the end of call3_sdpa.log): this split kernel
+// took 397.60 us at 2.70 TB/s of DRAM (v1's 524.48 us at 2.05, FA2's 355.33 us at 3.02: call 1
+// of the session, call1_ncu_ours_decode_gqa.txt, call1_ncu_fa2_decode_gqa.txt), tensor pipe
+// 9.53% busy, 230 registers, 768 one-warp blocks, achieved occupancy 8.53% (about 5.5 warps per
+// SM). S and P V, the work that made v1 instruction-bound, run on the tensor pipe now (v3's
+// issue-slot use was not recorded: that the bound is gone is read from the time). What holds
+// DRAM at 2.70 TB/s was not profiled (no warp-stall breakdown). The candidates, in
+// notes/08_decoding.md with the test for each: too few warps per SM to hide each warp's serial
+// chain (ldmatrix, the 8 dependent MMAs of S, shuffles, exp2f, P V, the rescale of O); one wave
+// of 5 or 6 warps per SM; exp2f rather than ex2.approx.
+// With one real row per m16 tile v3 is slower than v2 (why was not profiled): B 8, H 32, seq_k
+// 32768: 2847 (99.8%; v2 3048); B 1, H 16, seq_k 131072: 2722 (95.5%; v2 2902;
+// notes/measured/h100-2026-11-23d/call3_bench.log).
+// Tests on that GPU (call 3): the default label, 333 of 333, with v3's DecodingKernels tests
+// (ragged caches and GQA groups, every dtype, 131072 keys, many rows per K/V head, B * H past
+// 65535; notes/measured/h100-2026-11-23d/call3_ctest.log); compute-sanitizer memcheck,
+// racecheck, synccheck and initcheck clean; the long tests (Q, and K/V, past 2^31 elements)
+// passed (both in the footer of call3_sdpa.log).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
