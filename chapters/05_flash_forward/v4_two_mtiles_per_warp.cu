@@ -61,6 +61,7 @@
 
 #include "attention_tiles.cuh"
 #include "ch05_mma_fwd.cuh"
+#include "ch05_mma_fwd_mtiles.cuh"
 #include "check.h"
 #include "mma.cuh"
 #include "registry.h"
@@ -68,7 +69,8 @@
 namespace fa {
 namespace {
 
-// Shared with v2/v3: Params, SmemLayout, ex2_approx, q_lane_ptr, store_o_tile.
+// Shared with v2/v3: Params, SmemLayout, ex2_approx, q_lane_ptr, store_o_tile (ch05_mma_fwd.cuh);
+// with v5/v6: S = Q K^T and O = alpha O + P V over kM m16 tiles (ch05_mma_fwd_mtiles.cuh).
 using namespace fwd_mma;
 
 // v4's tiles: v3's Br and Bc, with the rows of a warp doubled where the registers allow it.
@@ -83,95 +85,12 @@ struct TilesV4 {
   static constexpr int kSTiles = kBc / 8;
   static constexpr bool kQInRegs = kM * D <= 128;  // 32 rows x D x 2 B / 32 lanes <= 32 regs
   static constexpr int kQRegSlices = kQInRegs ? D / 16 : 1;
+  // With Q in shared memory nothing is indexed by the k16 slice, so the loop of S = Q K^T need not
+  // be unrolled in full: fully unrolled, ptxas hoisted the K and Q loads of many slices ahead and
+  // spilled at D = 128.
+  static constexpr int kUnrollK = kQInRegs ? D / 16 : 1;
   static_assert(kWarps == 4, "128 threads: two blocks per SM at up to 255 registers");
 };
-
-// S = Q K_j^T for the warp's kM m16 tiles. Each K fragment (ldmatrix.x4: two n8 tiles, one k16
-// slice) is loaded once and used by every m16 tile.
-template <class T, int D>
-__device__ __forceinline__ void compute_s_m(
-    float (&s)[TilesV4<D>::kM][TilesV4<D>::kSTiles][4],
-    const uint32_t (&q_frag)[TilesV4<D>::kM][TilesV4<D>::kQRegSlices][4], uint32_t q_addr,
-    uint32_t k_addr) {
-  using Tl = TilesV4<D>;
-  constexpr int kRowBytes = SmemLayout<D>::kPitch * 2;
-#pragma unroll
-  for (int m = 0; m < Tl::kM; ++m)
-#pragma unroll
-    for (int nt = 0; nt < Tl::kSTiles; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[m][nt][e] = 0.0f;
-  // With Q in shared memory nothing is indexed by kk, so the k16 loop need not be unrolled in full:
-  // fully unrolled, ptxas hoisted the K and Q loads of many slices ahead and spilled at D = 128.
-  constexpr int kUnrollK = Tl::kQInRegs ? D / 16 : 1;
-#pragma unroll kUnrollK
-  for (int kk = 0; kk < D / 16; ++kk) {
-    uint32_t qa[Tl::kM][4];
-#pragma unroll
-    for (int m = 0; m < Tl::kM; ++m) {
-      if constexpr (Tl::kQInRegs) {
-#pragma unroll
-        for (int r = 0; r < 4; ++r) qa[m][r] = q_frag[m][kk][r];
-      } else {
-        mma::ldmatrix_x4(qa[m], q_addr + 16 * kRowBytes * m + 32 * kk);
-      }
-    }
-#pragma unroll
-    for (int np = 0; np < Tl::kSTiles / 2; ++np) {
-      uint32_t kb[4];
-      mma::ldmatrix_x4(kb, k_addr + 16 * kRowBytes * np + 32 * kk);
-      const uint32_t b_lo[2] = {kb[0], kb[1]};
-      const uint32_t b_hi[2] = {kb[2], kb[3]};
-#pragma unroll
-      for (int m = 0; m < Tl::kM; ++m) {
-        mma::mma_16816<T>(s[m][2 * np], qa[m], b_lo);
-        mma::mma_16816<T>(s[m][2 * np + 1], qa[m], b_hi);
-      }
-    }
-  }
-}
-
-// O = alpha O + P V_j for the warp's kM m16 tiles; each V fragment is loaded once for all of them.
-template <class T, int D>
-__device__ __forceinline__ void rescale_o_add_pv_m(
-    float (&o_acc)[TilesV4<D>::kM][D / 8][4],
-    const float (&s)[TilesV4<D>::kM][TilesV4<D>::kSTiles][4],
-    const float (&alpha)[TilesV4<D>::kM][2], uint32_t v_addr) {
-  using Tl = TilesV4<D>;
-  constexpr int kRowBytes = SmemLayout<D>::kPitch * 2;
-#pragma unroll
-  for (int m = 0; m < Tl::kM; ++m)
-#pragma unroll
-    for (int dn = 0; dn < D / 8; ++dn) {
-      o_acc[m][dn][0] *= alpha[m][0];
-      o_acc[m][dn][1] *= alpha[m][0];
-      o_acc[m][dn][2] *= alpha[m][1];
-      o_acc[m][dn][3] *= alpha[m][1];
-    }
-#pragma unroll
-  for (int kk = 0; kk < Tl::kBc / 16; ++kk) {
-    uint32_t p_frag[Tl::kM][4];  // two S tiles of one m16 tile are one A fragment (v2's header)
-#pragma unroll
-    for (int m = 0; m < Tl::kM; ++m) {
-      p_frag[m][0] = mma::pack2<T>(s[m][2 * kk][0], s[m][2 * kk][1]);
-      p_frag[m][1] = mma::pack2<T>(s[m][2 * kk][2], s[m][2 * kk][3]);
-      p_frag[m][2] = mma::pack2<T>(s[m][2 * kk + 1][0], s[m][2 * kk + 1][1]);
-      p_frag[m][3] = mma::pack2<T>(s[m][2 * kk + 1][2], s[m][2 * kk + 1][3]);
-    }
-#pragma unroll
-    for (int dp = 0; dp < D / 16; ++dp) {
-      uint32_t vb[4];
-      mma::ldmatrix_x4_trans(vb, v_addr + 16 * kRowBytes * kk + 32 * dp);
-      const uint32_t b_lo[2] = {vb[0], vb[1]};
-      const uint32_t b_hi[2] = {vb[2], vb[3]};
-#pragma unroll
-      for (int m = 0; m < Tl::kM; ++m) {
-        mma::mma_16816<T>(o_acc[m][2 * dp], p_frag[m], b_lo);
-        mma::mma_16816<T>(o_acc[m][2 * dp + 1], p_frag[m], b_hi);
-      }
-    }
-  }
-}
 
 template <class T, int D>
 __global__ void __launch_bounds__(TilesV4<D>::kThreads, 2) flash_fwd_v4_kernel(const Params p) {
@@ -299,7 +218,7 @@ __global__ void __launch_bounds__(TilesV4<D>::kThreads, 2) flash_fwd_v4_kernel(c
 
     // ---- (1) S = Q K_j^T: 32 x Bc per warp (kM m16 tiles).
     float s[kM][kSTiles][4];
-    compute_s_m<T, D>(s, q_frag, q_addr, k_addr0 + buf * kKVBytes);
+    compute_s_m<T, D, Tl>(s, q_frag, q_addr, k_addr0 + buf * kKVBytes);
 
     if (p.scale_log2 < 0.0f) {  // negative scale: c * s = |c| * (-s) (v3's idea 1)
 #pragma unroll
@@ -368,7 +287,7 @@ __global__ void __launch_bounds__(TilesV4<D>::kThreads, 2) flash_fwd_v4_kernel(c
     }
 
     // ---- (4) O = alpha * O + P V_j.
-    rescale_o_add_pv_m<T, D>(o_acc, s, alpha, v_addr0 + buf * kKVBytes);
+    rescale_o_add_pv_m<T, D, Tl>(o_acc, s, alpha, v_addr0 + buf * kKVBytes);
   }
 
   // ---- Epilogue: per m16 tile, v3's (O through the tile's own 16 rows of sQ, then L).

@@ -1,0 +1,129 @@
+// ch05_mma_fwd_mtiles.cuh: what the forward kernels with kM m16 tiles per warp (05/v4, 05/v5,
+// 05/v6) share: their shared-memory layout and the two matmuls, S = Q K^T and O = alpha O + P V,
+// in which every K or V fragment loaded from shared memory is used by all kM m16 tiles of the warp
+// (v4_two_mtiles_per_warp.cu's header says why). Each rung keeps its own tile struct (the idea
+// of a rung is in its tiles or its kernel) and passes it here as Tl, with the members
+//   kM (m16 tiles per warp), kBr, kBc, kSTiles (= kBc / 8), kQInRegs, kQRegSlices, kUnrollK
+//   (how far the k16 loop of S = Q K^T is unrolled).
+// Device code; the rest of what they use (Params, ex2_approx, q_lane_ptr, store_o_tile) is v2/v3's,
+// in ch05_mma_fwd.cuh.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "attention_tiles.cuh"
+#include "mma.cuh"
+
+namespace fa::fwd_mma {
+
+// The Q tile (Tl::kBr rows), then K and V double-buffered (Tl::kBc rows each), padded rows of
+// D + 8 elements (common/attention_tiles.cuh), 16-bit elements.
+template <class Tl, int D>
+struct SmemFor {
+  static constexpr int kPitch = tiles::kPitch<D>;
+  static constexpr int kQElems = Tl::kBr * kPitch;
+  static constexpr int kKVElems = Tl::kBc * kPitch;  // one K (or V) buffer
+  static constexpr size_t kBytes = size_t(kQElems + 4 * kKVElems) * 2;
+};
+
+// S = Q K_j^T for the warp's kM m16 tiles. Each K fragment (ldmatrix.x4: two n8 tiles, one k16
+// slice) is loaded once and used by every m16 tile. Q comes from q_frag where Tl::kQInRegs, else
+// from shared memory at q_addr (m16 tile m is 16 rows further per m); k_addr: this lane's
+// ldmatrix address in the K buffer. Addresses are 32-bit shared-memory addresses, so each
+// fragment is the base plus a compile-time offset.
+template <class T, int D, class Tl>
+__device__ __forceinline__ void compute_s_m(float (&s)[Tl::kM][Tl::kSTiles][4],
+                                            const uint32_t (&q_frag)[Tl::kM][Tl::kQRegSlices][4],
+                                            uint32_t q_addr, uint32_t k_addr) {
+  constexpr int kRowBytes = tiles::kPitch<D> * 2;
+#pragma unroll
+  for (int m = 0; m < Tl::kM; ++m)
+#pragma unroll
+    for (int nt = 0; nt < Tl::kSTiles; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[m][nt][e] = 0.0f;
+#pragma unroll(Tl::kUnrollK)
+  for (int kk = 0; kk < D / 16; ++kk) {
+    uint32_t qa[Tl::kM][4];
+#pragma unroll
+    for (int m = 0; m < Tl::kM; ++m) {
+      if constexpr (Tl::kQInRegs) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) qa[m][r] = q_frag[m][kk][r];
+      } else {
+        mma::ldmatrix_x4(qa[m], q_addr + 16 * kRowBytes * m + 32 * kk);
+      }
+    }
+#pragma unroll
+    for (int np = 0; np < Tl::kSTiles / 2; ++np) {
+      uint32_t kb[4];
+      mma::ldmatrix_x4(kb, k_addr + 16 * kRowBytes * np + 32 * kk);
+      const uint32_t b_lo[2] = {kb[0], kb[1]};
+      const uint32_t b_hi[2] = {kb[2], kb[3]};
+#pragma unroll
+      for (int m = 0; m < Tl::kM; ++m) {
+        mma::mma_16816<T>(s[m][2 * np], qa[m], b_lo);
+        mma::mma_16816<T>(s[m][2 * np + 1], qa[m], b_hi);
+      }
+    }
+  }
+}
+
+// O = alpha O + P V_j for the warp's kM m16 tiles; each V fragment is loaded once for all of them.
+// The rescale of m16 tile m runs only where rescale[m] (v6 skips it when every alpha of the tile
+// is exactly 1); v_addr: this lane's ldmatrix .trans address in the V buffer.
+template <class T, int D, class Tl>
+__device__ __forceinline__ void rescale_o_add_pv_m(float (&o_acc)[Tl::kM][D / 8][4],
+                                                   const float (&s)[Tl::kM][Tl::kSTiles][4],
+                                                   const float (&alpha)[Tl::kM][2],
+                                                   const bool (&rescale)[Tl::kM], uint32_t v_addr) {
+  constexpr int kRowBytes = tiles::kPitch<D> * 2;
+#pragma unroll
+  for (int m = 0; m < Tl::kM; ++m) {
+    if (!rescale[m]) continue;  // warp-uniform where it is used (v6's vote)
+#pragma unroll
+    for (int dn = 0; dn < D / 8; ++dn) {
+      o_acc[m][dn][0] *= alpha[m][0];
+      o_acc[m][dn][1] *= alpha[m][0];
+      o_acc[m][dn][2] *= alpha[m][1];
+      o_acc[m][dn][3] *= alpha[m][1];
+    }
+  }
+#pragma unroll
+  for (int kk = 0; kk < Tl::kBc / 16; ++kk) {
+    uint32_t p_frag[Tl::kM][4];  // two S tiles of one m16 tile are one A fragment (v2's header)
+#pragma unroll
+    for (int m = 0; m < Tl::kM; ++m) {
+      p_frag[m][0] = mma::pack2<T>(s[m][2 * kk][0], s[m][2 * kk][1]);
+      p_frag[m][1] = mma::pack2<T>(s[m][2 * kk][2], s[m][2 * kk][3]);
+      p_frag[m][2] = mma::pack2<T>(s[m][2 * kk + 1][0], s[m][2 * kk + 1][1]);
+      p_frag[m][3] = mma::pack2<T>(s[m][2 * kk + 1][2], s[m][2 * kk + 1][3]);
+    }
+#pragma unroll
+    for (int dp = 0; dp < D / 16; ++dp) {
+      uint32_t vb[4];
+      mma::ldmatrix_x4_trans(vb, v_addr + 16 * kRowBytes * kk + 32 * dp);
+      const uint32_t b_lo[2] = {vb[0], vb[1]};
+      const uint32_t b_hi[2] = {vb[2], vb[3]};
+#pragma unroll
+      for (int m = 0; m < Tl::kM; ++m) {
+        mma::mma_16816<T>(o_acc[m][2 * dp], p_frag[m], b_lo);
+        mma::mma_16816<T>(o_acc[m][2 * dp + 1], p_frag[m], b_hi);
+      }
+    }
+  }
+}
+
+// The same, rescaling every m16 tile (v4, v5).
+template <class T, int D, class Tl>
+__device__ __forceinline__ void rescale_o_add_pv_m(float (&o_acc)[Tl::kM][D / 8][4],
+                                                   const float (&s)[Tl::kM][Tl::kSTiles][4],
+                                                   const float (&alpha)[Tl::kM][2],
+                                                   uint32_t v_addr) {
+  bool all[Tl::kM];
+#pragma unroll
+  for (int m = 0; m < Tl::kM; ++m) all[m] = true;
+  rescale_o_add_pv_m<T, D, Tl>(o_acc, s, alpha, all, v_addr);
+}
+
+}  // namespace fa::fwd_mma
