@@ -141,6 +141,17 @@ __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool v
 #endif
 }
 
+// The same copy to a 32-bit shared-memory address (smem_addr), always 16 bytes. A loop that keeps
+// one 32-bit destination and one global pointer per lane and adds compile-time offsets issues one
+// instruction per copy, with no address arithmetic between them (08/v4).
+__device__ __forceinline__ void cp_async_16(uint32_t saddr, const void* gmem) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(saddr), "l"(gmem));
+#else
+  __trap();
+#endif
+}
+
 __device__ __forceinline__ void cp_async_commit() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   asm volatile("cp.async.commit_group;\n" ::);
