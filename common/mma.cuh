@@ -152,6 +152,17 @@ __device__ __forceinline__ void cp_async_16(uint32_t saddr, const void* gmem) {
 #endif
 }
 
+// The same, with the hint that L2 may fetch the whole 128-byte line around the 16 bytes from DRAM
+// (PTX ISA, cp.async: ".level::prefetch_size = .L2::128B"). A hint only: the result is the same
+// copy. 08/v6 measures what it changes.
+__device__ __forceinline__ void cp_async_16_l2_128(uint32_t saddr, const void* gmem) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16;\n" ::"r"(saddr), "l"(gmem));
+#else
+  __trap();
+#endif
+}
+
 __device__ __forceinline__ void cp_async_commit() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   asm volatile("cp.async.commit_group;\n" ::);
