@@ -9,7 +9,13 @@
 namespace fa {
 
 DeviceBuffer::DeviceBuffer(size_t bytes) : bytes_(bytes) {
-  if (bytes_ > 0) FA_CUDA_CHECK(cudaMalloc(&ptr_, bytes_));
+  if (bytes_ > 0) {
+    const cudaError_t err = cudaMalloc(&ptr_, bytes_);
+    // A failed allocation is also recorded as the "last error"; clear it, or the next launch check
+    // (cudaGetLastError) would report this out-of-memory as its own failure.
+    if (err != cudaSuccess) (void)cudaGetLastError();
+    FA_CUDA_CHECK(err);
+  }
 }
 
 DeviceBuffer::~DeviceBuffer() {

@@ -3,8 +3,8 @@
 //
 // Why. After v4 cut the instructions of a step by a third (PTX), the grouped shape (B 8, H 32,
 // H_kv 8, seq_k 32768, bf16, D 128) sped up by 1% only: 2741 GB/s against v3's 2701 (H100,
-// 2026-11-23, notes/measured/h100-2026-11-23e/call1_decode.log). Five throwaway variants that cut
-// the arithmetic further (skip the O rescale when no row's max moved, mask only the edge steps,
+// 2026-11-23, notes/measured/h100-2026-11-23e/call1_decode.log). Throwaway variants that cut the
+// arithmetic further (skip the O rescale when no row's max moved, mask only the edge steps,
 // ex2.approx, split the S accumulation into two chains, 32 keys per step) moved it by -2% to +1%,
 // though Nsight Compute counted 35% fewer instructions for the best of them. The arithmetic is
 // not the bound. What v3 and v4 do differently from the kernels that stream faster (v2 on the
@@ -14,14 +14,14 @@
 // What changed. A block is four warps (kThreads = 128). The block copies a tile of kTile = 64
 // keys (16 KB of K and 16 KB of V at D 128) into a two-stage ring with v4's copy plan spread over
 // 128 threads, one __syncthreads per step (the ring has no per-warp stages any more). Warp w
-// computes keys [16 w, 16 w + 16) of every tile with exactly v4's step, keeps its own (m, l, o),
-// and writes its own partial at the end: warp w of split s is partial s * 4 + w. Its keys are
-// every fourth 16-key slice of the split, not a contiguous range, and that does not matter: the
-// merge operator of chapter 02 is associative and commutative, so any partition of a row's keys,
-// folded in any order, gives the same (m, l, o) up to rounding. v2's merge folds 4x the partials
-// (48 per row at this shape: 6.4 MB of workspace against 1.07 GB of K and V).
+// computes keys [16 w, 16 w + 16) of every tile with exactly v4's step and keeps its own (m, l, o):
+// its keys are every fourth 16-key slice of the split, not a contiguous range. At the end the four
+// states of each row are folded with chapter 02's pair merge (ch02::gpu::merge, rescale) through
+// shared memory, and the block writes one partial per row, as v4 did (or O and L with one split).
+// That the keys are interleaved does not matter: the operator is associative and commutative, so
+// any partition of a row's keys, folded in any order, gives the same (m, l, o) up to rounding.
 // Shared memory: 2 stages x (K + V) x 64 keys x (D + 8) x 2 B = 69632 B at D 128 (opt-in past
-// 48 KiB), 2 blocks (8 warps) per H100 SM, capped by registers (210 x 128 threads per block).
+// 48 KiB), 2 blocks (8 warps) per H100 SM, capped by registers (206 x 128 threads per block at D 128).
 // The grid: 256 blocks at this shape, 512 streams of 16 KB bursts, about what FlashAttention-2
 // runs (256 blocks of 4 warps, 32 KB bursts; notes/measured/h100-2026-11-23d/call1_ncu_fa2_*).
 //
@@ -69,13 +69,10 @@ __global__ void __launch_bounds__(kThreads, 2) mma_split_kernel(Params p) {
   const int tid = threadIdx.x, lane = tid % kWarp, warp = tid / kWarp;
   const int g = lane / 4, t4 = lane % 4;  // this lane holds rows g and g + 8 of every fragment
 
-  // Which (sequence, K/V head), row tile and split this block owns (64-bit, as in v1). The merge
-  // sees kWarps partials per split (p.num_splits counts them): warp w of split s writes s * kWarps
-  // + w.
+  // Which (sequence, K/V head), row tile and split this block owns (64-bit, as in v1).
   const int64_t bid = blockIdx.x;
-  const int64_t block_splits = p.num_splits / kWarps;
-  const int64_t split = bid % block_splits;
-  const int64_t rest = bid / block_splits;
+  const int64_t split = bid % p.num_splits;
+  const int64_t rest = bid / p.num_splits;
   const int64_t r0 = (rest % p.row_tiles) * kTileRows;
   const int64_t bkv = rest / p.row_tiles;  // b * heads_kv + kv head
   const int64_t b = bkv / p.heads_kv, kvh = bkv % p.heads_kv;
@@ -252,23 +249,68 @@ __global__ void __launch_bounds__(kThreads, 2) mma_split_kernel(Params p) {
   }
   fa::mma::cp_async_wait<0>();  // nothing of this thread's left in flight (empty groups only)
 
-  // Epilogue: the row sums over the quad, then each real row's partial: always partials, at least
-  // kWarps of them per row (a warp whose keys are all masked writes the identity (-inf, 0, 0)).
+  // Epilogue. Each warp holds the state (m, l, o) of the 16 rows over its quarter of the block's
+  // keys; chapter 02's pair merge folds the four into one per row, through shared memory (the ring
+  // is free: nothing is in flight, and the barrier below waits for every warp's last ldmatrix).
+  // Then one partial per row and split, as v4 wrote, or with a single split O and L.
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
     l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
   }
+  using ch02::gpu::Stats;
+  float* const red_o = reinterpret_cast<float*>(smem);  // [kWarps][kTileRows][D]
+  Stats* const red_ml = reinterpret_cast<Stats*>(red_o + kWarps * kTileRows * D);
+  static_assert(kWarps * kTileRows * (D * 4 + sizeof(Stats)) <= Lay::kSmem, "fits the ring");
+  __syncthreads();
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    if (g + 8 * h >= nrows) continue;  // padding rows write nothing
-    const int64_t w = (split * kWarps + warp) * p.total_rows + out_row[h];
-    float* wrow = p.ws_o + w * D;
+    const int r = warp * kTileRows + g + 8 * h;
 #pragma unroll
     for (int dn = 0; dn < D / 8; ++dn)
-      *reinterpret_cast<float2*>(wrow + dn * 8 + 2 * t4) =
+      *reinterpret_cast<float2*>(red_o + r * D + dn * 8 + 2 * t4) =
           make_float2(o[dn][2 * h], o[dn][2 * h + 1]);
-    if (t4 == 0) p.ws_ml[w] = make_float2(m[h] == kNegInf ? kNegInf : m[h] * kLn2, l[h]);
+    if (t4 == 0) red_ml[r] = Stats{m[h] == kNegInf ? kNegInf : m[h] * kLn2, l[h]};  // natural log
+  }
+  __syncthreads();
+
+  // Thread tid folds row tid / kPerRow, columns [c0, c0 + kCols): 8 threads per row.
+  constexpr int kPerRow = kThreads / kTileRows, kCols = D / kPerRow;
+  static_assert(kCols % 4 == 0, "float4 columns");
+  const int r = tid / kPerRow, c0 = (tid % kPerRow) * kCols;
+  if (r >= nrows) return;  // padding rows write nothing
+  Stats acc = ch02::gpu::empty_stats();
+  for (int w = 0; w < kWarps; ++w) acc = ch02::gpu::merge(acc, red_ml[w * kTileRows + r]);
+  float f[kWarps];  // each warp's o rescaled by the factor that rescaled its l
+  for (int w = 0; w < kWarps; ++w) f[w] = ch02::gpu::rescale(red_ml[w * kTileRows + r].m, acc.m);
+  const int64_t rr = r0 + r;
+  const int64_t row =
+      (b * p.heads + kvh * p.group + rr % p.group) * p.seq_q + rr / p.group;  // as out_row
+  const float inv = acc.l > 0.0f ? 1.0f / acc.l : 0.0f;
+#pragma unroll
+  for (int c = c0; c < c0 + kCols; c += 4) {
+    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float4 x = *reinterpret_cast<const float4*>(red_o + (w * kTileRows + r) * D + c);
+      v.x += f[w] * x.x;
+      v.y += f[w] * x.y;
+      v.z += f[w] * x.z;
+      v.w += f[w] * x.w;
+    }
+    if (p.num_splits == 1) {
+      uint32_t* const out = reinterpret_cast<uint32_t*>(static_cast<T*>(p.o) + row * D + c);
+      out[0] = fa::mma::pack2<T>(v.x * inv, v.y * inv);  // 4-byte stores: O need only be 4-byte
+      out[1] = fa::mma::pack2<T>(v.z * inv, v.w * inv);  // aligned, as in v3 and v4
+    } else {
+      *reinterpret_cast<float4*>(p.ws_o + (split * p.total_rows + row) * D + c) = v;
+    }
+  }
+  if (tid % kPerRow == 0) {
+    if (p.num_splits == 1)
+      p.lse[row] = acc.l > 0.0f ? acc.m + logf(acc.l) : kNegInf;
+    else
+      p.ws_ml[split * p.total_rows + row] = make_float2(acc.m, acc.l);
   }
 }
 
@@ -278,13 +320,12 @@ void launch(const AttentionFwdArgs& a, cudaStream_t stream) {
   auto kernel = mma_split_kernel<T, D>;
   FA_CUDA_CHECK(cudaFuncSetAttribute((const void*)kernel,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize, int(Lay::kSmem)));
-  fa::ch08::SplitPlan plan = fa::ch08::plan_split_kv(
+  const fa::ch08::SplitPlan plan = fa::ch08::plan_split_kv(
       a.shape, kTile, resident_blocks((const void*)kernel, kThreads, Lay::kSmem));
   // The plan tiles group * seq_q rows by at most 16 (kMaxRows): one m16 tile per tile.
   FA_REQUIRE(plan.row_tiles == fa::ceil_div(a.shape.group() * a.shape.seq_q, kTileRows),
              "internal: the plan's row tiles and the kernel's m16 tiles disagree");
   FA_UNSUPPORTED_IF(plan.blocks > 0x7fffffff, "more than 2^31 - 1 blocks");
-  plan.num_splits *= kWarps;  // the partials per row the merge folds (and the workspace holds)
   const Params p = make_params(a, plan);
   kernel<<<unsigned(plan.blocks), kThreads, Lay::kSmem, stream>>>(p);
   FA_CHECK_LAUNCH();
