@@ -22,7 +22,15 @@
 // 32-bit base per lane, plus the stage, plus a constant per fragment (as 05/v4 did in chapter 05).
 // Nothing else differs from v3: same map, same ring, same arithmetic, bit-identical results.
 //
-// Speed: not measured yet.
+// Speed (NVIDIA H100 80GB HBM3, 2026-11-23, fifth session; bench/compare_decode.py, bf16 D 128,
+// seq_q 1, copy ceiling 2854 GB/s, SDPA in the same run: notes/measured/h100-2026-11-23e/
+// call1_decode.log). Grouped shape (B 8, H 32, H_kv 8, seq_k 32768): 2741 GB/s (96.0% of copy),
+// v3 2710, FlashAttention-2 3017. B 1, H 16, seq_k 131072: 2790 (v3 2729); B 8, H 32: 2873 (v3
+// 2843). About 1%: Nsight Compute (call1_ncu_v4_hoisted_addresses.txt) has the kernel at 393.0 us
+// and 2.73 TB/s of DRAM, 41.8 M warp instructions, 238 registers. Fewer instructions did not make
+// it faster, and the throwaway variants that removed more of them did not either (call 1, the
+// table in notes/08_decoding.md): the step's arithmetic is not what holds DRAM at 2.7 TB/s.
+// v5 changes the shape of the memory traffic instead.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>

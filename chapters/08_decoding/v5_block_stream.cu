@@ -25,7 +25,15 @@
 // The grid: 256 blocks at this shape, 512 streams of 16 KB bursts, about what FlashAttention-2
 // runs (256 blocks of 4 warps, 32 KB bursts; notes/measured/h100-2026-11-23d/call1_ncu_fa2_*).
 //
-// Speed: not measured yet.
+// Speed (NVIDIA H100 80GB HBM3, 2026-11-23, fifth session, call 6 at commit 19f12a2;
+// bench/compare_decode.py, bf16 D 128, seq_q 1, copy ceiling 2856 GB/s, SDPA in the same run:
+// notes/measured/h100-2026-11-23e/call6_decode.log). Grouped shape: 2841 GB/s (99.5% of copy), v4
+// 2742, FlashAttention-2 3016. B 1, H 16, seq_k 131072: 2825 (v4 2781); B 8, H 32: 2919 (v4 2878).
+// The throwaway versions measured before (calls 2 and 3: one partial per warp, merged by v2's
+// merge kernel) gave the same: 2843 and 2836 on the grouped shape, where 3 stages instead of 2
+// (two tiles in flight, 2 blocks per SM still) gave 2719, and 8 warps on 128-key tiles (32 KB
+// bursts, 1 block per SM) 2849 and 2818: more bytes in flight did not help, bigger bursts past
+// 16 KB neither.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
