@@ -38,7 +38,8 @@
 #include <cmath>
 #include <cstdint>
 
-#include "attention_tiles.cuh"      // padded tiles and their cp.async loader
+#include "attention_tiles.cuh"  // padded tiles and their cp.async loader
+#include "ch08_mma_split.cuh"   // what v3-v6 share: rows, Q fragments, keys, the step, write-out
 #include "ch08_parallel_merge.cuh"  // v2's merge
 #include "ch08_split_kv.cuh"        // Params, make_params, resident_blocks
 #include "check.h"
@@ -47,10 +48,9 @@
 
 namespace {
 
-constexpr int kWarp = 32;      // threads per block: one warp
-constexpr int kTileRows = 16;  // query rows per warp: one m16 tile
-constexpr int kKeys = 16;      // keys per pipeline step: two n8 tiles of S, one k16 slice of P V
-constexpr int kStages = 4;     // shared-memory stages per warp (kStages - 1 in flight)
+// A block is one warp (kWarp threads) and one m16 tile of rows (kTileRows); a step is kKeys keys
+// (ch08_mma_split.cuh).
+constexpr int kStages = 4;  // shared-memory stages per warp (kStages - 1 in flight)
 
 template <int D>
 struct MmaLayout {
@@ -71,56 +71,17 @@ __global__ void __launch_bounds__(kWarp) mma_split_kernel(Params p) {
   const int lane = threadIdx.x;
   const int g = lane / 4, t4 = lane % 4;  // this lane holds rows g and g + 8 of every fragment
 
-  // Which (sequence, K/V head), row tile and split this warp owns (64-bit, as in v1).
-  const int64_t bid = blockIdx.x;
-  const int64_t split = bid % p.num_splits;
-  const int64_t rest = bid / p.num_splits;
-  const int64_t r0 = (rest % p.row_tiles) * kTileRows;
-  const int64_t bkv = rest / p.row_tiles;  // b * heads_kv + kv head
-  const int64_t b = bkv / p.heads_kv, kvh = bkv % p.heads_kv;
-  const int nrows = int(imin(kTileRows, p.rows_per_kv - r0));
-
-  // This lane's two rows: r0 + r = i * group + gq is query i of query head kvh * group + gq. Rows
-  // past the group's (padding) see no key (last = -1) and are never written.
+  // Which (sequence, K/V head), row tile and split this warp owns; its two rows and Q fragments;
+  // its keys (ch08_mma_split.cuh).
+  const MmaTile t = mma_tile(p, blockIdx.x);
   int64_t out_row[2], last[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int r = g + 8 * h;
-    const int64_t rr = r0 + r;
-    const int64_t i = rr / p.group, qh = kvh * p.group + rr % p.group;
-    out_row[h] = (b * p.heads + qh) * p.seq_q + i;
-    last[h] = r >= nrows ? -1 : p.causal ? i + (p.seq_k - p.seq_q) : p.seq_k - 1;
-  }
-
-  // Q as A fragments, straight from global memory (mma.cuh: a[0] = A[g][2t, 2t+1], a[1] = A[g+8]
-  // [2t, 2t+1], a[2] = A[g][2t+8, 2t+9], a[3] = A[g+8][2t+8, 2t+9] of each k16 slice).
   uint32_t qf[D / 16][4];
-  {
-    const T* q = static_cast<const T*>(p.q);
-    const uint32_t* qrow[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-      qrow[h] = g + 8 * h < nrows ? reinterpret_cast<const uint32_t*>(q + out_row[h] * D) : nullptr;
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const uint32_t* src = qrow[j & 1];
-        const int col = kk * 16 + 8 * (j / 2) + 2 * t4;  // even: one 32-bit word, two elements
-        qf[kk][j] = src != nullptr ? __ldg(src + col / 2) : 0u;
-      }
-  }
-
-  // This warp's keys: its split, cut at the last key any of its rows sees (as in v1).
-  const int64_t k_begin = split * p.split_len;
-  int64_t k_end = imin(p.seq_k, k_begin + p.split_len);
-  if (p.causal) {
-    const int64_t last_i = (r0 + nrows - 1) / p.group;
-    k_end = imin(k_end, last_i + (p.seq_k - p.seq_q) + 1);
-  }
+  mma_rows<T, D>(p, t, g, t4, out_row, last, qf);
+  int64_t k_begin, k_end;
+  mma_keys(p, t, k_begin, k_end);
   const int64_t nsteps = k_end > k_begin ? (k_end - k_begin + kKeys - 1) / kKeys : 0;
-  const T* kbase = static_cast<const T*>(p.k) + bkv * p.seq_k * D;
-  const T* vbase = static_cast<const T*>(p.v) + bkv * p.seq_k * D;
+  const T* kbase = static_cast<const T*>(p.k) + t.bkv * p.seq_k * D;
+  const T* vbase = static_cast<const T*>(p.v) + t.bkv * p.seq_k * D;
 
   // The copies, planned once. A step's K (and V) is kKeys rows of kChunks 16-byte chunks; this
   // lane copies chunk cp_col / 8 of rows cp_row + kRowsPerPass * i, i < kPasses. From one i to the
@@ -191,102 +152,25 @@ __global__ void __launch_bounds__(kWarp) mma_split_kernel(Params p) {
     __syncwarp();  // step st's copies, issued by all lanes, are visible to every lane
     const uint32_t stage = uint32_t(st % kStages) * kStageBytes;
 
-    // S = Q K^T: 16 rows x 16 keys, two n8 accumulator tiles.
-    float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      uint32_t kb[4];
-      fa::mma::ldmatrix_x4(kb, k_ld + stage + kk * 16 * 2);
-      const uint32_t b_lo[2] = {kb[0], kb[1]}, b_hi[2] = {kb[2], kb[3]};
-      fa::mma::mma_16816<T>(s[0], qf[kk], b_lo);
-      fa::mma::mma_16816<T>(s[1], qf[kk], b_hi);
-    }
-
-    // Scale to log2 units and mask: s[nt][e] is row g + 8 (e / 2), key 8 nt + 2 t4 + e % 2.
     const int64_t k0 = k_begin + st * kKeys;
-#pragma unroll
-    for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int64_t key = k0 + 8 * nt + 2 * t4 + (e & 1);
-        s[nt][e] = (key < k_end && key <= last[e / 2]) ? s[nt][e] * p.scale_log2 : kNegInf;
-      }
-
-    // The online softmax of both rows over this step: the quad's 4 lanes hold a row's 16 keys.
-    float m_use[2], alpha[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float mx = fmaxf(
-          m[h], fmaxf(fmaxf(s[0][2 * h], s[0][2 * h + 1]), fmaxf(s[1][2 * h], s[1][2 * h + 1])));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      m_use[h] = mx == kNegInf ? 0.0f : mx;  // nothing seen yet: no -inf - -inf
-      alpha[h] = exp2f(m[h] - m_use[h]);
-      m[h] = mx;
-    }
-#pragma unroll
-    for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[nt][e] = exp2f(s[nt][e] - m_use[e / 2]);  // masked: 0
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-      l[h] = l[h] * alpha[h] + ((s[0][2 * h] + s[0][2 * h + 1]) + (s[1][2 * h] + s[1][2 * h + 1]));
-
-      // O = alpha O + P V: P packed to 16 bits is the A fragment of this k16 slice of keys.
-#pragma unroll
-    for (int dn = 0; dn < D / 8; ++dn) {
-      o[dn][0] *= alpha[0];
-      o[dn][1] *= alpha[0];
-      o[dn][2] *= alpha[1];
-      o[dn][3] *= alpha[1];
-    }
-    const uint32_t pa[4] = {
-        fa::mma::pack2<T>(s[0][0], s[0][1]), fa::mma::pack2<T>(s[0][2], s[0][3]),
-        fa::mma::pack2<T>(s[1][0], s[1][1]), fa::mma::pack2<T>(s[1][2], s[1][3])};
-#pragma unroll
-    for (int dp = 0; dp < D / 16; ++dp) {
-      uint32_t vb[4];
-      fa::mma::ldmatrix_x4_trans(vb, v_ld + stage + dp * 16 * 2);
-      const uint32_t b_lo[2] = {vb[0], vb[1]}, b_hi[2] = {vb[2], vb[3]};
-      fa::mma::mma_16816<T>(o[2 * dp], pa, b_lo);
-      fa::mma::mma_16816<T>(o[2 * dp + 1], pa, b_hi);
-    }
+    mma_step<T, D>(qf, k_ld + stage, v_ld + stage, k0, k_end, last, p.scale_log2, t4, m, l, o);
     __syncwarp();  // every lane's ldmatrix of this stage is done before it is refilled
   }
   fa::mma::cp_async_wait<0>();  // nothing of this warp's left in flight (empty groups only)
 
   // Epilogue: the row sums over the quad, then each real row's partial (or O and L).
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
-    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
-  }
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    if (g + 8 * h >= nrows) continue;  // padding rows write nothing
-    const int64_t row = out_row[h];
-    if (p.num_splits == 1) {
-      const float inv = l[h] > 0.0f ? 1.0f / l[h] : 0.0f;
-      T* orow = static_cast<T*>(p.o) + row * D;
-#pragma unroll
-      for (int dn = 0; dn < D / 8; ++dn)
-        *reinterpret_cast<uint32_t*>(orow + dn * 8 + 2 * t4) =
-            fa::mma::pack2<T>(o[dn][2 * h] * inv, o[dn][2 * h + 1] * inv);
-      if (t4 == 0) p.lse[row] = l[h] > 0.0f ? (m[h] + log2f(l[h])) * kLn2 : kNegInf;
-    } else {
-      const int64_t w = split * p.total_rows + row;
-      float* wrow = p.ws_o + w * D;
-#pragma unroll
-      for (int dn = 0; dn < D / 8; ++dn)
-        *reinterpret_cast<float2*>(wrow + dn * 8 + 2 * t4) =
-            make_float2(o[dn][2 * h], o[dn][2 * h + 1]);
-      if (t4 == 0) p.ws_ml[w] = make_float2(m[h] == kNegInf ? kNegInf : m[h] * kLn2, l[h]);
-    }
-  }
+  quad_sum(l);
+  write_rows<T, D>(p, t, out_row, g, t4, m, l, o);
 }
 
+struct Rung {
+  static constexpr const char* kName = "08/v4_hoisted_addresses";
+  template <class T, int D>
+  static void launch(const AttentionFwdArgs& a, cudaStream_t stream);
+};
+
 template <class T, int D>
-void launch(const AttentionFwdArgs& a, cudaStream_t stream) {
+void Rung::launch(const AttentionFwdArgs& a, cudaStream_t stream) {
   using Lay = MmaLayout<D>;
   auto kernel = mma_split_kernel<T, D>;
   const fa::ch08::SplitPlan plan = fa::ch08::plan_split_kv(
@@ -301,47 +185,11 @@ void launch(const AttentionFwdArgs& a, cudaStream_t stream) {
   launch_parallel_merge<T, D>(p, stream);
 }
 
-template <class T>
-void launch_dtype(const AttentionFwdArgs& a, cudaStream_t stream) {
-  switch (a.shape.head_dim) {
-    case 64:
-      return launch<T, 64>(a, stream);
-    case 128:
-      return launch<T, 128>(a, stream);
-    default:
-      FA_UNSUPPORTED_IF(true, "08/v4_hoisted_addresses takes head dims 64 and 128");
-  }
-}
-
-bool aligned4(const void* ptr) {
-  return reinterpret_cast<uintptr_t>(ptr) % 4 == 0;
-}
-
-void mma_split_forward(const AttentionFwdArgs& a, cudaStream_t stream) {
-  FA_UNSUPPORTED_IF(!a.shape.valid_heads(), "heads must be a multiple of heads_kv");
-  FA_UNSUPPORTED_IF(
-      !ch02::gpu::aligned16(a.k) || !ch02::gpu::aligned16(a.v),
-      "08/v4_hoisted_addresses copies K and V 16 bytes at a time: they must be 16-byte "
-      "aligned");
-  FA_UNSUPPORTED_IF(
-      !aligned4(a.q) || !aligned4(a.o),
-      "08/v4_hoisted_addresses reads Q and writes O two elements at a time: they must be "
-      "4-byte aligned");
-  switch (a.dtype) {
-    case DType::F16:
-      return launch_dtype<__half>(a, stream);
-    case DType::BF16:
-      return launch_dtype<__nv_bfloat16>(a, stream);
-    default:
-      FA_UNSUPPORTED_IF(true, "08/v4_hoisted_addresses runs on tensor cores: fp16 and bf16 only");
-  }
-}
-
 }  // namespace
 
 FA_REGISTER(AttentionFwdKernel,
             {"08/v4_hoisted_addresses",
-             mma_split_forward,
+             mma_split_forward<Rung>,
              "v3 with every copy and ldmatrix address a per-lane base plus a constant: a full "
              "step issues its cp.async with no address arithmetic; only a split's last step "
              "tests rows",
