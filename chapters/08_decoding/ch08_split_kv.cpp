@@ -88,5 +88,29 @@ void split_kv_forward_head(const HeadView& h, int64_t split_len, double* O, doub
   }
 }
 
+void block_stream_forward_head(const HeadView& h, int64_t split_len, int64_t tile, int64_t warps,
+                               double* O, double* L) {
+  split_len = std::max<int64_t>(1, split_len);
+  const int64_t slice = std::max<int64_t>(1, tile / std::max<int64_t>(1, warps));
+  for (int64_t i = 0; i < h.seq_q; ++i) {
+    Partial acc = partial_over_keys(h, i, 0, 0);  // the identity (-inf, 0, 0)
+    for (int64_t s0 = 0; s0 < h.seq_k; s0 += split_len) {
+      const int64_t s1 = std::min(h.seq_k, s0 + split_len);
+      Partial block = partial_over_keys(h, i, 0, 0);
+      for (int64_t w = 0; w < warps; ++w) {
+        Partial warp = partial_over_keys(h, i, 0, 0);
+        for (int64_t t0 = s0; t0 < s1; t0 += tile) {
+          const int64_t k0 = t0 + w * slice;
+          warp = merge(warp, partial_over_keys(h, i, std::min(k0, s1), std::min(k0 + slice, s1)));
+        }
+        block = merge(block, warp);
+      }
+      acc = merge(acc, block);
+    }
+    for (int64_t d = 0; d < h.d; ++d) O[i * h.d + d] = acc.l > 0 ? acc.o[d] / acc.l : 0.0;
+    L[i] = acc.l > 0 ? acc.m + std::log(acc.l) : kNegInf;
+  }
+}
+
 }  // namespace ch08
 }  // namespace fa

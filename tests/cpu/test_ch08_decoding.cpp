@@ -146,6 +146,29 @@ TEST(SplitKvModel, SplittingAndMergingEqualsTheWholeRow) {
     }
 }
 
+// 08/v5 and v6: each warp's keys are every fourth 16-key slice of its split; the block folds its
+// four warps, then the splits are merged. Ragged tails, splits shorter than a tile, warps that see
+// no key, causal rows.
+TEST(SplitKvModel, InterleavedWarpSlicesEqualTheWholeRow) {
+  for (AttentionShape s : {AttentionShape{1, 4, 1, 1000, 16, false, 0.0f, 1},
+                           AttentionShape{1, 8, 2, 1000, 16, true, 0.0f, 2},
+                           AttentionShape{1, 2, 16, 17, 16, true, 0.0f, 0},
+                           AttentionShape{1, 2, 3, 40, 16, false, 0.0f, 0}})
+    for (int64_t split_len : {int64_t(64), int64_t(128), int64_t(320), int64_t(5000)}) {
+      SCOPED_TRACE(s.str() + " split_len " + std::to_string(split_len));
+      Inputs in = draw(s, 90 + split_len);
+      for (int64_t bh = 0; bh < s.bh(); ++bh) {
+        fa::HeadView h = fa::head_view(s, in.q.data(), in.k.data(), in.v.data(), bh);
+        std::vector<double> O(s.seq_q * s.head_dim), L(s.seq_q), rO(O.size()), rL(L.size());
+        fa::ch08::block_stream_forward_head(h, split_len, /*tile=*/64, /*warps=*/4, O.data(),
+                                            L.data());
+        fa::attention_forward_ref_head(h, {}, rO.data(), rL.data());
+        expect_close(O, rO, 1e-12, "O");
+        expect_close(L, rL, 1e-12, "L");
+      }
+    }
+}
+
 TEST(SplitKvModel, MergeIsAssociativeWithAnEmptyIdentity) {
   AttentionShape s{1, 1, 1, 90, 8, false, 0.0f};
   Inputs in = draw(s, 80);
