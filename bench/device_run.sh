@@ -6,7 +6,7 @@
 #   bash bench/device_run.sh tour bench sdpa     # second call, while the machine is warm
 #
 # Stages: build, test, testlong, tour, bench, benchquick, sdpa, memdemo, sanitize, mystery, ch07,
-# python, pack (fold the logs into one archive: the device returns at most 8 files).
+# python, ncu_decode, pack (fold the logs into one archive: the device returns at most 8 files).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}
@@ -113,6 +113,24 @@ for stage in "$@"; do
       FA_LIBRARY="$PWD/$BUILD/lib/libfa_python.so" FA_PYTHON_OUT="$OUT" PYTHONPATH=python \
         python3 -m pytest -s -rs -p no:cacheprovider python/tests > "$OUT/python_tests.log" 2>&1
       log "python pytest rc=$?"; tail -40 "$OUT/python_tests.log"
+      ;;
+    ncu_decode)
+      # The GQA decode shape (B 8, H 32, H_kv 8, seq_k 32768, bf16, D 128) in Nsight Compute: our
+      # best split kernel (08/v6) and FlashAttention-2's, with the same DRAM and L2 counters, for
+      # the comparison notes/08_decoding.md ("Five percent short") asks for. After `build`.
+      M=dram__bytes_read.sum.per_second,dram__sectors_read.sum,lts__t_sectors_srcunit_tex_op_read.sum
+      M=$M,lts__t_sectors_srcunit_tex_op_read_lookup_hit.sum,smsp__inst_executed.sum
+      M=$M,smsp__average_warp_latency_issue_stalled_long_scoreboard.ratio
+      M=$M,smsp__average_warp_latency_issue_stalled_barrier.ratio
+      SECTIONS="--section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats"
+      log "ncu_decode: 08/v6_l2_prefetch"
+      ncu $SECTIONS --metrics "$M" -k regex:split_kernel -s 2 -c 1 "$BUILD/bin/fa_bench" \
+        --benchmark_filter='attn_decode/08/v6_l2_prefetch/bf16/D128/B8_H32_Hkv8/' > "$OUT/ncu_decode_ours.txt" 2>&1
+      log "ncu_decode ours rc=$?"
+      log "ncu_decode: FlashAttention-2 (PyTorch SDPA)"
+      ncu $SECTIONS --metrics "$M" -k regex:splitkv -s 1 -c 1 python3 bench/profile_sdpa.py decode 8 32 8 32768 \
+        > "$OUT/ncu_decode_fa2.txt" 2>&1
+      log "ncu_decode fa2 rc=$?"
       ;;
     pack)
       # The device returns at most 8 files per call: fold every log of this call into one archive
