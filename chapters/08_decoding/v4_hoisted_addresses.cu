@@ -7,7 +7,9 @@
 // cycles per issued instruction: 5.45, with about 1.4 warps per scheduler. Its stall reasons,
 // summed over the run, are led by short scoreboard (ldmatrix, shuffles, exp2) and long scoreboard
 // (waiting for the copies), then "selected" (issuing) and "wait" (fixed-latency dependencies):
-// the warp spends most of its time on its own chain, not on memory, so DRAM stays at 2.70 TB/s. In
+// the warp seemed to spend most of its time on its own chain rather than on memory, which would
+// explain why DRAM stays at 2.70 TB/s (v4's own measurements, below, overturned that reading:
+// notes/08_decoding.md). In
 // v3's PTX a step is about 445 instructions, and 189 of them issue the step's 16 cp.async of K and
 // V: fa::tiles::load_tile_async computes every chunk's row, column, 64-bit source and bounds test
 // from scratch (11 instructions per copy), and every ldmatrix address is rebuilt from a generic
@@ -20,7 +22,8 @@
 // destination. Only the split's last step can hold fewer than kKeys keys; it alone takes v3's
 // bounded loader (zero-filled rows past k_end). The ldmatrix addresses get the same treatment: a
 // 32-bit base per lane, plus the stage, plus a constant per fragment (as 05/v4 did in chapter 05).
-// Nothing else differs from v3: same map, same ring, same arithmetic, bit-identical results.
+// Nothing else differs from v3: same map, same ring, the same floating-point arithmetic in the
+// same order (so the same results, though no test compares the two bit for bit).
 //
 // Speed (NVIDIA H100 80GB HBM3, 2026-11-23, fifth session; bench/compare_decode.py, bf16 D 128,
 // seq_q 1, copy ceiling 2854 GB/s, SDPA in the same run: notes/measured/h100-2026-11-23e/
