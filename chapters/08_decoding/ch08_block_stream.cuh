@@ -35,21 +35,9 @@ constexpr int kStages = 2;             // shared-memory stages per block (one in
 static_assert(kThreads == kWarps * kWarp, "ch08_split_kv.cuh's kThreads: four warps");
 
 template <int D>
-struct MmaLayout {
-  static constexpr int kPitch = fa::tiles::kPitch<D>;                 // D + 8 elements per row
-  static constexpr int kStageElems = 2 * kTile * kPitch;              // K rows, then V rows
-  static constexpr size_t kSmem = size_t(kStages) * kStageElems * 2;  // 16-bit elements
-  // 69632 B at D 128: past the 48 KiB default, so the launcher opts in (sm_80 and later allow it).
-};
-
-// One 16-byte copy of a full step: plain (v5) or with the .L2::128B prefetch-size hint (v6).
-template <bool kL2Hint>
-__device__ __forceinline__ void copy16(uint32_t dst, const void* src) {
-  if constexpr (kL2Hint)
-    fa::mma::cp_async_16_l2_128(dst, src);
-  else
-    fa::mma::cp_async_16(dst, src);
-}
+// 2 stages x (K + V) x 64 keys x (D + 8) x 2 B = 69632 B at D 128: past the 48 KiB default, so
+// the launcher opts in (sm_80 and later allow it).
+using MmaLayout = Ring<D, kTile, kStages>;  // ch08_mma_split.cuh
 
 template <class T, int D, bool kL2Hint>
 __global__ void __launch_bounds__(kThreads, 2) mma_split_kernel(Params p) {
@@ -74,44 +62,11 @@ __global__ void __launch_bounds__(kThreads, 2) mma_split_kernel(Params p) {
   const T* kbase = static_cast<const T*>(p.k) + t.bkv * p.seq_k * D;
   const T* vbase = static_cast<const T*>(p.v) + t.bkv * p.seq_k * D;
 
-  // The copies, planned once, as in v4 but by the whole block: a step's K (and V) is kTile rows of
-  // kChunks 16-byte chunks; thread tid copies chunk cp_col / 8 of rows cp_row + kRowsPerPass * i,
-  // i < kPasses. Only the split's last step, which may hold fewer than kTile keys, tests each row.
-  constexpr int kChunks = D / 8;
-  constexpr int kRowsPerPass = kThreads / kChunks;
-  constexpr int kPasses = kTile / kRowsPerPass;
-  constexpr uint32_t kStageBytes = Lay::kStageElems * 2, kVBytes = kTile * kPitch * 2;
-  static_assert(kThreads % kChunks == 0 && kTile % kRowsPerPass == 0, "chunks must tile the block");
-  const int cp_row = tid / kChunks, cp_col = (tid % kChunks) * 8;
-  const uint32_t cp_dst = fa::mma::smem_addr(stages) + uint32_t(cp_row * kPitch + cp_col) * 2;
-  const T* const k_src = kbase + (k_begin + cp_row) * D + cp_col;
-  const T* const v_src = vbase + (k_begin + cp_row) * D + cp_col;
-
-  // Step `st` into stage st % kStages; one commit group per step, an empty one past the last step,
-  // so that "wait until kStages - 1 groups are pending" always means "step st has landed".
-  auto issue = [&](int64_t st) {
-    if (st < nsteps) {
-      const uint32_t dst = cp_dst + uint32_t(st % kStages) * kStageBytes;
-      const int64_t off = st * (kTile * D);
-      const int64_t left = k_end - (k_begin + st * kTile);  // keys of the split from this step on
-      if (left >= kTile) {
+  // The copies, planned once as in v4 (RingCopy), but by the whole block: kTile rows per step.
+  const RingCopy<T, D, kTile, kStages, kThreads, kL2Hint> copy(stages, kbase, vbase, k_begin, k_end,
+                                                               nsteps, tid);
 #pragma unroll
-        for (int i = 0; i < kPasses; ++i) {
-          copy16<kL2Hint>(dst + i * kRowsPerPass * kPitch * 2, k_src + off + i * kRowsPerPass * D);
-          copy16<kL2Hint>(dst + kVBytes + i * kRowsPerPass * kPitch * 2,
-                          v_src + off + i * kRowsPerPass * D);
-        }
-      } else {
-        T* sk = stages + int(st % kStages) * Lay::kStageElems;
-        const int64_t k0 = k_begin + st * kTile;
-        fa::tiles::load_tile_async<D, kTile, kThreads>(sk, kbase, k0, k_end, tid);
-        fa::tiles::load_tile_async<D, kTile, kThreads>(sk + kTile * kPitch, vbase, k0, k_end, tid);
-      }
-    }
-    fa::mma::cp_async_commit();
-  };
-#pragma unroll
-  for (int st = 0; st < kStages - 1; ++st) issue(st);
+  for (int st = 0; st < kStages - 1; ++st) copy.issue(st);
 
   // ldmatrix lane offsets, as in chapter 05 (ch05_mma_fwd.cuh). K: x4 = keys 0-7 / 8-15 times
   // columns 0-7 / 8-15 of a k16 slice (b of n8 tiles 0 and 1). V (.trans): x4 = keys 0-7 / 8-15
@@ -122,7 +77,7 @@ __global__ void __launch_bounds__(kThreads, 2) mma_split_kernel(Params p) {
   const int v_ld_row = (lane % 8) + 8 * ((lane / 8) & 1), v_ld_col = 8 * (lane / 16);
   const uint32_t k_ld =
       fa::mma::smem_addr(stages) + uint32_t((warp * kKeys + k_ld_row) * kPitch + k_ld_col) * 2;
-  const uint32_t v_ld = fa::mma::smem_addr(stages) + kVBytes +
+  const uint32_t v_ld = fa::mma::smem_addr(stages) + Lay::kVBytes +
                         uint32_t((warp * kKeys + v_ld_row) * kPitch + v_ld_col) * 2;
 
   float o[D / 8][4];
@@ -136,8 +91,8 @@ __global__ void __launch_bounds__(kThreads, 2) mma_split_kernel(Params p) {
   for (int64_t st = 0; st < nsteps; ++st) {
     fa::mma::cp_async_wait<kStages - 2>();  // this thread's copies of step st have landed
     __syncthreads();  // everyone's have, and every warp is done with the stage of step st - 1
-    issue(st + kStages - 1);  // into that stage: in flight while step st is computed
-    const uint32_t stage = uint32_t(st % kStages) * kStageBytes;
+    copy.issue(st + kStages - 1);  // into that stage: in flight while step st is computed
+    const uint32_t stage = uint32_t(st % kStages) * Lay::kStageBytes;
 
     const int64_t k0 = k_begin + st * kTile + warp * kKeys;  // this warp's first key
     mma_step<T, D>(qf, k_ld + stage, v_ld + stage, k0, k_end, last, p.scale_log2, t4, m, l, o);

@@ -6,6 +6,8 @@
 //   mma_tile      which (sequence, K/V head), m16 tile of query rows and split a block owns
 //   mma_rows      this lane's two rows (g, g + 8): output row, last key seen, Q as A fragments
 //   mma_keys      the block's keys: its split, cut at the last key any of its rows sees
+//   Ring          the shared-memory ring of K/V stages (v3: 4 x 16 keys; v5, v6: 2 x 64)
+//   RingCopy      v4-v6's copies into it, planned once per thread (v4's idea)
 //   mma_step      one 16-key step of S = Q K^T, the online softmax and O = alpha O + P V, reading
 //                 K and V through 32-bit shared addresses (v4 on; v3 keeps its own step)
 //   write_rows    one warp's rows out: a partial (m, l, o) per row, or O and L with one split
@@ -27,6 +29,7 @@
 #include <string>
 
 #include "../02_online_softmax/ch02_softmax_device.cuh"  // Stats, merge, rescale: the pair merge
+#include "attention_tiles.cuh"                           // padded tiles and their cp.async loader
 #include "ch08_split_kv.cuh"                             // Params, imin, kLn2
 #include "check.h"
 #include "mma.cuh"
@@ -100,6 +103,88 @@ __device__ __forceinline__ void mma_keys(const Params& p, const MmaTile& t, int6
     k_end = imin(k_end, last_i + (p.seq_k - p.seq_q) + 1);
   }
 }
+
+// The ring: kStages stages, each kRows keys of K in padded rows (fa::tiles::kPitch), then kRows of V.
+template <int D, int kRows, int kStages>
+struct Ring {
+  static constexpr int kPitch = fa::tiles::kPitch<D>;                 // D + 8 elements per row
+  static constexpr int kStageElems = 2 * kRows * kPitch;              // K rows, then V rows
+  static constexpr size_t kSmem = size_t(kStages) * kStageElems * 2;  // 16-bit elements
+  static constexpr uint32_t kStageBytes = kStageElems * 2, kVBytes = kRows * kPitch * 2;
+};
+
+// One 16-byte copy of a full step: plain (v4, v5) or with the .L2::128B prefetch hint (v6).
+template <bool kL2Hint>
+__device__ __forceinline__ void copy16(uint32_t dst, const void* src) {
+  if constexpr (kL2Hint)
+    fa::mma::cp_async_16_l2_128(dst, src);
+  else
+    fa::mma::cp_async_16(dst, src);
+}
+
+// The copies of v4-v6, planned once (v4's header tells why). A step's K (and V) is kRows rows of
+// kChunks 16-byte chunks; thread tid of kThreads copies chunk cp_col / 8 of rows cp_row +
+// kRowsPerPass * i, i < kPasses. From one i to the next its global source moves by kRowsPerPass * D
+// elements and its shared destination by kRowsPerPass * kPitch: compile-time constants that ptxas
+// folds into the instruction. From one step to the next the source moves by kRows * D and the
+// stage by kStageBytes. So a full step is 2 * kPasses cp.async and a few adds; only the split's
+// last step, which may hold fewer than kRows keys, tests each row (fa::tiles::load_tile_async
+// zero-fills the rows past k_end).
+template <class T, int D, int kRows, int kStages, int kThreads, bool kL2Hint>
+struct RingCopy {
+  using R = Ring<D, kRows, kStages>;
+  static constexpr int kChunks = D / 8;
+  static constexpr int kRowsPerPass = kThreads / kChunks;
+  static constexpr int kPasses = kRows / kRowsPerPass;
+  static_assert(kThreads % kChunks == 0 && kRows % kRowsPerPass == 0, "chunks must tile");
+
+  T* stages;
+  const T *kbase, *vbase;  // K and V of the block's (sequence, K/V head)
+  int64_t k_begin, k_end, nsteps;
+  int tid;
+  uint32_t dst;            // this thread's first chunk in stage 0 (32-bit shared address)
+  const T *k_src, *v_src;  // ... and its source at the split's first key
+
+  __device__ __forceinline__ RingCopy(T* stages_, const T* kbase_, const T* vbase_,
+                                      int64_t k_begin_, int64_t k_end_, int64_t nsteps_, int tid_)
+      : stages(stages_),
+        kbase(kbase_),
+        vbase(vbase_),
+        k_begin(k_begin_),
+        k_end(k_end_),
+        nsteps(nsteps_),
+        tid(tid_) {
+    const int cp_row = tid / kChunks, cp_col = (tid % kChunks) * 8;
+    dst = fa::mma::smem_addr(stages) + uint32_t(cp_row * R::kPitch + cp_col) * 2;
+    k_src = kbase + (k_begin + cp_row) * D + cp_col;
+    v_src = vbase + (k_begin + cp_row) * D + cp_col;
+  }
+
+  // Step `st` into stage st % kStages; one commit group per step, an empty one past the last
+  // step, so that "wait until kStages - 1 groups are pending" always means "step st has landed".
+  __device__ __forceinline__ void issue(int64_t st) const {
+    if (st < nsteps) {
+      const uint32_t d = dst + uint32_t(st % kStages) * R::kStageBytes;
+      const int64_t off = st * (kRows * D);
+      const int64_t left = k_end - (k_begin + st * kRows);  // keys of the split from this step on
+      if (left >= kRows) {
+#pragma unroll
+        for (int i = 0; i < kPasses; ++i) {
+          copy16<kL2Hint>(d + i * kRowsPerPass * R::kPitch * 2, k_src + off + i * kRowsPerPass * D);
+          copy16<kL2Hint>(d + R::kVBytes + i * kRowsPerPass * R::kPitch * 2,
+                          v_src + off + i * kRowsPerPass * D);
+        }
+      } else {
+        T* sk = stages + int(st % kStages) * R::kStageElems;
+        const int64_t k0 = k_begin + st * kRows;
+        fa::tiles::load_tile_async<D, kRows, kThreads>(sk, kbase, k0, k_end, tid);
+        fa::tiles::load_tile_async<D, kRows, kThreads>(sk + kRows * R::kPitch, vbase, k0, k_end,
+                                                       tid);
+      }
+    }
+    fa::mma::cp_async_commit();
+  }
+};
 
 // One step over keys [k0, k0 + 16) for the warp's 16 rows. k_ld and v_ld are this lane's 32-bit
 // shared addresses (bytes) of its ldmatrix rows in the step's K and V tiles (padded rows of

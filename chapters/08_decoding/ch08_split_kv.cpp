@@ -75,6 +75,14 @@ Partial merge(const Partial& a, const Partial& b) {
   return r;
 }
 
+namespace {
+// A row's final state out: O = o / l and L = m + ln l (O = 0, L = -inf for a row that saw no key).
+void write_row(const Partial& acc, int64_t d, double* O, double* L) {
+  for (int64_t j = 0; j < d; ++j) O[j] = acc.l > 0 ? acc.o[j] / acc.l : 0.0;
+  *L = acc.l > 0 ? acc.m + std::log(acc.l) : kNegInf;
+}
+}  // namespace
+
 void split_kv_forward_head(const HeadView& h, int64_t split_len, double* O, double* L) {
   split_len = std::max<int64_t>(1, split_len);
   for (int64_t i = 0; i < h.seq_q; ++i) {
@@ -83,8 +91,7 @@ void split_kv_forward_head(const HeadView& h, int64_t split_len, double* O, doub
     acc.o.assign(static_cast<size_t>(h.d), 0.0);
     for (int64_t k0 = 0; k0 < h.seq_k; k0 += split_len)
       acc = merge(acc, partial_over_keys(h, i, k0, k0 + split_len));
-    for (int64_t d = 0; d < h.d; ++d) O[i * h.d + d] = acc.l > 0 ? acc.o[d] / acc.l : 0.0;
-    L[i] = acc.l > 0 ? acc.m + std::log(acc.l) : kNegInf;
+    write_row(acc, h.d, O + i * h.d, L + i);
   }
 }
 
@@ -107,8 +114,7 @@ void block_stream_forward_head(const HeadView& h, int64_t split_len, int64_t til
       }
       acc = merge(acc, block);
     }
-    for (int64_t d = 0; d < h.d; ++d) O[i * h.d + d] = acc.l > 0 ? acc.o[d] / acc.l : 0.0;
-    L[i] = acc.l > 0 ? acc.m + std::log(acc.l) : kNegInf;
+    write_row(acc, h.d, O + i * h.d, L + i);
   }
 }
 

@@ -84,12 +84,9 @@ namespace {
 constexpr int kStages = 4;  // shared-memory stages per warp (kStages - 1 in flight)
 
 template <int D>
-struct MmaLayout {
-  static constexpr int kPitch = fa::tiles::kPitch<D>;                 // D + 8 elements per row
-  static constexpr int kStageElems = 2 * kKeys * kPitch;              // K rows, then V rows
-  static constexpr size_t kSmem = size_t(kStages) * kStageElems * 2;  // 16-bit elements
-  static_assert(kSmem <= 48 * 1024, "no opt-in to more than 48 KiB of shared memory here");
-};
+using MmaLayout = Ring<D, kKeys, kStages>;  // ch08_mma_split.cuh
+static_assert(MmaLayout<128>::kSmem <= 48 * 1024,
+              "no opt-in to more than 48 KiB of shared memory here");
 
 template <class T, int D>
 __global__ void __launch_bounds__(kWarp) mma_split_kernel(Params p) {

@@ -56,12 +56,9 @@ namespace {
 constexpr int kStages = 4;  // shared-memory stages per warp (kStages - 1 in flight)
 
 template <int D>
-struct MmaLayout {
-  static constexpr int kPitch = fa::tiles::kPitch<D>;                 // D + 8 elements per row
-  static constexpr int kStageElems = 2 * kKeys * kPitch;              // K rows, then V rows
-  static constexpr size_t kSmem = size_t(kStages) * kStageElems * 2;  // 16-bit elements
-  static_assert(kSmem <= 48 * 1024, "no opt-in to more than 48 KiB of shared memory here");
-};
+using MmaLayout = Ring<D, kKeys, kStages>;  // ch08_mma_split.cuh
+static_assert(MmaLayout<128>::kSmem <= 48 * 1024,
+              "no opt-in to more than 48 KiB of shared memory here");
 
 template <class T, int D>
 __global__ void __launch_bounds__(kWarp) mma_split_kernel(Params p) {
@@ -86,49 +83,11 @@ __global__ void __launch_bounds__(kWarp) mma_split_kernel(Params p) {
   const T* kbase = static_cast<const T*>(p.k) + t.bkv * p.seq_k * D;
   const T* vbase = static_cast<const T*>(p.v) + t.bkv * p.seq_k * D;
 
-  // The copies, planned once. A step's K (and V) is kKeys rows of kChunks 16-byte chunks; this
-  // lane copies chunk cp_col / 8 of rows cp_row + kRowsPerPass * i, i < kPasses. From one i to the
-  // next, its global source moves by kRowsPerPass * D elements and its shared destination by
-  // kRowsPerPass * kPitch: compile-time constants that ptxas folds into the instruction. From one
-  // step to the next the source moves by kKeys * D and the stage by kStageBytes. So a full step is
-  // 2 * kPasses cp.async and a few adds; only the split's last step, which may hold fewer than
-  // kKeys keys, tests each row (and zero-fills the rows past k_end, as v3 does for every step).
-  constexpr int kChunks = D / 8;
-  constexpr int kRowsPerPass = kWarp / kChunks;
-  constexpr int kPasses = kKeys / kRowsPerPass;
-  constexpr uint32_t kStageBytes = Lay::kStageElems * 2, kVBytes = kKeys * kPitch * 2;
-  static_assert(kWarp % kChunks == 0 && kKeys % kRowsPerPass == 0, "chunks must tile the warp");
-  const int cp_row = lane / kChunks, cp_col = (lane % kChunks) * 8;
-  const uint32_t cp_dst = fa::mma::smem_addr(stages) + uint32_t(cp_row * kPitch + cp_col) * 2;
-  const T* const k_src = kbase + (k_begin + cp_row) * D + cp_col;
-  const T* const v_src = vbase + (k_begin + cp_row) * D + cp_col;
-
-  // Step `st` into stage st % kStages; one commit group per step, an empty one past the last step,
-  // so that "wait until kStages - 1 groups are pending" always means "step st has landed".
-  auto issue = [&](int64_t st) {
-    if (st < nsteps) {
-      const uint32_t dst = cp_dst + uint32_t(st % kStages) * kStageBytes;
-      const int64_t off = st * (kKeys * D);
-      const int64_t left = k_end - (k_begin + st * kKeys);  // keys of the split from this step on
-      if (left >= kKeys) {
+  // The copies, planned once (RingCopy, ch08_mma_split.cuh: this rung's idea).
+  const RingCopy<T, D, kKeys, kStages, kWarp, false> copy(stages, kbase, vbase, k_begin, k_end,
+                                                          nsteps, lane);
 #pragma unroll
-        for (int i = 0; i < kPasses; ++i) {
-          fa::mma::cp_async_16(dst + i * kRowsPerPass * kPitch * 2,
-                               k_src + off + i * kRowsPerPass * D);
-          fa::mma::cp_async_16(dst + kVBytes + i * kRowsPerPass * kPitch * 2,
-                               v_src + off + i * kRowsPerPass * D);
-        }
-      } else {
-        T* sk = stages + int(st % kStages) * Lay::kStageElems;
-        const int64_t k0 = k_begin + st * kKeys;
-        fa::tiles::load_tile_async<D, kKeys, kWarp>(sk, kbase, k0, k_end, lane);
-        fa::tiles::load_tile_async<D, kKeys, kWarp>(sk + kKeys * kPitch, vbase, k0, k_end, lane);
-      }
-    }
-    fa::mma::cp_async_commit();
-  };
-#pragma unroll
-  for (int st = 0; st < kStages - 1; ++st) issue(st);
+  for (int st = 0; st < kStages - 1; ++st) copy.issue(st);
 
   // ldmatrix lane offsets, as in chapter 05 (ch05_mma_fwd.cuh). K: x4 = keys 0-7 / 8-15 times
   // columns 0-7 / 8-15 of a k16 slice (b of n8 tiles 0 and 1). V (.trans): x4 = keys 0-7 / 8-15
@@ -138,7 +97,7 @@ __global__ void __launch_bounds__(kWarp) mma_split_kernel(Params p) {
   const int k_ld_row = (lane % 8) + 8 * (lane / 16), k_ld_col = 8 * ((lane / 8) & 1);
   const int v_ld_row = (lane % 8) + 8 * ((lane / 8) & 1), v_ld_col = 8 * (lane / 16);
   const uint32_t k_ld = fa::mma::smem_addr(stages) + uint32_t(k_ld_row * kPitch + k_ld_col) * 2;
-  const uint32_t v_ld = k_ld - uint32_t(k_ld_row * kPitch + k_ld_col) * 2 + kVBytes +
+  const uint32_t v_ld = k_ld - uint32_t(k_ld_row * kPitch + k_ld_col) * 2 + Lay::kVBytes +
                         uint32_t(v_ld_row * kPitch + v_ld_col) * 2;
 
   float o[D / 8][4];
@@ -150,10 +109,10 @@ __global__ void __launch_bounds__(kWarp) mma_split_kernel(Params p) {
   float l[2] = {0.0f, 0.0f};        // this lane's share of the running sum (its columns)
 
   for (int64_t st = 0; st < nsteps; ++st) {
-    issue(st + kStages - 1);  // into the stage step st - 1 used: every lane is done with it
+    copy.issue(st + kStages - 1);  // into the stage step st - 1 used: every lane is done with it
     fa::mma::cp_async_wait<kStages - 1>();
     __syncwarp();  // step st's copies, issued by all lanes, are visible to every lane
-    const uint32_t stage = uint32_t(st % kStages) * kStageBytes;
+    const uint32_t stage = uint32_t(st % kStages) * Lay::kStageBytes;
 
     const int64_t k0 = k_begin + st * kKeys;
     mma_step<T, D>(qf, k_ld + stage, v_ld + stage, k0, k_end, last, p.scale_log2, t4, m, l, o);
