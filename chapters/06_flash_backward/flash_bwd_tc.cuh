@@ -1,5 +1,5 @@
-// flash_bwd_tc.cuh: the shared-memory tile loader and the three fragment loaders that the
-// tensor-core backward kernels (06/v2_mma, 06/v3_atomic_dq) are built from. Device code only.
+// flash_bwd_tc.cuh: the shared-memory tile loader, the fragment loaders and the exponential that
+// the tensor-core backward kernels (06/v2_mma to 06/v7) are built from. Device code only.
 //
 // Shared-memory tiles are the padded tiles of common/attention_tiles.cuh (row-major
 // [rows][D + kPad] in the 16-bit dtype, the layout chapter 05's tensor-core forward uses): the
@@ -113,6 +113,17 @@ __device__ __forceinline__ void store_a(T* s, const uint32_t (&a)[4], int m0, in
   *reinterpret_cast<uint32_t*>(p + 8 * LD) = a[1];
   *reinterpret_cast<uint32_t*>(p + 8) = a[2];
   *reinterpret_cast<uint32_t*>(p + 8 * LD + 8) = a[3];
+}
+
+// 2^x by the MUFU unit alone (ex2.approx.ftz.f32: results below 2^-126 flush to 0). exp2f
+// without --use_fast_math wraps the same instruction in a guard for results in the denormal range
+// (a compare and two predicated multiplies: four instructions instead of one); a probability that
+// small changes no sum here. Used by 06/v6 on: chapter 05's forward kernels do the same
+// (ch05_mma_fwd.cuh, ex2_approx). exp2(-inf) is +0, which the masking relies on.
+__device__ __forceinline__ float ex2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
 }
 
 }  // namespace fa::bwd_tc

@@ -151,11 +151,12 @@ __device__ __forceinline__ void store_rows(T* out, const float (&acc)[D / 8][4],
 template <class T, int D>
 __global__ void __launch_bounds__(kThreads, 1) dkdv_kernel(Params p) {
   constexpr int kLd = D + kPad;
-  constexpr int kTile = 64 * kLd;
+  constexpr int kTile = kBr * kLd;    // a Q or dO tile (kBr rows)
+  constexpr int kKvTile = kBc * kLd;  // a K or V tile (kBc rows: twice v3's)
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* sK = reinterpret_cast<T*>(smem_raw);
-  T* sV = sK + kTile;
-  T* sQ = sV + kTile;                                     // two buffers
+  T* sV = sK + kKvTile;
+  T* sQ = sV + kKvTile;                                   // two buffers
   T* sdO = sQ + 2 * kTile;                                // two buffers
   float* sL = reinterpret_cast<float*>(sdO + 2 * kTile);  // two buffers of kBr: L * log2(e)
   float* sD = sL + 2 * kBr;                               // two buffers of kBr: D
@@ -207,9 +208,9 @@ __global__ void __launch_bounds__(kThreads, 1) dkdv_kernel(Params p) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) dv[nt][e] = dk[nt][e] = 0.0f;
 
-  const int kr0 = warp * 16;                       // this warp's first key row in the tile
-  const int qr0 = (warp % kQWarps) * 16;           // its first query row, for dQ,
-  const int dq0 = (warp / kQWarps) * kDqHalf;      // and its first column of dQ
+  const int kr0 = warp * 16;                   // this warp's first key row in the tile
+  const int qr0 = (warp % kQWarps) * 16;       // its first query row, for dQ,
+  const int dq0 = (warp / kQWarps) * kDqHalf;  // and its first column of dQ
 
   for (int64_t qt = qt_begin; qt < n_qt; ++qt) {
     const int buf = int(qt - qt_begin) & 1;
@@ -442,8 +443,7 @@ void launch(const fa::AttentionBwdArgs& a, cudaStream_t stream) {
     FA_CUDA_CHECK(cudaFuncSetAttribute(dkdv_kernel<T, D>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
     p.n_tiles = n_kt;
-    dkdv_kernel<T, D>
-        <<<static_cast<unsigned>(n_kt * s.bh()), kThreads, kSmem, stream>>>(p);
+    dkdv_kernel<T, D><<<static_cast<unsigned>(n_kt * s.bh()), kThreads, kSmem, stream>>>(p);
     FA_CHECK_LAUNCH();
   }
   // dQ = dQaccum * scale, every element (rows no key tile reached are 0 in the workspace).
@@ -474,7 +474,8 @@ void run_head_dim(const fa::AttentionBwdArgs& a, cudaStream_t stream) {
                     "06/v4_bc128_8warps: head_dim " + std::to_string(D) + " needs " +
                         std::to_string(kSmem) +
                         " bytes of shared memory per block, more than this GPU allows");
-  FA_REQUIRE(a.workspace != nullptr, "06/v4_bc128_8warps needs the fp32 workspace (dQ accumulator)");
+  FA_REQUIRE(a.workspace != nullptr,
+             "06/v4_bc128_8warps needs the fp32 workspace (dQ accumulator)");
 
   // 1. D = rowsum(dO * O), before the kernel that reads it (same stream).
   fa::launch_delta_preprocess(a.o, a.dout, a.delta, a.shape, a.dtype, stream);
@@ -501,7 +502,8 @@ void attention_bwd_v4(const fa::AttentionBwdArgs& a, cudaStream_t stream) {
       return run_head_dim<128>(a, stream);
     default:
       FA_UNSUPPORTED_IF(
-          true, "06/v4_bc128_8warps is instantiated for head_dim 32, 64, 96 and 128 only (v3 has 256)");
+          true,
+          "06/v4_bc128_8warps is instantiated for head_dim 32, 64, 96 and 128 only (v3 has 256)");
   }
 }
 
