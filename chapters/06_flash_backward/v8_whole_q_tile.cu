@@ -1,7 +1,6 @@
-// v8_whole_q_tile.cu: 06/v7_mask_once plus one idea: where the registers allow it (D <= 96), a
-// warp computes S^T and dP^T for all 64 queries of the tile at once (kChunk = 64), not in two
-// halves of 32. bf16 / fp16 in, mma.sync m16n8k16, fp32 accumulate. Not bitwise deterministic
-// (dQ by atomics, as in v3-v7).
+// v8_whole_q_tile.cu: 06/v7_mask_once plus one idea: a warp computes S^T and dP^T for all 64
+// queries of the tile at once (kChunk = 64), not in two halves of 32. bf16 / fp16 in, mma.sync
+// m16n8k16, fp32 accumulate. Not bitwise deterministic (dQ by atomics, as in v3-v7).
 //
 // Why. With v5-v7 the dK/dV kernel issues as many instructions as FlashAttention-2's (2.12 G at
 // D 128, N 8192) and is still 1.4x slower; what it does more of is ldmatrix (436 M against 302 M),
@@ -11,8 +10,8 @@
 // 64 loads it once for four B fragments instead of two: per warp and Q tile, S^T and dP^T take
 // 40 ldmatrix each instead of 48 (the dK, dV and dQ products are unchanged): 192 instead of 208.
 // The price is registers: S^T and dP^T of 64 queries are 32 fp32 registers each, not 16. At
-// D = 128, where dK and dV already hold 128, ptxas spills (24 bytes), so D = 128 keeps chunks
-// of 32 and runs v7's code.
+// D = 128, where dK and dV already hold 128, ptxas spills 24 bytes (v7: 4); measured on the H100
+// it is faster all the same (v9's header, and notes/06_flash_backward.md, section 5c).
 //
 // The map, the tiles, the dQ split, shared memory, masking, the hoisted addresses and ex2.approx:
 // as v7.
@@ -50,14 +49,13 @@ constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kBr = 64;   // query rows per tile
 constexpr int kBc = 128;  // key rows per tile
-// Columns of S^T (queries) held in registers at a time: the whole Q tile where it fits.
-template <int D>
-constexpr int kChunk = D <= 96 ? 64 : 32;
+// Columns of S^T (queries) held in registers at a time: the whole Q tile (v8's idea).
+constexpr int kChunk = kBr;
 constexpr float kLog2e = 1.4426950408889634f;
 static_assert(kBc == kWarps * 16, "one warp per 16 keys");
 constexpr int kQWarps = kBr / 16;  // warps per column half of dQ (one per 16 query rows)
 static_assert(kWarps == 2 * kQWarps, "dQ: two column halves of kQWarps warps");
-static_assert(kChunk<64> == kBr && kChunk<128> == 32, "chunking");
+static_assert(kChunk % 16 == 0, "chunking");
 
 // Columns of the partial dQ held in registers at a time (16 x kDqCols per warp) before their
 // atomics: 32 where it divides the warp's half of D (64, 128), 16 where it does not (32, 96).
@@ -296,9 +294,9 @@ __global__ void __launch_bounds__(kThreads, 1) dkdv_kernel(Params p) {
     const bool need_mask = (k0 + kBc > seq_k) || (p.causal && k0 + kBc - 1 > q0 + off);
 
 #pragma unroll
-    for (int qc = 0; qc < kBr / kChunk<D>; ++qc) {
-      constexpr int kNt = kChunk<D> / 8;  // n-tiles of the chunk
-      const int c0 = qc * kChunk<D>;      // first query column of the chunk, within the tile
+    for (int qc = 0; qc < kBr / kChunk; ++qc) {
+      constexpr int kNt = kChunk / 8;  // n-tiles of the chunk
+      const int c0 = qc * kChunk;      // first query column of the chunk, within the tile
 
       // S^T = K_j Q^T over this chunk of queries.
       float s[kNt][4];

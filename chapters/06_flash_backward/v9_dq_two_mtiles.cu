@@ -48,9 +48,8 @@ constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kBr = 64;   // query rows per tile
 constexpr int kBc = 128;  // key rows per tile
-// Columns of S^T (queries) held in registers at a time: the whole Q tile where it fits.
-template <int D>
-constexpr int kChunk = D <= 96 ? 64 : 32;
+// Columns of S^T (queries) held in registers at a time: the whole Q tile (v8's idea).
+constexpr int kChunk = kBr;
 constexpr float kLog2e = 1.4426950408889634f;
 static_assert(kBc == kWarps * 16, "one warp per 16 keys");
 // The warps' tiles of dQ_i (kBr x D): kDqRowTiles m16 tiles by kDqWarpCols columns each.
@@ -61,7 +60,7 @@ constexpr int kDqRowWarps = kBr / (16 * kDqRowTiles<D>);  // warps along the row
 template <int D>
 constexpr int kDqWarpCols = D* kDqRowWarps<D> / kWarps;  // columns a warp adds: D/4 or D/2
 static_assert(kDqWarpCols<128> == 32 && kDqWarpCols<64> == 32 && kDqRowWarps<128> == 2, "dQ");
-static_assert(kChunk<64> == kBr && kChunk<128> == 32, "chunking");
+static_assert(kChunk % 16 == 0, "chunking");
 
 // Columns of the partial dQ held in registers at a time (16 x kDqCols per warp) before their
 // atomics: 32 where it divides the warp's half of D (64, 128), 16 where it does not (32, 96).
@@ -300,9 +299,9 @@ __global__ void __launch_bounds__(kThreads, 1) dkdv_kernel(Params p) {
     const bool need_mask = (k0 + kBc > seq_k) || (p.causal && k0 + kBc - 1 > q0 + off);
 
 #pragma unroll
-    for (int qc = 0; qc < kBr / kChunk<D>; ++qc) {
-      constexpr int kNt = kChunk<D> / 8;  // n-tiles of the chunk
-      const int c0 = qc * kChunk<D>;      // first query column of the chunk, within the tile
+    for (int qc = 0; qc < kBr / kChunk; ++qc) {
+      constexpr int kNt = kChunk / 8;  // n-tiles of the chunk
+      const int c0 = qc * kChunk;      // first query column of the chunk, within the tile
 
       // S^T = K_j Q^T over this chunk of queries.
       float s[kNt][4];
