@@ -47,7 +47,21 @@
 // not exist or see no key; keys past seq_k and the causal triangle are masked on the tiles that
 // need it.
 //
-// Speed: not measured yet.
+// Speed (H100 80GB HBM3, 2026-11-23, sixth session, notes/measured/h100-2026-11-23f/; bf16,
+// B = 16384/N, H = 2048/D, TFLOP/s in the 2.5x convention, call 4 unless named). D 128 full, N
+// 8192: v3 206.2, v4 210.3 (+2%); N 1024: 179.3, 180.8. D 64 full N 8192: 182.8, 182.7. v4 is
+// slower than v3 at D 64 up to N 4096 full (156.4 against 165.8 at N 1024) and N 8192 causal,
+// and at D 128 causal up to N 2048 (the wider diagonal tiles). The L2 reductions halved exactly (805,306,368 ->
+// 402,653,184 sectors, call1_ncu_bwd_v4.txt), the barrier stalls per warp did not (126 K
+// against v3's 77 K: one block of 8 warps waits for its slowest warp, not two blocks of 4), and
+// the instruction count fell 15% (3.40 G -> 2.89 G). FlashAttention-2's kernel on that shape:
+// 2.12 G instructions, 10.45 ms against our 15.53 ms in Nsight Compute. Where the other 0.77 G
+// come from is v5's and v6's story.
+//
+// A bug the tests caught (call 1): the first version kept v3's `64 * kLd` as the size of every
+// tile, so V started in the middle of the 128-row K tile and Q in the middle of V. Every ragged
+// shape failed, dV included (call1_ctest_v4_bug.log.gz); its timing was already v4's (the same
+// instructions).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 

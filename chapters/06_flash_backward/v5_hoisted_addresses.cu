@@ -24,11 +24,15 @@
 //   - Eight 32-bit shared addresses per thread (K and V as A, K as B of dQ, Q and dO as B in both
 //     forms, dS^T as A of dQ, and the store of dS^T) hold the lane's part of every ldmatrix; a
 //     fragment's address is one of them plus (row * pitch + column) * 2, known at compile time.
-// The arithmetic, the tiles and the order of every MMA are v4's: the results are the same bits.
+// The arithmetic, the tiles and the order of every MMA are v4's; only the addresses changed.
 //
 // The map, the dQ split over the eight warps, shared memory and masking: as v4 (see there).
 //
-// Speed: not measured yet.
+// Speed (H100, 2026-11-23, sixth session, call 4; as v4's header). D 128 full N 8192: v4 210.3,
+// v5 214.4 (+2%); D 64: 182.7, 191.2 (+5%). Nsight Compute (call2_ncu_bwd_v5.txt, D 128 N
+// 8192): 2.28 G instructions (v4: 2.89 G), LEA 316 M -> 59 M, IMAD 280 M -> 145 M; 14.98 ms
+// (v4: 15.53). A fifth fewer instructions bought 4%: the kernel was not short of issue slots
+// (issue active 24% -> 19%); its busiest unit is shared memory (L1 74%), as v8's header says.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 

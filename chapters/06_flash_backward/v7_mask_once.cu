@@ -13,7 +13,13 @@
 //
 // The map, the tiles, the dQ split, shared memory, the hoisted addresses and ex2.approx: as v6.
 //
-// Speed: not measured yet.
+// Speed (H100, 2026-11-23, sixth session, call 4; as v4's header). D 64 full N 8192: v6 196.5,
+// v7 199.4 (+1.5%); D 128 full: 219.5, 218.2 (-0.6%; call 2: 222.6, 220.5). Nsight Compute at
+// D 128 (call2_ncu_bwd_v7.txt): 2.12 G instructions, as many as FlashAttention-2's kernel, and
+// 14.57 ms against its 10.45. BRA 55 M -> 41 M and BSSY / BSYNC 23 M -> 17 M each: the other
+// branches of the loop (rows past seq_q, the next tile) stay. At D 128 the duplicated loop costs
+// ptxas 4 bytes of spills; the rung is kept because it helps D 64 and its idea is the one the
+// next rungs build on, a loop that does only what its tile needs.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 

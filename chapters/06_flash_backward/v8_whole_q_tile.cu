@@ -16,7 +16,11 @@
 // The map, the tiles, the dQ split, shared memory, masking, the hoisted addresses and ex2.approx:
 // as v7.
 //
-// Speed: not measured yet.
+// Speed (H100, 2026-11-23, sixth session, call 4; as v4's header). D 128 full N 8192: v7 218.2,
+// v8 226.5 (+3.8%); D 64: 199.4 -> 206.9 (+3.8%); causal D 128: 212.8 -> 218.4. In call 3 the
+// same change at D 128 (as the throwaway 06/x_c64_all, on top of v9's dQ) was +4.2% over v9 with
+// 32-query chunks there (233.9 against 224.4), which is why D 128 takes it too despite the
+// spills.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 

@@ -15,7 +15,15 @@
 // The map, the tiles, shared memory, masking, the hoisted addresses, ex2.approx and the chunks
 // of S^T: as v8.
 //
-// Speed: not measured yet.
+// Speed (H100, 2026-11-23, sixth session, call 4; as v4's header). D 128 full N 8192: v8 226.5,
+// v9 232.5 (+2.6%); causal N 16384: 232.4 -> 245.0; D 64 is v8's code (205.7 against 206.9:
+// run-to-run spread). Against PyTorch's FlashAttention-2 in the same call (call4_sdpa.log): D 128
+// full 0.93 / 0.88 / 0.83 / 0.78 / 0.77 at N 1024 / 2048 / 4096 / 8192 / 16384, causal 0.98 /
+// 0.95 / 0.86 / 0.83 / 0.80 (v3: 0.87 ... 0.69 and 1.07 ... 0.67 in the fourth session). What
+// is left: the same instruction count as FA2's kernel but 1.33x its ldmatrix (402.7 M against
+// 302.0 M with v9's dQ and 32-query chunks, call3_ncu_bwd_v9_chunk32.txt) and 3x its barrier
+// stalls; FA2 gives each warp 32 x 32 tiles of S and dP and 32 keys x 64 columns of dK and dV,
+// with P and dS through shared memory (notes/06_flash_backward.md, section 5c).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
