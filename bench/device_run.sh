@@ -128,7 +128,9 @@ for stage in "$@"; do
         --benchmark_filter='attn_decode/08/v6_l2_prefetch/bf16/D128/B8_H32_Hkv8/' > "$OUT/ncu_decode_ours.txt" 2>&1
       log "ncu_decode ours rc=$?"
       log "ncu_decode: FlashAttention-2 (PyTorch SDPA)"
-      ncu $SECTIONS --metrics "$M" -k regex:splitkv -s 1 -c 1 python3 bench/profile_sdpa.py decode 8 32 8 32768 \
+      # The split kernel only: "splitkv" alone also matches flash_fwd_splitkv_combine_kernel (the
+      # merge), which is what the first run of this stage profiled (notes/08, sixth session).
+      ncu $SECTIONS --metrics "$M" -k regex:flash_fwd_splitkv_kernel -s 1 -c 1 python3 bench/profile_sdpa.py decode 8 32 8 32768 \
         > "$OUT/ncu_decode_fa2.txt" 2>&1
       log "ncu_decode fa2 rc=$?"
       ;;
