@@ -47,6 +47,9 @@
 // not exist or see no key; keys past seq_k and the causal triangle are masked on the tiles that
 // need it.
 //
+// The code: the kernel is here; Params, the launcher and the pieces v5-v9 share with it are in
+// ch06_kv128.cuh.
+//
 // Speed (H100 80GB HBM3, 2026-11-23, sixth session, notes/measured/h100-2026-11-23f/; bf16,
 // B = 16384/N, H = 2048/D, TFLOP/s in the 2.5x convention, call 4 unless named). D 128 full, N
 // 8192: v3 206.2, v4 210.3 (+2%); N 1024: 179.3, 180.8. D 64 full N 8192: 182.8, 182.7. v4 is
@@ -62,42 +65,22 @@
 // tile, so V started in the middle of the 128-row K tile and Q in the middle of V. Every ragged
 // shape failed, dV included (call1_ctest_v4_bug.log.gz); its timing was already v4's (the same
 // instructions).
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
-#include <algorithm>
-#include <cmath>
-#include <cstddef>
-#include <cstdint>
-#include <string>
-
-#include "ch06_preprocess.h"
-#include "check.h"
+#include "ch06_kv128.cuh"  // the tile, Params, load_l2, store_rows, the host side (v4-v9's)
 #include "flash_bwd_tc.cuh"
 #include "mma.cuh"
 #include "registry.h"
 
 namespace {
 
-using fa::causal_last_key;
-using fa::ceil_div;
 using fa::bwd_tc::acc_to_a;
-using fa::bwd_tc::kPad;
 using fa::bwd_tc::load_a;
 using fa::bwd_tc::load_a_xt;
 using fa::bwd_tc::load_b_x;
 using fa::bwd_tc::load_b_xt;
-using fa::bwd_tc::load_tile_async;
 using fa::bwd_tc::mma_pair;
 using fa::bwd_tc::store_a;
 
-constexpr int kWarps = 8;
-constexpr int kThreads = kWarps * 32;
-constexpr int kBr = 64;     // query rows per tile
-constexpr int kBc = 128;    // key rows per tile
-constexpr int kChunk = 32;  // columns of S^T held in registers at a time
-constexpr float kLog2e = 1.4426950408889634f;
-static_assert(kBc == kWarps * 16, "one warp per 16 keys");
+constexpr int kChunk = 32;         // columns of S^T held in registers at a time
 constexpr int kQWarps = kBr / 16;  // warps per column half of dQ (one per 16 query rows)
 static_assert(kWarps == 2 * kQWarps, "dQ: two column halves of kQWarps warps");
 static_assert(kBr % kChunk == 0 && kBc % kChunk == 0 && kChunk % 16 == 0, "chunking");
@@ -107,59 +90,6 @@ static_assert(kBr % kChunk == 0 && kBc % kChunk == 0 && kChunk % 16 == 0, "chunk
 template <int D>
 constexpr int kDqCols = (D / 2) % 32 == 0 ? 32 : 16;
 static_assert(kDqCols<128> == 32 && kDqCols<96> == 16 && kDqCols<32> == 16, "dQ chunks");
-
-struct Params {
-  const void* q;
-  const void* k;
-  const void* v;
-  const void* dout;
-  const float* lse;
-  const float* delta;
-  float* dq_accum;  // fp32 [batch * heads][seq_q][D], zero on entry (the caller's workspace)
-  void* dk;
-  void* dv;
-  int64_t seq_q, seq_k;
-  int64_t n_tiles;   // key tiles per (batch, head)
-  float scale;       // softmax scale
-  float scale_log2;  // scale * log2(e): P = exp2(S * scale_log2 - L * log2(e))
-  bool causal;
-};
-
-template <int D>
-constexpr int smem_bytes_tiles() {
-  return (2 * kBc + 4 * kBr) * (D + kPad) * 2;  // K_j, V_j; Q_i, dO_i double-buffered
-}
-constexpr int kLdS = kBr + kPad;  // row of the dS^T tile: kBr queries + padding
-template <int D>
-constexpr int dkdv_smem_bytes() {
-  return smem_bytes_tiles<D>() + 4 * kBr * int(sizeof(float)) + kBc * kLdS * 2;
-}
-
-// L in the form the loops want: L * log2(e), or +inf for a row that does not exist or sees no
-// key (L = -inf), which makes every P of that row exp2(finite - inf) = 0.
-__device__ __forceinline__ float load_l2(const float* lse, int64_t row, int64_t seq_q) {
-  if (row >= seq_q) return INFINITY;
-  const float l = lse[row];
-  return l == -INFINITY ? INFINITY : l * kLog2e;
-}
-
-// Store a 16 x D fp32 accumulator, times `mul`: rows r0 + g, r0 + g + 8 of a [seq, D] matrix.
-template <class T, int D>
-__device__ __forceinline__ void store_rows(T* out, const float (&acc)[D / 8][4], int64_t r0,
-                                           int64_t seq, float mul, int lane) {
-  const int g = lane >> 2, t = lane & 3;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int64_t row = r0 + g + 8 * h;
-    if (row >= seq) continue;
-    T* dst = out + row * int64_t(D) + 2 * t;
-#pragma unroll
-    for (int nt = 0; nt < D / 8; ++nt) {
-      *reinterpret_cast<uint32_t*>(dst + 8 * nt) =
-          fa::mma::pack2<T>(acc[nt][2 * h] * mul, acc[nt][2 * h + 1] * mul);
-    }
-  }
-}
 
 // ---- dK, dV, and the dQ atomics ------------------------------------------------------------
 template <class T, int D>
@@ -414,118 +344,19 @@ __global__ void __launch_bounds__(kThreads, 1) dkdv_kernel(Params p) {
   store_rows<T, D>(dV, dv, k0 + kr0, seq_k, 1.0f, lane);
 }
 
-// ---- dQ = dQaccum * scale ------------------------------------------------------------------
-// n4 = elements / 4 (every D here is a multiple of 16); 16-byte loads, 8-byte stores.
-template <class T>
-__global__ void convert_dq_kernel(const float* __restrict__ acc, T* __restrict__ dq, int64_t n4,
-                                  float scale) {
-  for (int64_t x = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; x < n4;
-       x += int64_t(gridDim.x) * blockDim.x) {
-    const float4 v = reinterpret_cast<const float4*>(acc)[x];
-    uint2 out;
-    out.x = fa::mma::pack2<T>(v.x * scale, v.y * scale);
-    out.y = fa::mma::pack2<T>(v.z * scale, v.w * scale);
-    reinterpret_cast<uint2*>(dq)[x] = out;
+struct V4 {
+  static constexpr const char* kName = "06/v4_bc128_8warps";
+  template <class T, int D>
+  static auto kernel() {
+    return dkdv_kernel<T, D>;
   }
-}
-
-// ---- launcher ------------------------------------------------------------------------------
-template <class T, int D>
-void launch(const fa::AttentionBwdArgs& a, cudaStream_t stream) {
-  const fa::AttentionShape& s = a.shape;
-  Params p{};
-  p.q = a.q;
-  p.k = a.k;
-  p.v = a.v;
-  p.dout = a.dout;
-  p.lse = a.lse;
-  p.delta = a.delta;
-  p.dq_accum = a.workspace;
-  p.dk = a.dk;
-  p.dv = a.dv;
-  p.seq_q = s.seq_q;
-  p.seq_k = s.seq_k;
-  p.scale = s.softmax_scale();
-  p.scale_log2 = p.scale * kLog2e;
-  p.causal = s.causal;
-
-  const int64_t n_kt = ceil_div(s.seq_k, kBc);
-  FA_REQUIRE(n_kt * s.bh() <= INT32_MAX, "batch * heads * key tiles must fit in gridDim.x");
-
-  if (n_kt > 0 && s.bh() > 0) {
-    constexpr int kSmem = dkdv_smem_bytes<D>();
-    FA_CUDA_CHECK(cudaFuncSetAttribute(dkdv_kernel<T, D>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-    p.n_tiles = n_kt;
-    dkdv_kernel<T, D><<<static_cast<unsigned>(n_kt * s.bh()), kThreads, kSmem, stream>>>(p);
-    FA_CHECK_LAUNCH();
-  }
-  // dQ = dQaccum * scale, every element (rows no key tile reached are 0 in the workspace).
-  const int64_t n4 = s.q_numel() / 4;
-  if (n4 > 0) {
-    constexpr int kConvThreads = 256;
-    const int64_t blocks = std::min<int64_t>(ceil_div(n4, kConvThreads), int64_t(1) << 20);
-    convert_dq_kernel<T><<<static_cast<unsigned>(blocks), kConvThreads, 0, stream>>>(
-        a.workspace, static_cast<T*>(a.dq), n4, p.scale);
-    FA_CHECK_LAUNCH();
-  }
-}
-
-// The dynamic shared memory one block may opt in to on the current device.
-size_t smem_optin_bytes() {
-  int dev = 0, bytes = 0;
-  FA_CUDA_CHECK(cudaGetDevice(&dev));
-  FA_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  return size_t(bytes);
-}
-
-template <int D>
-void run_head_dim(const fa::AttentionBwdArgs& a, cudaStream_t stream) {
-  // D = 128 needs 155 KiB per block: an H100 (227 KiB) or an A100 (163 KiB) has it, sm_86/89
-  // (99 KiB) does not. Refuse before anything runs, rather than fail in cudaFuncSetAttribute.
-  constexpr size_t kSmem = size_t(dkdv_smem_bytes<D>());
-  FA_UNSUPPORTED_IF(kSmem > smem_optin_bytes(),
-                    "06/v4_bc128_8warps: head_dim " + std::to_string(D) + " needs " +
-                        std::to_string(kSmem) +
-                        " bytes of shared memory per block, more than this GPU allows");
-  FA_REQUIRE(a.workspace != nullptr,
-             "06/v4_bc128_8warps needs the fp32 workspace (dQ accumulator)");
-
-  // 1. D = rowsum(dO * O), before the kernel that reads it (same stream).
-  fa::launch_delta_preprocess(a.o, a.dout, a.delta, a.shape, a.dtype, stream);
-
-  // 2. dK, dV and the dQ atomics, 3. dQ from the accumulator.
-  if (a.dtype == fa::DType::BF16)
-    launch<__nv_bfloat16, D>(a, stream);
-  else
-    launch<__half, D>(a, stream);
-}
-
-void attention_bwd_v4(const fa::AttentionBwdArgs& a, cudaStream_t stream) {
-  const fa::AttentionShape& s = a.shape;
-  FA_UNSUPPORTED_IF(a.dtype != fa::DType::BF16 && a.dtype != fa::DType::F16,
-                    "06/v4_bc128_8warps takes bf16 and fp16 only");
-  switch (s.head_dim) {  // every D here is a multiple of 16, which the mma loops need
-    case 32:
-      return run_head_dim<32>(a, stream);
-    case 64:
-      return run_head_dim<64>(a, stream);
-    case 96:
-      return run_head_dim<96>(a, stream);
-    case 128:
-      return run_head_dim<128>(a, stream);
-    default:
-      FA_UNSUPPORTED_IF(
-          true,
-          "06/v4_bc128_8warps is instantiated for head_dim 32, 64, 96 and 128 only (v3 has 256)");
-  }
-}
+};
 
 }  // namespace
 
 FA_REGISTER(AttentionBwdKernel,
-            {"06/v4_bc128_8warps",
-             attention_bwd_v4,
+            {V4::kName,
+             kv128_backward<V4>,
              "v3 + FA2's tile: Bc = 128 keys and 8 warps a block (half the dQ atomics, barriers "
              "and Q/dO loads per key)",
              {fa::DType::BF16, fa::DType::F16},

@@ -1,0 +1,214 @@
+// ch06_kv128.cuh: what 06/v4 to 06/v9 share, the pieces around their dK/dV kernels. They all use
+// FlashAttention-2's tile (06/v4's idea): a block owns Bc = 128 keys with 8 warps, 16 keys a
+// warp, and walks the Q tiles of Br = 64 queries that see them; dQ is added into an fp32
+// accumulator by atomics (06/v3's idea). The rung files tell the story and hold the measurements;
+// v4_bc128_8warps.cu has its own kernel, v5-v9 run ch06_kv128_kernel.cuh's. Device code and its
+// launcher, in an anonymous namespace (each including .cu file compiles its own copy).
+//
+// The map:
+//   kWarps .. kLdS   the tile and the shared-memory pitch of dS^T
+//   Params           what the kernel gets
+//   load_l2          L * log2(e), +inf for rows that see nothing
+//   store_rows       dK_j, dV_j out
+//   convert_dq_kernel  dQ = dQaccum * scale in the 16-bit dtype
+//   kv128_backward<Rung>  the host side: checks, the D preprocess, the two launches
+// Moving these pieces here from the rung files changed no instruction of the kernels (their PTX is
+// the same before and after, virtual register names and anonymous-namespace tags normalised).
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "ch06_preprocess.h"
+#include "check.h"
+#include "flash_bwd_tc.cuh"
+#include "mma.cuh"
+#include "registry.h"
+
+namespace {
+
+using fa::causal_last_key;
+using fa::ceil_div;
+using fa::bwd_tc::kPad;
+using fa::bwd_tc::load_tile_async;
+
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
+constexpr int kBr = 64;   // query rows per tile
+constexpr int kBc = 128;  // key rows per tile
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr int kLdS = kBr + kPad;  // row of the dS^T tile: kBr queries + padding
+static_assert(kBc == kWarps * 16, "one warp per 16 keys");
+
+struct Params {
+  const void* q;
+  const void* k;
+  const void* v;
+  const void* dout;
+  const float* lse;
+  const float* delta;
+  float* dq_accum;  // fp32 [batch * heads][seq_q][D], zero on entry (the caller's workspace)
+  void* dk;
+  void* dv;
+  int64_t seq_q, seq_k;
+  int64_t n_tiles;   // key tiles per (batch, head)
+  float scale;       // softmax scale
+  float scale_log2;  // scale * log2(e): P = exp2(S * scale_log2 - L * log2(e))
+  bool causal;
+};
+
+// Shared memory: K_j, V_j (kBc rows) | Q_i x2 | dO_i x2 (kBr rows) | L_i*log2(e) x2 | D_i x2 |
+// dS^T (kBc keys x kBr queries). 59 / 91 / 123 / 155 KiB at D = 32 / 64 / 96 / 128.
+template <int D>
+constexpr int smem_bytes_tiles() {
+  return (2 * kBc + 4 * kBr) * (D + kPad) * 2;  // K_j, V_j; Q_i, dO_i double-buffered
+}
+template <int D>
+constexpr int dkdv_smem_bytes() {
+  return smem_bytes_tiles<D>() + 4 * kBr * int(sizeof(float)) + kBc * kLdS * 2;
+}
+
+// L in the form the loops want: L * log2(e), or +inf for a row that does not exist or sees no
+// key (L = -inf), which makes every P of that row exp2(finite - inf) = 0.
+__device__ __forceinline__ float load_l2(const float* lse, int64_t row, int64_t seq_q) {
+  if (row >= seq_q) return INFINITY;
+  const float l = lse[row];
+  return l == -INFINITY ? INFINITY : l * kLog2e;
+}
+
+// Store a 16 x D fp32 accumulator, times `mul`: rows r0 + g, r0 + g + 8 of a [seq, D] matrix.
+template <class T, int D>
+__device__ __forceinline__ void store_rows(T* out, const float (&acc)[D / 8][4], int64_t r0,
+                                           int64_t seq, float mul, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t row = r0 + g + 8 * h;
+    if (row >= seq) continue;
+    T* dst = out + row * int64_t(D) + 2 * t;
+#pragma unroll
+    for (int nt = 0; nt < D / 8; ++nt) {
+      *reinterpret_cast<uint32_t*>(dst + 8 * nt) =
+          fa::mma::pack2<T>(acc[nt][2 * h] * mul, acc[nt][2 * h + 1] * mul);
+    }
+  }
+}
+
+// ---- dQ = dQaccum * scale ------------------------------------------------------------------
+// n4 = elements / 4 (every D here is a multiple of 16); 16-byte loads, 8-byte stores.
+template <class T>
+__global__ void convert_dq_kernel(const float* __restrict__ acc, T* __restrict__ dq, int64_t n4,
+                                  float scale) {
+  for (int64_t x = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; x < n4;
+       x += int64_t(gridDim.x) * blockDim.x) {
+    const float4 v = reinterpret_cast<const float4*>(acc)[x];
+    uint2 out;
+    out.x = fa::mma::pack2<T>(v.x * scale, v.y * scale);
+    out.y = fa::mma::pack2<T>(v.z * scale, v.w * scale);
+    reinterpret_cast<uint2*>(dq)[x] = out;
+  }
+}
+
+// ---- the host side -------------------------------------------------------------------------
+// A rung is a struct with kName (its registered name) and kernel<T, D>(), its dK/dV kernel.
+template <class Rung, class T, int D>
+void launch(const fa::AttentionBwdArgs& a, cudaStream_t stream) {
+  const fa::AttentionShape& s = a.shape;
+  Params p{};
+  p.q = a.q;
+  p.k = a.k;
+  p.v = a.v;
+  p.dout = a.dout;
+  p.lse = a.lse;
+  p.delta = a.delta;
+  p.dq_accum = a.workspace;
+  p.dk = a.dk;
+  p.dv = a.dv;
+  p.seq_q = s.seq_q;
+  p.seq_k = s.seq_k;
+  p.scale = s.softmax_scale();
+  p.scale_log2 = p.scale * kLog2e;
+  p.causal = s.causal;
+
+  const int64_t n_kt = ceil_div(s.seq_k, kBc);
+  FA_REQUIRE(n_kt * s.bh() <= INT32_MAX, "batch * heads * key tiles must fit in gridDim.x");
+
+  if (n_kt > 0 && s.bh() > 0) {
+    constexpr int kSmem = dkdv_smem_bytes<D>();
+    const auto kernel = Rung::template kernel<T, D>();
+    FA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+    p.n_tiles = n_kt;
+    kernel<<<static_cast<unsigned>(n_kt * s.bh()), kThreads, kSmem, stream>>>(p);
+    FA_CHECK_LAUNCH();
+  }
+  // dQ = dQaccum * scale, every element (rows no key tile reached are 0 in the workspace).
+  const int64_t n4 = s.q_numel() / 4;
+  if (n4 > 0) {
+    constexpr int kConvThreads = 256;
+    const int64_t blocks = std::min<int64_t>(ceil_div(n4, kConvThreads), int64_t(1) << 20);
+    convert_dq_kernel<T><<<static_cast<unsigned>(blocks), kConvThreads, 0, stream>>>(
+        a.workspace, static_cast<T*>(a.dq), n4, p.scale);
+    FA_CHECK_LAUNCH();
+  }
+}
+
+// The dynamic shared memory one block may opt in to on the current device.
+inline size_t smem_optin_bytes() {
+  int dev = 0, bytes = 0;
+  FA_CUDA_CHECK(cudaGetDevice(&dev));
+  FA_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  return size_t(bytes);
+}
+
+template <class Rung, int D>
+void run_head_dim(const fa::AttentionBwdArgs& a, cudaStream_t stream) {
+  // D = 128 needs 155 KiB per block: an H100 (227 KiB) or an A100 (163 KiB) has it, sm_86/89
+  // (99 KiB) does not. Refuse before anything runs, rather than fail in cudaFuncSetAttribute.
+  constexpr size_t kSmem = size_t(dkdv_smem_bytes<D>());
+  FA_UNSUPPORTED_IF(kSmem > smem_optin_bytes(),
+                    std::string(Rung::kName) + ": head_dim " + std::to_string(D) + " needs " +
+                        std::to_string(kSmem) +
+                        " bytes of shared memory per block, more than this GPU allows");
+  FA_REQUIRE(a.workspace != nullptr,
+             std::string(Rung::kName) + " needs the fp32 workspace (dQ accumulator)");
+
+  // 1. D = rowsum(dO * O), before the kernel that reads it (same stream).
+  fa::launch_delta_preprocess(a.o, a.dout, a.delta, a.shape, a.dtype, stream);
+
+  // 2. dK, dV and the dQ atomics, 3. dQ from the accumulator.
+  if (a.dtype == fa::DType::BF16)
+    launch<Rung, __nv_bfloat16, D>(a, stream);
+  else
+    launch<Rung, __half, D>(a, stream);
+}
+
+// The registered entry point of a rung. Head dim 256 is not instantiated: K_j and V_j alone
+// would take 2 x 128 x 264 x 2 B = 132 KiB, 264 KiB with Q_i and dO_i double-buffered, past the
+// 227 KiB a block can have on an H100; 06/v3 serves D = 256.
+template <class Rung>
+void kv128_backward(const fa::AttentionBwdArgs& a, cudaStream_t stream) {
+  const fa::AttentionShape& s = a.shape;
+  FA_UNSUPPORTED_IF(a.dtype != fa::DType::BF16 && a.dtype != fa::DType::F16,
+                    std::string(Rung::kName) + " takes bf16 and fp16 only");
+  switch (s.head_dim) {  // every D here is a multiple of 16, which the mma loops need
+    case 32:
+      return run_head_dim<Rung, 32>(a, stream);
+    case 64:
+      return run_head_dim<Rung, 64>(a, stream);
+    case 96:
+      return run_head_dim<Rung, 96>(a, stream);
+    case 128:
+      return run_head_dim<Rung, 128>(a, stream);
+    default:
+      FA_UNSUPPORTED_IF(true, std::string(Rung::kName) +
+                                  " is instantiated for head_dim 32, 64, 96 and 128 only (06/v3 "
+                                  "has 256)");
+  }
+}
+
+}  // namespace
