@@ -6,7 +6,8 @@
 #   bash bench/device_run.sh tour bench sdpa     # second call, while the machine is warm
 #
 # Stages: build, test, testlong, tour, bench, benchquick, sdpa, memdemo, sanitize, mystery, ch07,
-# python, ncu_decode, pack (fold the logs into one archive: the device returns at most 8 files).
+# python, ncu_decode, ncu_bwd, pack (fold the logs into one archive: the device returns at most 8
+# files).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}
@@ -133,6 +134,33 @@ for stage in "$@"; do
       ncu $SECTIONS --metrics "$M" -k regex:flash_fwd_splitkv_kernel -s 1 -c 1 python3 bench/profile_sdpa.py decode 8 32 8 32768 \
         > "$OUT/ncu_decode_fa2.txt" 2>&1
       log "ncu_decode fa2 rc=$?"
+      ;;
+    ncu_bwd)
+      # The backward's dK/dV kernel at bf16 D 128 N 8192 (B 2, H 16, non-causal) in Nsight Compute,
+      # ours (BWD_KERNEL, default 06/v9_dq_two_mtiles) and FlashAttention-2's, with the source page
+      # saved as CSV and summed per SASS opcode, as notes/06_flash_backward.md (section 5c) did by
+      # hand. After `build`.
+      K=${BWD_KERNEL:-06/v9_dq_two_mtiles}
+      M=lts__t_sectors_op_red.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active
+      for r in barrier long_scoreboard math_pipe_throttle mio_throttle selected short_scoreboard wait; do
+        M=$M,smsp__average_warp_latency_issue_stalled_$r.ratio; done
+      M=$M,smsp__inst_executed.sum,smsp__inst_executed_op_ldsm.sum,smsp__issue_active.avg.pct_of_peak_sustained_active
+      SECTIONS="--section SpeedOfLight --section InstructionStats --section WarpStateStats --section LaunchStats --section SourceCounters"
+      log "ncu_bwd: $K"
+      ncu $SECTIONS --metrics "$M" -k 'regex:dkdv_kernel|kv128_kernel' -s 2 -c 1 -o "$OUT/ncu_bwd_ours" "$BUILD/bin/fa_bench" \
+        --benchmark_filter="attn_bwd/$K/bf16/D128/full/N8192/" > /dev/null 2>&1
+      log "ncu_bwd ours rc=$?"
+      log "ncu_bwd: FlashAttention-2 (PyTorch SDPA)"
+      ncu $SECTIONS --metrics "$M" -k regex:flash_bwd_dq_dk -s 1 -c 1 -o "$OUT/ncu_bwd_fa2" python3 bench/profile_sdpa.py bwd 128 \
+        > /dev/null 2>&1
+      log "ncu_bwd fa2 rc=$?"
+      for w in ours fa2; do
+        ncu -i "$OUT/ncu_bwd_$w.ncu-rep" > "$OUT/ncu_bwd_$w.txt" 2>&1
+        ncu -i "$OUT/ncu_bwd_$w.ncu-rep" --page source --csv --print-source sass 2>/dev/null | gzip > "$OUT/ncu_bwd_${w}_sass.csv.gz"
+        rm -f "$OUT/ncu_bwd_$w.ncu-rep"
+      done
+      python3 notes/measured/h100-2026-11-23f/sass_mix.py "$OUT"/ncu_bwd_*_sass.csv.gz > "$OUT/ncu_bwd_opcodes.txt" 2>&1
+      log "ncu_bwd opcodes: $OUT/ncu_bwd_opcodes.txt"
       ;;
     pack)
       # The device returns at most 8 files per call: fold every log of this call into one archive
