@@ -2,6 +2,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include "check.h"
+
 #include <sstream>
 
 namespace fa {
@@ -50,6 +52,13 @@ const GpuInfo& gpu_info() {
     return g;
   }();
   return info;
+}
+
+size_t smem_optin_bytes() {
+  int dev = 0, bytes = 0;
+  FA_CUDA_CHECK(cudaGetDevice(&dev));
+  FA_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  return size_t(bytes);
 }
 
 bool have_gpu() {

@@ -37,4 +37,9 @@ std::string gpu_skip_reason(int min_sm = 70);
 // The GPU was not compiled for: the build's CUDA architectures do not include this GPU's.
 std::string describe_gpu();
 
+// The dynamic shared memory one block may opt in to on the current device (227 KiB on an H100,
+// 163 KiB on an A100, 99 KiB on sm_86/89): what a launcher checks before it asks for more than
+// the default 48 KiB. Throws fa::Error on a CUDA failure, like every checked call.
+size_t smem_optin_bytes();
+
 }  // namespace fa

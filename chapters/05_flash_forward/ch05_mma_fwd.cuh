@@ -33,6 +33,7 @@
 
 #include "attention_tiles.cuh"
 #include "check.h"
+#include "gpu.h"
 #include "mma.cuh"
 
 namespace fa::fwd_mma {
@@ -67,14 +68,8 @@ struct SmemLayout {
 };
 static_assert(SmemLayout<256>::kBytes == 99 * 1024, "D = 256 is sized for sm_86/89's 99 KiB");
 
-// The dynamic shared memory one block may opt in to on the current device (227 KiB on an H100,
-// 163 KiB on an A100, 99 KiB on sm_86/89). Host code.
-inline size_t smem_optin_bytes() {
-  int dev = 0, bytes = 0;
-  FA_CUDA_CHECK(cudaGetDevice(&dev));
-  FA_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  return size_t(bytes);
-}
+// The dynamic shared memory one block may opt in to on the current device (gpu.h). Host code.
+using fa::smem_optin_bytes;
 
 // The single address function for shared tiles: cp.async writes and ldmatrix reads both use it.
 template <int D, class T>

@@ -27,6 +27,7 @@
 #include "ch06_preprocess.h"
 #include "check.h"
 #include "flash_bwd_tc.cuh"
+#include "gpu.h"
 #include "mma.cuh"
 #include "registry.h"
 
@@ -157,13 +158,8 @@ void launch(const fa::AttentionBwdArgs& a, cudaStream_t stream) {
   }
 }
 
-// The dynamic shared memory one block may opt in to on the current device.
-inline size_t smem_optin_bytes() {
-  int dev = 0, bytes = 0;
-  FA_CUDA_CHECK(cudaGetDevice(&dev));
-  FA_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  return size_t(bytes);
-}
+// The dynamic shared memory one block may opt in to on the current device (gpu.h).
+using fa::smem_optin_bytes;
 
 template <class Rung, int D>
 void run_head_dim(const fa::AttentionBwdArgs& a, cudaStream_t stream) {

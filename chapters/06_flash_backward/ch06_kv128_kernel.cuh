@@ -34,12 +34,12 @@ constexpr int kDqRowTiles = kRung >= 9 && D == 128 ? 2 : 1;
 template <int D, int kRung>
 constexpr int kDqRowWarps = kBr / (16 * kDqRowTiles<D, kRung>);  // warps along the rows
 template <int D, int kRung>
-constexpr int kDqWarpCols = D * kDqRowWarps<D, kRung> / kWarps;  // columns a warp adds
+constexpr int kDqWarpCols = D* kDqRowWarps<D, kRung> / kWarps;  // columns a warp adds
 // 32 columns where they divide the warp's share (D 64, 128), 16 where not (32, 96).
 template <int D, int kRung>
 constexpr int kDqChunk = kDqWarpCols<D, kRung> % 32 == 0 ? 32 : 16;
-static_assert(kDqWarpCols<128, 8> == 64 && kDqWarpCols<128, 9> == 32 &&
-                  kDqWarpCols<64, 9> == 32 && kDqChunk<96, 9> == 16 && kDqChunk<32, 4> == 16,
+static_assert(kDqWarpCols<128, 8> == 64 && kDqWarpCols<128, 9> == 32 && kDqWarpCols<64, 9> == 32 &&
+                  kDqChunk<96, 9> == 16 && kDqChunk<32, 4> == 16,
               "dQ warp tiles");
 
 // ---- v5: the addresses, computed once ------------------------------------------------------
@@ -177,9 +177,9 @@ __global__ void __launch_bounds__(kThreads, 1) kv128_kernel(Params p) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) dv[nt][e] = dk[nt][e] = 0.0f;
 
-  const int kr0 = warp * 16;                               // this warp's first key row in the tile
-  const int qr0 = (warp % kDqRowWarps<D, kRung>) * 16 * kDqRt;  // its first query row, for dQ,
-  const int dq0 = (warp / kDqRowWarps<D, kRung>) * kDqWc;       // and its first column of dQ
+  const int kr0 = warp * 16;  // this warp's first key row in the tile
+  const int qr0 = (warp % kDqRowWarps<D, kRung>)*16 * kDqRt;  // its first query row, for dQ,
+  const int dq0 = (warp / kDqRowWarps<D, kRung>)*kDqWc;       // and its first column of dQ
 
   // v5: the bases of every address in the loop. ldmatrix: K, V as A of S^T, dP^T (this warp's
   // rows); K as B of dQ (.trans, this warp's columns); Q, dO as B in both forms (buffer 0; a
@@ -277,8 +277,8 @@ __global__ void __launch_bounds__(kThreads, 1) kv128_kernel(Params p) {
           for (int nt = 0; nt < kNt; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e)
-              s[nt][e] = exp2_p<kRung>(
-                  fmaf(s[nt][e], p.scale_log2, -l_s[c0 + nt * 8 + 2 * t + (e & 1)]));
+              s[nt][e] =
+                  exp2_p<kRung>(fmaf(s[nt][e], p.scale_log2, -l_s[c0 + nt * 8 + 2 * t + (e & 1)]));
         }
       } else {  // v5, v6: the test inside the element loop
 #pragma unroll
