@@ -8,8 +8,6 @@
 // The map:
 //   kWarps .. kLdS   the tile and the shared-memory pitch of dS^T
 //   Params           what the kernel gets
-//   load_l2          L * log2(e), +inf for rows that see nothing
-//   store_rows       dK_j, dV_j out
 //   convert_dq_kernel  dQ = dQaccum * scale in the 16-bit dtype
 //   kv128_backward<Rung>  the host side: checks, the D preprocess, the two launches
 // Moving these pieces here from the rung files changed no instruction of the kernels (their PTX is
@@ -36,7 +34,9 @@ namespace {
 using fa::causal_last_key;
 using fa::ceil_div;
 using fa::bwd_tc::kPad;
+using fa::bwd_tc::load_l2;
 using fa::bwd_tc::load_tile_async;
+using fa::bwd_tc::store_rows;
 
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
@@ -72,32 +72,6 @@ constexpr int smem_bytes_tiles() {
 template <int D>
 constexpr int dkdv_smem_bytes() {
   return smem_bytes_tiles<D>() + 4 * kBr * int(sizeof(float)) + kBc * kLdS * 2;
-}
-
-// L in the form the loops want: L * log2(e), or +inf for a row that does not exist or sees no
-// key (L = -inf), which makes every P of that row exp2(finite - inf) = 0.
-__device__ __forceinline__ float load_l2(const float* lse, int64_t row, int64_t seq_q) {
-  if (row >= seq_q) return INFINITY;
-  const float l = lse[row];
-  return l == -INFINITY ? INFINITY : l * kLog2e;
-}
-
-// Store a 16 x D fp32 accumulator, times `mul`: rows r0 + g, r0 + g + 8 of a [seq, D] matrix.
-template <class T, int D>
-__device__ __forceinline__ void store_rows(T* out, const float (&acc)[D / 8][4], int64_t r0,
-                                           int64_t seq, float mul, int lane) {
-  const int g = lane >> 2, t = lane & 3;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int64_t row = r0 + g + 8 * h;
-    if (row >= seq) continue;
-    T* dst = out + row * int64_t(D) + 2 * t;
-#pragma unroll
-    for (int nt = 0; nt < D / 8; ++nt) {
-      *reinterpret_cast<uint32_t*>(dst + 8 * nt) =
-          fa::mma::pack2<T>(acc[nt][2 * h] * mul, acc[nt][2 * h + 1] * mul);
-    }
-  }
 }
 
 // ---- dQ = dQaccum * scale ------------------------------------------------------------------

@@ -1,5 +1,6 @@
-// flash_bwd_tc.cuh: the shared-memory tile loader, the fragment loaders and the exponential that
-// the tensor-core backward kernels (06/v2_mma to 06/v7) are built from. Device code only.
+// flash_bwd_tc.cuh: the shared-memory tile loader, the fragment loaders, the exponential, L in
+// log2 form and the write-out of a 16-row accumulator: what the tensor-core backward kernels
+// (06/v2_mma to 06/v9) are built from. Device code only.
 //
 // Shared-memory tiles are the padded tiles of common/attention_tiles.cuh (row-major
 // [rows][D + kPad] in the 16-bit dtype, the layout chapter 05's tensor-core forward uses): the
@@ -9,6 +10,7 @@
 // The fragment layouts are those of common/mma.cuh (g = lane / 4, t = lane % 4). Each loader
 // below is one ldmatrix.x4; lane l gives the row address of matrix i = l / 8, row r = l % 8.
 #pragma once
+#include <cmath>
 #include <cstdint>
 
 #include "attention_tiles.cuh"
@@ -124,6 +126,34 @@ __device__ __forceinline__ float ex2_ftz(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
+}
+
+// L in the form the loops want: L * log2(e), or +inf for a row that does not exist or sees no
+// key (L = -inf), which makes every P of that row exp2(finite - inf) = 0.
+__device__ __forceinline__ float load_l2(const float* lse, int64_t row, int64_t seq_q) {
+  constexpr float kLog2e = 1.4426950408889634f;
+  if (row >= seq_q) return INFINITY;
+  const float l = lse[row];
+  return l == -INFINITY ? INFINITY : l * kLog2e;
+}
+
+// Store a 16 x DC fp32 accumulator, times `mul`: rows r0 + g, r0 + g + 8 and columns
+// col0 .. col0 + DC - 1 of a [seq, D] matrix (DC = D, col0 = 0 unless the columns are split).
+template <class T, int D, int DC>
+__device__ __forceinline__ void store_rows(T* out, const float (&acc)[DC / 8][4], int64_t r0,
+                                           int col0, int64_t seq, float mul, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t row = r0 + g + 8 * h;
+    if (row >= seq) continue;
+    T* dst = out + row * int64_t(D) + col0 + 2 * t;
+#pragma unroll
+    for (int nt = 0; nt < DC / 8; ++nt) {
+      *reinterpret_cast<uint32_t*>(dst + 8 * nt) =
+          fa::mma::pack2<T>(acc[nt][2 * h] * mul, acc[nt][2 * h + 1] * mul);
+    }
+  }
 }
 
 }  // namespace fa::bwd_tc

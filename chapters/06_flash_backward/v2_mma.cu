@@ -107,8 +107,10 @@ using fa::bwd_tc::kPad;
 using fa::bwd_tc::load_a;
 using fa::bwd_tc::load_b_x;
 using fa::bwd_tc::load_b_xt;
+using fa::bwd_tc::load_l2;
 using fa::bwd_tc::load_tile_async;
 using fa::bwd_tc::mma_pair;
+using fa::bwd_tc::store_rows;
 
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
@@ -155,33 +157,6 @@ constexpr int dkdv_smem_bytes() {
 template <int D>
 constexpr int dq_smem_bytes() {
   return smem_bytes_tiles<D>();
-}
-
-// L in the form the loops want: L * log2(e), or +inf for a row that does not exist or sees no
-// key (L = -inf), which makes every P of that row exp2(finite - inf) = 0.
-__device__ __forceinline__ float load_l2(const float* lse, int64_t row, int64_t seq_q) {
-  if (row >= seq_q) return INFINITY;
-  const float l = lse[row];
-  return l == -INFINITY ? INFINITY : l * kLog2e;
-}
-
-// Store a 16 x DC fp32 accumulator, times `mul`: rows r0 + g, r0 + g + 8 and columns
-// col0 .. col0 + DC - 1 of a [seq, D] matrix (DC = D, col0 = 0 unless the columns are split).
-template <class T, int D, int DC>
-__device__ __forceinline__ void store_rows(T* out, const float (&acc)[DC / 8][4], int64_t r0,
-                                           int col0, int64_t seq, float mul, int lane) {
-  const int g = lane >> 2, t = lane & 3;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int64_t row = r0 + g + 8 * h;
-    if (row >= seq) continue;
-    T* dst = out + row * int64_t(D) + col0 + 2 * t;
-#pragma unroll
-    for (int nt = 0; nt < DC / 8; ++nt) {
-      *reinterpret_cast<uint32_t*>(dst + 8 * nt) =
-          fa::mma::pack2<T>(acc[nt][2 * h] * mul, acc[nt][2 * h + 1] * mul);
-    }
-  }
 }
 
 // ---- dK, dV --------------------------------------------------------------------------------

@@ -340,8 +340,8 @@ __global__ void __launch_bounds__(kThreads, 1) dkdv_kernel(Params p) {
   // Rows of keys that no query sees (causal) leave here with dK = dV = 0, as they must.
   T* dK = static_cast<T*>(p.dk) + bh * seq_k * D;
   T* dV = static_cast<T*>(p.dv) + bh * seq_k * D;
-  store_rows<T, D>(dK, dk, k0 + kr0, seq_k, p.scale, lane);
-  store_rows<T, D>(dV, dv, k0 + kr0, seq_k, 1.0f, lane);
+  store_rows<T, D, D>(dK, dk, k0 + kr0, 0, seq_k, p.scale, lane);
+  store_rows<T, D, D>(dV, dv, k0 + kr0, 0, seq_k, 1.0f, lane);
 }
 
 struct V4 {
