@@ -12,6 +12,7 @@
 //                 K and V through 32-bit shared addresses (v4 on; v3 keeps its own step)
 //   write_rows    one warp's rows out: a partial (m, l, o) per row, or O and L with one split
 //   merge_warps   v5, v6: the block's warps' states folded with chapter 02's merge, then written
+//   launch_warp_split   v3, v4's launcher: one warp per block and split, then v2's merge
 //   mma_split_forward   the host side: checks, then the dtype and head-dim dispatch
 //
 // The fragment layouts are mma.cuh's (m16n8k16): a lane holds rows g = lane / 4 and g + 8 and
@@ -30,6 +31,7 @@
 
 #include "../02_online_softmax/ch02_softmax_device.cuh"  // Stats, merge, rescale: the pair merge
 #include "attention_tiles.cuh"                           // padded tiles and their cp.async loader
+#include "ch08_parallel_merge.cuh"                       // v2's merge of the splits
 #include "ch08_split_kv.cuh"                             // Params, imin, kLn2
 #include "check.h"
 #include "mma.cuh"
@@ -369,6 +371,23 @@ __device__ __forceinline__ void merge_warps(const Params& p, const MmaTile& t, u
 
 inline bool aligned4(const void* ptr) {
   return reinterpret_cast<uintptr_t>(ptr) % 4 == 0;
+}
+
+// The launcher of the rungs whose block is one warp (v3, v4): plan the splits for kKeys-key steps
+// and the kernel's residency (smem bytes a block), launch, then v2's merge of the splits.
+template <class T, int D, class Kernel>
+void launch_warp_split(Kernel kernel, size_t smem, const fa::AttentionFwdArgs& a,
+                       cudaStream_t stream) {
+  const fa::ch08::SplitPlan plan =
+      fa::ch08::plan_split_kv(a.shape, kKeys, resident_blocks((const void*)kernel, kWarp, smem));
+  // The plan tiles group * seq_q rows by at most 16 (kMaxRows): one m16 tile per tile.
+  FA_REQUIRE(plan.row_tiles == fa::ceil_div(a.shape.group() * a.shape.seq_q, kTileRows),
+             "internal: the plan's row tiles and the kernel's m16 tiles disagree");
+  FA_UNSUPPORTED_IF(plan.blocks > 0x7fffffff, "more than 2^31 - 1 blocks");
+  const Params p = make_params(a, plan);
+  kernel<<<unsigned(plan.blocks), kWarp, smem, stream>>>(p);
+  FA_CHECK_LAUNCH();
+  launch_parallel_merge<T, D>(p, stream);
 }
 
 // The host side of every tensor-core rung: refuse what the kernels cannot take (with the rung's

@@ -223,18 +223,7 @@ struct Rung {
 
 template <class T, int D>
 void Rung::launch(const AttentionFwdArgs& a, cudaStream_t stream) {
-  using Lay = MmaLayout<D>;
-  auto kernel = mma_split_kernel<T, D>;
-  const fa::ch08::SplitPlan plan = fa::ch08::plan_split_kv(
-      a.shape, kKeys, resident_blocks((const void*)kernel, kWarp, Lay::kSmem));
-  // The plan tiles group * seq_q rows by at most 16 (kMaxRows): one m16 tile per tile.
-  FA_REQUIRE(plan.row_tiles == fa::ceil_div(a.shape.group() * a.shape.seq_q, kTileRows),
-             "internal: the plan's row tiles and the kernel's m16 tiles disagree");
-  FA_UNSUPPORTED_IF(plan.blocks > 0x7fffffff, "more than 2^31 - 1 blocks");
-  const Params p = make_params(a, plan);
-  kernel<<<unsigned(plan.blocks), kWarp, Lay::kSmem, stream>>>(p);
-  FA_CHECK_LAUNCH();
-  launch_parallel_merge<T, D>(p, stream);
+  launch_warp_split<T, D>(mma_split_kernel<T, D>, MmaLayout<D>::kSmem, a, stream);
 }
 
 }  // namespace
