@@ -3,9 +3,8 @@
 // in which every K or V fragment loaded from shared memory is used by all kM m16 tiles of the warp
 // (v4_two_mtiles_per_warp.cu's header says why). Each rung keeps its own tile struct (the idea
 // of a rung is in its tiles or its kernel) and passes it here as Tl, with the members
-//   kM (m16 tiles per warp), kBr, kBc (keys per step: S is kBc wide), kBcLoad (keys per K/V tile
-//   in shared memory: kBc, or 2 kBc from v7 on), kSTiles (= kBc / 8), kQInRegs, kQRegSlices,
-//   kUnrollK (how far the k16 loop of S = Q K^T is unrolled).
+//   kM (m16 tiles per warp), kBr, kBc, kSTiles (= kBc / 8), kQInRegs, kQRegSlices, kUnrollK
+//   (how far the k16 loop of S = Q K^T is unrolled).
 // Device code; the rest of what they use (Params, ex2_approx, q_lane_ptr, store_o_tile) is v2/v3's,
 // in ch05_mma_fwd.cuh.
 #pragma once
@@ -17,13 +16,13 @@
 
 namespace fa::fwd_mma {
 
-// The Q tile (Tl::kBr rows), then K and V double-buffered (Tl::kBcLoad rows each), padded rows of
+// The Q tile (Tl::kBr rows), then K and V double-buffered (Tl::kBc rows each), padded rows of
 // D + 8 elements (common/attention_tiles.cuh), 16-bit elements.
 template <class Tl, int D>
 struct SmemFor {
   static constexpr int kPitch = tiles::kPitch<D>;
   static constexpr int kQElems = Tl::kBr * kPitch;
-  static constexpr int kKVElems = Tl::kBcLoad * kPitch;  // one K (or V) buffer
+  static constexpr int kKVElems = Tl::kBc * kPitch;  // one K (or V) buffer
   static constexpr size_t kBytes = size_t(kQElems + 4 * kKVElems) * 2;
 };
 

@@ -1,13 +1,11 @@
-// ch05_mtiles_kernel.cuh: the kernel and the launcher of 05/v4 to 05/v7, which differ only in
-// their tiles (each rung file defines its Tiles struct) and, from v6 on, in two changes of code:
-// `kExactAlpha` (v6) and the `step` loop over a tile's kBcLoad / kBc steps (v7; with kBcLoad = kBc
-// it runs once). The rung files tell the story and hold the measurements; the pieces below the
-// kernel (S = Q K^T and O = alpha O + P V over kM m16 tiles, the shared-memory layout) are
-// ch05_mma_fwd_mtiles.cuh's, and Params, ex2_approx, q_lane_ptr and store_o_tile are v2/v3's
-// (ch05_mma_fwd.cuh). Moving the v4-v6 kernels here changed no instruction, nor did v7's step
-// loop: the PTX of each of those rungs' kernels is the same before and after (names, virtual
-// registers and anonymous-namespace tags normalised). Each including .cu file compiles its own
-// copy (anonymous namespace).
+// ch05_mtiles_kernel.cuh: the kernel and the launcher of 05/v4, 05/v5 and 05/v6, which differ only
+// in their tiles (each rung file defines its Tiles struct) and, from v6 on, in one change of code
+// marked `kExactAlpha` below. The rung files tell the story and hold the measurements; the pieces
+// below the kernel (S = Q K^T and O = alpha O + P V over kM m16 tiles, the shared-memory layout)
+// are ch05_mma_fwd_mtiles.cuh's, and Params, ex2_approx, q_lane_ptr and store_o_tile are v2/v3's
+// (ch05_mma_fwd.cuh). Moving the three kernels here changed no instruction: the PTX of each
+// rung's kernels is the same before and after (names, virtual registers and anonymous-namespace
+// tags normalised). Each including .cu file compiles its own copy (anonymous namespace).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -30,18 +28,15 @@ namespace {
 
 using namespace fwd_mma;
 
-// The kernel of 05/v4 to v7. Tl is the rung's tile struct: v4's and v5's differ in their members
-// only (v5: Bc = 32 at D 96 and 128); v6's sets kExactAlpha, v7's kBcLoad = 2 kBc.
+// The kernel of 05/v4, v5 and v6. Tl is the rung's tile struct: v4's and v5's differ in their
+// members only (v5: Bc = 32 at D 96 and 128); v6's sets kExactAlpha, the one change of code.
 template <class T, int D, class Tl>
-__global__ void __launch_bounds__(Tl::kThreads, 2) flash_fwd_mtiles_kernel(const Params p) {
+__global__ void __launch_bounds__(Tl::kThreads, 2) flash_fwd_v4to6_kernel(const Params p) {
   static_assert(D % 16 == 0, "head dim must be a multiple of 16 (k16 slices of Q K^T)");
   using Sm = SmemFor<Tl, D>;
   constexpr int kM = Tl::kM;
   constexpr int kBr = Tl::kBr;
-  constexpr int kBc = Tl::kBc;           // keys per step of the loop: S is kBc wide
-  constexpr int kBcLoad = Tl::kBcLoad;   // keys per K/V tile in shared memory (v7: 2 steps)
-  constexpr int kSteps = kBcLoad / kBc;  // steps per tile, one barrier per tile
-  static_assert(kBcLoad % kBc == 0, "a K/V tile is a whole number of steps");
+  constexpr int kBc = Tl::kBc;
   constexpr int kSTiles = Tl::kSTiles;
   constexpr bool kSkipRescale = Tl::kSkipRescale;  // v6, where it pays: Bc = 32
   constexpr int kOTiles = D / 8;
@@ -67,12 +62,11 @@ __global__ void __launch_bounds__(Tl::kThreads, 2) flash_fwd_mtiles_kernel(const
   const T* V = static_cast<const T*>(p.v) + bh * seq_k * D;
 
   // ---- How many K/V tiles this Q tile needs (as v3).
-  int64_t n_tiles = ceil_div(seq_k, kBcLoad);
+  int64_t n_tiles = ceil_div(seq_k, kBc);
   if (p.causal) {
     const int64_t last_row = (q0 + kBr < seq_q ? q0 + kBr : seq_q) - 1;
     const int64_t last_key = causal_last_key(last_row, seq_q, seq_k);
-    n_tiles =
-        last_key < 0 ? 0 : (last_key / kBcLoad + 1 < n_tiles ? last_key / kBcLoad + 1 : n_tiles);
+    n_tiles = last_key < 0 ? 0 : (last_key / kBc + 1 < n_tiles ? last_key / kBc + 1 : n_tiles);
   }
 
   // This thread's rows are g and g + 8 of each of the warp's kM m16 tiles: rows warp_row0 + 16 m +
@@ -94,8 +88,8 @@ __global__ void __launch_bounds__(Tl::kThreads, 2) flash_fwd_mtiles_kernel(const
   tiles::load_tile_async<D, kBr, Tl::kThreads>(sQ, Q, q0, seq_q, tid);
   mma::cp_async_commit();
   if (n_tiles > 0) {
-    tiles::load_tile_async<D, kBcLoad, Tl::kThreads>(sK, K, 0, seq_k, tid);
-    tiles::load_tile_async<D, kBcLoad, Tl::kThreads>(sV, V, 0, seq_k, tid);
+    tiles::load_tile_async<D, kBc, Tl::kThreads>(sK, K, 0, seq_k, tid);
+    tiles::load_tile_async<D, kBc, Tl::kThreads>(sV, V, 0, seq_k, tid);
   }
   mma::cp_async_commit();
   mma::cp_async_wait<0>();
@@ -152,102 +146,97 @@ __global__ void __launch_bounds__(Tl::kThreads, 2) flash_fwd_mtiles_kernel(const
     }
     if (j + 1 < n_tiles32) {
       const int nb = buf ^ 1;
-      tiles::load_tile_async<D, kBcLoad, Tl::kThreads>(sK + nb * Sm::kKVElems, K,
-                                                       int64_t(j + 1) * kBcLoad, seq_k, tid);
-      tiles::load_tile_async<D, kBcLoad, Tl::kThreads>(sV + nb * Sm::kKVElems, V,
-                                                       int64_t(j + 1) * kBcLoad, seq_k, tid);
+      tiles::load_tile_async<D, kBc, Tl::kThreads>(sK + nb * Sm::kKVElems, K, int64_t(j + 1) * kBc,
+                                                   seq_k, tid);
+      tiles::load_tile_async<D, kBc, Tl::kThreads>(sV + nb * Sm::kKVElems, V, int64_t(j + 1) * kBc,
+                                                   seq_k, tid);
       mma::cp_async_commit();
     }
-#pragma unroll
-    for (int step = 0; step < kSteps; ++step) {  // v7: the tile's kBc-key halves, no barrier
-      const int k0 = j * kBcLoad + step * kBc;
-      if (k0 > warp_max_key) break;  // no row of this warp sees any key of this step or the next
-      const uint32_t step_bytes = buf * kKVBytes + step * kBc * kRowBytes;
+    const int k0 = j * kBc;
+    if (k0 > warp_max_key) continue;  // no row of this warp sees any key of tile j
 
-      // ---- (1) S = Q K_j^T: 32 x Bc per warp (kM m16 tiles).
-      float s[kM][kSTiles][4];
-      compute_s_m<T, D, Tl>(s, q_frag, q_addr, k_addr0 + step_bytes);
+    // ---- (1) S = Q K_j^T: 32 x Bc per warp (kM m16 tiles).
+    float s[kM][kSTiles][4];
+    compute_s_m<T, D, Tl>(s, q_frag, q_addr, k_addr0 + buf * kKVBytes);
 
-      if (p.scale_log2 < 0.0f) {  // negative scale: c * s = |c| * (-s) (v3's idea 1)
+    if (p.scale_log2 < 0.0f) {  // negative scale: c * s = |c| * (-s) (v3's idea 1)
 #pragma unroll
-        for (int m = 0; m < kM; ++m)
+      for (int m = 0; m < kM; ++m)
 #pragma unroll
-          for (int nt = 0; nt < kSTiles; ++nt)
+        for (int nt = 0; nt < kSTiles; ++nt)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) s[m][nt][e] = -s[m][nt][e];
-      }
+          for (int e = 0; e < 4; ++e) s[m][nt][e] = -s[m][nt][e];
+    }
 
-      // ---- (2) Mask, on the tiles at the ragged end or across the diagonal only.
-      if (k0 + kBc - 1 > warp_last_key) {
-#pragma unroll
-        for (int m = 0; m < kM; ++m) {
-          int lim[2];  // last visible key of each row, relative to k0, clamped to [-1, kBc]
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            // In 32 bits (the launcher keeps lengths below 2^31 - 256): causal_last_key's
-            // row + seq_k - seq_q, capped at the last key.
-            const int row = int(warp_row0) + 16 * m + g + 8 * h;
-            int lk = int(p.seq_k) - 1;
-            if (p.causal) lk = min(lk, row + int(p.seq_k - p.seq_q));
-            const int r = lk - k0;
-            lim[h] = r < -1 ? -1 : (r > kBc ? kBc : r);
-          }
-#pragma unroll
-          for (int nt = 0; nt < kSTiles; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const int col = nt * 8 + 2 * t + (e & 1);
-              if (col > lim[e >> 1]) s[m][nt][e] = kNegInf;
-            }
-        }
-      }
-
-      // ---- (3) Online softmax, v3's, for each m16 tile.
-      const float c = fabsf(p.scale_log2);
-      float alpha[kM][2];
-      bool rescale[kM];  // v6 only
+    // ---- (2) Mask, on the tiles at the ragged end or across the diagonal only.
+    if (k0 + kBc - 1 > warp_last_key) {
 #pragma unroll
       for (int m = 0; m < kM; ++m) {
-        float m_new[2] = {m_run[m][0], m_run[m][1]};
-#pragma unroll
-        for (int nt = 0; nt < kSTiles; ++nt) {
-          m_new[0] = fmaxf(m_new[0], fmaxf(s[m][nt][0], s[m][nt][1]));
-          m_new[1] = fmaxf(m_new[1], fmaxf(s[m][nt][2], s[m][nt][3]));
-        }
-        float base[2];
+        int lim[2];  // last visible key of each row, relative to k0, clamped to [-1, kBc]
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          m_new[h] = fmaxf(m_new[h], __shfl_xor_sync(0xffffffffu, m_new[h], 1));
-          m_new[h] = fmaxf(m_new[h], __shfl_xor_sync(0xffffffffu, m_new[h], 2));
-          base[h] = m_new[h] == kNegInf ? 0.0f : m_new[h] * c;
-          if constexpr (Tl::kExactAlpha)  // v6: an unmoved max gives alpha = 1 exactly
-            alpha[m][h] =
-                m_new[h] == m_run[m][h] ? 1.0f : ex2_approx(fmaf(m_run[m][h], c, -base[h]));
-          else
-            alpha[m][h] = ex2_approx(fmaf(m_run[m][h], c, -base[h]));
-          m_run[m][h] = m_new[h];
-          l_run[m][h] *= alpha[m][h];
+          // In 32 bits (the launcher keeps lengths below 2^31 - 256): causal_last_key's
+          // row + seq_k - seq_q, capped at the last key.
+          const int row = int(warp_row0) + 16 * m + g + 8 * h;
+          int lk = int(p.seq_k) - 1;
+          if (p.causal) lk = min(lk, row + int(p.seq_k - p.seq_q));
+          const int r = lk - k0;
+          lim[h] = r < -1 ? -1 : (r > kBc ? kBc : r);
         }
-        if constexpr (Tl::kExactAlpha)
-          rescale[m] =
-              !kSkipRescale || __any_sync(0xffffffffu, alpha[m][0] != 1.0f || alpha[m][1] != 1.0f);
 #pragma unroll
-        for (int nt = 0; nt < kSTiles; ++nt) {
-          s[m][nt][0] = ex2_approx(fmaf(s[m][nt][0], c, -base[0]));
-          s[m][nt][1] = ex2_approx(fmaf(s[m][nt][1], c, -base[0]));
-          s[m][nt][2] = ex2_approx(fmaf(s[m][nt][2], c, -base[1]));
-          s[m][nt][3] = ex2_approx(fmaf(s[m][nt][3], c, -base[1]));
-          l_run[m][0] += s[m][nt][0] + s[m][nt][1];
-          l_run[m][1] += s[m][nt][2] + s[m][nt][3];
-        }
+        for (int nt = 0; nt < kSTiles; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int col = nt * 8 + 2 * t + (e & 1);
+            if (col > lim[e >> 1]) s[m][nt][e] = kNegInf;
+          }
       }
+    }
 
-      // ---- (4) O = alpha * O + P V_j.
+    // ---- (3) Online softmax, v3's, for each m16 tile.
+    const float c = fabsf(p.scale_log2);
+    float alpha[kM][2];
+    bool rescale[kM];  // v6 only
+#pragma unroll
+    for (int m = 0; m < kM; ++m) {
+      float m_new[2] = {m_run[m][0], m_run[m][1]};
+#pragma unroll
+      for (int nt = 0; nt < kSTiles; ++nt) {
+        m_new[0] = fmaxf(m_new[0], fmaxf(s[m][nt][0], s[m][nt][1]));
+        m_new[1] = fmaxf(m_new[1], fmaxf(s[m][nt][2], s[m][nt][3]));
+      }
+      float base[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        m_new[h] = fmaxf(m_new[h], __shfl_xor_sync(0xffffffffu, m_new[h], 1));
+        m_new[h] = fmaxf(m_new[h], __shfl_xor_sync(0xffffffffu, m_new[h], 2));
+        base[h] = m_new[h] == kNegInf ? 0.0f : m_new[h] * c;
+        if constexpr (Tl::kExactAlpha)  // v6: an unmoved max gives alpha = 1 exactly
+          alpha[m][h] = m_new[h] == m_run[m][h] ? 1.0f : ex2_approx(fmaf(m_run[m][h], c, -base[h]));
+        else
+          alpha[m][h] = ex2_approx(fmaf(m_run[m][h], c, -base[h]));
+        m_run[m][h] = m_new[h];
+        l_run[m][h] *= alpha[m][h];
+      }
       if constexpr (Tl::kExactAlpha)
-        rescale_o_add_pv_m<T, D, Tl>(o_acc, s, alpha, rescale, v_addr0 + step_bytes);
-      else
-        rescale_o_add_pv_m<T, D, Tl>(o_acc, s, alpha, v_addr0 + step_bytes);
-    }  // step
+        rescale[m] =
+            !kSkipRescale || __any_sync(0xffffffffu, alpha[m][0] != 1.0f || alpha[m][1] != 1.0f);
+#pragma unroll
+      for (int nt = 0; nt < kSTiles; ++nt) {
+        s[m][nt][0] = ex2_approx(fmaf(s[m][nt][0], c, -base[0]));
+        s[m][nt][1] = ex2_approx(fmaf(s[m][nt][1], c, -base[0]));
+        s[m][nt][2] = ex2_approx(fmaf(s[m][nt][2], c, -base[1]));
+        s[m][nt][3] = ex2_approx(fmaf(s[m][nt][3], c, -base[1]));
+        l_run[m][0] += s[m][nt][0] + s[m][nt][1];
+        l_run[m][1] += s[m][nt][2] + s[m][nt][3];
+      }
+    }
+
+    // ---- (4) O = alpha * O + P V_j.
+    if constexpr (Tl::kExactAlpha)
+      rescale_o_add_pv_m<T, D, Tl>(o_acc, s, alpha, rescale, v_addr0 + buf * kKVBytes);
+    else
+      rescale_o_add_pv_m<T, D, Tl>(o_acc, s, alpha, v_addr0 + buf * kKVBytes);
   }
 
   // ---- Epilogue: per m16 tile, v3's (O through the tile's own 16 rows of sQ, then L).
@@ -305,7 +294,7 @@ void launch(const AttentionFwdArgs& a, cudaStream_t stream) {
   FA_UNSUPPORTED_IF(smem > smem_optin_bytes(),
                     name + ": head_dim " + std::to_string(D) + " needs " + std::to_string(smem) +
                         " bytes of shared memory per block, more than this GPU allows");
-  auto kernel = flash_fwd_mtiles_kernel<T, D, Tl>;
+  auto kernel = flash_fwd_v4to6_kernel<T, D, Tl>;
   FA_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   FA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,

@@ -54,7 +54,7 @@
 // The code: this file holds v4's tiles (TilesV4); the kernel and launcher, shared with v5 and v6,
 // are ch05_mtiles_kernel.cuh's, and the matmuls ch05_mma_fwd_mtiles.cuh's.
 
-#include "ch05_mtiles_kernel.cuh"  // the kernel and launcher of v4-v7, given this rung's tiles
+#include "ch05_mtiles_kernel.cuh"  // the kernel and launcher of v4-v6, given this rung's tiles
 #include "registry.h"
 
 namespace fa {
@@ -69,7 +69,6 @@ struct TilesV4 {
   static constexpr int kRowsPerWarp = 16 * kM;
   static constexpr int kBr = Tiles<D>::kBr;  // 128 (D <= 128) or 64: v3's, so is the smem layout
   static constexpr int kBc = Tiles<D>::kBc;
-  static constexpr int kBcLoad = kBc;  // one step per K/V tile (v7 loads two)
   static constexpr int kSTiles = kBc / 8;
   static constexpr bool kQInRegs = kM * D <= 128;  // 32 rows x D x 2 B / 32 lanes <= 32 regs
   static constexpr int kQRegSlices = kQInRegs ? D / 16 : 1;

@@ -38,7 +38,7 @@
 // launcher, shared with v4 and v5, are ch05_mtiles_kernel.cuh's, where kExactAlpha marks this
 // rung's change.
 
-#include "ch05_mtiles_kernel.cuh"  // the kernel and launcher of v4-v7, given this rung's tiles
+#include "ch05_mtiles_kernel.cuh"  // the kernel and launcher of v4-v6, given this rung's tiles
 #include "registry.h"
 
 namespace fa {
@@ -53,7 +53,6 @@ struct TilesV6 {
   static constexpr int kRowsPerWarp = 16 * kM;
   static constexpr int kBr = Tiles<D>::kBr;  // 128 (D <= 128) or 64: v3's, so is the smem layout
   static constexpr int kBc = (D == 96 || D == 128) ? 32 : Tiles<D>::kBc;
-  static constexpr int kBcLoad = kBc;  // one step per K/V tile (v7 loads two)
   static constexpr int kSTiles = kBc / 8;
   // The skip pays where the rescale is as many instructions as the MMAs: Bc = 32 (header).
   static constexpr bool kSkipRescale = kBc <= 32;
