@@ -2,11 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <iomanip>
 #include <iostream>
 #include <limits>
-#include <mutex>
 #include <sstream>
 
 #include "buffer.h"
@@ -14,6 +12,7 @@
 #include "device_fill.h"
 #include "check.h"
 #include "gpu.h"
+#include "last_reference.h"
 #include "reference.h"
 
 namespace fa {
@@ -404,26 +403,7 @@ std::vector<int64_t> rows_to_check(const AttentionShape& s, double budget) {
 
 constexpr double kRefBudget = 4e9;  // multiply-adds the CPU reference may spend per check
 
-// ---- One reference per set of inputs ----------------------------------------------------------
-// A chapter program checks every kernel of its ladder on the same inputs (one seed, shape and
-// dtype), so every kernel is compared with the same float64 reference. At N = 4096, D = 128 that
-// reference takes seconds per checked head, and computing it again for each of a dozen kernels
-// was most of a chapter run. So the last reference computed is kept, with a copy of everything it
-// was computed from, and reused only when a new check's inputs are the same bytes.
-struct RefInputs {
-  std::string scalars;                   // shape, mask, scale, dtype, checked heads and rows
-  std::vector<std::vector<float>> data;  // the host copies of the tensors the reference reads
-
-  bool same_as(const RefInputs& o) const {
-    if (scalars != o.scalars || data.size() != o.data.size()) return false;
-    for (size_t i = 0; i < data.size(); ++i)
-      if (data[i].size() != o.data[i].size() ||
-          std::memcmp(data[i].data(), o.data[i].data(), data[i].size() * sizeof(float)) != 0)
-        return false;
-    return true;
-  }
-};
-
+// ---- One reference per set of inputs (last_reference.h says why) -----------------------------
 RefInputs ref_inputs(const AttentionShape& s, DType t, const std::vector<int64_t>& heads,
                      const std::vector<int64_t>& rows, const AttentionInputs& in) {
   std::ostringstream os;
@@ -435,29 +415,6 @@ RefInputs ref_inputs(const AttentionShape& s, DType t, const std::vector<int64_t
   os << (in.sliced ? " sliced" : " whole");
   return {os.str(), {in.hq, in.hk, in.hv, in.hdo}};
 }
-
-// The last reference of one kind (forward or backward) and the inputs it came from.
-template <class Refs>
-class LastReference {
- public:
-  template <class Compute>
-  Refs get(RefInputs key, Compute compute) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (!valid_ || !key.same_as(key_)) {
-      valid_ = false;  // stays false if compute() throws
-      refs_ = compute();
-      key_ = std::move(key);
-      valid_ = true;
-    }
-    return refs_;
-  }
-
- private:
-  std::mutex mutex_;
-  bool valid_ = false;
-  RefInputs key_;
-  Refs refs_;
-};
 
 // The forward's reference of the checked heads and rows, head after head: float64 O and L, and
 // (for fp16/bf16) the same-precision naive O and L that set the tolerance.

@@ -4,11 +4,13 @@
 
 #include <cmath>
 #include <limits>
+#include <stdexcept>
 #include <vector>
 
 #include "cli.h"
 #include "compare.h"
 #include "dtype.h"
+#include "last_reference.h"
 #include "random.h"
 #include "registry.h"
 
@@ -116,6 +118,48 @@ TEST(Registry, EveryRegisteredNameHasAChapterPrefix) {
   check(fa::entry_names<fa::AttentionFwdKernel>());
   check(fa::entry_names<fa::AttentionBwdKernel>());
   EXPECT_NE(fa::find_entry<fa::GemmKernel>("ref/cublas"), nullptr);
+}
+
+// The reference kept across a ladder's kernels (last_reference.h) is reused only for the same
+// inputs: any changed scalar or input byte computes it again, and a failed computation is not kept.
+TEST(LastReference, ReusedOnlyForTheSameBytes) {
+  fa::LastReference<std::vector<double>> last;
+  int computed = 0;
+  auto reference_of = [&](const fa::RefInputs& in) {
+    return last.get(in, [&] {
+      ++computed;
+      return std::vector<double>{double(in.data[0][0]), double(in.scalars.size())};
+    });
+  };
+  const fa::RefInputs a{"B1 H2 N17 causal 1 bf16", {{1.0f, 2.0f}, {3.0f}}};
+  EXPECT_EQ(reference_of(a), (std::vector<double>{1.0, 23.0}));
+  EXPECT_EQ(reference_of(a), (std::vector<double>{1.0, 23.0}));
+  EXPECT_EQ(computed, 1) << "the same inputs must reuse the reference";
+
+  fa::RefInputs b = a;
+  b.data[1][0] = std::nextafter(3.0f, 4.0f);  // one bit of one input
+  reference_of(b);
+  EXPECT_EQ(computed, 2);
+  fa::RefInputs c = b;
+  c.scalars = "B1 H2 N17 causal 0 bf16";  // the mask
+  reference_of(c);
+  EXPECT_EQ(computed, 3);
+  fa::RefInputs d = c;
+  d.data[0].push_back(0.0f);  // a longer tensor
+  reference_of(d);
+  EXPECT_EQ(computed, 4);
+  d.data[0][0] = 0.0f;
+  reference_of(d);
+  EXPECT_EQ(computed, 5);
+  fa::RefInputs e = d;
+  e.data[0][0] = -0.0f;  // equal to 0.0 as a float, not as bytes
+  reference_of(e);
+  EXPECT_EQ(computed, 6);
+
+  EXPECT_THROW(last.get(a, []() -> std::vector<double> { throw std::runtime_error("x"); }),
+               std::runtime_error);
+  reference_of(e);  // the failed computation left nothing behind to reuse
+  EXPECT_EQ(computed, 7);
 }
 
 }  // namespace
