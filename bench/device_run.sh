@@ -6,8 +6,14 @@
 #   bash bench/device_run.sh tour bench sdpa     # second call, while the machine is warm
 #
 # Stages: build, test, testlong, tour, bench, benchquick, sdpa, memdemo, sanitize, mystery, ch07,
-# python, ncu_decode, ncu_bwd, pack (fold the logs into one archive: the device returns at most 8
-# files).
+# python, ncu_decode, ncu_bwd, rung (one kernel version end to end: RUNG=name [BASE=name]), pack
+# (fold the logs into one archive: the device returns at most 8 files).
+#
+# LIMIT=seconds gives the whole call a budget: each stage runs under `timeout` with what is left,
+# so a stage that hangs or runs long costs its own logs only, and a final `pack` still runs (it is
+# never cut). Without LIMIT the stages run unbounded.
+#   LIMIT=540 RUNG=06/v10_fa2_warp_layout BASE=06/v9_dq_two_mtiles \
+#     bash bench/device_run.sh build rung ncu_bwd pack
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}
@@ -20,6 +26,24 @@ JOBS=${JOBS:-$(nproc)}
 # on the decode shapes only (attn_decode/08/...), never under attn_fwd/.
 FULL_FILTER='ceiling|softmax|transpose|gemm|attn_fwd/0[57]/|attn_bwd/0[67]/|attn_decode/0[578]/|bwd_preprocess'
 log() { echo "[$(date +%H:%M:%S)] $*" | tee -a "$OUT/steps.log"; }
+
+# With LIMIT: run each stage in its own process under `timeout` (FA_STAGE_CHILD marks the child).
+if [[ -n "${LIMIT:-}" && -z "${FA_STAGE_CHILD:-}" ]]; then
+  start=$(date +%s)
+  for stage in "$@"; do
+    left=$((LIMIT - ($(date +%s) - start)))
+    if [[ "$stage" == pack ]]; then
+      FA_STAGE_CHILD=1 bash "$0" pack
+    elif ((left < 10)); then
+      log "skip $stage: the budget of $LIMIT s is spent"
+    else
+      FA_STAGE_CHILD=1 timeout "$left" bash "$0" "$stage"
+      rc=$?
+      ((rc == 124)) && log "$stage stopped by the budget (LIMIT=$LIMIT s) after $left s"
+    fi
+  done
+  exit 0
+fi
 
 for stage in "$@"; do
   case "$stage" in
@@ -161,6 +185,35 @@ for stage in "$@"; do
       done
       python3 notes/measured/h100-2026-11-23f/sass_mix.py "$OUT"/ncu_bwd_*_sass.csv.gz > "$OUT/ncu_bwd_opcodes.txt" 2>&1
       log "ncu_bwd opcodes: $OUT/ncu_bwd_opcodes.txt"
+      ;;
+    rung)
+      # One kernel version end to end, after `build`: RUNG (a registered name), BASE (optional,
+      # the version it improves on). Its GPU tests (default label), compute-sanitizer on it (the
+      # sanitize label, FA_SANITIZE_ONLY), fa_bench of RUNG and BASE at bf16 on the protocol
+      # shapes, and PyTorch SDPA timed on the same shapes in the same call.
+      : "${RUNG:?set RUNG to a registered kernel name, e.g. RUNG=06/v9_dq_two_mtiles}"
+      case "$RUNG" in 06/*) P=attn_bwd ;; 08/*) P=attn_decode ;; *) P=attn_fwd ;; esac
+      T=${RUNG//\//_}
+      log "rung $RUNG: ctest -R $T"
+      ctest --test-dir "$BUILD" -R "$T" -LE "long|sanitize" -j "$JOBS" --output-on-failure \
+        --timeout 900 > "$OUT/rung_ctest.log" 2>&1
+      log "rung ctest rc=$? $(grep -E 'tests passed|tests failed' "$OUT/rung_ctest.log")"
+      FA_SANITIZE_ONLY="$RUNG" ctest --test-dir "$BUILD" -L sanitize --output-on-failure \
+        --timeout 900 > "$OUT/rung_sanitize.log" 2>&1
+      log "rung sanitize rc=$? $(grep -E 'tests passed|tests failed' "$OUT/rung_sanitize.log")"
+      F="$P/(${RUNG}${BASE:+|$BASE})/bf16/"
+      [[ $P == attn_decode ]] && F="ceiling/copy|$F"  # the copy ceiling its GB/s are read against
+      "$BUILD/bin/fa_bench" --benchmark_filter="$F" \
+        --benchmark_out="$OUT/rung_bench.json" --benchmark_out_format=json > "$OUT/rung_bench.log" 2>&1
+      log "rung fa_bench rc=$?"
+      if [[ $P == attn_decode ]]; then
+        PYTHONUNBUFFERED=1 python3 bench/compare_decode.py "$OUT/rung_bench.json" --out "$OUT" \
+          > "$OUT/rung_sdpa.log" 2>&1
+      else
+        PYTHONUNBUFFERED=1 python3 bench/compare_sdpa.py "$OUT/rung_bench.json" --out "$OUT" \
+          > "$OUT/rung_sdpa.log" 2>&1
+      fi
+      log "rung sdpa rc=$?"; grep -E "^\|" "$OUT/rung_sdpa.log" | head -40
       ;;
     pack)
       # The device returns at most 8 files per call: fold every log of this call into one archive
