@@ -142,22 +142,31 @@ for stage in "$@"; do
     ncu_decode)
       # The GQA decode shape (B 8, H 32, H_kv 8, seq_k 32768, bf16, D 128) in Nsight Compute: our
       # best split kernel (08/v6) and FlashAttention-2's, with the same DRAM and L2 counters, for
-      # the comparison notes/08_decoding.md ("Five percent short") asks for. After `build`.
+      # the comparison notes/08_decoding.md ("Five percent short") asks for. The source page of
+      # each (per SASS instruction: L2 sectors asked for, and how many more than ideal) is saved as
+      # CSV, gzipped, to say which of our loads make the 1.5x L2 lookups. After `build`.
       M=dram__bytes_read.sum.per_second,dram__sectors_read.sum,lts__t_sectors_srcunit_tex_op_read.sum
       M=$M,lts__t_sectors_srcunit_tex_op_read_lookup_hit.sum,smsp__inst_executed.sum
       M=$M,smsp__average_warp_latency_issue_stalled_long_scoreboard.ratio
       M=$M,smsp__average_warp_latency_issue_stalled_barrier.ratio
       SECTIONS="--section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats"
+      SECTIONS="$SECTIONS --section SourceCounters"
       log "ncu_decode: 08/v6_l2_prefetch"
-      ncu $SECTIONS --metrics "$M" -k regex:split_kernel -s 2 -c 1 "$BUILD/bin/fa_bench" \
-        --benchmark_filter='attn_decode/08/v6_l2_prefetch/bf16/D128/B8_H32_Hkv8/' > "$OUT/ncu_decode_ours.txt" 2>&1
+      ncu $SECTIONS --metrics "$M" -k regex:split_kernel -s 2 -c 1 -o "$OUT/ncu_decode_ours" "$BUILD/bin/fa_bench" \
+        --benchmark_filter='attn_decode/08/v6_l2_prefetch/bf16/D128/B8_H32_Hkv8/' > /dev/null 2>&1
       log "ncu_decode ours rc=$?"
       log "ncu_decode: FlashAttention-2 (PyTorch SDPA)"
       # The split kernel only: "splitkv" alone also matches flash_fwd_splitkv_combine_kernel (the
       # merge), which is what the first run of this stage profiled (notes/08, sixth session).
-      ncu $SECTIONS --metrics "$M" -k regex:flash_fwd_splitkv_kernel -s 1 -c 1 python3 bench/profile_sdpa.py decode 8 32 8 32768 \
-        > "$OUT/ncu_decode_fa2.txt" 2>&1
+      ncu $SECTIONS --metrics "$M" -k regex:flash_fwd_splitkv_kernel -s 1 -c 1 -o "$OUT/ncu_decode_fa2" \
+        python3 bench/profile_sdpa.py decode 8 32 8 32768 > /dev/null 2>&1
       log "ncu_decode fa2 rc=$?"
+      for w in ours fa2; do
+        ncu -i "$OUT/ncu_decode_$w.ncu-rep" > "$OUT/ncu_decode_$w.txt" 2>&1
+        ncu -i "$OUT/ncu_decode_$w.ncu-rep" --page source --csv --print-source sass 2>/dev/null |
+          gzip > "$OUT/ncu_decode_${w}_sass.csv.gz"
+        rm -f "$OUT/ncu_decode_$w.ncu-rep"
+      done
       ;;
     ncu_bwd)
       # The backward's dK/dV kernel at bf16 D 128 N 8192 (B 2, H 16, non-causal) in Nsight Compute,
