@@ -7,9 +7,8 @@
 //
 // The map:
 //   kWarps .. kLdS   the tile and the shared-memory pitch of dS^T
-//   Params           what the kernel gets
-//   convert_dq_kernel  dQ = dQaccum * scale in the 16-bit dtype
 //   kv128_backward<Rung>  the host side: checks, the D preprocess, the two launches
+// (Params and convert_dq_kernel, the same as 06/v3's, are ch06_atomic_dq.cuh's.)
 // Moving these pieces here from the rung files changed no instruction of the kernels (their PTX is
 // the same before and after, virtual register names and anonymous-namespace tags normalised).
 #pragma once
@@ -22,6 +21,7 @@
 #include <cstdint>
 #include <string>
 
+#include "ch06_atomic_dq.cuh"  // Params, convert_dq_kernel
 #include "ch06_preprocess.h"
 #include "check.h"
 #include "flash_bwd_tc.cuh"
@@ -46,23 +46,6 @@ constexpr float kLog2e = 1.4426950408889634f;
 constexpr int kLdS = kBr + kPad;  // row of the dS^T tile: kBr queries + padding
 static_assert(kBc == kWarps * 16, "one warp per 16 keys");
 
-struct Params {
-  const void* q;
-  const void* k;
-  const void* v;
-  const void* dout;
-  const float* lse;
-  const float* delta;
-  float* dq_accum;  // fp32 [batch * heads][seq_q][D], zero on entry (the caller's workspace)
-  void* dk;
-  void* dv;
-  int64_t seq_q, seq_k;
-  int64_t n_tiles;   // key tiles per (batch, head)
-  float scale;       // softmax scale
-  float scale_log2;  // scale * log2(e): P = exp2(S * scale_log2 - L * log2(e))
-  bool causal;
-};
-
 // Shared memory: K_j, V_j (kBc rows) | Q_i x2 | dO_i x2 (kBr rows) | L_i*log2(e) x2 | D_i x2 |
 // dS^T (kBc keys x kBr queries). 59 / 91 / 123 / 155 KiB at D = 32 / 64 / 96 / 128.
 template <int D>
@@ -72,21 +55,6 @@ constexpr int smem_bytes_tiles() {
 template <int D>
 constexpr int dkdv_smem_bytes() {
   return smem_bytes_tiles<D>() + 4 * kBr * int(sizeof(float)) + kBc * kLdS * 2;
-}
-
-// ---- dQ = dQaccum * scale ------------------------------------------------------------------
-// n4 = elements / 4 (every D here is a multiple of 16); 16-byte loads, 8-byte stores.
-template <class T>
-__global__ void convert_dq_kernel(const float* __restrict__ acc, T* __restrict__ dq, int64_t n4,
-                                  float scale) {
-  for (int64_t x = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; x < n4;
-       x += int64_t(gridDim.x) * blockDim.x) {
-    const float4 v = reinterpret_cast<const float4*>(acc)[x];
-    uint2 out;
-    out.x = fa::mma::pack2<T>(v.x * scale, v.y * scale);
-    out.y = fa::mma::pack2<T>(v.z * scale, v.w * scale);
-    reinterpret_cast<uint2*>(dq)[x] = out;
-  }
 }
 
 // ---- the host side -------------------------------------------------------------------------

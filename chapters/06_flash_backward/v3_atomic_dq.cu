@@ -100,6 +100,7 @@
 #include <cstdint>
 #include <string>
 
+#include "ch06_atomic_dq.cuh"  // Params, convert_dq_kernel
 #include "ch06_preprocess.h"
 #include "check.h"
 #include "flash_bwd_tc.cuh"
@@ -142,23 +143,6 @@ static_assert(kAccCols<256> == 128 && kColSplits<256> == 2 && kColSplits<128> ==
 // Columns of the partial dQ held in registers at a time (16 x kDqCols per warp) before their
 // atomics: 32 divides every kAccCols (32, 64, 96, 128).
 constexpr int kDqCols = 32;
-
-struct Params {
-  const void* q;
-  const void* k;
-  const void* v;
-  const void* dout;
-  const float* lse;
-  const float* delta;
-  float* dq_accum;  // fp32 [batch * heads][seq_q][D], zero on entry (the caller's workspace)
-  void* dk;
-  void* dv;
-  int64_t seq_q, seq_k;
-  int64_t n_tiles;   // key tiles per (batch, head)
-  float scale;       // softmax scale
-  float scale_log2;  // scale * log2(e): P = exp2(S * scale_log2 - L * log2(e))
-  bool causal;
-};
 
 template <int D>
 constexpr int smem_bytes_tiles() {
@@ -422,21 +406,6 @@ __global__ void __launch_bounds__(kThreads, 2) dkdv_kernel(Params p) {
   T* dV = static_cast<T*>(p.dv) + bh * seq_k * D;
   store_rows<T, D, kDC>(dK, dk, k0 + kr0, col0, seq_k, p.scale, lane);
   store_rows<T, D, kDC>(dV, dv, k0 + kr0, col0, seq_k, 1.0f, lane);
-}
-
-// ---- dQ = dQaccum * scale ------------------------------------------------------------------
-// n4 = elements / 4 (every D here is a multiple of 16); 16-byte loads, 8-byte stores.
-template <class T>
-__global__ void convert_dq_kernel(const float* __restrict__ acc, T* __restrict__ dq, int64_t n4,
-                                  float scale) {
-  for (int64_t x = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; x < n4;
-       x += int64_t(gridDim.x) * blockDim.x) {
-    const float4 v = reinterpret_cast<const float4*>(acc)[x];
-    uint2 out;
-    out.x = fa::mma::pack2<T>(v.x * scale, v.y * scale);
-    out.y = fa::mma::pack2<T>(v.z * scale, v.w * scale);
-    reinterpret_cast<uint2*>(dq)[x] = out;
-  }
 }
 
 // ---- launcher ------------------------------------------------------------------------------
