@@ -141,19 +141,20 @@ for stage in "$@"; do
       ;;
     ncu_decode)
       # The GQA decode shape (B 8, H 32, H_kv 8, seq_k 32768, bf16, D 128) in Nsight Compute: our
-      # best split kernel (08/v6) and FlashAttention-2's, with the same DRAM and L2 counters, for
-      # the comparison notes/08_decoding.md ("Five percent short") asks for. The source page of
-      # each (per SASS instruction: L2 sectors asked for, and how many more than ideal) is saved as
-      # CSV, gzipped, to say which of our loads make the 1.5x L2 lookups. After `build`.
+      # split kernel (DECODE_KERNEL, default 08/v7_swizzled_ring) and FlashAttention-2's, with the
+      # same DRAM and L2 counters, for the comparison notes/08_decoding.md ("Five percent short")
+      # asks for. The source page of each (per SASS instruction: L2 sectors and shared-memory
+      # wavefronts asked for, and the ideal counts) is saved as CSV, gzipped. After `build`.
+      K=${DECODE_KERNEL:-08/v7_swizzled_ring}
       M=dram__bytes_read.sum.per_second,dram__sectors_read.sum,lts__t_sectors_srcunit_tex_op_read.sum
       M=$M,lts__t_sectors_srcunit_tex_op_read_lookup_hit.sum,smsp__inst_executed.sum
       M=$M,smsp__average_warp_latency_issue_stalled_long_scoreboard.ratio
       M=$M,smsp__average_warp_latency_issue_stalled_barrier.ratio
       SECTIONS="--section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats"
       SECTIONS="$SECTIONS --section SourceCounters"
-      log "ncu_decode: 08/v6_l2_prefetch"
+      log "ncu_decode: $K"
       ncu $SECTIONS --metrics "$M" -k regex:split_kernel -s 2 -c 1 -o "$OUT/ncu_decode_ours" "$BUILD/bin/fa_bench" \
-        --benchmark_filter='attn_decode/08/v6_l2_prefetch/bf16/D128/B8_H32_Hkv8/' > /dev/null 2>&1
+        --benchmark_filter="attn_decode/$K/bf16/D128/B8_H32_Hkv8/" > /dev/null 2>&1
       log "ncu_decode ours rc=$?"
       log "ncu_decode: FlashAttention-2 (PyTorch SDPA)"
       # The split kernel only: "splitkv" alone also matches flash_fwd_splitkv_combine_kernel (the
@@ -167,6 +168,8 @@ for stage in "$@"; do
           gzip > "$OUT/ncu_decode_${w}_sass.csv.gz"
         rm -f "$OUT/ncu_decode_$w.ncu-rep"
       done
+      python3 bench/sass_memory.py "$OUT"/ncu_decode_*_sass.csv.gz > "$OUT/ncu_decode_memory.txt" 2>&1
+      log "ncu_decode memory per opcode: $OUT/ncu_decode_memory.txt"
       ;;
     ncu_bwd)
       # The backward's dK/dV kernel at bf16 D 128 N 8192 (B 2, H 16, non-causal) in Nsight Compute,
@@ -193,6 +196,7 @@ for stage in "$@"; do
         rm -f "$OUT/ncu_bwd_$w.ncu-rep"
       done
       python3 notes/measured/h100-2026-11-23f/sass_mix.py "$OUT"/ncu_bwd_*_sass.csv.gz > "$OUT/ncu_bwd_opcodes.txt" 2>&1
+      python3 bench/sass_memory.py "$OUT"/ncu_bwd_*_sass.csv.gz >> "$OUT/ncu_bwd_opcodes.txt" 2>&1
       log "ncu_bwd opcodes: $OUT/ncu_bwd_opcodes.txt"
       ;;
     rung)

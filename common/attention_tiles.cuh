@@ -1,6 +1,6 @@
 // attention_tiles.cuh: the padded shared-memory tile of the tensor-core attention kernels
 // (05/v2_mma, 05/v3_fused_scale_warp_skip, 06/v2_mma) and the cp.async loader that fills it.
-// Device code.
+// Device code. At the end: the swizzled tile that 08/v7_swizzled_ring uses instead.
 //
 // A tile holds ROWS consecutive rows of a row-major [seq, D] matrix of 16-bit elements (Q, K, V,
 // dO), stored as [ROWS][D + kPad]. The 8 elements (16 bytes) of padding per row shift each row
@@ -36,12 +36,40 @@ __device__ __forceinline__ T* padded_row(T* tile, int row) {
   return tile + row * kPitch<D>;
 }
 
+// The swizzled tile (08/v7_swizzled_ring): the same [ROWS][D] rows with no padding, each row's
+// 16-byte chunks permuted within their 128-byte group: logical chunk c of row r is stored at chunk
+// c ^ (r % 8). Why not the padding: a padded row starts 16 bytes further modulo 128 than the one
+// before, so a warp's cp.async of two whole rows (16 threads x 16 bytes each) writes shared memory
+// across 128-byte boundaries, and Nsight Compute counts 10.5 shared wavefronts per such
+// instruction where 4 would do, and 24 L2 sector requests where 16 would (08/v6, H100,
+// notes/08_decoding.md). The XOR keeps every row at a 128-byte boundary (the copies are aligned)
+// and still sends the eight rows of an ldmatrix 8x8 matrix (same logical chunk, rows r .. r + 7)
+// to eight different chunks of the group: no bank conflicts either. Rows of at least 8 chunks
+// (D a multiple of 64); the tile must start at a 128-byte boundary.
+constexpr int kSwizzleRows = 8;  // the permutation repeats every 8 rows
+
+// Element offset of logical chunk `chunk` (8 elements) of row `row` in a swizzled tile.
+template <int D>
+__device__ __forceinline__ int swizzled_offset(int row, int chunk) {
+  static_assert(D % 64 == 0, "a swizzled row holds whole 128-byte groups of 8 chunks");
+  return row * D + (chunk ^ (row % kSwizzleRows)) * 8;
+}
+
+// The same for a reader's 32-bit shared address (ldmatrix). If `plain` is where logical chunk c of
+// row r would be without the swizzle (tile + (r * D + 8 c) * 2 bytes, tile 128-byte aligned), its
+// bits 4-6 are c % 8, so plain ^ swizzle_xor(r) is where it is stored. A lane whose rows all have
+// the same r % 8 computes the XOR once and reads at (plain + offset) ^ xor for each offset.
+__device__ __forceinline__ uint32_t swizzle_xor(int row) {
+  return uint32_t(row % kSwizzleRows) * 16;
+}
+
 // Copy rows [row0, row0 + ROWS) of the row-major [seq, D] matrix `gmem` into the padded tile
 // `tile`, one 16-byte cp.async per chunk, the THREADS threads of the block (tid = threadIdx.x)
 // splitting the ROWS * D / 8 chunks evenly. Rows at or past `seq` are zero-filled: cp.async with
 // src-size 0 reads nothing (an in-range pointer is still passed). The copies are only issued;
 // the caller commits and waits (mma::cp_async_commit / cp_async_wait) before reading the tile.
-template <int D, int ROWS, int THREADS, class T>
+// kSwizzled: into a swizzled tile instead (above).
+template <int D, int ROWS, int THREADS, bool kSwizzled = false, class T>
 __device__ __forceinline__ void load_tile_async(T* tile, const T* gmem, int64_t row0, int64_t seq,
                                                 int tid) {
   static_assert(sizeof(T) == 2, "16-bit elements: 8 per 16-byte chunk");
@@ -54,7 +82,12 @@ __device__ __forceinline__ void load_tile_async(T* tile, const T* gmem, int64_t 
     const int64_t grow = row0 + r;
     const bool valid = grow < seq;
     const T* src = gmem + (valid ? grow * D + ch * 8 : 0);
-    mma::cp_async_16(padded_row<D>(tile, r) + ch * 8, src, valid);
+    T* dst;
+    if constexpr (kSwizzled)
+      dst = tile + swizzled_offset<D>(r, ch);
+    else
+      dst = padded_row<D>(tile, r) + ch * 8;
+    mma::cp_async_16(dst, src, valid);
   }
 }
 

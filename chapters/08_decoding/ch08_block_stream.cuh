@@ -1,6 +1,7 @@
 // ch08_block_stream.cuh: the kernel of 08/v5_block_stream, which 08/v6_l2_prefetch runs with its
-// copies carrying the .L2::128B prefetch hint (kL2Hint); the rung files (v5_block_stream.cu,
-// v6_l2_prefetch.cu) tell the story and hold the measurements. Device code and its launcher, in
+// copies carrying the .L2::128B prefetch hint (kL2Hint), and 08/v7_swizzled_ring with that hint
+// and swizzled instead of padded K/V rows (kSwizzle); the rung files (v5_block_stream.cu,
+// v6_l2_prefetch.cu, v7_swizzled_ring.cu) tell the story and hold the measurements. Device code and its launcher, in
 // an anonymous namespace like ch08_split_kv.cuh (each including .cu file compiles its own copy).
 //
 // The map: a block is kWarps = 4 warps and one m16 tile of query rows of a (sequence, K/V head);
@@ -34,17 +35,18 @@ constexpr int kTile = kWarps * kKeys;  // keys per block per step: one 16 KB bur
 constexpr int kStages = 2;             // shared-memory stages per block (one in flight)
 static_assert(kThreads == kWarps * kWarp, "ch08_split_kv.cuh's kThreads: four warps");
 
-template <int D>
-// 2 stages x (K + V) x 64 keys x (D + 8) x 2 B = 69632 B at D 128: past the 48 KiB default, so
-// the launcher opts in (sm_80 and later allow it).
-using MmaLayout = Ring<D, kTile, kStages>;  // ch08_mma_split.cuh
+template <int D, bool kSwizzle>
+// 2 stages x (K + V) x 64 keys x (D + 8) x 2 B = 69632 B at D 128 (65536 B swizzled): past the
+// 48 KiB default, so the launcher opts in (sm_80 and later allow it).
+using MmaLayout = Ring<D, kTile, kStages, kSwizzle>;  // ch08_mma_split.cuh
 
-template <class T, int D, bool kL2Hint>
+template <class T, int D, bool kL2Hint, bool kSwizzle>
 __global__ void __launch_bounds__(kThreads, 2) mma_split_kernel(Params p) {
-  using Lay = MmaLayout<D>;
+  using Lay = MmaLayout<D, kSwizzle>;
   constexpr int kPitch = Lay::kPitch;
   constexpr float kNegInf = -INFINITY;
-  extern __shared__ __align__(16) unsigned char smem[];
+  // Swizzled rows must start at 128-byte boundaries (fa::tiles::swizzled_offset).
+  extern __shared__ __align__(kSwizzle ? 128 : 16) unsigned char smem[];
   T* const stages = reinterpret_cast<T*>(smem);
 
   const int tid = threadIdx.x, lane = tid % kWarp, warp = tid / kWarp;
@@ -63,8 +65,8 @@ __global__ void __launch_bounds__(kThreads, 2) mma_split_kernel(Params p) {
   const T* vbase = static_cast<const T*>(p.v) + t.bkv * p.seq_k * D;
 
   // The copies, planned once as in v4 (RingCopy), but by the whole block: kTile rows per step.
-  const RingCopy<T, D, kTile, kStages, kThreads, kL2Hint> copy(stages, kbase, vbase, k_begin, k_end,
-                                                               nsteps, tid);
+  const RingCopy<T, D, kTile, kStages, kThreads, kL2Hint, kSwizzle> copy(stages, kbase, vbase,
+                                                                         k_begin, k_end, nsteps, tid);
 #pragma unroll
   for (int st = 0; st < kStages - 1; ++st) copy.issue(st);
 
@@ -79,6 +81,8 @@ __global__ void __launch_bounds__(kThreads, 2) mma_split_kernel(Params p) {
       fa::mma::smem_addr(stages) + uint32_t((warp * kKeys + k_ld_row) * kPitch + k_ld_col) * 2;
   const uint32_t v_ld = fa::mma::smem_addr(stages) + Lay::kVBytes +
                         uint32_t((warp * kKeys + v_ld_row) * kPitch + v_ld_col) * 2;
+  // Swizzled: those are the unswizzled addresses; every row this lane reads is lane % 8 modulo 8.
+  const uint32_t swz = fa::tiles::swizzle_xor(lane);
 
   float o[D / 8][4];
 #pragma unroll
@@ -95,7 +99,8 @@ __global__ void __launch_bounds__(kThreads, 2) mma_split_kernel(Params p) {
     const uint32_t stage = uint32_t(st % kStages) * Lay::kStageBytes;
 
     const int64_t k0 = k_begin + st * kTile + warp * kKeys;  // this warp's first key
-    mma_step<T, D>(qf, k_ld + stage, v_ld + stage, k0, k_end, last, p.scale_log2, t4, m, l, o);
+    mma_step<T, D, kSwizzle>(qf, k_ld + stage, v_ld + stage, k0, k_end, last, p.scale_log2, t4, m,
+                             l, o, swz);
   }
   fa::mma::cp_async_wait<0>();  // nothing of this thread's left in flight (empty groups only)
 
@@ -110,17 +115,17 @@ __global__ void __launch_bounds__(kThreads, 2) mma_split_kernel(Params p) {
 
 // The launcher: plan the splits for 64-key tiles and this kernel's residency (2 blocks per SM on
 // an H100: registers), opt in to the shared memory, launch, then v2's merge of the splits.
-template <bool kL2Hint>
+template <bool kL2Hint, bool kSwizzle = false>
 struct BlockStream {
   template <class T, int D>
   static void launch(const AttentionFwdArgs& a, cudaStream_t stream);
 };
 
-template <bool kL2Hint>
+template <bool kL2Hint, bool kSwizzle>
 template <class T, int D>
-void BlockStream<kL2Hint>::launch(const AttentionFwdArgs& a, cudaStream_t stream) {
-  using Lay = MmaLayout<D>;
-  auto kernel = mma_split_kernel<T, D, kL2Hint>;
+void BlockStream<kL2Hint, kSwizzle>::launch(const AttentionFwdArgs& a, cudaStream_t stream) {
+  using Lay = MmaLayout<D, kSwizzle>;
+  auto kernel = mma_split_kernel<T, D, kL2Hint, kSwizzle>;
   FA_CUDA_CHECK(cudaFuncSetAttribute((const void*)kernel,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize, int(Lay::kSmem)));
   const fa::ch08::SplitPlan plan = fa::ch08::plan_split_kv(

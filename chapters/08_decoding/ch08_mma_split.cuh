@@ -1,17 +1,17 @@
 // ch08_mma_split.cuh: what the tensor-core split kernels of chapter 08 (08/v3_mma_split to
-// 08/v6_l2_prefetch) share, device code and launch helpers, in an anonymous namespace like
+// 08/v7_swizzled_ring) share, device code and launch helpers, in an anonymous namespace like
 // ch08_split_kv.cuh (each including .cu file compiles its own copy). Each rung keeps what its
 // header names: its copy plan, its ring of stages and its main loop.
 //
 //   mma_tile      which (sequence, K/V head), m16 tile of query rows and split a block owns
 //   mma_rows      this lane's two rows (g, g + 8): output row, last key seen, Q as A fragments
 //   mma_keys      the block's keys: its split, cut at the last key any of its rows sees
-//   Ring          the shared-memory ring of K/V stages (v3: 4 x 16 keys; v5, v6: 2 x 64)
-//   RingCopy      v4-v6's copies into it, planned once per thread (v4's idea)
+//   Ring          the shared-memory ring of K/V stages (v3: 4 x 16 keys; v5-v7: 2 x 64)
+//   RingCopy      v4-v7's copies into it, planned once per thread (v4's idea)
 //   mma_step      one 16-key step of S = Q K^T, the online softmax and O = alpha O + P V, reading
 //                 K and V through 32-bit shared addresses (v4 on; v3 keeps its own step)
 //   write_rows    one warp's rows out: a partial (m, l, o) per row, or O and L with one split
-//   merge_warps   v5, v6: the block's warps' states folded with chapter 02's merge, then written
+//   merge_warps   v5-v7: the block's warps' states folded with chapter 02's merge, then written
 //   launch_warp_split   v3, v4's launcher: one warp per block and split, then v2's merge
 //   mma_split_forward   the host side: checks, then the dtype and head-dim dispatch
 //
@@ -107,15 +107,16 @@ __device__ __forceinline__ void mma_keys(const Params& p, const MmaTile& t, int6
 }
 
 // The ring: kStages stages, each kRows keys of K in padded rows (fa::tiles::kPitch), then kRows of V.
-template <int D, int kRows, int kStages>
+// kSwizzle (v7): unpadded swizzled rows instead (fa::tiles::swizzled_offset), D elements apart.
+template <int D, int kRows, int kStages, bool kSwizzle = false>
 struct Ring {
-  static constexpr int kPitch = fa::tiles::kPitch<D>;                 // D + 8 elements per row
+  static constexpr int kPitch = kSwizzle ? D : fa::tiles::kPitch<D>;  // elements per row
   static constexpr int kStageElems = 2 * kRows * kPitch;              // K rows, then V rows
   static constexpr size_t kSmem = size_t(kStages) * kStageElems * 2;  // 16-bit elements
   static constexpr uint32_t kStageBytes = kStageElems * 2, kVBytes = kRows * kPitch * 2;
 };
 
-// One 16-byte copy of a full step: plain (v4, v5) or with the .L2::128B prefetch hint (v6).
+// One 16-byte copy of a full step: plain (v4, v5) or with the .L2::128B prefetch hint (v6, v7).
 template <bool kL2Hint>
 __device__ __forceinline__ void copy16(uint32_t dst, const void* src) {
   if constexpr (kL2Hint)
@@ -124,7 +125,7 @@ __device__ __forceinline__ void copy16(uint32_t dst, const void* src) {
     fa::mma::cp_async_16(dst, src);
 }
 
-// The copies of v4-v6, planned once (v4's header tells why). A step's K (and V) is kRows rows of
+// The copies of v4-v7, planned once (v4's header tells why). A step's K (and V) is kRows rows of
 // kChunks 16-byte chunks; thread tid of kThreads copies chunk cp_col / 8 of rows cp_row +
 // kRowsPerPass * i, i < kPasses. From one i to the next its global source moves by kRowsPerPass * D
 // elements and its shared destination by kRowsPerPass * kPitch: compile-time constants that ptxas
@@ -132,9 +133,9 @@ __device__ __forceinline__ void copy16(uint32_t dst, const void* src) {
 // stage by kStageBytes. So a full step is 2 * kPasses cp.async and a few adds; only the split's
 // last step, which may hold fewer than kRows keys, tests each row (fa::tiles::load_tile_async
 // zero-fills the rows past k_end).
-template <class T, int D, int kRows, int kStages, int kThreads, bool kL2Hint>
+template <class T, int D, int kRows, int kStages, int kThreads, bool kL2Hint, bool kSwizzle = false>
 struct RingCopy {
-  using R = Ring<D, kRows, kStages>;
+  using R = Ring<D, kRows, kStages, kSwizzle>;
   static constexpr int kChunks = D / 8;
   static constexpr int kRowsPerPass = kThreads / kChunks;
   static constexpr int kPasses = kRows / kRowsPerPass;
@@ -157,7 +158,12 @@ struct RingCopy {
         nsteps(nsteps_),
         tid(tid_) {
     const int cp_row = tid / kChunks, cp_col = (tid % kChunks) * 8;
-    dst = fa::mma::smem_addr(stages) + uint32_t(cp_row * R::kPitch + cp_col) * 2;
+    // Swizzled: the chunk moves within its row by cp_row % 8, the same for every pass (kRowsPerPass
+    // is a multiple of 8), so the per-pass offsets stay constants.
+    static_assert(!kSwizzle || kRowsPerPass % fa::tiles::kSwizzleRows == 0, "one XOR for all passes");
+    const int cp_at = kSwizzle ? fa::tiles::swizzled_offset<D>(cp_row, cp_col / 8)
+                               : cp_row * R::kPitch + cp_col;
+    dst = fa::mma::smem_addr(stages) + uint32_t(cp_at) * 2;
     k_src = kbase + (k_begin + cp_row) * D + cp_col;
     v_src = vbase + (k_begin + cp_row) * D + cp_col;
   }
@@ -179,9 +185,9 @@ struct RingCopy {
       } else {
         T* sk = stages + int(st % kStages) * R::kStageElems;
         const int64_t k0 = k_begin + st * kRows;
-        fa::tiles::load_tile_async<D, kRows, kThreads>(sk, kbase, k0, k_end, tid);
-        fa::tiles::load_tile_async<D, kRows, kThreads>(sk + kRows * R::kPitch, vbase, k0, k_end,
-                                                       tid);
+        fa::tiles::load_tile_async<D, kRows, kThreads, kSwizzle>(sk, kbase, k0, k_end, tid);
+        fa::tiles::load_tile_async<D, kRows, kThreads, kSwizzle>(sk + kRows * R::kPitch, vbase, k0,
+                                                                 k_end, tid);
       }
     }
     fa::mma::cp_async_commit();
@@ -194,18 +200,23 @@ struct RingCopy {
 // (b of n8 tiles 0 and 1); V by ldmatrix x4 .trans = keys 0-7 / 8-15 times columns 0-7 / 8-15 of
 // a 16-wide slice of D (b of n8 tiles 2dp and 2dp + 1). m (log2 units) and l are the running max
 // and this lane's share of the running sum of its two rows; o the accumulator tiles.
-template <class T, int D>
+// kSwizzle (v7): the tiles are swizzled; k_ld and v_ld are the addresses the lane would read
+// without the swizzle, and each read goes to that address ^ swz (fa::tiles::swizzle_xor of the
+// lane's rows, which all have the same row % 8).
+template <class T, int D, bool kSwizzle = false>
 __device__ __forceinline__ void mma_step(const uint32_t (&qf)[D / 16][4], uint32_t k_ld,
                                          uint32_t v_ld, int64_t k0, int64_t k_end,
                                          const int64_t (&last)[2], float scale_log2, int t4,
-                                         float (&m)[2], float (&l)[2], float (&o)[D / 8][4]) {
+                                         float (&m)[2], float (&l)[2], float (&o)[D / 8][4],
+                                         uint32_t swz = 0) {
+  const auto at = [swz](uint32_t plain) { return kSwizzle ? plain ^ swz : plain; };
   constexpr float kNegInf = -INFINITY;
   // S = Q K^T: 16 rows x 16 keys, two n8 accumulator tiles.
   float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) {
     uint32_t kb[4];
-    fa::mma::ldmatrix_x4(kb, k_ld + kk * 16 * 2);
+    fa::mma::ldmatrix_x4(kb, at(k_ld + kk * 16 * 2));
     const uint32_t b_lo[2] = {kb[0], kb[1]}, b_hi[2] = {kb[2], kb[3]};
     fa::mma::mma_16816<T>(s[0], qf[kk], b_lo);
     fa::mma::mma_16816<T>(s[1], qf[kk], b_hi);
@@ -253,7 +264,7 @@ __device__ __forceinline__ void mma_step(const uint32_t (&qf)[D / 16][4], uint32
 #pragma unroll
   for (int dp = 0; dp < D / 16; ++dp) {
     uint32_t vb[4];
-    fa::mma::ldmatrix_x4_trans(vb, v_ld + dp * 16 * 2);
+    fa::mma::ldmatrix_x4_trans(vb, at(v_ld + dp * 16 * 2));
     const uint32_t b_lo[2] = {vb[0], vb[1]}, b_hi[2] = {vb[2], vb[3]};
     fa::mma::mma_16816<T>(o[2 * dp], pa, b_lo);
     fa::mma::mma_16816<T>(o[2 * dp + 1], pa, b_hi);
@@ -302,7 +313,7 @@ __device__ __forceinline__ void write_rows(const Params& p, const MmaTile& t,
   }
 }
 
-// v5, v6: the kWarps warps of the block each hold the state (m, l, o) of the tile's 16 rows over
+// v5-v7: the kWarps warps of the block each hold the state (m, l, o) of the tile's 16 rows over
 // their share of the keys; chapter 02's pair merge folds them into one per row, through `smem`
 // (at least kWarps * 16 * (D + 2) floats, free: nothing in flight, and the barrier below waits
 // for every warp's last read of it), and the block writes one partial per row and split, or O and
