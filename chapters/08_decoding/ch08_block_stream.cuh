@@ -65,8 +65,8 @@ __global__ void __launch_bounds__(kThreads, 2) mma_split_kernel(Params p) {
   const T* vbase = static_cast<const T*>(p.v) + t.bkv * p.seq_k * D;
 
   // The copies, planned once as in v4 (RingCopy), but by the whole block: kTile rows per step.
-  const RingCopy<T, D, kTile, kStages, kThreads, kL2Hint, kSwizzle> copy(stages, kbase, vbase,
-                                                                         k_begin, k_end, nsteps, tid);
+  const RingCopy<T, D, kTile, kStages, kThreads, kL2Hint, kSwizzle> copy(
+      stages, kbase, vbase, k_begin, k_end, nsteps, tid);
 #pragma unroll
   for (int st = 0; st < kStages - 1; ++st) copy.issue(st);
 

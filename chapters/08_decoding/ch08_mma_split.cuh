@@ -160,9 +160,10 @@ struct RingCopy {
     const int cp_row = tid / kChunks, cp_col = (tid % kChunks) * 8;
     // Swizzled: the chunk moves within its row by cp_row % 8, the same for every pass (kRowsPerPass
     // is a multiple of 8), so the per-pass offsets stay constants.
-    static_assert(!kSwizzle || kRowsPerPass % fa::tiles::kSwizzleRows == 0, "one XOR for all passes");
-    const int cp_at = kSwizzle ? fa::tiles::swizzled_offset<D>(cp_row, cp_col / 8)
-                               : cp_row * R::kPitch + cp_col;
+    static_assert(!kSwizzle || kRowsPerPass % fa::tiles::kSwizzleRows == 0,
+                  "one XOR for all passes");
+    const int cp_at =
+        kSwizzle ? fa::tiles::swizzled_offset<D>(cp_row, cp_col / 8) : cp_row * R::kPitch + cp_col;
     dst = fa::mma::smem_addr(stages) + uint32_t(cp_at) * 2;
     k_src = kbase + (k_begin + cp_row) * D + cp_col;
     v_src = vbase + (k_begin + cp_row) * D + cp_col;

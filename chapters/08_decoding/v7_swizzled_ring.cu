@@ -43,12 +43,13 @@ struct Rung : BlockStream</*kL2Hint=*/true, /*kSwizzle=*/true> {
 
 }  // namespace
 
-FA_REGISTER(AttentionFwdKernel,
-            {"08/v7_swizzled_ring",
-             mma_split_forward<Rung>,
-             "v6 with K and V swizzled instead of padded in shared memory: aligned whole-row copies",
-             {DType::F16, DType::BF16},
-             {64, 128},
-             /*min_sm=*/80,
-             /*gqa=*/true,
-             /*decoding=*/true});
+FA_REGISTER(
+    AttentionFwdKernel,
+    {"08/v7_swizzled_ring",
+     mma_split_forward<Rung>,
+     "v6 with K and V swizzled instead of padded in shared memory: aligned whole-row copies",
+     {DType::F16, DType::BF16},
+     {64, 128},
+     /*min_sm=*/80,
+     /*gqa=*/true,
+     /*decoding=*/true});
