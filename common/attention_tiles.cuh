@@ -63,6 +63,40 @@ __device__ __forceinline__ uint32_t swizzle_xor(int row) {
   return uint32_t(row % kSwizzleRows) * 16;
 }
 
+// A lane's ldmatrix address into a tile, for reads at (row offset, 16-element column step j):
+// `rows` is a byte offset that moves whole rows by a multiple of 8 (so row % 8 stays the lane's),
+// j the 16-column step (32 bytes). Padded tiles: one base, base + rows + 32 j, so every fragment is
+// the base plus a compile-time constant (folded into the ldmatrix). Swizzled tiles: the XOR of
+// swizzle_xor would cost an instruction per read (two: the add is no longer folded). But the XOR
+// touches bits 4-6 only, and adding a multiple of 128 leaves those bits alone, so
+// (plain + 32 j) ^ xor = ((plain + 32 (j % 4)) ^ xor) + 128 (j / 4): four bases, computed once,
+// and each read is again a base plus a constant. (`rows` is a multiple of 128 bytes as well.)
+template <bool kSwizzled>
+struct LaneAddr {
+  uint32_t base;
+  __device__ __forceinline__ LaneAddr(uint32_t plain, uint32_t /*xor_bits*/) : base(plain) {}
+  __device__ __forceinline__ LaneAddr(const LaneAddr& a, uint32_t offset) : base(a.base + offset) {}
+  __device__ __forceinline__ uint32_t at(uint32_t rows, int j) const {
+    return base + rows + 32 * j;
+  }
+};
+template <>
+struct LaneAddr<true> {
+  uint32_t base[4];
+  __device__ __forceinline__ LaneAddr(uint32_t plain, uint32_t xor_bits) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) base[i] = (plain + 32 * i) ^ xor_bits;
+  }
+  // The same lane in a tile `offset` bytes further (a multiple of 128: another buffer).
+  __device__ __forceinline__ LaneAddr(const LaneAddr& a, uint32_t offset) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) base[i] = a.base[i] + offset;
+  }
+  __device__ __forceinline__ uint32_t at(uint32_t rows, int j) const {
+    return base[j % 4] + rows + 128 * (j / 4);
+  }
+};
+
 // Copy rows [row0, row0 + ROWS) of the row-major [seq, D] matrix `gmem` into the padded tile
 // `tile`, one 16-byte cp.async per chunk, the THREADS threads of the block (tid = threadIdx.x)
 // splitting the ROWS * D / 8 chunks evenly. Rows at or past `seq` are zero-filled: cp.async with

@@ -109,11 +109,13 @@ __device__ __forceinline__ void load_tile_async(T* tile, const T* gmem, int64_t 
 //   m0 = rows 0-7, cols 0-7   -> a[0]      m1 = rows 8-15, cols 0-7  -> a[1]
 //   m2 = rows 0-7, cols 8-15  -> a[2]      m3 = rows 8-15, cols 8-15 -> a[3]
 // (cols relative to the slice), exactly the A fragment order of mma.cuh.
-template <int D, class T>
+// kPitch: elements between rows (05/v7's swizzled tiles: D; the address is then the unswizzled one,
+// which the reader XORs, ch05_mma_fwd_mtiles.cuh).
+template <int D, int kPitch = tiles::kPitch<D>, class T>
 __device__ __forceinline__ const T* q_lane_ptr(const T* sQ, int warp, int lane) {
   const int row = warp * kRowsPerWarp + (lane % 8) + 8 * ((lane / 8) & 1);
   const int col = 8 * (lane / 16);
-  return tile_row<D>(sQ, row) + col;
+  return sQ + row * kPitch + col;
 }
 
 // Q fragments of this warp's 16 rows, one A fragment per k16 slice, kept for the whole kernel
@@ -221,7 +223,9 @@ __device__ __forceinline__ void rescale_o_add_pv(float (&o_acc)[D / 8][4],
 // fragments, once before the loop or, at D = 256, at every tile), and no cp.async targets sQ any
 // more, so a warp-level sync is enough. Each thread writes 4 bytes at (row g or g+8, col
 // 8dn + 2t): with the padded pitch these 32 writes fall in 32 different banks. Then each lane copies 16-byte chunks of whole rows to global memory.
-template <class T, int D>
+// kSwizzled (05/v7): sQ holds swizzled rows of D elements; the O rows go there the same way (chunk
+// dn of row g at dn ^ g: again 32 different banks), and are read back through the same map.
+template <class T, int D, bool kSwizzled = false>
 __device__ __forceinline__ void store_o_tile(T* O, const float (&o_acc)[D / 8][4],
                                              const float (&inv_l)[2], T* sQ, int warp, int lane,
                                              int64_t warp_row0, int64_t seq_q) {
@@ -229,12 +233,19 @@ __device__ __forceinline__ void store_o_tile(T* O, const float (&o_acc)[D / 8][4
   // Lanes of a warp may drift apart (independent thread scheduling): make sure every lane's
   // ldmatrix reads of these rows are done before any lane overwrites them (racecheck caught this).
   __syncwarp();
-  T* sO = tile_row<D>(sQ, warp * kRowsPerWarp);
+  T* const sO = kSwizzled ? sQ + warp * kRowsPerWarp * D : tile_row<D>(sQ, warp * kRowsPerWarp);
+  // Chunk ch (8 elements) of row r of the warp's 16 rows (their first row is a multiple of 8).
+  const auto chunk = [sO](int r, int ch) {
+    if constexpr (kSwizzled)
+      return sO + tiles::swizzled_offset<D>(r, ch);
+    else
+      return tile_row<D>(sO, r) + ch * 8;
+  };
 #pragma unroll
   for (int dn = 0; dn < D / 8; ++dn) {
-    *reinterpret_cast<uint32_t*>(tile_row<D>(sO, g) + dn * 8 + 2 * t) =
+    *reinterpret_cast<uint32_t*>(chunk(g, dn) + 2 * t) =
         mma::pack2<T>(o_acc[dn][0] * inv_l[0], o_acc[dn][1] * inv_l[0]);
-    *reinterpret_cast<uint32_t*>(tile_row<D>(sO, g + 8) + dn * 8 + 2 * t) =
+    *reinterpret_cast<uint32_t*>(chunk(g + 8, dn) + 2 * t) =
         mma::pack2<T>(o_acc[dn][2] * inv_l[1], o_acc[dn][3] * inv_l[1]);
   }
   __syncwarp();
@@ -247,7 +258,7 @@ __device__ __forceinline__ void store_o_tile(T* O, const float (&o_acc)[D / 8][4
     const int64_t grow = warp_row0 + r;
     if (grow < seq_q)
       *reinterpret_cast<uint4*>(O + grow * D + ch * 8) =
-          *reinterpret_cast<const uint4*>(tile_row<D>(sO, r) + ch * 8);
+          *reinterpret_cast<const uint4*>(chunk(r, ch));
   }
 }
 

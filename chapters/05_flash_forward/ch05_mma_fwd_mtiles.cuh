@@ -1,5 +1,5 @@
-// ch05_mma_fwd_mtiles.cuh: what the forward kernels with kM m16 tiles per warp (05/v4, 05/v5,
-// 05/v6) share: their shared-memory layout and the two matmuls, S = Q K^T and O = alpha O + P V,
+// ch05_mma_fwd_mtiles.cuh: what the forward kernels with kM m16 tiles per warp (05/v4 to 05/v7)
+// share: their shared-memory layout and the two matmuls, S = Q K^T and O = alpha O + P V,
 // in which every K or V fragment loaded from shared memory is used by all kM m16 tiles of the warp
 // (v4_two_mtiles_per_warp.cu's header says why). Each rung keeps its own tile struct (the idea
 // of a rung is in its tiles or its kernel) and passes it here as Tl, with the members
@@ -17,25 +17,41 @@
 namespace fa::fwd_mma {
 
 // The Q tile (Tl::kBr rows), then K and V double-buffered (Tl::kBc rows each), padded rows of
-// D + 8 elements (common/attention_tiles.cuh), 16-bit elements.
+// D + 8 elements (common/attention_tiles.cuh), 16-bit elements. Tl::kSwizzle (v7): swizzled rows
+// of D elements instead (the same file), every tile at a 128-byte boundary.
 template <class Tl, int D>
 struct SmemFor {
-  static constexpr int kPitch = tiles::kPitch<D>;
+  static constexpr bool kSwizzle = Tl::kSwizzle;
+  static constexpr int kPitch = kSwizzle ? D : tiles::kPitch<D>;
   static constexpr int kQElems = Tl::kBr * kPitch;
   static constexpr int kKVElems = Tl::kBc * kPitch;  // one K (or V) buffer
   static constexpr size_t kBytes = size_t(kQElems + 4 * kKVElems) * 2;
+  static_assert(!kSwizzle || (kQElems * 2) % 128 == 0 && (kKVElems * 2) % 128 == 0,
+                "swizzled tiles start at 128-byte boundaries");
+
+  // Row r of a tile, where a lane's ldmatrix address starts (unswizzled: tiles::LaneAddr makes
+  // the lane's read addresses from it).
+  template <class T>
+  __device__ __forceinline__ static T* row(T* tile, int r) {
+    return tile + r * kPitch;
+  }
+  // A lane's ldmatrix addresses into a tile (every row a lane reads in these kernels is lane % 8
+  // modulo 8: tiles of 16 rows, each lane at row lane % 8 of an 8-row matrix).
+  using Lane = tiles::LaneAddr<kSwizzle>;
 };
 
 // S = Q K_j^T for the warp's kM m16 tiles. Each K fragment (ldmatrix.x4: two n8 tiles, one k16
 // slice) is loaded once and used by every m16 tile. Q comes from q_frag where Tl::kQInRegs, else
-// from shared memory at q_addr (m16 tile m is 16 rows further per m); k_addr: this lane's
-// ldmatrix address in the K buffer. Addresses are 32-bit shared-memory addresses, so each
-// fragment is the base plus a compile-time offset.
+// from shared memory at q (m16 tile m is 16 rows further per m); k: this lane's ldmatrix address
+// in the K buffer. Addresses are 32-bit shared-memory addresses, so each fragment is a base plus
+// a compile-time offset (tiles::LaneAddr).
 template <class T, int D, class Tl>
 __device__ __forceinline__ void compute_s_m(float (&s)[Tl::kM][Tl::kSTiles][4],
                                             const uint32_t (&q_frag)[Tl::kM][Tl::kQRegSlices][4],
-                                            uint32_t q_addr, uint32_t k_addr) {
-  constexpr int kRowBytes = tiles::kPitch<D> * 2;
+                                            const typename SmemFor<Tl, D>::Lane& q,
+                                            const typename SmemFor<Tl, D>::Lane& k) {
+  using Sm = SmemFor<Tl, D>;
+  constexpr int kRowBytes = Sm::kPitch * 2;
 #pragma unroll
   for (int m = 0; m < Tl::kM; ++m)
 #pragma unroll
@@ -51,13 +67,13 @@ __device__ __forceinline__ void compute_s_m(float (&s)[Tl::kM][Tl::kSTiles][4],
 #pragma unroll
         for (int r = 0; r < 4; ++r) qa[m][r] = q_frag[m][kk][r];
       } else {
-        mma::ldmatrix_x4(qa[m], q_addr + 16 * kRowBytes * m + 32 * kk);
+        mma::ldmatrix_x4(qa[m], q.at(16 * kRowBytes * m, kk));
       }
     }
 #pragma unroll
     for (int np = 0; np < Tl::kSTiles / 2; ++np) {
       uint32_t kb[4];
-      mma::ldmatrix_x4(kb, k_addr + 16 * kRowBytes * np + 32 * kk);
+      mma::ldmatrix_x4(kb, k.at(16 * kRowBytes * np, kk));
       const uint32_t b_lo[2] = {kb[0], kb[1]};
       const uint32_t b_hi[2] = {kb[2], kb[3]};
 #pragma unroll
@@ -71,13 +87,15 @@ __device__ __forceinline__ void compute_s_m(float (&s)[Tl::kM][Tl::kSTiles][4],
 
 // O = alpha O + P V_j for the warp's kM m16 tiles; each V fragment is loaded once for all of them.
 // The rescale of m16 tile m runs only where rescale[m] (v6 skips it when every alpha of the tile
-// is exactly 1); v_addr: this lane's ldmatrix .trans address in the V buffer.
+// is exactly 1); v: this lane's ldmatrix .trans address in the V buffer.
 template <class T, int D, class Tl>
 __device__ __forceinline__ void rescale_o_add_pv_m(float (&o_acc)[Tl::kM][D / 8][4],
                                                    const float (&s)[Tl::kM][Tl::kSTiles][4],
                                                    const float (&alpha)[Tl::kM][2],
-                                                   const bool (&rescale)[Tl::kM], uint32_t v_addr) {
-  constexpr int kRowBytes = tiles::kPitch<D> * 2;
+                                                   const bool (&rescale)[Tl::kM],
+                                                   const typename SmemFor<Tl, D>::Lane& v) {
+  using Sm = SmemFor<Tl, D>;
+  constexpr int kRowBytes = Sm::kPitch * 2;
 #pragma unroll
   for (int m = 0; m < Tl::kM; ++m) {
     if (!rescale[m]) continue;  // warp-uniform where it is used (v6's vote)
@@ -102,7 +120,7 @@ __device__ __forceinline__ void rescale_o_add_pv_m(float (&o_acc)[Tl::kM][D / 8]
 #pragma unroll
     for (int dp = 0; dp < D / 16; ++dp) {
       uint32_t vb[4];
-      mma::ldmatrix_x4_trans(vb, v_addr + 16 * kRowBytes * kk + 32 * dp);
+      mma::ldmatrix_x4_trans(vb, v.at(16 * kRowBytes * kk, dp));
       const uint32_t b_lo[2] = {vb[0], vb[1]};
       const uint32_t b_hi[2] = {vb[2], vb[3]};
 #pragma unroll
@@ -119,11 +137,11 @@ template <class T, int D, class Tl>
 __device__ __forceinline__ void rescale_o_add_pv_m(float (&o_acc)[Tl::kM][D / 8][4],
                                                    const float (&s)[Tl::kM][Tl::kSTiles][4],
                                                    const float (&alpha)[Tl::kM][2],
-                                                   uint32_t v_addr) {
+                                                   const typename SmemFor<Tl, D>::Lane& v) {
   bool all[Tl::kM];
 #pragma unroll
   for (int m = 0; m < Tl::kM; ++m) all[m] = true;
-  rescale_o_add_pv_m<T, D, Tl>(o_acc, s, alpha, all, v_addr);
+  rescale_o_add_pv_m<T, D, Tl>(o_acc, s, alpha, all, v);
 }
 
 }  // namespace fa::fwd_mma

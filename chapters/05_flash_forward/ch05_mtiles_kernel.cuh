@@ -1,6 +1,6 @@
-// ch05_mtiles_kernel.cuh: the kernel and the launcher of 05/v4, 05/v5 and 05/v6, which differ only
-// in their tiles (each rung file defines its Tiles struct) and, from v6 on, in one change of code
-// marked `kExactAlpha` below. The rung files tell the story and hold the measurements; the pieces
+// ch05_mtiles_kernel.cuh: the kernel and the launcher of 05/v4, 05/v5, 05/v6 and 05/v7, which
+// differ only in their tiles (each rung file defines its Tiles struct) and, from v6 on, in one
+// change of code marked `kExactAlpha` below; v7's shared-memory layout is the tiles' kSwizzle. The rung files tell the story and hold the measurements; the pieces
 // below the kernel (S = Q K^T and O = alpha O + P V over kM m16 tiles, the shared-memory layout)
 // are ch05_mma_fwd_mtiles.cuh's, and Params, ex2_approx, q_lane_ptr and store_o_tile are v2/v3's
 // (ch05_mma_fwd.cuh). Moving the three kernels here changed no instruction: the PTX of each
@@ -28,10 +28,11 @@ namespace {
 
 using namespace fwd_mma;
 
-// The kernel of 05/v4, v5 and v6. Tl is the rung's tile struct: v4's and v5's differ in their
-// members only (v5: Bc = 32 at D 96 and 128); v6's sets kExactAlpha, the one change of code.
+// The kernel of 05/v4 to v7. Tl is the rung's tile struct: v4's and v5's differ in their members
+// only (v5: Bc = 32 at D 96 and 128); v6's sets kExactAlpha, the one change of code; v7's sets
+// kSwizzle (SmemFor, ch05_mma_fwd_mtiles.cuh: swizzled rows instead of padded ones).
 template <class T, int D, class Tl>
-__global__ void __launch_bounds__(Tl::kThreads, 2) flash_fwd_v4to6_kernel(const Params p) {
+__global__ void __launch_bounds__(Tl::kThreads, 2) flash_fwd_mtiles_kernel(const Params p) {
   static_assert(D % 16 == 0, "head dim must be a multiple of 16 (k16 slices of Q K^T)");
   using Sm = SmemFor<Tl, D>;
   constexpr int kM = Tl::kM;
@@ -42,7 +43,8 @@ __global__ void __launch_bounds__(Tl::kThreads, 2) flash_fwd_v4to6_kernel(const 
   constexpr int kOTiles = D / 8;
   constexpr float kNegInf = -INFINITY;
 
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  // Swizzled tiles (v7) must start at 128-byte boundaries; so must the block's shared memory.
+  extern __shared__ __align__(Sm::kSwizzle ? 128 : 16) unsigned char smem_raw[];
   T* sQ = reinterpret_cast<T*>(smem_raw);
   T* sK = sQ + Sm::kQElems;  // buffer b at sK + b * kKVElems
   T* sV = sK + 2 * Sm::kKVElems;
@@ -85,11 +87,11 @@ __global__ void __launch_bounds__(Tl::kThreads, 2) flash_fwd_v4to6_kernel(const 
                    : seq_k - 1);
 
   // ---- Prologue: Q tile (group 0) and K/V tile 0 (group 1) in flight together.
-  tiles::load_tile_async<D, kBr, Tl::kThreads>(sQ, Q, q0, seq_q, tid);
+  tiles::load_tile_async<D, kBr, Tl::kThreads, Sm::kSwizzle>(sQ, Q, q0, seq_q, tid);
   mma::cp_async_commit();
   if (n_tiles > 0) {
-    tiles::load_tile_async<D, kBc, Tl::kThreads>(sK, K, 0, seq_k, tid);
-    tiles::load_tile_async<D, kBc, Tl::kThreads>(sV, V, 0, seq_k, tid);
+    tiles::load_tile_async<D, kBc, Tl::kThreads, Sm::kSwizzle>(sK, K, 0, seq_k, tid);
+    tiles::load_tile_async<D, kBc, Tl::kThreads, Sm::kSwizzle>(sV, V, 0, seq_k, tid);
   }
   mma::cp_async_commit();
   mma::cp_async_wait<0>();
@@ -98,15 +100,18 @@ __global__ void __launch_bounds__(Tl::kThreads, 2) flash_fwd_v4to6_kernel(const 
   // Q: m16 tile m of this warp is the 16-row slab kM * warp + m of sQ, so q_lane_ptr's 16-row
   // addressing applies unchanged. Fragments kept in registers at D <= 64 only.
   constexpr int kRowBytes = Sm::kPitch * 2;
-  const T* q_lane = q_lane_ptr<D>(sQ, kM * warp, lane);  // m16 tile m: 16 m rows further down
-  const uint32_t q_addr = mma::smem_addr(q_lane);
+  // Every ldmatrix row of this lane is lane % 8 modulo 8 (16-row tiles): one XOR pattern for all
+  // of its reads where the tiles are swizzled (tiles::LaneAddr; unused with padded rows).
+  const uint32_t swz = tiles::swizzle_xor(lane);
+  const T* q_lane = q_lane_ptr<D, Sm::kPitch>(sQ, kM * warp, lane);  // m16 tile m: 16 m rows down
+  const typename Sm::Lane q_addr(mma::smem_addr(q_lane), swz);
   uint32_t q_frag[kM][Tl::kQRegSlices][4];
   if constexpr (Tl::kQInRegs) {
 #pragma unroll
     for (int m = 0; m < kM; ++m)
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk)
-        mma::ldmatrix_x4(q_frag[m][kk], q_addr + 16 * kRowBytes * m + 32 * kk);
+        mma::ldmatrix_x4(q_frag[m][kk], q_addr.at(16 * kRowBytes * m, kk));
   }
 
   float o_acc[kM][kOTiles][4];
@@ -133,8 +138,8 @@ __global__ void __launch_bounds__(Tl::kThreads, 2) flash_fwd_v4to6_kernel(const 
   const int k_ld_col = 8 * ((lane / 8) & 1);
   const int v_ld_row = (lane % 8) + 8 * ((lane / 8) & 1);
   const int v_ld_col = 8 * (lane / 16);
-  const uint32_t k_addr0 = mma::smem_addr(tile_row<D>(sK, k_ld_row) + k_ld_col);
-  const uint32_t v_addr0 = mma::smem_addr(tile_row<D>(sV, v_ld_row) + v_ld_col);
+  const typename Sm::Lane k_addr0(mma::smem_addr(Sm::row(sK, k_ld_row) + k_ld_col), swz);
+  const typename Sm::Lane v_addr0(mma::smem_addr(Sm::row(sV, v_ld_row) + v_ld_col), swz);
   constexpr uint32_t kKVBytes = Sm::kKVElems * 2;
 
   const int n_tiles32 = int(n_tiles);
@@ -146,10 +151,10 @@ __global__ void __launch_bounds__(Tl::kThreads, 2) flash_fwd_v4to6_kernel(const 
     }
     if (j + 1 < n_tiles32) {
       const int nb = buf ^ 1;
-      tiles::load_tile_async<D, kBc, Tl::kThreads>(sK + nb * Sm::kKVElems, K, int64_t(j + 1) * kBc,
-                                                   seq_k, tid);
-      tiles::load_tile_async<D, kBc, Tl::kThreads>(sV + nb * Sm::kKVElems, V, int64_t(j + 1) * kBc,
-                                                   seq_k, tid);
+      tiles::load_tile_async<D, kBc, Tl::kThreads, Sm::kSwizzle>(sK + nb * Sm::kKVElems, K,
+                                                                 int64_t(j + 1) * kBc, seq_k, tid);
+      tiles::load_tile_async<D, kBc, Tl::kThreads, Sm::kSwizzle>(sV + nb * Sm::kKVElems, V,
+                                                                 int64_t(j + 1) * kBc, seq_k, tid);
       mma::cp_async_commit();
     }
     const int k0 = j * kBc;
@@ -157,7 +162,7 @@ __global__ void __launch_bounds__(Tl::kThreads, 2) flash_fwd_v4to6_kernel(const 
 
     // ---- (1) S = Q K_j^T: 32 x Bc per warp (kM m16 tiles).
     float s[kM][kSTiles][4];
-    compute_s_m<T, D, Tl>(s, q_frag, q_addr, k_addr0 + buf * kKVBytes);
+    compute_s_m<T, D, Tl>(s, q_frag, q_addr, typename Sm::Lane(k_addr0, buf * kKVBytes));
 
     if (p.scale_log2 < 0.0f) {  // negative scale: c * s = |c| * (-s) (v3's idea 1)
 #pragma unroll
@@ -234,9 +239,10 @@ __global__ void __launch_bounds__(Tl::kThreads, 2) flash_fwd_v4to6_kernel(const 
 
     // ---- (4) O = alpha * O + P V_j.
     if constexpr (Tl::kExactAlpha)
-      rescale_o_add_pv_m<T, D, Tl>(o_acc, s, alpha, rescale, v_addr0 + buf * kKVBytes);
+      rescale_o_add_pv_m<T, D, Tl>(o_acc, s, alpha, rescale,
+                                   typename Sm::Lane(v_addr0, buf * kKVBytes));
     else
-      rescale_o_add_pv_m<T, D, Tl>(o_acc, s, alpha, v_addr0 + buf * kKVBytes);
+      rescale_o_add_pv_m<T, D, Tl>(o_acc, s, alpha, typename Sm::Lane(v_addr0, buf * kKVBytes));
   }
 
   // ---- Epilogue: per m16 tile, v3's (O through the tile's own 16 rows of sQ, then L).
@@ -252,7 +258,8 @@ __global__ void __launch_bounds__(Tl::kThreads, 2) flash_fwd_v4to6_kernel(const 
       l_run[m][h] += __shfl_xor_sync(0xffffffffu, l_run[m][h], 2);
       inv_l[h] = l_run[m][h] > 0.0f ? 1.0f / l_run[m][h] : 0.0f;  // no visible key: O = 0
     }
-    store_o_tile<T, D>(O, o_acc[m], inv_l, sQ, kM * warp + m, lane, warp_row0 + 16 * m, seq_q);
+    store_o_tile<T, D, Sm::kSwizzle>(O, o_acc[m], inv_l, sQ, kM * warp + m, lane,
+                                     warp_row0 + 16 * m, seq_q);
     if (t == 0) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
@@ -294,7 +301,7 @@ void launch(const AttentionFwdArgs& a, cudaStream_t stream) {
   FA_UNSUPPORTED_IF(smem > smem_optin_bytes(),
                     name + ": head_dim " + std::to_string(D) + " needs " + std::to_string(smem) +
                         " bytes of shared memory per block, more than this GPU allows");
-  auto kernel = flash_fwd_v4to6_kernel<T, D, Tl>;
+  auto kernel = flash_fwd_mtiles_kernel<T, D, Tl>;
   FA_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   FA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,

@@ -54,7 +54,7 @@
 // The code: this file holds v4's tiles (TilesV4); the kernel and launcher, shared with v5 and v6,
 // are ch05_mtiles_kernel.cuh's, and the matmuls ch05_mma_fwd_mtiles.cuh's.
 
-#include "ch05_mtiles_kernel.cuh"  // the kernel and launcher of v4-v6, given this rung's tiles
+#include "ch05_mtiles_kernel.cuh"  // the kernel and launcher of v4-v7, given this rung's tiles
 #include "registry.h"
 
 namespace fa {
@@ -77,6 +77,7 @@ struct TilesV4 {
   // spilled at D = 128.
   static constexpr int kUnrollK = kQInRegs ? D / 16 : 1;
   static constexpr bool kExactAlpha = false, kSkipRescale = false;  // v6's, off
+  static constexpr bool kSwizzle = false;                           // v7's, off
   static_assert(kWarps == 4, "128 threads: two blocks per SM at up to 255 registers");
 };
 

@@ -40,7 +40,7 @@
 // The code: this file holds v5's tiles (TilesV5, the idea of this rung); the kernel and launcher
 // are ch05_mtiles_kernel.cuh's, shared with v4 and v6.
 
-#include "ch05_mtiles_kernel.cuh"  // the kernel and launcher of v4-v6, given this rung's tiles
+#include "ch05_mtiles_kernel.cuh"  // the kernel and launcher of v4-v7, given this rung's tiles
 #include "registry.h"
 
 namespace fa {
@@ -60,6 +60,7 @@ struct TilesV5 {
   static constexpr int kQRegSlices = kQInRegs ? D / 16 : 1;
   static constexpr int kUnrollK = D / 16;  // the k16 loop of S = Q K^T, unrolled in full
   static constexpr bool kExactAlpha = false, kSkipRescale = false;  // v6's, off
+  static constexpr bool kSwizzle = false;                           // v7's, off
   static_assert(kWarps == 4, "128 threads: two blocks per SM at up to 255 registers");
 };
 

@@ -34,34 +34,16 @@
 //   instructions against v5's 1.299 G (-15%), tensor pipe busy 54.5% (v5 51.3%, FA2 57.1%).
 //   The limit to Bc = 32 came after call 4; the session's last call timed it (notes/05 section 8).
 //
-// The code: this file holds v6's tiles (TilesV6: kExactAlpha, kSkipRescale); the kernel and its
-// launcher, shared with v4 and v5, are ch05_mtiles_kernel.cuh's, where kExactAlpha marks this
-// rung's change.
+// The code: v6's tiles (TilesV6: kExactAlpha, kSkipRescale) are in ch05_tiles_v6.cuh, which
+// 05/v7 builds on; the kernel and its launcher, shared with v4 and v5, are ch05_mtiles_kernel.cuh's,
+// where kExactAlpha marks this rung's change.
 
-#include "ch05_mtiles_kernel.cuh"  // the kernel and launcher of v4-v6, given this rung's tiles
+#include "ch05_mtiles_kernel.cuh"  // the kernel and launcher of v4-v7, given this rung's tiles
+#include "ch05_tiles_v6.cuh"       // this rung's tiles
 #include "registry.h"
 
 namespace fa {
 namespace {
-
-// v6's tiles: v5's, and the two switches of this rung (kExactAlpha; kSkipRescale where it pays).
-template <int D>
-struct TilesV6 {
-  static constexpr int kM = D <= 128 ? 2 : 1;  // m16 tiles per warp (the idea of this rung)
-  static constexpr int kWarps = Tiles<D>::kBr / (16 * kM);
-  static constexpr int kThreads = kWarps * 32;
-  static constexpr int kRowsPerWarp = 16 * kM;
-  static constexpr int kBr = Tiles<D>::kBr;  // 128 (D <= 128) or 64: v3's, so is the smem layout
-  static constexpr int kBc = (D == 96 || D == 128) ? 32 : Tiles<D>::kBc;
-  static constexpr int kSTiles = kBc / 8;
-  // The skip pays where the rescale is as many instructions as the MMAs: Bc = 32 (header).
-  static constexpr bool kSkipRescale = kBc <= 32;
-  static constexpr bool kExactAlpha = true;  // alpha = 1 exactly for an unmoved max (this rung)
-  static constexpr bool kQInRegs = kM * D <= 128;  // 32 rows x D x 2 B / 32 lanes <= 32 regs
-  static constexpr int kQRegSlices = kQInRegs ? D / 16 : 1;
-  static constexpr int kUnrollK = D / 16;  // the k16 loop of S = Q K^T, unrolled in full
-  static_assert(kWarps == 4, "128 threads: two blocks per SM at up to 255 registers");
-};
 
 struct RungV6 {
   static constexpr const char* kName = "05/v6_skip_unmoved_rescale";
