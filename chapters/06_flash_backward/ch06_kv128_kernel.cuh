@@ -7,6 +7,7 @@
 //   v7  the mask test once per chunk of P^T, not once per element
 //   v8  S^T and dP^T for all 64 queries of the tile at once, not two chunks of 32 (kChunk)
 //   v9  dQ in 32 x 32 warp tiles at D = 128                                  (kDqRowTiles)
+//   v10 Q, dO, K and V swizzled instead of padded at D = 64 and 128                 (kSwz)
 // The rest, shared with 06/v4's kernel, is in ch06_kv128.cuh. Device code, in an anonymous
 // namespace. Splitting the rung files into this kernel changed no instruction: the PTX of each of
 // v5-v9 is the same before and after (virtual registers and anonymous-namespace tags normalised).
@@ -74,9 +75,11 @@ __device__ __forceinline__ void store_a_at(T* p, const uint32_t (&a)[4]) {
 // The copies of a full Q or dO tile (kBr rows), planned once per thread: thread tid copies the
 // 16-byte chunk tid % kChunksPerRow of rows row + kRowsPerPass * i, i < kPasses. Threads past
 // kRowsPerPass * kChunksPerRow (D = 96: 12 chunks a row, 21 rows a pass) copy nothing.
-template <class T, int D>
+// kSwizzled (v10): into swizzled rows of D elements; the chunk moves by row % 8, the same for
+// every pass (kRowsPerPass is a multiple of 8 at D = 64 and 128), so the pass offsets stay constant.
+template <class T, int D, bool kSwizzled = false>
 struct TileCopy {
-  static constexpr int kLd = D + kPad;
+  static constexpr int kLd = kSwizzled ? D : D + kPad;
   static constexpr int kChunksPerRow = D / 8;
   static constexpr int kRowsPerPass = kThreads / kChunksPerRow;
   static constexpr int kPasses = (kBr + kRowsPerPass - 1) / kRowsPerPass;
@@ -89,7 +92,12 @@ struct TileCopy {
     row = tid < kRowsPerPass * kChunksPerRow ? tid / kChunksPerRow : kBr;
     const int col = (tid % kChunksPerRow) * 8;
     src = row * D + col;
-    dst = at<kLd>(row, col);
+    static_assert(!kSwizzled || (kExact && kRowsPerPass % fa::tiles::kSwizzleRows == 0),
+                  "one swizzle for every pass");
+    if constexpr (kSwizzled)
+      dst = uint32_t(fa::tiles::swizzled_offset<D>(row, col / 8)) * 2;
+    else
+      dst = at<kLd>(row, col);
   }
   // Rows [0, kBr) of the tile whose first row is `g` into the tile at shared address `s`.
   __device__ __forceinline__ void full(uint32_t s, const T* g) const {
@@ -113,14 +121,20 @@ __device__ __forceinline__ float exp2_p(float x) {
 // ---- dK, dV, and the dQ atomics ------------------------------------------------------------
 template <class T, int D, int kRung>
 __global__ void __launch_bounds__(kThreads, 1) kv128_kernel(Params p) {
-  static_assert(kRung >= 5 && kRung <= 9, "06/v5 to 06/v9 (06/v4 has its own kernel)");
+  static_assert(kRung >= 5 && kRung <= 10, "06/v5 to 06/v10 (06/v4 has its own kernel)");
   // v8: S^T and dP^T for the whole Q tile at once; before, in two chunks of 32 queries.
   constexpr int kChunk = kRung >= 8 ? kBr : 32;
   static_assert(kBr % kChunk == 0 && kChunk % 16 == 0, "chunking");
   constexpr int kLd = D + kPad;
   constexpr int kTile = kBr * kLd;    // a Q or dO tile (kBr rows)
   constexpr int kKvTile = kBc * kLd;  // a K or V tile (kBc rows: twice v3's)
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  // v10: the K, V, Q and dO tiles hold swizzled rows of kLdT = D elements (fa::tiles::
+  // swizzled_offset) where a row is whole 128-byte groups; each keeps v9's place and size (its
+  // last kPad * rows elements unused), and every tile starts at a multiple of 128 bytes.
+  constexpr bool kSwz = kRung >= 10 && D % 64 == 0;
+  constexpr int kLdT = kSwz ? D : kLd;  // elements between rows inside a tile
+  static_assert(!kSwz || (kTile * 2) % 128 == 0 && (kKvTile * 2) % 128 == 0, "aligned tiles");
+  extern __shared__ __align__(kSwz ? 128 : 16) unsigned char smem_raw[];
   T* sK = reinterpret_cast<T*>(smem_raw);
   T* sV = sK + kKvTile;
   T* sQ = sV + kKvTile;                                   // two buffers
@@ -157,12 +171,12 @@ __global__ void __launch_bounds__(kThreads, 1) kv128_kernel(Params p) {
   if (p.causal && k0 - off > 0) qt_begin = (k0 - off) / kBr;  // may be >= n_qt: no work
 
   // Prologue: K_j, V_j and the first Q_i, dO_i in one cp.async group; L_i, D_i by plain loads.
-  load_tile_async<T, D, kBc, kThreads>(sK, K, k0, seq_k, tid);
-  load_tile_async<T, D, kBc, kThreads>(sV, V, k0, seq_k, tid);
+  load_tile_async<T, D, kBc, kThreads, kSwz>(sK, K, k0, seq_k, tid);
+  load_tile_async<T, D, kBc, kThreads, kSwz>(sV, V, k0, seq_k, tid);
   if (qt_begin < n_qt) {
     const int64_t q0 = qt_begin * kBr;
-    load_tile_async<T, D, kBr, kThreads>(sQ, Q, q0, seq_q, tid);
-    load_tile_async<T, D, kBr, kThreads>(sdO, dO, q0, seq_q, tid);
+    load_tile_async<T, D, kBr, kThreads, kSwz>(sQ, Q, q0, seq_q, tid);
+    load_tile_async<T, D, kBr, kThreads, kSwz>(sdO, dO, q0, seq_q, tid);
     const int64_t row = q0 + (tid & (kBr - 1));
     if (tid < kBr)
       sL[tid] = load_l2(lse, row, seq_q);
@@ -185,16 +199,22 @@ __global__ void __launch_bounds__(kThreads, 1) kv128_kernel(Params p) {
   // rows); K as B of dQ (.trans, this warp's columns); Q, dO as B in both forms (buffer 0; a
   // tile adds its buffer's offset); dS^T as A of dQ (.trans, this warp's query rows). store_a's
   // address of dS^T (rows kr0 + g, + 8; columns 2t, 2t + 1). The Q / dO copy plan.
+  // v10: each is a fa::tiles::LaneAddr. Padded (v5-v9): one base; a read adds a constant. Swizzled:
+  // every ldmatrix row of this lane is lane % 8 modulo 8 (fragments start at multiples of 16 rows),
+  // so the lane's address is the unswizzled one with bits 4-6 flipped by swz; four bases, one per
+  // 16-column step modulo 4, keep every read a base plus a constant (attention_tiles.cuh says why).
   constexpr uint32_t kTileBytes = kTile * 2;
-  const uint32_t rows_off = lane_rows<kLd>(lane), trans_off = lane_trans<kLd>(lane);
-  const uint32_t k_a = smem_addr(sK) + rows_off + at<kLd>(kr0, 0);
-  const uint32_t v_a = smem_addr(sV) + rows_off + at<kLd>(kr0, 0);
-  const uint32_t k_x = smem_addr(sK) + rows_off + at<kLd>(0, dq0);
-  const uint32_t q_t0 = smem_addr(sQ) + trans_off, q_x0 = smem_addr(sQ) + rows_off;
-  const uint32_t do_t0 = smem_addr(sdO) + trans_off, do_x0 = smem_addr(sdO) + rows_off;
+  const uint32_t swz = fa::tiles::swizzle_xor(lane);
+  using Lane = fa::tiles::LaneAddr<kSwz>;
+  const uint32_t rows_off = lane_rows<kLdT>(lane), trans_off = lane_trans<kLdT>(lane);
+  const Lane k_a(smem_addr(sK) + rows_off + at<kLdT>(kr0, 0), swz);
+  const Lane v_a(smem_addr(sV) + rows_off + at<kLdT>(kr0, 0), swz);
+  const Lane k_x(smem_addr(sK) + rows_off + at<kLdT>(0, dq0), swz);
+  const Lane q_t0(smem_addr(sQ) + trans_off, swz), q_x0(smem_addr(sQ) + rows_off, swz);
+  const Lane do_t0(smem_addr(sdO) + trans_off, swz), do_x0(smem_addr(sdO) + rows_off, swz);
   const uint32_t ds_t = smem_addr(sdS) + lane_trans<kLdS>(lane) + at<kLdS>(0, qr0);
   T* const ds_st = sdS + (kr0 + g) * kLdS + 2 * t;
-  const TileCopy<T, D> copy(tid);
+  const TileCopy<T, D, kSwz> copy(tid);
   const uint32_t sq_addr = smem_addr(sQ), sdo_addr = smem_addr(sdO);
 
   for (int64_t qt = qt_begin; qt < n_qt; ++qt) {
@@ -213,8 +233,8 @@ __global__ void __launch_bounds__(kThreads, 1) kv128_kernel(Params p) {
         copy.full(sq_addr + next, Q + q1 * D);
         copy.full(sdo_addr + next, dO + q1 * D);
       } else {  // the sequence ends inside it: rows past seq_q zero-filled
-        load_tile_async<T, D, kBr, kThreads>(sQ + (buf ^ 1) * kTile, Q, q1, seq_q, tid);
-        load_tile_async<T, D, kBr, kThreads>(sdO + (buf ^ 1) * kTile, dO, q1, seq_q, tid);
+        load_tile_async<T, D, kBr, kThreads, kSwz>(sQ + (buf ^ 1) * kTile, Q, q1, seq_q, tid);
+        load_tile_async<T, D, kBr, kThreads, kSwz>(sdO + (buf ^ 1) * kTile, dO, q1, seq_q, tid);
       }
       const int64_t row = q1 + (tid & (kBr - 1));
       if (tid < kBr)
@@ -227,7 +247,7 @@ __global__ void __launch_bounds__(kThreads, 1) kv128_kernel(Params p) {
     __syncthreads();
 
     const uint32_t cur = uint32_t(buf) * kTileBytes;
-    const uint32_t q_t = q_t0 + cur, q_x = q_x0 + cur, do_t = do_t0 + cur, do_x = do_x0 + cur;
+    const Lane q_t(q_t0, cur), q_x(q_x0, cur), do_t(do_t0, cur), do_x(do_x0, cur);
     const float* l_s = sL + buf * kBr;
     const float* d_s = sD + buf * kBr;
     // Mask only where needed: keys past seq_k, or a tile crossing the causal diagonal (some key
@@ -248,11 +268,11 @@ __global__ void __launch_bounds__(kThreads, 1) kv128_kernel(Params p) {
 #pragma unroll
       for (int ks = 0; ks < D / 16; ++ks) {
         uint32_t a[4];
-        ldmatrix_x4(a, k_a + at<kLd>(0, ks * 16));
+        ldmatrix_x4(a, k_a.at(0, ks));
 #pragma unroll
         for (int np = 0; np < kNt / 2; ++np) {
           uint32_t b[4];
-          ldmatrix_x4(b, q_t + at<kLd>(c0 + np * 16, ks * 16));
+          ldmatrix_x4(b, q_t.at(at<kLdT>(c0 + np * 16, 0), ks));
           mma_pair<T>(s[2 * np], s[2 * np + 1], a, b);
         }
       }
@@ -305,7 +325,7 @@ __global__ void __launch_bounds__(kThreads, 1) kv128_kernel(Params p) {
 #pragma unroll
         for (int np = 0; np < D / 16; ++np) {
           uint32_t b[4];
-          ldmatrix_x4_trans(b, do_x + at<kLd>(c0 + kk * 16, np * 16));
+          ldmatrix_x4_trans(b, do_x.at(at<kLdT>(c0 + kk * 16, 0), np));
           mma_pair<T>(dv[2 * np], dv[2 * np + 1], a, b);
         }
       }
@@ -319,11 +339,11 @@ __global__ void __launch_bounds__(kThreads, 1) kv128_kernel(Params p) {
 #pragma unroll
       for (int ks = 0; ks < D / 16; ++ks) {
         uint32_t a[4];
-        ldmatrix_x4(a, v_a + at<kLd>(0, ks * 16));
+        ldmatrix_x4(a, v_a.at(0, ks));
 #pragma unroll
         for (int np = 0; np < kNt / 2; ++np) {
           uint32_t b[4];
-          ldmatrix_x4(b, do_t + at<kLd>(c0 + np * 16, ks * 16));
+          ldmatrix_x4(b, do_t.at(at<kLdT>(c0 + np * 16, 0), ks));
           mma_pair<T>(dp[2 * np], dp[2 * np + 1], a, b);
         }
       }
@@ -344,7 +364,7 @@ __global__ void __launch_bounds__(kThreads, 1) kv128_kernel(Params p) {
 #pragma unroll
         for (int np = 0; np < D / 16; ++np) {
           uint32_t b[4];
-          ldmatrix_x4_trans(b, q_x + at<kLd>(c0 + kk * 16, np * 16));
+          ldmatrix_x4_trans(b, q_x.at(at<kLdT>(c0 + kk * 16, 0), np));
           mma_pair<T>(dk[2 * np], dk[2 * np + 1], a, b);
         }
       }
@@ -374,7 +394,7 @@ __global__ void __launch_bounds__(kThreads, 1) kv128_kernel(Params p) {
 #pragma unroll
           for (int np = 0; np < kDqC / 16; ++np) {
             uint32_t b[4];
-            ldmatrix_x4_trans(b, k_x + at<kLd>(ks * 16, dc * kDqC + np * 16));
+            ldmatrix_x4_trans(b, k_x.at(at<kLdT>(ks * 16, 0), dc * kDqC / 16 + np));
 #pragma unroll
             for (int mt = 0; mt < kDqRt; ++mt)
               mma_pair<T>(acc[mt][2 * np], acc[mt][2 * np + 1], a[mt], b);

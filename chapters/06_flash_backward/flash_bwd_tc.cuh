@@ -23,8 +23,9 @@ using fa::tiles::kPad;  // elements of padding per shared-memory row (16 bytes)
 // Copy rows [row0, row0 + ROWS) of a [seq, D] row-major matrix `g` into the padded tile `s`,
 // 16 bytes per cp.async. Rows at or past `seq` are zero-filled (nothing is read for them). The
 // same copies as fa::tiles::load_tile_async, in the strided loop these kernels were tuned with
-// (attention_tiles.cuh says why there are two).
-template <class T, int D, int ROWS, int THREADS>
+// (attention_tiles.cuh says why there are two). kSwizzled (06/v10): into a swizzled tile of D
+// elements per row instead (fa::tiles::swizzled_offset).
+template <class T, int D, int ROWS, int THREADS, bool kSwizzled = false>
 __device__ __forceinline__ void load_tile_async(T* s, const T* g, int64_t row0, int64_t seq,
                                                 int tid) {
   constexpr int kChunksPerRow = D * int(sizeof(T)) / 16;
@@ -36,7 +37,10 @@ __device__ __forceinline__ void load_tile_async(T* s, const T* g, int64_t row0, 
     const int cc = c % kChunksPerRow;
     const bool valid = row0 + r < seq;
     const T* src = valid ? g + (row0 + r) * int64_t(D) + cc * 8 : g;
-    fa::mma::cp_async_16(s + r * kLd + cc * 8, src, valid);
+    if constexpr (kSwizzled)
+      fa::mma::cp_async_16(s + fa::tiles::swizzled_offset<D>(r, cc), src, valid);
+    else
+      fa::mma::cp_async_16(s + r * kLd + cc * 8, src, valid);
   }
 }
 
