@@ -6,13 +6,13 @@
 #   bash bench/device_run.sh tour bench sdpa     # second call, while the machine is warm
 #
 # Stages: build, test, testlong, tour, bench, benchquick, sdpa, memdemo, sanitize, mystery, ch07,
-# python, ncu_decode, ncu_bwd, rung (one kernel version end to end: RUNG=name [BASE=name]), pack
+# python, ncu_decode, ncu_fwd, ncu_bwd, rung (one kernel version end to end: RUNG=name [BASE=name]), pack
 # (fold the logs into one archive: the device returns at most 8 files).
 #
 # LIMIT=seconds gives the whole call a budget: each stage runs under `timeout` with what is left,
 # so a stage that hangs or runs long costs its own logs only, and a final `pack` still runs (it is
 # never cut). Without LIMIT the stages run unbounded.
-#   LIMIT=540 RUNG=06/v10_fa2_warp_layout BASE=06/v9_dq_two_mtiles \
+#   LIMIT=540 RUNG=06/v10_swizzled_smem BASE=06/v9_dq_two_mtiles \
 #     bash bench/device_run.sh build rung ncu_bwd pack
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -171,12 +171,38 @@ for stage in "$@"; do
       python3 bench/sass_memory.py "$OUT"/ncu_decode_*_sass.csv.gz > "$OUT/ncu_decode_memory.txt" 2>&1
       log "ncu_decode memory per opcode: $OUT/ncu_decode_memory.txt"
       ;;
+    ncu_fwd)
+      # The forward at bf16 D 128 N 8192 (B 2, H 16, non-causal) in Nsight Compute: ours (FWD_KERNEL,
+      # default 05/v7_swizzled_smem) and FlashAttention-2's, stall reasons and the source page
+      # (CSV, gzipped; bench/sass_memory.py sums its memory traffic per opcode). After `build`.
+      K=${FWD_KERNEL:-05/v7_swizzled_smem}
+      M=sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active
+      for r in barrier long_scoreboard math_pipe_throttle mio_throttle selected short_scoreboard wait; do
+        M=$M,smsp__average_warp_latency_issue_stalled_$r.ratio; done
+      M=$M,smsp__inst_executed.sum,smsp__inst_executed_op_ldsm.sum,smsp__issue_active.avg.pct_of_peak_sustained_active
+      SECTIONS="--section SpeedOfLight --section WarpStateStats --section LaunchStats --section SourceCounters"
+      log "ncu_fwd: $K"
+      ncu $SECTIONS --metrics "$M" -k 'regex:flash_fwd_mtiles_kernel' -s 2 -c 1 -o "$OUT/ncu_fwd_ours" \
+        "$BUILD/bin/fa_bench" --benchmark_filter="attn_fwd/$K/bf16/D128/full/N8192/" > /dev/null 2>&1
+      log "ncu_fwd ours rc=$?"
+      log "ncu_fwd: FlashAttention-2 (PyTorch SDPA)"
+      ncu $SECTIONS --metrics "$M" -k regex:flash_fwd_kernel -s 1 -c 1 -o "$OUT/ncu_fwd_fa2" \
+        python3 bench/profile_sdpa.py fwd 128 > /dev/null 2>&1
+      log "ncu_fwd fa2 rc=$?"
+      for w in ours fa2; do
+        ncu -i "$OUT/ncu_fwd_$w.ncu-rep" > "$OUT/ncu_fwd_$w.txt" 2>&1
+        ncu -i "$OUT/ncu_fwd_$w.ncu-rep" --page source --csv --print-source sass 2>/dev/null | gzip > "$OUT/ncu_fwd_${w}_sass.csv.gz"
+        rm -f "$OUT/ncu_fwd_$w.ncu-rep"
+      done
+      python3 bench/sass_memory.py "$OUT"/ncu_fwd_*_sass.csv.gz > "$OUT/ncu_fwd_memory.txt" 2>&1
+      log "ncu_fwd memory per opcode: $OUT/ncu_fwd_memory.txt"
+      ;;
     ncu_bwd)
       # The backward's dK/dV kernel at bf16 D 128 N 8192 (B 2, H 16, non-causal) in Nsight Compute,
-      # ours (BWD_KERNEL, default 06/v9_dq_two_mtiles) and FlashAttention-2's, with the source page
+      # ours (BWD_KERNEL, default 06/v10_swizzled_smem) and FlashAttention-2's, with the source page
       # saved as CSV and summed per SASS opcode, as notes/06_flash_backward.md (section 5c) did by
       # hand. After `build`.
-      K=${BWD_KERNEL:-06/v9_dq_two_mtiles}
+      K=${BWD_KERNEL:-06/v10_swizzled_smem}
       M=lts__t_sectors_op_red.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active
       for r in barrier long_scoreboard math_pipe_throttle mio_throttle selected short_scoreboard wait; do
         M=$M,smsp__average_warp_latency_issue_stalled_$r.ratio; done
@@ -203,30 +229,31 @@ for stage in "$@"; do
       # One kernel version end to end, after `build`: RUNG (a registered name), BASE (optional,
       # the version it improves on). Its GPU tests (default label), compute-sanitizer on it (the
       # sanitize label, FA_SANITIZE_ONLY), fa_bench of RUNG and BASE at bf16 on the protocol
-      # shapes, and PyTorch SDPA timed on the same shapes in the same call.
+      # shapes, and PyTorch SDPA timed on the same shapes in the same call. Logs: rung_<RUNG>_*, so
+      # one call may run the stage for several rungs (RUNG=a ... rung; RUNG=b ... rung).
       : "${RUNG:?set RUNG to a registered kernel name, e.g. RUNG=06/v9_dq_two_mtiles}"
       case "$RUNG" in 06/*) P=attn_bwd ;; 08/*) P=attn_decode ;; *) P=attn_fwd ;; esac
       T=${RUNG//\//_}
       log "rung $RUNG: ctest -R $T"
       ctest --test-dir "$BUILD" -R "$T" -LE "long|sanitize" -j "$JOBS" --output-on-failure \
-        --timeout 900 > "$OUT/rung_ctest.log" 2>&1
-      log "rung ctest rc=$? $(grep -E 'tests passed|tests failed' "$OUT/rung_ctest.log")"
+        --timeout 900 > "$OUT/rung_${T}_ctest.log" 2>&1
+      log "rung ctest rc=$? $(grep -E 'tests passed|tests failed' "$OUT/rung_${T}_ctest.log")"
       FA_SANITIZE_ONLY="$RUNG" ctest --test-dir "$BUILD" -L sanitize --output-on-failure \
-        --timeout 900 > "$OUT/rung_sanitize.log" 2>&1
-      log "rung sanitize rc=$? $(grep -E 'tests passed|tests failed' "$OUT/rung_sanitize.log")"
+        --timeout 900 > "$OUT/rung_${T}_sanitize.log" 2>&1
+      log "rung sanitize rc=$? $(grep -E 'tests passed|tests failed' "$OUT/rung_${T}_sanitize.log")"
       F="$P/(${RUNG}${BASE:+|$BASE})/bf16/"
       [[ $P == attn_decode ]] && F="ceiling/copy|$F"  # the copy ceiling its GB/s are read against
       "$BUILD/bin/fa_bench" --benchmark_filter="$F" \
-        --benchmark_out="$OUT/rung_bench.json" --benchmark_out_format=json > "$OUT/rung_bench.log" 2>&1
+        --benchmark_out="$OUT/rung_${T}_bench.json" --benchmark_out_format=json > "$OUT/rung_${T}_bench.log" 2>&1
       log "rung fa_bench rc=$?"
       if [[ $P == attn_decode ]]; then
-        PYTHONUNBUFFERED=1 python3 bench/compare_decode.py "$OUT/rung_bench.json" --out "$OUT" \
-          > "$OUT/rung_sdpa.log" 2>&1
+        PYTHONUNBUFFERED=1 python3 bench/compare_decode.py "$OUT/rung_${T}_bench.json" --out "$OUT" \
+          > "$OUT/rung_${T}_sdpa.log" 2>&1
       else
-        PYTHONUNBUFFERED=1 python3 bench/compare_sdpa.py "$OUT/rung_bench.json" --out "$OUT" \
-          > "$OUT/rung_sdpa.log" 2>&1
+        PYTHONUNBUFFERED=1 python3 bench/compare_sdpa.py "$OUT/rung_${T}_bench.json" --out "$OUT" \
+          > "$OUT/rung_${T}_sdpa.log" 2>&1
       fi
-      log "rung sdpa rc=$?"; grep -E "^\|" "$OUT/rung_sdpa.log" | head -40
+      log "rung sdpa rc=$?"; grep -E "^\|" "$OUT/rung_${T}_sdpa.log" | head -40
       ;;
     pack)
       # The device returns at most 8 files per call: fold every log of this call into one archive
