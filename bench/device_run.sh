@@ -175,55 +175,60 @@ for stage in "$@"; do
       # The forward at bf16 D 128 N 8192 (B 2, H 16, non-causal) in Nsight Compute: ours (FWD_KERNEL,
       # default 05/v7_swizzled_smem) and FlashAttention-2's, stall reasons and the source page
       # (CSV, gzipped; bench/sass_memory.py sums its memory traffic per opcode). After `build`.
+      # FWD_N=1024 (any protocol N): that length instead (B = 16384 / N), files named ncu_fwd_N1024_*.
       K=${FWD_KERNEL:-05/v7_swizzled_smem}
+      N=${FWD_N:-8192}
+      X=ncu_fwd${FWD_N:+_N$FWD_N}
       M=sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active
       for r in barrier long_scoreboard math_pipe_throttle mio_throttle selected short_scoreboard wait; do
         M=$M,smsp__average_warp_latency_issue_stalled_$r.ratio; done
       M=$M,smsp__inst_executed.sum,smsp__inst_executed_op_ldsm.sum,smsp__issue_active.avg.pct_of_peak_sustained_active
       SECTIONS="--section SpeedOfLight --section WarpStateStats --section LaunchStats --section SourceCounters"
       log "ncu_fwd: $K"
-      ncu $SECTIONS --metrics "$M" -k 'regex:flash_fwd_mtiles_kernel' -s 2 -c 1 -o "$OUT/ncu_fwd_ours" \
-        "$BUILD/bin/fa_bench" --benchmark_filter="attn_fwd/$K/bf16/D128/full/N8192/" > /dev/null 2>&1
+      ncu $SECTIONS --metrics "$M" -k 'regex:flash_fwd_mtiles_kernel' -s 2 -c 1 -o "$OUT/${X}_ours" \
+        "$BUILD/bin/fa_bench" --benchmark_filter="attn_fwd/$K/bf16/D128/full/N$N/" > /dev/null 2>&1
       log "ncu_fwd ours rc=$?"
       log "ncu_fwd: FlashAttention-2 (PyTorch SDPA)"
-      ncu $SECTIONS --metrics "$M" -k regex:flash_fwd_kernel -s 1 -c 1 -o "$OUT/ncu_fwd_fa2" \
-        python3 bench/profile_sdpa.py fwd 128 > /dev/null 2>&1
+      ncu $SECTIONS --metrics "$M" -k regex:flash_fwd_kernel -s 1 -c 1 -o "$OUT/${X}_fa2" \
+        python3 bench/profile_sdpa.py fwd 128 n=$N > /dev/null 2>&1
       log "ncu_fwd fa2 rc=$?"
       for w in ours fa2; do
-        ncu -i "$OUT/ncu_fwd_$w.ncu-rep" > "$OUT/ncu_fwd_$w.txt" 2>&1
-        ncu -i "$OUT/ncu_fwd_$w.ncu-rep" --page source --csv --print-source sass 2>/dev/null | gzip > "$OUT/ncu_fwd_${w}_sass.csv.gz"
-        rm -f "$OUT/ncu_fwd_$w.ncu-rep"
+        ncu -i "$OUT/${X}_$w.ncu-rep" > "$OUT/${X}_$w.txt" 2>&1
+        ncu -i "$OUT/${X}_$w.ncu-rep" --page source --csv --print-source sass 2>/dev/null | gzip > "$OUT/${X}_${w}_sass.csv.gz"
+        rm -f "$OUT/${X}_$w.ncu-rep"
       done
-      python3 bench/sass_memory.py "$OUT"/ncu_fwd_*_sass.csv.gz > "$OUT/ncu_fwd_memory.txt" 2>&1
-      log "ncu_fwd memory per opcode: $OUT/ncu_fwd_memory.txt"
+      python3 bench/sass_memory.py "$OUT/${X}_ours_sass.csv.gz" "$OUT/${X}_fa2_sass.csv.gz" > "$OUT/${X}_memory.txt" 2>&1
+      log "ncu_fwd memory per opcode: $OUT/${X}_memory.txt"
       ;;
     ncu_bwd)
       # The backward's dK/dV kernel at bf16 D 128 N 8192 (B 2, H 16, non-causal) in Nsight Compute,
       # ours (BWD_KERNEL, default 06/v10_swizzled_smem) and FlashAttention-2's, with the source page
       # saved as CSV and summed per SASS opcode, as notes/06_flash_backward.md (section 5c) did by
-      # hand. After `build`.
+      # hand. After `build`. BWD_N=16384 (any protocol N): that length instead, files ncu_bwd_N16384_*.
       K=${BWD_KERNEL:-06/v10_swizzled_smem}
+      N=${BWD_N:-8192}
+      X=ncu_bwd${BWD_N:+_N$BWD_N}
       M=lts__t_sectors_op_red.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active
       for r in barrier long_scoreboard math_pipe_throttle mio_throttle selected short_scoreboard wait; do
         M=$M,smsp__average_warp_latency_issue_stalled_$r.ratio; done
       M=$M,smsp__inst_executed.sum,smsp__inst_executed_op_ldsm.sum,smsp__issue_active.avg.pct_of_peak_sustained_active
       SECTIONS="--section SpeedOfLight --section InstructionStats --section WarpStateStats --section LaunchStats --section SourceCounters"
       log "ncu_bwd: $K"
-      ncu $SECTIONS --metrics "$M" -k 'regex:dkdv_kernel|kv128_kernel' -s 2 -c 1 -o "$OUT/ncu_bwd_ours" "$BUILD/bin/fa_bench" \
-        --benchmark_filter="attn_bwd/$K/bf16/D128/full/N8192/" > /dev/null 2>&1
+      ncu $SECTIONS --metrics "$M" -k 'regex:dkdv_kernel|kv128_kernel' -s 2 -c 1 -o "$OUT/${X}_ours" "$BUILD/bin/fa_bench" \
+        --benchmark_filter="attn_bwd/$K/bf16/D128/full/N$N/" > /dev/null 2>&1
       log "ncu_bwd ours rc=$?"
       log "ncu_bwd: FlashAttention-2 (PyTorch SDPA)"
-      ncu $SECTIONS --metrics "$M" -k regex:flash_bwd_dq_dk -s 1 -c 1 -o "$OUT/ncu_bwd_fa2" python3 bench/profile_sdpa.py bwd 128 \
+      ncu $SECTIONS --metrics "$M" -k regex:flash_bwd_dq_dk -s 1 -c 1 -o "$OUT/${X}_fa2" python3 bench/profile_sdpa.py bwd 128 n=$N \
         > /dev/null 2>&1
       log "ncu_bwd fa2 rc=$?"
       for w in ours fa2; do
-        ncu -i "$OUT/ncu_bwd_$w.ncu-rep" > "$OUT/ncu_bwd_$w.txt" 2>&1
-        ncu -i "$OUT/ncu_bwd_$w.ncu-rep" --page source --csv --print-source sass 2>/dev/null | gzip > "$OUT/ncu_bwd_${w}_sass.csv.gz"
-        rm -f "$OUT/ncu_bwd_$w.ncu-rep"
+        ncu -i "$OUT/${X}_$w.ncu-rep" > "$OUT/${X}_$w.txt" 2>&1
+        ncu -i "$OUT/${X}_$w.ncu-rep" --page source --csv --print-source sass 2>/dev/null | gzip > "$OUT/${X}_${w}_sass.csv.gz"
+        rm -f "$OUT/${X}_$w.ncu-rep"
       done
-      python3 notes/measured/h100-2026-11-23f/sass_mix.py "$OUT"/ncu_bwd_*_sass.csv.gz > "$OUT/ncu_bwd_opcodes.txt" 2>&1
-      python3 bench/sass_memory.py "$OUT"/ncu_bwd_*_sass.csv.gz >> "$OUT/ncu_bwd_opcodes.txt" 2>&1
-      log "ncu_bwd opcodes: $OUT/ncu_bwd_opcodes.txt"
+      python3 notes/measured/h100-2026-11-23f/sass_mix.py "$OUT/${X}_ours_sass.csv.gz" "$OUT/${X}_fa2_sass.csv.gz" > "$OUT/${X}_opcodes.txt" 2>&1
+      python3 bench/sass_memory.py "$OUT/${X}_ours_sass.csv.gz" "$OUT/${X}_fa2_sass.csv.gz" >> "$OUT/${X}_opcodes.txt" 2>&1
+      log "ncu_bwd opcodes: $OUT/${X}_opcodes.txt"
       ;;
     rung)
       # One kernel version end to end, after `build`: RUNG (a registered name), BASE (optional,

@@ -7,7 +7,7 @@ The notes' profiles of FlashAttention-2 were taken with it, e.g. (on the GPU mac
     ncu -k regex:flash_bwd_dq_dk -s 1 -c 1 python3 bench/profile_sdpa.py bwd 128
     ncu -k regex:flash -s 2 -c 2 python3 bench/profile_sdpa.py decode 8 32 8 32768
 
-fwd/bwd D [causal]: the protocol shape at N = 8192 (B = 16384 / N, H = 2048 / D).
+fwd/bwd D [causal] [n=N]: the protocol shape at N = 8192, or N (B = 16384 / N, H = 2048 / D).
 decode B H H_kv seq_k: one query row per head against a K/V cache of seq_k keys, D = 128.
 """
 import sys
@@ -23,9 +23,10 @@ def main():
     with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
         if what in ("fwd", "bwd"):
             d = int(sys.argv[2])
-            n = 8192
+            rest = sys.argv[3:]
+            n = next((int(a[2:]) for a in rest if a.startswith("n=")), 8192)
             b, h = 16384 // n, 2048 // d
-            causal = len(sys.argv) > 3 and sys.argv[3] == "causal"
+            causal = "causal" in rest
             q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=dt).add_(0.5).requires_grad_()
                        for _ in range(3))
             for _ in range(3):
