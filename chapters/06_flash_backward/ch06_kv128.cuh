@@ -1,9 +1,10 @@
-// ch06_kv128.cuh: what 06/v4 to 06/v9 share, the pieces around their dK/dV kernels. They all use
-// FlashAttention-2's tile (06/v4's idea): a block owns Bc = 128 keys with 8 warps, 16 keys a
-// warp, and walks the Q tiles of Br = 64 queries that see them; dQ is added into an fp32
+// ch06_kv128.cuh: what 06/v4 to 06/v12 share, the pieces around their dK/dV kernels. They all use
+// FlashAttention-2's tile (06/v4's idea): a block owns Bc = 128 keys with 8 warps (16 keys a warp
+// up to v10) and walks the Q tiles of Br = 64 queries that see them; dQ is added into an fp32
 // accumulator by atomics (06/v3's idea). The rung files tell the story and hold the measurements;
-// v4_bc128_8warps.cu has its own kernel, v5-v9 run ch06_kv128_kernel.cuh's. Device code and its
-// launcher, in an anonymous namespace (each including .cu file compiles its own copy).
+// v4_bc128_8warps.cu has its own kernel, v5-v10 run ch06_kv128_kernel.cuh's, v11 and v12
+// ch06_warp_tiles_kernel.cuh's. Device code and its launcher, in an anonymous namespace (each
+// including .cu file compiles its own copy).
 //
 // The map:
 //   kWarps .. kLdS   the tile and the shared-memory pitch of dS^T
@@ -58,7 +59,14 @@ constexpr int dkdv_smem_bytes() {
 }
 
 // ---- the host side -------------------------------------------------------------------------
-// A rung is a struct with kName (its registered name) and kernel<T, D>(), its dK/dV kernel.
+// A rung is a struct with kName (its registered name), kernel<T, D>(), its dK/dV kernel, and
+// smem_bytes<D>(), the shared memory that kernel takes: KvRung's for the layout above (v4-v10).
+struct KvRung {
+  template <int D>
+  static constexpr int smem_bytes() {
+    return dkdv_smem_bytes<D>();
+  }
+};
 template <class Rung, class T, int D>
 void launch(const fa::AttentionBwdArgs& a, cudaStream_t stream) {
   const fa::AttentionShape& s = a.shape;
@@ -82,7 +90,7 @@ void launch(const fa::AttentionBwdArgs& a, cudaStream_t stream) {
   FA_REQUIRE(n_kt * s.bh() <= INT32_MAX, "batch * heads * key tiles must fit in gridDim.x");
 
   if (n_kt > 0 && s.bh() > 0) {
-    constexpr int kSmem = dkdv_smem_bytes<D>();
+    constexpr int kSmem = Rung::template smem_bytes<D>();
     const auto kernel = Rung::template kernel<T, D>();
     FA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
     p.n_tiles = n_kt;
@@ -107,7 +115,7 @@ template <class Rung, int D>
 void run_head_dim(const fa::AttentionBwdArgs& a, cudaStream_t stream) {
   // D = 128 needs 155 KiB per block: an H100 (227 KiB) or an A100 (163 KiB) has it, sm_86/89
   // (99 KiB) does not. Refuse before anything runs, rather than fail in cudaFuncSetAttribute.
-  constexpr size_t kSmem = size_t(dkdv_smem_bytes<D>());
+  constexpr size_t kSmem = size_t(Rung::template smem_bytes<D>());
   FA_UNSUPPORTED_IF(kSmem > smem_optin_bytes(),
                     std::string(Rung::kName) + ": head_dim " + std::to_string(D) + " needs " +
                         std::to_string(kSmem) +

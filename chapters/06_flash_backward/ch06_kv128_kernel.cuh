@@ -1,4 +1,4 @@
-// ch06_kv128_kernel.cuh: the dK/dV kernel of 06/v5 to 06/v9, kv128_kernel<T, D, kRung>. Each
+// ch06_kv128_kernel.cuh: the dK/dV kernel of 06/v5 to 06/v10, kv128_kernel<T, D, kRung>. Each
 // rung from v6 on adds one idea to v5's; the kernel names each where it acts (`kRung >= 6` ...)
 // and keeps the earlier form beside it, so that the code of any rung can be read here and the
 // rung files (v5_hoisted_addresses.cu ... v9_dq_two_mtiles.cu) tell why and how fast:

@@ -43,7 +43,7 @@
 
 namespace {
 
-struct V10 {
+struct V10 : KvRung {
   static constexpr const char* kName = "06/v10_swizzled_smem";
   template <class T, int D>
   static auto kernel() {

@@ -344,7 +344,7 @@ __global__ void __launch_bounds__(kThreads, 1) dkdv_kernel(Params p) {
   store_rows<T, D, D>(dV, dv, k0 + kr0, 0, seq_k, 1.0f, lane);
 }
 
-struct V4 {
+struct V4 : KvRung {
   static constexpr const char* kName = "06/v4_bc128_8warps";
   template <class T, int D>
   static auto kernel() {

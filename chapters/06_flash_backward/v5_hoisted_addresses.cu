@@ -42,7 +42,7 @@
 
 namespace {
 
-struct V5 {
+struct V5 : KvRung {
   static constexpr const char* kName = "06/v5_hoisted_addresses";
   template <class T, int D>
   static auto kernel() {

@@ -24,7 +24,7 @@
 
 namespace {
 
-struct V6 {
+struct V6 : KvRung {
   static constexpr const char* kName = "06/v6_ex2_approx";
   template <class T, int D>
   static auto kernel() {

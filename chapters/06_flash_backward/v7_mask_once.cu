@@ -29,7 +29,7 @@
 
 namespace {
 
-struct V7 {
+struct V7 : KvRung {
   static constexpr const char* kName = "06/v7_mask_once";
   template <class T, int D>
   static auto kernel() {

@@ -29,7 +29,7 @@
 
 namespace {
 
-struct V8 {
+struct V8 : KvRung {
   static constexpr const char* kName = "06/v8_whole_q_tile";
   template <class T, int D>
   static auto kernel() {

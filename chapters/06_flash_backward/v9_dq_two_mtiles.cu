@@ -33,7 +33,7 @@
 
 namespace {
 
-struct V9 {
+struct V9 : KvRung {
   static constexpr const char* kName = "06/v9_dq_two_mtiles";
   template <class T, int D>
   static auto kernel() {
