@@ -1,8 +1,8 @@
-// ch06_kv128.cuh: what 06/v4 to 06/v12 share, the pieces around their dK/dV kernels. They all use
+// ch06_kv128.cuh: what 06/v4 to 06/v13 share, the pieces around their dK/dV kernels. They all use
 // FlashAttention-2's tile (06/v4's idea): a block owns Bc = 128 keys with 8 warps (16 keys a warp
-// up to v10) and walks the Q tiles of Br = 64 queries that see them; dQ is added into an fp32
-// accumulator by atomics (06/v3's idea). The rung files tell the story and hold the measurements;
-// v4_bc128_8warps.cu has its own kernel, v5-v10 run ch06_kv128_kernel.cuh's, v11 and v12
+// up to v10) and walks the Q tiles of Br = 64 queries (128 in v13 at D 64) that see them; dQ is
+// added into an fp32 accumulator by atomics (06/v3's idea). The rung files tell the story and hold the measurements;
+// v4_bc128_8warps.cu has its own kernel, v5-v10 run ch06_kv128_kernel.cuh's, v11-v13
 // ch06_warp_tiles_kernel.cuh's. Device code and its launcher, in an anonymous namespace (each
 // including .cu file compiles its own copy).
 //

@@ -77,19 +77,20 @@ __device__ __forceinline__ void store_a_at(T* p, const uint32_t (&a)[4]) {
 // kRowsPerPass * kChunksPerRow (D = 96: 12 chunks a row, 21 rows a pass) copy nothing.
 // kSwizzled (v10): into swizzled rows of D elements; the chunk moves by row % 8, the same for
 // every pass (kRowsPerPass is a multiple of 8 at D = 64 and 128), so the pass offsets stay constant.
-template <class T, int D, bool kSwizzled = false>
+// ROWS (06/v13): tiles of ROWS rows instead of kBr.
+template <class T, int D, bool kSwizzled = false, int ROWS = kBr>
 struct TileCopy {
   static constexpr int kLd = kSwizzled ? D : D + kPad;
   static constexpr int kChunksPerRow = D / 8;
   static constexpr int kRowsPerPass = kThreads / kChunksPerRow;
-  static constexpr int kPasses = (kBr + kRowsPerPass - 1) / kRowsPerPass;
-  static constexpr bool kExact = kThreads % kChunksPerRow == 0 && kBr % kRowsPerPass == 0;
-  int row;       // this thread's first row (kBr: none)
+  static constexpr int kPasses = (ROWS + kRowsPerPass - 1) / kRowsPerPass;
+  static constexpr bool kExact = kThreads % kChunksPerRow == 0 && ROWS % kRowsPerPass == 0;
+  int row;       // this thread's first row (ROWS: none)
   int src;       // its first chunk, in elements from the tile's first row in global memory
   uint32_t dst;  // and in bytes from the tile's start in shared memory
 
   __device__ __forceinline__ explicit TileCopy(int tid) {
-    row = tid < kRowsPerPass * kChunksPerRow ? tid / kChunksPerRow : kBr;
+    row = tid < kRowsPerPass * kChunksPerRow ? tid / kChunksPerRow : ROWS;
     const int col = (tid % kChunksPerRow) * 8;
     src = row * D + col;
     static_assert(!kSwizzled || (kExact && kRowsPerPass % fa::tiles::kSwizzleRows == 0),
@@ -99,11 +100,11 @@ struct TileCopy {
     else
       dst = at<kLd>(row, col);
   }
-  // Rows [0, kBr) of the tile whose first row is `g` into the tile at shared address `s`.
+  // Rows [0, ROWS) of the tile whose first row is `g` into the tile at shared address `s`.
   __device__ __forceinline__ void full(uint32_t s, const T* g) const {
 #pragma unroll
     for (int i = 0; i < kPasses; ++i)
-      if (kExact || row + i * kRowsPerPass < kBr)
+      if (kExact || row + i * kRowsPerPass < ROWS)
         fa::mma::cp_async_16(s + dst + at<kLd>(i * kRowsPerPass, 0),
                              g + src + i * kRowsPerPass * D);
   }

@@ -1,7 +1,8 @@
-// ch06_warp_tiles_kernel.cuh: the dK/dV kernel of 06/v11 and v12, warp_tiles_kernel<T, D, kRung>:
+// ch06_warp_tiles_kernel.cuh: the dK/dV kernel of 06/v11 to v13, warp_tiles_kernel<T, D, kRung>:
 // FlashAttention-2's warp tiles (v11_warp_tiles.cu tells why), D 64 and 128.
 //   v11  S, dP in 32 x 32 warp tiles; P, dS through shared memory; dK, dV in 32 keys x D / 2
 //   v12  one barrier per tile fewer (kRung >= 12)
+//   v13  Q tiles of 128 queries at D = 64 (kBrW)
 // The tile (128 keys, 64 queries, 8 warps) and the host side are ch06_kv128.cuh's; the address
 // helpers and the copy plan ch06_kv128_kernel.cuh's. Device code, in an anonymous namespace.
 #pragma once
@@ -14,12 +15,21 @@ namespace {
 
 constexpr int kLdP = kBc + kPad;  // a row of the P or dS tile: kBc keys + padding (16-bit)
 
+// v13: the Q tile of this kernel, 128 queries at D = 64 (64 before v13, and at D = 128).
+template <int D, int kRung>
+constexpr int kBrW = kRung >= 13 && D == 64 ? 128 : kBr;
+
 // Shared memory: v10's K, V, Q x2, dO x2 (swizzled rows, in v10's places), L x2, D x2, then the
-// P and dS tiles (kBr x kLdP each). 171 KiB at D 128, 107 KiB at D 64.
-template <int D>
+// P and dS tiles (kBrW x kLdP each). 171 KiB at D 128, 107 KiB at D 64 (v13: 178 KiB).
+template <int D, int kRung>
 constexpr int warp_tiles_smem_bytes() {
-  return smem_bytes_tiles<D>() + 4 * kBr * int(sizeof(float)) + 2 * kBr * kLdP * 2;
+  constexpr int kRows = kBrW<D, kRung>;
+  return (2 * kBc + 4 * kRows) * (D + kPad) * 2 + 4 * kRows * int(sizeof(float)) +
+         2 * kRows * kLdP * 2;
 }
+static_assert(warp_tiles_smem_bytes<128, 12>() ==
+                  smem_bytes_tiles<128>() + 4 * kBr * int(sizeof(float)) + 2 * kBr * kLdP * 2,
+              "v11, v12: v10's tiles plus P and dS");
 
 // An ldmatrix address into a swizzled tile: the unswizzled one with bits 4-6 flipped by the lane's
 // row % 8 (every fragment starts at a multiple of 16 rows; fa::tiles::swizzle_xor).
@@ -39,23 +49,29 @@ __device__ __forceinline__ void add_dq(float* p, float x, float y) {
 
 template <class T, int D, int kRung>
 __global__ void __launch_bounds__(kThreads, 1) warp_tiles_kernel(Params p) {
-  static_assert(kRung == 11 || kRung == 12, "06/v11, 06/v12");
+  static_assert(kRung >= 11 && kRung <= 13, "06/v11 to 06/v13");
   static_assert(D == 64 || D == 128, "swizzled 128-byte rows: D 64 or 128");
-  static_assert(kWarps == 8 && kBr == 64 && kBc == 128, "2 x 4 warps of 32 x 32 (S), 4 x 2 (dK)");
-  constexpr int kLd = D + kPad;       // v10's tile places: rows of kLd, used D at a time
-  constexpr int kTile = kBr * kLd;    // a Q or dO buffer
-  constexpr int kKvTile = kBc * kLd;  // K or V
-  constexpr int kHalf = D / 2;        // columns of dK, dV per warp
-  constexpr int kQuarter = D / 4;     // columns of dQ per warp
+  static_assert(kWarps == 8 && kBr == 64 && kBc == 128, "warps: 2 x 4 (S, dQ), 4 x 2 (dK, dV)");
+  constexpr int kBrT = kBrW<D, kRung>;  // queries per Q tile: 64, or 128 (v13 at D 64)
+  constexpr int kLd = D + kPad;         // v10's tile places: rows of kLd, used D at a time
+  constexpr int kTile = kBrT * kLd;     // a Q or dO buffer
+  constexpr int kKvTile = kBc * kLd;    // K or V
+  constexpr int kHalf = D / 2;          // columns of dK, dV per warp
+  // Warps of S, dP and dQ: 32 queries each, kWm along the queries (2, or 4 with 128-query tiles)
+  // by kWn along the keys of S (or the columns of dQ).
+  constexpr int kWm = kBrT / 32, kWn = kWarps / kWm;
+  constexpr int kKw = kBc / kWn;     // keys of S, dP per warp: 32 (or 64)
+  constexpr int kSn = kKw / 8;       // their n8 tiles
+  constexpr int kQuarter = D / kWn;  // columns of dQ per warp: D / 4 (or D / 2)
   extern __shared__ __align__(128) unsigned char smem_raw[];
   T* sK = reinterpret_cast<T*>(smem_raw);
   T* sV = sK + kKvTile;
   T* sQ = sV + kKvTile;                                   // two buffers
   T* sdO = sQ + 2 * kTile;                                // two buffers
-  float* sL = reinterpret_cast<float*>(sdO + 2 * kTile);  // two buffers of kBr: L * log2(e)
-  float* sD = sL + 2 * kBr;                               // two buffers of kBr: D
-  T* sP = reinterpret_cast<T*>(sD + 2 * kBr);             // P: kBr queries x kBc keys
-  T* sdS = sP + kBr * kLdP;                               // dS: the same layout
+  float* sL = reinterpret_cast<float*>(sdO + 2 * kTile);  // two buffers of kBrT: L * log2(e)
+  float* sD = sL + 2 * kBrT;                              // two buffers of kBrT: D
+  T* sP = reinterpret_cast<T*>(sD + 2 * kBrT);            // P: kBrT queries x kBc keys
+  T* sdS = sP + kBrT * kLdP;                              // dS: the same layout
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t = lane & 3;
@@ -73,29 +89,31 @@ __global__ void __launch_bounds__(kThreads, 1) warp_tiles_kernel(Params p) {
   const float* lse = p.lse + bh * seq_q;
   const float* delta = p.delta + bh * seq_q;
 
-  const int64_t n_qt = ceil_div(seq_q, kBr);
+  const int64_t n_qt = ceil_div(seq_q, kBrT);
   int64_t qt_begin = 0;
-  if (p.causal && k0 - off > 0) qt_begin = (k0 - off) / kBr;  // may be >= n_qt: no work
+  if (p.causal && k0 - off > 0) qt_begin = (k0 - off) / kBrT;  // may be >= n_qt: no work
 
   // Prologue, as v10: K_j, V_j and the first Q_i, dO_i in one cp.async group; L_i, D_i.
   load_tile_async<T, D, kBc, kThreads, true>(sK, K, k0, seq_k, tid);
   load_tile_async<T, D, kBc, kThreads, true>(sV, V, k0, seq_k, tid);
   if (qt_begin < n_qt) {
-    const int64_t q0 = qt_begin * kBr;
-    load_tile_async<T, D, kBr, kThreads, true>(sQ, Q, q0, seq_q, tid);
-    load_tile_async<T, D, kBr, kThreads, true>(sdO, dO, q0, seq_q, tid);
-    const int64_t row = q0 + (tid & (kBr - 1));
-    if (tid < kBr)
+    const int64_t q0 = qt_begin * kBrT;
+    load_tile_async<T, D, kBrT, kThreads, true>(sQ, Q, q0, seq_q, tid);
+    load_tile_async<T, D, kBrT, kThreads, true>(sdO, dO, q0, seq_q, tid);
+    const int64_t row = q0 + (tid & (kBrT - 1));
+    if (tid < kBrT)
       sL[tid] = load_l2(lse, row, seq_q);
-    else if (tid < 2 * kBr)
-      sD[tid - kBr] = row < seq_q ? delta[row] : 0.0f;
+    else if (tid < 2 * kBrT)
+      sD[tid - kBrT] = row < seq_q ? delta[row] : 0.0f;
   }
   fa::mma::cp_async_commit();
 
   // The three warp layouts (this rung).
-  const int wm = warp >> 2, wn = warp & 3;  // S, dP: queries 32 wm .., keys 32 wn ..
+  constexpr int kWnShift = kWn == 4 ? 2 : 1;  // warp / kWn as a shift (kWn is 4 or 2)
+  static_assert(kWn == 1 << kWnShift, "kWn: 4 or 2");
+  const int wm = warp >> kWnShift, wn = warp & (kWn - 1);  // S, dP: queries 32 wm, keys kKw wn
   const int wk = warp & 3, wd = warp >> 2;  // dK, dV: keys 32 wk .., columns kHalf wd ..
-  const int wq = warp >> 2, wc = warp & 3;  // dQ: queries 32 wq .., columns kQuarter wc ..
+  const int wq = wm, wc = wn;               // dQ: queries 32 wq .., columns kQuarter wc ..
 
   float dv[2][kHalf / 8][4], dk[2][kHalf / 8][4];
 #pragma unroll
@@ -111,26 +129,26 @@ __global__ void __launch_bounds__(kThreads, 1) warp_tiles_kernel(Params p) {
   // A = tile^T, .trans (lane_trans); B = tile, .trans (lane_rows).
   const uint32_t swz = fa::tiles::swizzle_xor(lane);
   const uint32_t rows_d = lane_rows<D>(lane), trans_d = lane_trans<D>(lane);
-  const uint32_t q_a0 = smem_addr(sQ) + rows_d + at<D>(32 * wm, 0);     // S: A = Q
-  const uint32_t do_a0 = smem_addr(sdO) + rows_d + at<D>(32 * wm, 0);   // dP: A = dO
-  const uint32_t k_b = smem_addr(sK) + trans_d + at<D>(32 * wn, 0);     // S: B = K^T
-  const uint32_t v_b = smem_addr(sV) + trans_d + at<D>(32 * wn, 0);     // dP: B = V^T
+  const uint32_t q_a0 = smem_addr(sQ) + rows_d + at<D>(32 * wm, 0);       // S: A = Q
+  const uint32_t do_a0 = smem_addr(sdO) + rows_d + at<D>(32 * wm, 0);     // dP: A = dO
+  const uint32_t k_b = smem_addr(sK) + trans_d + at<D>(kKw * wn, 0);      // S: B = K^T
+  const uint32_t v_b = smem_addr(sV) + trans_d + at<D>(kKw * wn, 0);      // dP: B = V^T
   const uint32_t do_x0 = smem_addr(sdO) + rows_d + at<D>(0, kHalf * wd);  // dV: B = dO
   const uint32_t q_x0 = smem_addr(sQ) + rows_d + at<D>(0, kHalf * wd);    // dK: B = Q
   const uint32_t k_x = smem_addr(sK) + rows_d + at<D>(0, kQuarter * wc);  // dQ: B = K
-  const uint32_t p_at = smem_addr(sP) + lane_trans<kLdP>(lane) + at<kLdP>(0, 32 * wk);   // P^T
+  const uint32_t p_at = smem_addr(sP) + lane_trans<kLdP>(lane) + at<kLdP>(0, 32 * wk);    // P^T
   const uint32_t ds_at = smem_addr(sdS) + lane_trans<kLdP>(lane) + at<kLdP>(0, 32 * wk);  // dS^T
   const uint32_t ds_a = smem_addr(sdS) + lane_rows<kLdP>(lane) + at<kLdP>(32 * wq, 0);    // dS
-  // Where this thread stores its P and dS elements: row 32 wm + g, columns 32 wn + 2t.
-  T* const p_st = sP + (32 * wm + g) * kLdP + 32 * wn + 2 * t;
-  T* const ds_st = sdS + (32 * wm + g) * kLdP + 32 * wn + 2 * t;
-  const TileCopy<T, D, true> copy(tid);
+  // Where this thread stores its P and dS elements: row 32 wm + g, columns kKw wn + 2t.
+  T* const p_st = sP + (32 * wm + g) * kLdP + kKw * wn + 2 * t;
+  T* const ds_st = sdS + (32 * wm + g) * kLdP + kKw * wn + 2 * t;
+  const TileCopy<T, D, true, kBrT> copy(tid);
   const uint32_t sq_addr = smem_addr(sQ), sdo_addr = smem_addr(sdO);
   constexpr uint32_t kTileBytes = kTile * 2;
 
   for (int64_t qt = qt_begin; qt < n_qt; ++qt) {
     const int buf = int(qt - qt_begin) & 1;
-    const int64_t q0 = qt * kBr;
+    const int64_t q0 = qt * kBrT;
     const bool has_next = qt + 1 < n_qt;
 
     // v12: one barrier where v11 has two (this one and the last of the previous tile). Tile i
@@ -144,19 +162,19 @@ __global__ void __launch_bounds__(kThreads, 1) warp_tiles_kernel(Params p) {
     // Prefetch Q_{i+1}, dO_{i+1}, L and D as v10.
     float next_ld = 0.0f;
     if (has_next) {
-      const int64_t q1 = q0 + kBr;
-      if (q1 + kBr <= seq_q) {
+      const int64_t q1 = q0 + kBrT;
+      if (q1 + kBrT <= seq_q) {
         const uint32_t next = uint32_t(buf ^ 1) * kTileBytes;
         copy.full(sq_addr + next, Q + q1 * D);
         copy.full(sdo_addr + next, dO + q1 * D);
       } else {
-        load_tile_async<T, D, kBr, kThreads, true>(sQ + (buf ^ 1) * kTile, Q, q1, seq_q, tid);
-        load_tile_async<T, D, kBr, kThreads, true>(sdO + (buf ^ 1) * kTile, dO, q1, seq_q, tid);
+        load_tile_async<T, D, kBrT, kThreads, true>(sQ + (buf ^ 1) * kTile, Q, q1, seq_q, tid);
+        load_tile_async<T, D, kBrT, kThreads, true>(sdO + (buf ^ 1) * kTile, dO, q1, seq_q, tid);
       }
-      const int64_t row = q1 + (tid & (kBr - 1));
-      if (tid < kBr)
+      const int64_t row = q1 + (tid & (kBrT - 1));
+      if (tid < kBrT)
         next_ld = load_l2(lse, row, seq_q);
-      else if (tid < 2 * kBr)
+      else if (tid < 2 * kBrT)
         next_ld = row < seq_q ? delta[row] : 0.0f;
     }
     fa::mma::cp_async_commit();
@@ -167,43 +185,47 @@ __global__ void __launch_bounds__(kThreads, 1) warp_tiles_kernel(Params p) {
 
     const uint32_t cur = uint32_t(buf) * kTileBytes;
     const uint32_t q_a = q_a0 + cur, do_a = do_a0 + cur, do_x = do_x0 + cur, q_x = q_x0 + cur;
-    const float* l_s = sL + buf * kBr;
-    const float* d_s = sD + buf * kBr;
+    const float* l_s = sL + buf * kBrT;
+    const float* d_s = sD + buf * kBrT;
     const bool need_mask = (k0 + kBc > seq_k) || (p.causal && k0 + kBc - 1 > q0 + off);
 
-    // S = Q K^T and dP = dO V^T, 32 x 32 per warp: element (mt, nt, e) is query row
-    // 32 wm + 16 mt + g + 8 (e / 2), key column 32 wn + 8 nt + 2t + e % 2 of the tile.
-    float s[2][4][4], dp[2][4][4];
+    // S = Q K^T and dP = dO V^T, 32 x kKw per warp: element (mt, nt, e) is query row
+    // 32 wm + 16 mt + g + 8 (e / 2), key column kKw wn + 8 nt + 2t + e % 2 of the tile.
+    float s[2][kSn][4], dp[2][kSn][4];
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-      for (int nt = 0; nt < 4; ++nt)
+      for (int nt = 0; nt < kSn; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) s[mt][nt][e] = dp[mt][nt][e] = 0.0f;
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) {
-      uint32_t a[2][4], b[2][4];
+      uint32_t a[2][4], b[kSn / 2][4];
 #pragma unroll
-      for (int mt = 0; mt < 2; ++mt) ldmatrix_x4(a[mt], swz_addr(q_a + at<D>(16 * mt, 16 * ks), swz));
+      for (int mt = 0; mt < 2; ++mt)
+        ldmatrix_x4(a[mt], swz_addr(q_a + at<D>(16 * mt, 16 * ks), swz));
 #pragma unroll
-      for (int np = 0; np < 2; ++np) ldmatrix_x4(b[np], swz_addr(k_b + at<D>(16 * np, 16 * ks), swz));
+      for (int np = 0; np < kSn / 2; ++np)
+        ldmatrix_x4(b[np], swz_addr(k_b + at<D>(16 * np, 16 * ks), swz));
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-        for (int np = 0; np < 2; ++np) mma_pair<T>(s[mt][2 * np], s[mt][2 * np + 1], a[mt], b[np]);
+        for (int np = 0; np < kSn / 2; ++np)
+          mma_pair<T>(s[mt][2 * np], s[mt][2 * np + 1], a[mt], b[np]);
     }
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) {
-      uint32_t a[2][4], b[2][4];
+      uint32_t a[2][4], b[kSn / 2][4];
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)
         ldmatrix_x4(a[mt], swz_addr(do_a + at<D>(16 * mt, 16 * ks), swz));
 #pragma unroll
-      for (int np = 0; np < 2; ++np) ldmatrix_x4(b[np], swz_addr(v_b + at<D>(16 * np, 16 * ks), swz));
+      for (int np = 0; np < kSn / 2; ++np)
+        ldmatrix_x4(b[np], swz_addr(v_b + at<D>(16 * np, 16 * ks), swz));
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-        for (int np = 0; np < 2; ++np)
+        for (int np = 0; np < kSn / 2; ++np)
           mma_pair<T>(dp[mt][2 * np], dp[mt][2 * np + 1], a[mt], b[np]);
     }
 
@@ -216,13 +238,13 @@ __global__ void __launch_bounds__(kThreads, 1) warp_tiles_kernel(Params p) {
         const int row = 32 * wm + 16 * mt + g + 8 * h;
         const float l2 = l_s[row], dd = d_s[row];
 #pragma unroll
-        for (int nt = 0; nt < 4; ++nt) {
+        for (int nt = 0; nt < kSn; ++nt) {
 #pragma unroll
           for (int c = 0; c < 2; ++c) {
             const int e = 2 * h + c;
             float pv = ex2_ftz(fmaf(s[mt][nt][e], p.scale_log2, -l2));
             if (need_mask) {
-              const int64_t key = k0 + 32 * wn + 8 * nt + 2 * t + c;
+              const int64_t key = k0 + kKw * wn + 8 * nt + 2 * t + c;
               if (key >= seq_k || (p.causal && key > q0 + row + off)) pv = 0.0f;
             }
             s[mt][nt][e] = pv;
@@ -231,7 +253,7 @@ __global__ void __launch_bounds__(kThreads, 1) warp_tiles_kernel(Params p) {
         }
       }
 #pragma unroll
-      for (int nt = 0; nt < 4; ++nt) {
+      for (int nt = 0; nt < kSn; ++nt) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int o = (16 * mt + 8 * h) * kLdP + 8 * nt;
@@ -247,7 +269,7 @@ __global__ void __launch_bounds__(kThreads, 1) warp_tiles_kernel(Params p) {
     // dV += P^T dO and dK += dS^T Q: 32 keys (two m16 tiles) x kHalf columns per warp; k runs
     // over the tile's queries, 16 at a time.
 #pragma unroll
-    for (int kk = 0; kk < kBr / 16; ++kk) {
+    for (int kk = 0; kk < kBrT / 16; ++kk) {
       uint32_t a[2][4];
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt) ldmatrix_x4_trans(a[mt], p_at + at<kLdP>(16 * kk, 16 * mt));
@@ -260,7 +282,7 @@ __global__ void __launch_bounds__(kThreads, 1) warp_tiles_kernel(Params p) {
       }
     }
 #pragma unroll
-    for (int kk = 0; kk < kBr / 16; ++kk) {
+    for (int kk = 0; kk < kBrT / 16; ++kk) {
       uint32_t a[2][4];
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt) ldmatrix_x4_trans(a[mt], ds_at + at<kLdP>(16 * kk, 16 * mt));
@@ -313,10 +335,10 @@ __global__ void __launch_bounds__(kThreads, 1) warp_tiles_kernel(Params p) {
     }
 
     if (has_next) {  // L, D of the next tile into the other buffer
-      if (tid < kBr)
-        sL[(buf ^ 1) * kBr + tid] = next_ld;
-      else if (tid < 2 * kBr)
-        sD[(buf ^ 1) * kBr + tid - kBr] = next_ld;
+      if (tid < kBrT)
+        sL[(buf ^ 1) * kBrT + tid] = next_ld;
+      else if (tid < 2 * kBrT)
+        sD[(buf ^ 1) * kBrT + tid - kBrT] = next_ld;
     }
     if constexpr (kRung < 12)
       __syncthreads();  // v11: done with `buf`, P and dS before the next tile overwrites them
@@ -346,7 +368,7 @@ struct WarpTilesRung {
   }
   template <int D>
   static constexpr int smem_bytes() {
-    return D == 64 || D == 128 ? warp_tiles_smem_bytes<D>() : dkdv_smem_bytes<D>();
+    return D == 64 || D == 128 ? warp_tiles_smem_bytes<D, kRung>() : dkdv_smem_bytes<D>();
   }
 };
 

@@ -36,11 +36,10 @@ struct V12 : WarpTilesRung<12> {
 
 }  // namespace
 
-FA_REGISTER(AttentionBwdKernel,
-            {V12::kName,
-             kv128_backward<V12>,
-             "v11 with two barriers per Q tile instead of three (D 64, 128)",
-             {fa::DType::BF16, fa::DType::F16},
-             {32, 64, 96, 128},
-             80,
-             false});
+FA_REGISTER(AttentionBwdKernel, {V12::kName,
+                                 kv128_backward<V12>,
+                                 "v11 with two barriers per Q tile instead of three (D 64, 128)",
+                                 {fa::DType::BF16, fa::DType::F16},
+                                 {32, 64, 96, 128},
+                                 80,
+                                 false});
