@@ -12,7 +12,7 @@
 # LIMIT=seconds gives the whole call a budget: each stage runs under `timeout` with what is left,
 # so a stage that hangs or runs long costs its own logs only, and a final `pack` still runs (it is
 # never cut). Without LIMIT the stages run unbounded.
-#   LIMIT=540 RUNG=06/v10_swizzled_smem BASE=06/v9_dq_two_mtiles \
+#   LIMIT=540 RUNG=06/v13_q_tile_128_at_d64 BASE=06/v12_one_barrier_fewer \
 #     bash bench/device_run.sh build rung ncu_bwd pack
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -26,6 +26,15 @@ JOBS=${JOBS:-$(nproc)}
 # on the decode shapes only (attn_decode/08/...), never under attn_fwd/.
 FULL_FILTER='ceiling|softmax|transpose|gemm|attn_fwd/0[57]/|attn_bwd/0[67]/|attn_decode/0[578]/|bwd_preprocess'
 log() { echo "[$(date +%H:%M:%S)] $*" | tee -a "$OUT/steps.log"; }
+# ncu_export P: the two Nsight Compute reports $OUT/P_ours.ncu-rep and P_fa2.ncu-rep as text
+# (P_ours.txt, P_fa2.txt) and source pages (P_ours_sass.csv.gz, ...), then the reports removed.
+ncu_export() {
+  for w in ours fa2; do
+    ncu -i "$OUT/$1_$w.ncu-rep" > "$OUT/$1_$w.txt" 2>&1
+    ncu -i "$OUT/$1_$w.ncu-rep" --page source --csv --print-source sass 2>/dev/null | gzip > "$OUT/$1_${w}_sass.csv.gz"
+    rm -f "$OUT/$1_$w.ncu-rep"
+  done
+}
 
 # With LIMIT: run each stage in its own process under `timeout` (FA_STAGE_CHILD marks the child).
 if [[ -n "${LIMIT:-}" && -z "${FA_STAGE_CHILD:-}" ]]; then
@@ -162,12 +171,7 @@ for stage in "$@"; do
       ncu $SECTIONS --metrics "$M" -k regex:flash_fwd_splitkv_kernel -s 1 -c 1 -o "$OUT/ncu_decode_fa2" \
         python3 bench/profile_sdpa.py decode 8 32 8 32768 > /dev/null 2>&1
       log "ncu_decode fa2 rc=$?"
-      for w in ours fa2; do
-        ncu -i "$OUT/ncu_decode_$w.ncu-rep" > "$OUT/ncu_decode_$w.txt" 2>&1
-        ncu -i "$OUT/ncu_decode_$w.ncu-rep" --page source --csv --print-source sass 2>/dev/null |
-          gzip > "$OUT/ncu_decode_${w}_sass.csv.gz"
-        rm -f "$OUT/ncu_decode_$w.ncu-rep"
-      done
+      ncu_export ncu_decode
       python3 bench/sass_memory.py "$OUT"/ncu_decode_*_sass.csv.gz > "$OUT/ncu_decode_memory.txt" 2>&1
       log "ncu_decode memory per opcode: $OUT/ncu_decode_memory.txt"
       ;;
@@ -192,20 +196,16 @@ for stage in "$@"; do
       ncu $SECTIONS --metrics "$M" -k regex:flash_fwd_kernel -s 1 -c 1 -o "$OUT/${X}_fa2" \
         python3 bench/profile_sdpa.py fwd 128 n=$N > /dev/null 2>&1
       log "ncu_fwd fa2 rc=$?"
-      for w in ours fa2; do
-        ncu -i "$OUT/${X}_$w.ncu-rep" > "$OUT/${X}_$w.txt" 2>&1
-        ncu -i "$OUT/${X}_$w.ncu-rep" --page source --csv --print-source sass 2>/dev/null | gzip > "$OUT/${X}_${w}_sass.csv.gz"
-        rm -f "$OUT/${X}_$w.ncu-rep"
-      done
+      ncu_export "$X"
       python3 bench/sass_memory.py "$OUT/${X}_ours_sass.csv.gz" "$OUT/${X}_fa2_sass.csv.gz" > "$OUT/${X}_memory.txt" 2>&1
       log "ncu_fwd memory per opcode: $OUT/${X}_memory.txt"
       ;;
     ncu_bwd)
       # The backward's dK/dV kernel at bf16 D 128 N 8192 (B 2, H 16, non-causal) in Nsight Compute,
-      # ours (BWD_KERNEL, default 06/v10_swizzled_smem) and FlashAttention-2's, with the source page
+      # ours (BWD_KERNEL, default 06/v13_q_tile_128_at_d64) and FlashAttention-2's, with the source page
       # saved as CSV and summed per SASS opcode, as notes/06_flash_backward.md (section 5c) did by
       # hand. After `build`. BWD_N=16384 (any protocol N): that length instead, files ncu_bwd_N16384_*.
-      K=${BWD_KERNEL:-06/v10_swizzled_smem}
+      K=${BWD_KERNEL:-06/v13_q_tile_128_at_d64}
       N=${BWD_N:-8192}
       X=ncu_bwd${BWD_N:+_N$BWD_N}
       M=lts__t_sectors_op_red.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active
@@ -221,11 +221,7 @@ for stage in "$@"; do
       ncu $SECTIONS --metrics "$M" -k regex:flash_bwd_dq_dk -s 1 -c 1 -o "$OUT/${X}_fa2" python3 bench/profile_sdpa.py bwd 128 n=$N \
         > /dev/null 2>&1
       log "ncu_bwd fa2 rc=$?"
-      for w in ours fa2; do
-        ncu -i "$OUT/${X}_$w.ncu-rep" > "$OUT/${X}_$w.txt" 2>&1
-        ncu -i "$OUT/${X}_$w.ncu-rep" --page source --csv --print-source sass 2>/dev/null | gzip > "$OUT/${X}_${w}_sass.csv.gz"
-        rm -f "$OUT/${X}_$w.ncu-rep"
-      done
+      ncu_export "$X"
       python3 notes/measured/h100-2026-11-23f/sass_mix.py "$OUT/${X}_ours_sass.csv.gz" "$OUT/${X}_fa2_sass.csv.gz" > "$OUT/${X}_opcodes.txt" 2>&1
       python3 bench/sass_memory.py "$OUT/${X}_ours_sass.csv.gz" "$OUT/${X}_fa2_sass.csv.gz" >> "$OUT/${X}_opcodes.txt" 2>&1
       log "ncu_bwd opcodes: $OUT/${X}_opcodes.txt"
