@@ -3,8 +3,9 @@
 //   v11  S, dP in 32 x 32 warp tiles; P, dS through shared memory; dK, dV in 32 keys x D / 2
 //   v12  one barrier per tile fewer (kRung >= 12)
 //   v13  Q tiles of 128 queries at D = 64 (kBrW)
-// The tile (128 keys, 64 queries, 8 warps) and the host side are ch06_kv128.cuh's; the address
-// helpers and the copy plan ch06_kv128_kernel.cuh's. Device code, in an anonymous namespace.
+// The tile (128 keys, 64 queries or 128 in v13 at D 64, 8 warps) and the host side are
+// ch06_kv128.cuh's; the address helpers and the copy plan ch06_kv128_kernel.cuh's. Device code,
+// in an anonymous namespace.
 #pragma once
 #include <cstdint>
 
