@@ -113,8 +113,9 @@ using fa::smem_optin_bytes;
 
 template <class Rung, int D>
 void run_head_dim(const fa::AttentionBwdArgs& a, cudaStream_t stream) {
-  // D = 128 needs 155 KiB per block: an H100 (227 KiB) or an A100 (163 KiB) has it, sm_86/89
-  // (99 KiB) does not. Refuse before anything runs, rather than fail in cudaFuncSetAttribute.
+  // v4-v10 need 155 KiB per block at D = 128, v11-v13 171 KiB (and v13 178 KiB at D = 64): an
+  // H100 (227 KiB) has it, an A100 (163 KiB) only for the first, sm_86/89 (99 KiB) for neither.
+  // Refuse before anything runs, rather than fail in cudaFuncSetAttribute.
   constexpr size_t kSmem = size_t(Rung::template smem_bytes<D>());
   FA_UNSUPPORTED_IF(kSmem > smem_optin_bytes(),
                     std::string(Rung::kName) + ": head_dim " + std::to_string(D) + " needs " +

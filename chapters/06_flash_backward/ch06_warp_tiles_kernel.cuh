@@ -38,6 +38,29 @@ __device__ __forceinline__ uint32_t swz_addr(uint32_t plain, uint32_t swz) {
   return plain ^ swz;
 }
 
+// acc += A B^T over D for one warp: A is 32 rows of a swizzled tile (two m16 tiles, ldmatrix
+// from a, this lane's address of its first row), B^T the kSn * 8 rows of another (b, lane_trans
+// form): S = Q K^T and dP = dO V^T. Per k16 step 2 A and kSn / 2 B fragments feed 2 * kSn MMAs.
+template <class T, int D, int kSn>
+__device__ __forceinline__ void rows_times_keys(float (&acc)[2][kSn][4], uint32_t a_base,
+                                                uint32_t b_base, uint32_t swz) {
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ++ks) {
+    uint32_t a[2][4], b[kSn / 2][4];
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+      ldmatrix_x4(a[mt], swz_addr(a_base + at<D>(16 * mt, 16 * ks), swz));
+#pragma unroll
+    for (int np = 0; np < kSn / 2; ++np)
+      ldmatrix_x4(b[np], swz_addr(b_base + at<D>(16 * np, 16 * ks), swz));
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int np = 0; np < kSn / 2; ++np)
+        mma_pair<T>(acc[mt][2 * np], acc[mt][2 * np + 1], a[mt], b[np]);
+  }
+}
+
 // dQaccum[p], [p + 1] += x, y: sm_90 adds a float2 in one atomic (v3's).
 __device__ __forceinline__ void add_dq(float* p, float x, float y) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -199,36 +222,8 @@ __global__ void __launch_bounds__(kThreads, 1) warp_tiles_kernel(Params p) {
       for (int nt = 0; nt < kSn; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) s[mt][nt][e] = dp[mt][nt][e] = 0.0f;
-#pragma unroll
-    for (int ks = 0; ks < D / 16; ++ks) {
-      uint32_t a[2][4], b[kSn / 2][4];
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
-        ldmatrix_x4(a[mt], swz_addr(q_a + at<D>(16 * mt, 16 * ks), swz));
-#pragma unroll
-      for (int np = 0; np < kSn / 2; ++np)
-        ldmatrix_x4(b[np], swz_addr(k_b + at<D>(16 * np, 16 * ks), swz));
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-        for (int np = 0; np < kSn / 2; ++np)
-          mma_pair<T>(s[mt][2 * np], s[mt][2 * np + 1], a[mt], b[np]);
-    }
-#pragma unroll
-    for (int ks = 0; ks < D / 16; ++ks) {
-      uint32_t a[2][4], b[kSn / 2][4];
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
-        ldmatrix_x4(a[mt], swz_addr(do_a + at<D>(16 * mt, 16 * ks), swz));
-#pragma unroll
-      for (int np = 0; np < kSn / 2; ++np)
-        ldmatrix_x4(b[np], swz_addr(v_b + at<D>(16 * np, 16 * ks), swz));
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-        for (int np = 0; np < kSn / 2; ++np)
-          mma_pair<T>(dp[mt][2 * np], dp[mt][2 * np + 1], a[mt], b[np]);
-    }
+    rows_times_keys<T, D, kSn>(s, q_a, k_b, swz);    // S = Q K^T
+    rows_times_keys<T, D, kSn>(dp, do_a, v_b, swz);  // dP = dO V^T
 
     // P = exp(scale S - L), masked where needed; dS = P (dP - D). L and D belong to the query,
     // the row. Both into shared memory, 16-bit, for the products that follow.

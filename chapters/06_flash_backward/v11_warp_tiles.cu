@@ -24,6 +24,13 @@
 //     transposed): warp (wq, wc) = (warp / 4, warp % 4).
 //   The stores of P and dS cost 2 x 64 x 128 x 2 B per tile pair, where v10 stored dS^T only.
 //   D 64 and 128; D 32 and 96 run v10's kernel.
+//   Two details differ from v10's code because the kernel is new, not because they are ideas of
+//   their own: a swizzled read flips its address with one XOR (swz_addr; v10's first form, two
+//   instructions a read) instead of v10's four bases per address (fa::tiles::LaneAddr), which
+//   would take 21 more registers for this kernel's seven ldmatrix addresses beside accumulators
+//   that already fill 253; and the dQ atomics of a thread use one pointer plus constant offsets.
+//   Shared memory: 171 KiB at D 128, more than an A100's 163 KiB: there v11 reports D 128 as
+//   unsupported (06/v10 runs it in 155 KiB).
 //
 // ptxas (CUDA 13.0, sm_90): 253 registers at D 128, 231 at D 64, no spills.
 //
