@@ -61,6 +61,27 @@ __device__ __forceinline__ void rows_times_keys(float (&acc)[2][kSn][4], uint32_
   }
 }
 
+// acc += X^T Y over the kRows queries of a tile, for one warp's 32 keys and kCols columns: X is
+// the P or dS tile (a: this lane's ldmatrix .trans address of its first key column), Y the dO or
+// Q tile (b, swizzled, lane_rows form, at the warp's first column): dV += P^T dO, dK += dS^T Q.
+template <class T, int D, int kRows, int kCols>
+__device__ __forceinline__ void keys_times_cols(float (&acc)[2][kCols / 8][4], uint32_t a_base,
+                                                uint32_t b_base, uint32_t swz) {
+#pragma unroll
+  for (int kk = 0; kk < kRows / 16; ++kk) {
+    uint32_t a[2][4];
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) ldmatrix_x4_trans(a[mt], a_base + at<kLdP>(16 * kk, 16 * mt));
+#pragma unroll
+    for (int np = 0; np < kCols / 16; ++np) {
+      uint32_t b[4];
+      ldmatrix_x4_trans(b, swz_addr(b_base + at<D>(16 * kk, 16 * np), swz));
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) mma_pair<T>(acc[mt][2 * np], acc[mt][2 * np + 1], a[mt], b);
+    }
+  }
+}
+
 // dQaccum[p], [p + 1] += x, y: sm_90 adds a float2 in one atomic (v3's).
 __device__ __forceinline__ void add_dq(float* p, float x, float y) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -264,32 +285,8 @@ __global__ void __launch_bounds__(kThreads, 1) warp_tiles_kernel(Params p) {
 
     // dV += P^T dO and dK += dS^T Q: 32 keys (two m16 tiles) x kHalf columns per warp; k runs
     // over the tile's queries, 16 at a time.
-#pragma unroll
-    for (int kk = 0; kk < kBrT / 16; ++kk) {
-      uint32_t a[2][4];
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt) ldmatrix_x4_trans(a[mt], p_at + at<kLdP>(16 * kk, 16 * mt));
-#pragma unroll
-      for (int np = 0; np < kHalf / 16; ++np) {
-        uint32_t b[4];
-        ldmatrix_x4_trans(b, swz_addr(do_x + at<D>(16 * kk, 16 * np), swz));
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt) mma_pair<T>(dv[mt][2 * np], dv[mt][2 * np + 1], a[mt], b);
-      }
-    }
-#pragma unroll
-    for (int kk = 0; kk < kBrT / 16; ++kk) {
-      uint32_t a[2][4];
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt) ldmatrix_x4_trans(a[mt], ds_at + at<kLdP>(16 * kk, 16 * mt));
-#pragma unroll
-      for (int np = 0; np < kHalf / 16; ++np) {
-        uint32_t b[4];
-        ldmatrix_x4_trans(b, swz_addr(q_x + at<D>(16 * kk, 16 * np), swz));
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt) mma_pair<T>(dk[mt][2 * np], dk[mt][2 * np + 1], a[mt], b);
-      }
-    }
+    keys_times_cols<T, D, kBrT, kHalf>(dv, p_at, do_x, swz);  // dV += P^T dO
+    keys_times_cols<T, D, kBrT, kHalf>(dk, ds_at, q_x, swz);  // dK += dS^T Q
 
     // dQaccum_i += dS K_j: 32 queries x kQuarter columns per warp, k over the kBc keys.
     if (q0 + 32 * wq < seq_q) {  // else every row of this warp lies past seq_q
