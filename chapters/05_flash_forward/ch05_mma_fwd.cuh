@@ -110,7 +110,7 @@ __device__ __forceinline__ void load_tile_async(T* tile, const T* gmem, int64_t 
 //   m2 = rows 0-7, cols 8-15  -> a[2]      m3 = rows 8-15, cols 8-15 -> a[3]
 // (cols relative to the slice), exactly the A fragment order of mma.cuh.
 // kPitch: elements between rows (05/v7's swizzled tiles: D; the address is then the unswizzled one,
-// which the reader XORs, ch05_mma_fwd_mtiles.cuh).
+// from which tiles::LaneAddr makes the swizzled reads, ch05_mma_fwd_mtiles.cuh).
 template <int D, int kPitch = tiles::kPitch<D>, class T>
 __device__ __forceinline__ const T* q_lane_ptr(const T* sQ, int warp, int lane) {
   const int row = warp * kRowsPerWarp + (lane % 8) + 8 * ((lane / 8) & 1);
