@@ -232,14 +232,16 @@ for stage in "$@"; do
       # sanitize label, FA_SANITIZE_ONLY), fa_bench of RUNG and BASE at bf16 on the protocol
       # shapes, and PyTorch SDPA timed on the same shapes in the same call. Logs: rung_<RUNG>_*, so
       # one call may run the stage for several rungs (RUNG=a ... rung; RUNG=b ... rung).
+      # RUNG may name several versions of one chapter, separated by '|' (logs: rung_a+b+c_*).
       : "${RUNG:?set RUNG to a registered kernel name, e.g. RUNG=06/v9_dq_two_mtiles}"
       case "$RUNG" in 06/*) P=attn_bwd ;; 08/*) P=attn_decode ;; *) P=attn_fwd ;; esac
-      T=${RUNG//\//_}
-      log "rung $RUNG: ctest -R $T"
-      ctest --test-dir "$BUILD" -R "$T" -LE "long|sanitize" -j "$JOBS" --output-on-failure \
+      R=${RUNG//\//_}
+      T=${R//|/+}
+      log "rung $RUNG: ctest -R $R"
+      ctest --test-dir "$BUILD" -R "$R" -LE "long|sanitize" -j "$JOBS" --output-on-failure \
         --timeout 900 > "$OUT/rung_${T}_ctest.log" 2>&1
       log "rung ctest rc=$? $(grep -E 'tests passed|tests failed' "$OUT/rung_${T}_ctest.log")"
-      FA_SANITIZE_ONLY="$RUNG" ctest --test-dir "$BUILD" -L sanitize --output-on-failure \
+      FA_SANITIZE_ONLY="${RUNG//|/,}" ctest --test-dir "$BUILD" -L sanitize --output-on-failure \
         --timeout 900 > "$OUT/rung_${T}_sanitize.log" 2>&1
       log "rung sanitize rc=$? $(grep -E 'tests passed|tests failed' "$OUT/rung_${T}_sanitize.log")"
       F="$P/(${RUNG}${BASE:+|$BASE})/bf16/"

@@ -16,6 +16,32 @@ const std::string& key_of(const K& k) {
 }
 }  // namespace
 
+bool natural_less(const std::string& a, const std::string& b) {
+  auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    if (digit(a[i]) && digit(b[j])) {
+      size_t ie = i, je = j;
+      while (ie < a.size() && digit(a[ie])) ++ie;
+      while (je < b.size() && digit(b[je])) ++je;
+      size_t iz = i, jz = j;  // skip leading zeros, then the longer run is the larger number
+      while (iz + 1 < ie && a[iz] == '0') ++iz;
+      while (jz + 1 < je && b[jz] == '0') ++jz;
+      if (ie - iz != je - jz) return ie - iz < je - jz;
+      const int c = a.compare(iz, ie - iz, b, jz, je - jz);
+      if (c != 0) return c < 0;
+      if (ie - i != je - j) return ie - i < je - j;  // same value: fewer leading zeros first
+      i = ie;
+      j = je;
+    } else {
+      if (a[i] != b[j]) return static_cast<unsigned char>(a[i]) < static_cast<unsigned char>(b[j]);
+      ++i;
+      ++j;
+    }
+  }
+  return a.size() - i < b.size() - j;
+}
+
 template <class K>
 std::vector<K>& registry() {
   static std::vector<K> entries;  // function-local: safe during static initialisation
@@ -48,7 +74,8 @@ std::vector<const K*> entries_with_prefix(const std::string& prefix) {
   std::vector<const K*> out;
   for (const K& e : registry<K>())
     if (key_of(e).compare(0, prefix.size(), prefix) == 0) out.push_back(&e);
-  std::sort(out.begin(), out.end(), [](const K* a, const K* b) { return key_of(*a) < key_of(*b); });
+  std::sort(out.begin(), out.end(),
+            [](const K* a, const K* b) { return natural_less(key_of(*a), key_of(*b)); });
   return out;
 }
 

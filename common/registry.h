@@ -133,13 +133,18 @@ template <class K>
 bool register_entry(const K& entry);  // aborts on a duplicate name
 template <class K>
 const K* find_entry(const std::string& name);  // nullptr when absent
-// Entries whose name starts with `prefix` ("05/"), sorted by name.
+// Entries whose name starts with `prefix` ("05/"), in name order with numbers compared as numbers
+// (natural_less: 05/v9_... before 05/v10_...), so a chapter's ladder lists its rungs in order.
 template <class K>
 std::vector<const K*> entries_with_prefix(const std::string& prefix);
 template <class K>
 std::vector<std::string> entry_names(const std::string& prefix = "");
 
 std::vector<const Chapter*> chapters_in_order();
+
+// a < b, where runs of digits compare by their value ("v9" < "v10" < "v10a"; "v01" == "v1" in
+// value, then the shorter run first), everything else byte by byte.
+bool natural_less(const std::string& a, const std::string& b);
 
 }  // namespace fa
 

@@ -4,7 +4,8 @@
 // (v4_two_mtiles_per_warp.cu's header says why). Each rung keeps its own tile struct (the idea
 // of a rung is in its tiles or its kernel) and passes it here as Tl, with the members
 //   kM (m16 tiles per warp), kBr, kBc, kSTiles (= kBc / 8), kQInRegs, kQRegSlices, kUnrollK
-//   (how far the k16 loop of S = Q K^T is unrolled).
+//   (how far the k16 loop of S = Q K^T is unrolled), kSwizzle (v7), kOneLaneAddr (v8),
+//   kPipelineS (v9), kPipelinePV (v10).
 // Device code; the rest of what they use (Params, ex2_approx, q_lane_ptr, store_o_tile) is v2/v3's,
 // in ch05_mma_fwd.cuh.
 #pragma once
@@ -43,8 +44,9 @@ struct SmemFor {
 // S = Q K_j^T for the warp's kM m16 tiles. Each K fragment (ldmatrix.x4: two n8 tiles, one k16
 // slice) is loaded once and used by every m16 tile. Q comes from q_frag where Tl::kQInRegs, else
 // from shared memory at q (m16 tile m is 16 rows further per m); k: this lane's ldmatrix address
-// in the K buffer. Addresses are 32-bit shared-memory addresses, so each fragment is a base plus
-// a compile-time offset (tiles::LaneAddr).
+// in the K buffer: with K's own lane mapping (v4-v7) or with Q's (v8, Tl::kOneLaneAddr: then the
+// two B fragments are matrices 0, 2 and 1, 3). Addresses are 32-bit shared-memory addresses, so
+// each fragment is a base plus a compile-time offset (tiles::LaneAddr).
 template <class T, int D, class Tl>
 __device__ __forceinline__ void compute_s_m(float (&s)[Tl::kM][Tl::kSTiles][4],
                                             const uint32_t (&q_frag)[Tl::kM][Tl::kQRegSlices][4],
@@ -74,12 +76,68 @@ __device__ __forceinline__ void compute_s_m(float (&s)[Tl::kM][Tl::kSTiles][4],
     for (int np = 0; np < Tl::kSTiles / 2; ++np) {
       uint32_t kb[4];
       mma::ldmatrix_x4(kb, k.at(16 * kRowBytes * np, kk));
-      const uint32_t b_lo[2] = {kb[0], kb[1]};
-      const uint32_t b_hi[2] = {kb[2], kb[3]};
+      // K's own lane mapping gives the matrices in the order (keys 0-7, d 0-7), (0-7, 8-15),
+      // (8-15, 0-7), (8-15, 8-15); Q's (v8: kOneLaneAddr) gives the middle two swapped.
+      constexpr int kLo1 = Tl::kOneLaneAddr ? 2 : 1, kHi0 = Tl::kOneLaneAddr ? 1 : 2;
+      const uint32_t b_lo[2] = {kb[0], kb[kLo1]};
+      const uint32_t b_hi[2] = {kb[kHi0], kb[3]};
 #pragma unroll
       for (int m = 0; m < Tl::kM; ++m) {
         mma::mma_16816<T>(s[m][2 * np], qa[m], b_lo);
         mma::mma_16816<T>(s[m][2 * np + 1], qa[m], b_hi);
+      }
+    }
+  }
+}
+
+// compute_s_m with its fragment loads software-pipelined (v9, Tl::kPipelineS): the Q and K
+// fragments of k16 slice kk + 1 are loaded into a second set of registers before the MMAs of slice
+// kk are issued, so that those MMAs never wait for a load issued just before them. The loop must
+// be unrolled in full (the two register sets are indexed by kk % 2 at compile time).
+template <class T, int D, class Tl>
+__device__ __forceinline__ void compute_s_m_pipelined(
+    float (&s)[Tl::kM][Tl::kSTiles][4], const uint32_t (&q_frag)[Tl::kM][Tl::kQRegSlices][4],
+    const typename SmemFor<Tl, D>::Lane& q, const typename SmemFor<Tl, D>::Lane& k) {
+  using Sm = SmemFor<Tl, D>;
+  constexpr int kRowBytes = Sm::kPitch * 2;
+  constexpr int kSlices = D / 16;
+  constexpr int kPairs = Tl::kSTiles / 2;
+  static_assert(Tl::kUnrollK == kSlices, "the pipelined loop is unrolled in full");
+  static_assert(Tl::kOneLaneAddr, "K fragments in Q's lane order (v8)");
+  uint32_t qa[2][Tl::kM][4], kb[2][kPairs][4];  // slice kk lives in set kk % 2
+  auto load_slice = [&](int kk, int set) {
+#pragma unroll
+    for (int m = 0; m < Tl::kM; ++m) {
+      if constexpr (Tl::kQInRegs) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) qa[set][m][r] = q_frag[m][kk][r];
+      } else {
+        mma::ldmatrix_x4(qa[set][m], q.at(16 * kRowBytes * m, kk));
+      }
+    }
+#pragma unroll
+    for (int np = 0; np < kPairs; ++np)
+      mma::ldmatrix_x4(kb[set][np], k.at(16 * kRowBytes * np, kk));
+  };
+#pragma unroll
+  for (int m = 0; m < Tl::kM; ++m)
+#pragma unroll
+    for (int nt = 0; nt < Tl::kSTiles; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[m][nt][e] = 0.0f;
+  load_slice(0, 0);
+#pragma unroll
+  for (int kk = 0; kk < kSlices; ++kk) {
+    const int cur = kk % 2;
+    if (kk + 1 < kSlices) load_slice(kk + 1, cur ^ 1);
+#pragma unroll
+    for (int np = 0; np < kPairs; ++np) {
+      const uint32_t b_lo[2] = {kb[cur][np][0], kb[cur][np][2]};  // Q's lane order (v8)
+      const uint32_t b_hi[2] = {kb[cur][np][1], kb[cur][np][3]};
+#pragma unroll
+      for (int m = 0; m < Tl::kM; ++m) {
+        mma::mma_16816<T>(s[m][2 * np], qa[cur][m], b_lo);
+        mma::mma_16816<T>(s[m][2 * np + 1], qa[cur][m], b_hi);
       }
     }
   }
@@ -128,6 +186,57 @@ __device__ __forceinline__ void rescale_o_add_pv_m(float (&o_acc)[Tl::kM][D / 8]
         mma::mma_16816<T>(o_acc[m][2 * dp], p_frag[m], b_lo);
         mma::mma_16816<T>(o_acc[m][2 * dp + 1], p_frag[m], b_hi);
       }
+    }
+  }
+}
+
+// rescale_o_add_pv_m with its V fragment loads software-pipelined (v10, Tl::kPipelinePV): the
+// Bc / 16 x D / 16 fragments of the tile are one sequence, and fragment i + 1 is loaded into a
+// second set of registers before the MMAs of fragment i are issued (v9's idea, for P V). The P
+// fragments of every k16 slice are packed first.
+template <class T, int D, class Tl>
+__device__ __forceinline__ void rescale_o_add_pv_m_pipelined(
+    float (&o_acc)[Tl::kM][D / 8][4], const float (&s)[Tl::kM][Tl::kSTiles][4],
+    const float (&alpha)[Tl::kM][2], const bool (&rescale)[Tl::kM],
+    const typename SmemFor<Tl, D>::Lane& v) {
+  using Sm = SmemFor<Tl, D>;
+  constexpr int kRowBytes = Sm::kPitch * 2;
+  constexpr int kSlices = Tl::kBc / 16, kPairs = D / 16, kSteps = kSlices * kPairs;
+  uint32_t vb[2][4];  // fragment i lives in set i % 2
+  mma::ldmatrix_x4_trans(vb[0], v.at(0, 0));
+#pragma unroll
+  for (int m = 0; m < Tl::kM; ++m) {
+    if (!rescale[m]) continue;  // warp-uniform where it is used (v6's vote)
+#pragma unroll
+    for (int dn = 0; dn < D / 8; ++dn) {
+      o_acc[m][dn][0] *= alpha[m][0];
+      o_acc[m][dn][1] *= alpha[m][0];
+      o_acc[m][dn][2] *= alpha[m][1];
+      o_acc[m][dn][3] *= alpha[m][1];
+    }
+  }
+  uint32_t p_frag[kSlices][Tl::kM][4];  // two S tiles of one m16 tile are one A fragment
+#pragma unroll
+  for (int kk = 0; kk < kSlices; ++kk)
+#pragma unroll
+    for (int m = 0; m < Tl::kM; ++m) {
+      p_frag[kk][m][0] = mma::pack2<T>(s[m][2 * kk][0], s[m][2 * kk][1]);
+      p_frag[kk][m][1] = mma::pack2<T>(s[m][2 * kk][2], s[m][2 * kk][3]);
+      p_frag[kk][m][2] = mma::pack2<T>(s[m][2 * kk + 1][0], s[m][2 * kk + 1][1]);
+      p_frag[kk][m][3] = mma::pack2<T>(s[m][2 * kk + 1][2], s[m][2 * kk + 1][3]);
+    }
+#pragma unroll
+  for (int i = 0; i < kSteps; ++i) {
+    const int kk = i / kPairs, dp = i % kPairs, cur = i % 2;
+    if (i + 1 < kSteps)
+      mma::ldmatrix_x4_trans(vb[cur ^ 1],
+                             v.at(16 * kRowBytes * ((i + 1) / kPairs), (i + 1) % kPairs));
+    const uint32_t b_lo[2] = {vb[cur][0], vb[cur][1]};
+    const uint32_t b_hi[2] = {vb[cur][2], vb[cur][3]};
+#pragma unroll
+    for (int m = 0; m < Tl::kM; ++m) {
+      mma::mma_16816<T>(o_acc[m][2 * dp], p_frag[kk][m], b_lo);
+      mma::mma_16816<T>(o_acc[m][2 * dp + 1], p_frag[kk][m], b_hi);
     }
   }
 }

@@ -1,9 +1,12 @@
-// ch05_mtiles_kernel.cuh: the kernel and the launcher of 05/v4, 05/v5, 05/v6 and 05/v7, which
-// differ only in their tiles (each rung file defines its Tiles struct) and, from v6 on, in one
-// change of code marked `kExactAlpha` below; v7's shared-memory layout is the tiles' kSwizzle. The rung files tell the story and hold the measurements; the pieces
-// below the kernel (S = Q K^T and O = alpha O + P V over kM m16 tiles, the shared-memory layout)
-// are ch05_mma_fwd_mtiles.cuh's, and Params, ex2_approx, q_lane_ptr and store_o_tile are v2/v3's
-// (ch05_mma_fwd.cuh). Moving the three kernels here changed no instruction: the PTX of each
+// ch05_mtiles_kernel.cuh: the kernel and the launcher of 05/v4 to 05/v10, which differ only in
+// their tiles (each rung file defines its Tiles struct); each rung from v6 on adds one switch to
+// them: kExactAlpha (v6, the one change of code below), kSwizzle (v7, the shared-memory layout),
+// kOneLaneAddr (v8, one set of ldmatrix addresses), kPipelineS (v9, S's fragment loads
+// software-pipelined, compute_s_m_pipelined) and kPipelinePV (v10, the same for P V). The rung
+// files tell the story and hold the measurements; the pieces below the kernel (S = Q K^T and
+// O = alpha O + P V over kM m16 tiles, the shared-memory layout) are ch05_mma_fwd_mtiles.cuh's,
+// and Params, ex2_approx, q_lane_ptr and store_o_tile are v2/v3's (ch05_mma_fwd.cuh). Moving the
+// three kernels v4-v6 here changed no instruction: the PTX of each
 // rung's kernels is the same before and after (names, virtual registers and anonymous-namespace
 // tags normalised). Each including .cu file compiles its own copy (anonymous namespace).
 #pragma once
@@ -28,9 +31,10 @@ namespace {
 
 using namespace fwd_mma;
 
-// The kernel of 05/v4 to v7. Tl is the rung's tile struct: v4's and v5's differ in their members
+// The kernel of 05/v4 to v10. Tl is the rung's tile struct: v4's and v5's differ in their members
 // only (v5: Bc = 32 at D 96 and 128); v6's sets kExactAlpha, the one change of code; v7's sets
-// kSwizzle (SmemFor, ch05_mma_fwd_mtiles.cuh: swizzled rows instead of padded ones).
+// kSwizzle (SmemFor, ch05_mma_fwd_mtiles.cuh: swizzled rows instead of padded ones); v8's
+// kOneLaneAddr (below, at the ldmatrix addresses); v9's kPipelineS; v10's kPipelinePV.
 template <class T, int D, class Tl>
 __global__ void __launch_bounds__(Tl::kThreads, 2) flash_fwd_mtiles_kernel(const Params p) {
   static_assert(D % 16 == 0, "head dim must be a multiple of 16 (k16 slices of Q K^T)");
@@ -44,8 +48,12 @@ __global__ void __launch_bounds__(Tl::kThreads, 2) flash_fwd_mtiles_kernel(const
   constexpr float kNegInf = -INFINITY;
 
   // Swizzled tiles (v7) must start at 128-byte boundaries; so must the block's shared memory.
-  extern __shared__ __align__(Sm::kSwizzle ? 128 : 16) unsigned char smem_raw[];
-  T* sQ = reinterpret_cast<T*>(smem_raw);
+  // Two arrays, one per alignment: one name declared with both (D 32/96 padded and D 64/128/256
+  // swizzled in one translation unit) is one array with the first alignment (nvcc warning 1886),
+  // and the PTX of the swizzled kernels would not ask for the 128-byte base they rely on.
+  extern __shared__ __align__(16) unsigned char smem_padded[];
+  extern __shared__ __align__(128) unsigned char smem_swizzled[];
+  T* sQ = reinterpret_cast<T*>(Sm::kSwizzle ? smem_swizzled : smem_padded);
   T* sK = sQ + Sm::kQElems;  // buffer b at sK + b * kKVElems
   T* sV = sK + 2 * Sm::kKVElems;
 
@@ -141,6 +149,11 @@ __global__ void __launch_bounds__(Tl::kThreads, 2) flash_fwd_mtiles_kernel(const
   const typename Sm::Lane k_addr0(mma::smem_addr(Sm::row(sK, k_ld_row) + k_ld_col), swz);
   const typename Sm::Lane v_addr0(mma::smem_addr(Sm::row(sV, v_ld_row) + v_ld_col), swz);
   constexpr uint32_t kKVBytes = Sm::kKVElems * 2;
+  // v8 (kOneLaneAddr): V's lane mapping is Q's, and K's differs from it only in the order of the
+  // four matrices (compute_s_m), so one set of lane addresses, q_addr's, reaches all three tiles:
+  // K buffer b is (Q tile bytes - this warp's Q offset + b * K/V buffer bytes) further, V buffer b
+  // a constant further still. One runtime offset per tile then, where v7 keeps two more sets.
+  const uint32_t kv_from_q = uint32_t(Sm::kQElems * 2) - uint32_t(16 * kRowBytes * kM * warp);
 
   const int n_tiles32 = int(n_tiles);
   for (int j = 0; j < n_tiles32; ++j) {
@@ -162,7 +175,13 @@ __global__ void __launch_bounds__(Tl::kThreads, 2) flash_fwd_mtiles_kernel(const
 
     // ---- (1) S = Q K_j^T: 32 x Bc per warp (kM m16 tiles).
     float s[kM][kSTiles][4];
-    compute_s_m<T, D, Tl>(s, q_frag, q_addr, typename Sm::Lane(k_addr0, buf * kKVBytes));
+    const typename Sm::Lane k_addr = Tl::kOneLaneAddr
+                                         ? typename Sm::Lane(q_addr, kv_from_q + buf * kKVBytes)
+                                         : typename Sm::Lane(k_addr0, buf * kKVBytes);
+    if constexpr (Tl::kPipelineS)
+      compute_s_m_pipelined<T, D, Tl>(s, q_frag, q_addr, k_addr);
+    else
+      compute_s_m<T, D, Tl>(s, q_frag, q_addr, k_addr);
 
     if (p.scale_log2 < 0.0f) {  // negative scale: c * s = |c| * (-s) (v3's idea 1)
 #pragma unroll
@@ -238,11 +257,14 @@ __global__ void __launch_bounds__(Tl::kThreads, 2) flash_fwd_mtiles_kernel(const
     }
 
     // ---- (4) O = alpha * O + P V_j.
-    if constexpr (Tl::kExactAlpha)
-      rescale_o_add_pv_m<T, D, Tl>(o_acc, s, alpha, rescale,
-                                   typename Sm::Lane(v_addr0, buf * kKVBytes));
+    const typename Sm::Lane v_addr = Tl::kOneLaneAddr ? typename Sm::Lane(k_addr, 2 * kKVBytes)
+                                                      : typename Sm::Lane(v_addr0, buf * kKVBytes);
+    if constexpr (Tl::kPipelinePV)
+      rescale_o_add_pv_m_pipelined<T, D, Tl>(o_acc, s, alpha, rescale, v_addr);
+    else if constexpr (Tl::kExactAlpha)
+      rescale_o_add_pv_m<T, D, Tl>(o_acc, s, alpha, rescale, v_addr);
     else
-      rescale_o_add_pv_m<T, D, Tl>(o_acc, s, alpha, typename Sm::Lane(v_addr0, buf * kKVBytes));
+      rescale_o_add_pv_m<T, D, Tl>(o_acc, s, alpha, v_addr);
   }
 
   // ---- Epilogue: per m16 tile, v3's (O through the tile's own 16 rows of sQ, then L).

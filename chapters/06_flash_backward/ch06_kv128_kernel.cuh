@@ -135,8 +135,12 @@ __global__ void __launch_bounds__(kThreads, 1) kv128_kernel(Params p) {
   constexpr bool kSwz = kRung >= 10 && D % 64 == 0;
   constexpr int kLdT = kSwz ? D : kLd;  // elements between rows inside a tile
   static_assert(!kSwz || (kTile * 2) % 128 == 0 && (kKvTile * 2) % 128 == 0, "aligned tiles");
-  extern __shared__ __align__(kSwz ? 128 : 16) unsigned char smem_raw[];
-  T* sK = reinterpret_cast<T*>(smem_raw);
+  // Two arrays, one per alignment: one name declared with both (v10's D 32/96 and D 64/128 in one
+  // translation unit) is one array with the first alignment (nvcc warning 1886), and the PTX of
+  // the swizzled kernel would not ask for the 128-byte base its tiles rely on.
+  extern __shared__ __align__(16) unsigned char smem_padded[];
+  extern __shared__ __align__(128) unsigned char smem_swizzled[];
+  T* sK = reinterpret_cast<T*>(kSwz ? smem_swizzled : smem_padded);
   T* sV = sK + kKvTile;
   T* sQ = sV + kKvTile;                                   // two buffers
   T* sdO = sQ + 2 * kTile;                                // two buffers

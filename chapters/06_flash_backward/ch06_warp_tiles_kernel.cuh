@@ -108,8 +108,12 @@ __global__ void __launch_bounds__(kThreads, 1) warp_tiles_kernel(Params p) {
   constexpr int kKw = kBc / kWn;     // keys of S, dP per warp: 32 (or 64)
   constexpr int kSn = kKw / 8;       // their n8 tiles
   constexpr int kQuarter = D / kWn;  // columns of dQ per warp: D / 4 (or D / 2)
-  extern __shared__ __align__(128) unsigned char smem_raw[];
-  T* sK = reinterpret_cast<T*>(smem_raw);
+  // Swizzled tiles start at 128-byte boundaries. The array has a name of its own: the same
+  // `extern __shared__` name declared in one translation unit with two alignments (this kernel's
+  // 128 and kv128_kernel's 16, its fallback at D 32 and 96) is one array with the first alignment
+  // (nvcc warning 1886), and the PTX would no longer ask for the 128 bytes this kernel relies on.
+  extern __shared__ __align__(128) unsigned char smem_warp_tiles[];
+  T* sK = reinterpret_cast<T*>(smem_warp_tiles);
   T* sV = sK + kKvTile;
   T* sQ = sV + kKvTile;                                   // two buffers
   T* sdO = sQ + 2 * kTile;                                // two buffers
