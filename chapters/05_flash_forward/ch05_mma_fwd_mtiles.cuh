@@ -44,9 +44,8 @@ struct SmemFor {
 // S = Q K_j^T for the warp's kM m16 tiles. Each K fragment (ldmatrix.x4: two n8 tiles, one k16
 // slice) is loaded once and used by every m16 tile. Q comes from q_frag where Tl::kQInRegs, else
 // from shared memory at q (m16 tile m is 16 rows further per m); k: this lane's ldmatrix address
-// in the K buffer: with K's own lane mapping (v4-v7) or with Q's (v8, Tl::kOneLaneAddr: then the
-// two B fragments are matrices 0, 2 and 1, 3). Addresses are 32-bit shared-memory addresses, so
-// each fragment is a base plus a compile-time offset (tiles::LaneAddr).
+// in the K buffer. Addresses are 32-bit shared-memory addresses, so each fragment is a base plus
+// a compile-time offset (tiles::LaneAddr).
 template <class T, int D, class Tl>
 __device__ __forceinline__ void compute_s_m(float (&s)[Tl::kM][Tl::kSTiles][4],
                                             const uint32_t (&q_frag)[Tl::kM][Tl::kQRegSlices][4],
@@ -76,11 +75,8 @@ __device__ __forceinline__ void compute_s_m(float (&s)[Tl::kM][Tl::kSTiles][4],
     for (int np = 0; np < Tl::kSTiles / 2; ++np) {
       uint32_t kb[4];
       mma::ldmatrix_x4(kb, k.at(16 * kRowBytes * np, kk));
-      // K's own lane mapping gives the matrices in the order (keys 0-7, d 0-7), (0-7, 8-15),
-      // (8-15, 0-7), (8-15, 8-15); Q's (v8: kOneLaneAddr) gives the middle two swapped.
-      constexpr int kLo1 = Tl::kOneLaneAddr ? 2 : 1, kHi0 = Tl::kOneLaneAddr ? 1 : 2;
-      const uint32_t b_lo[2] = {kb[0], kb[kLo1]};
-      const uint32_t b_hi[2] = {kb[kHi0], kb[3]};
+      const uint32_t b_lo[2] = {kb[0], kb[1]};
+      const uint32_t b_hi[2] = {kb[2], kb[3]};
 #pragma unroll
       for (int m = 0; m < Tl::kM; ++m) {
         mma::mma_16816<T>(s[m][2 * np], qa[m], b_lo);
@@ -103,7 +99,6 @@ __device__ __forceinline__ void compute_s_m_pipelined(
   constexpr int kSlices = D / 16;
   constexpr int kPairs = Tl::kSTiles / 2;
   static_assert(Tl::kUnrollK == kSlices, "the pipelined loop is unrolled in full");
-  static_assert(Tl::kOneLaneAddr, "K fragments in Q's lane order (v8)");
   uint32_t qa[2][Tl::kM][4], kb[2][kPairs][4];  // slice kk lives in set kk % 2
   auto load_slice = [&](int kk, int set) {
 #pragma unroll
@@ -132,8 +127,8 @@ __device__ __forceinline__ void compute_s_m_pipelined(
     if (kk + 1 < kSlices) load_slice(kk + 1, cur ^ 1);
 #pragma unroll
     for (int np = 0; np < kPairs; ++np) {
-      const uint32_t b_lo[2] = {kb[cur][np][0], kb[cur][np][2]};  // Q's lane order (v8)
-      const uint32_t b_hi[2] = {kb[cur][np][1], kb[cur][np][3]};
+      const uint32_t b_lo[2] = {kb[cur][np][0], kb[cur][np][1]};
+      const uint32_t b_hi[2] = {kb[cur][np][2], kb[cur][np][3]};
 #pragma unroll
       for (int m = 0; m < Tl::kM; ++m) {
         mma::mma_16816<T>(s[m][2 * np], qa[cur][m], b_lo);

@@ -149,11 +149,11 @@ __global__ void __launch_bounds__(Tl::kThreads, 2) flash_fwd_mtiles_kernel(const
   const typename Sm::Lane k_addr0(mma::smem_addr(Sm::row(sK, k_ld_row) + k_ld_col), swz);
   const typename Sm::Lane v_addr0(mma::smem_addr(Sm::row(sV, v_ld_row) + v_ld_col), swz);
   constexpr uint32_t kKVBytes = Sm::kKVElems * 2;
-  // v8 (kOneLaneAddr): V's lane mapping is Q's, and K's differs from it only in the order of the
-  // four matrices (compute_s_m), so one set of lane addresses, q_addr's, reaches all three tiles:
-  // K buffer b is (Q tile bytes - this warp's Q offset + b * K/V buffer bytes) further, V buffer b
-  // a constant further still. One runtime offset per tile then, where v7 keeps two more sets.
-  const uint32_t kv_from_q = uint32_t(Sm::kQElems * 2) - uint32_t(16 * kRowBytes * kM * warp);
+  // v8 (kOneLaneAddr): V's lane mapping is Q's, so q_addr's four bases reach V as well: V buffer
+  // b lies (Q tile + both K buffers - this warp's Q offset + b * buffer) bytes further. v7 keeps a
+  // third set of bases for V. (K's mapping differs: its own set stays.)
+  const uint32_t v_from_q =
+      uint32_t(Sm::kQElems * 2 + 2 * Sm::kKVElems * 2) - uint32_t(16 * kRowBytes * kM * warp);
 
   const int n_tiles32 = int(n_tiles);
   for (int j = 0; j < n_tiles32; ++j) {
@@ -175,9 +175,7 @@ __global__ void __launch_bounds__(Tl::kThreads, 2) flash_fwd_mtiles_kernel(const
 
     // ---- (1) S = Q K_j^T: 32 x Bc per warp (kM m16 tiles).
     float s[kM][kSTiles][4];
-    const typename Sm::Lane k_addr = Tl::kOneLaneAddr
-                                         ? typename Sm::Lane(q_addr, kv_from_q + buf * kKVBytes)
-                                         : typename Sm::Lane(k_addr0, buf * kKVBytes);
+    const typename Sm::Lane k_addr(k_addr0, buf * kKVBytes);
     if constexpr (Tl::kPipelineS)
       compute_s_m_pipelined<T, D, Tl>(s, q_frag, q_addr, k_addr);
     else
@@ -257,8 +255,9 @@ __global__ void __launch_bounds__(Tl::kThreads, 2) flash_fwd_mtiles_kernel(const
     }
 
     // ---- (4) O = alpha * O + P V_j.
-    const typename Sm::Lane v_addr = Tl::kOneLaneAddr ? typename Sm::Lane(k_addr, 2 * kKVBytes)
-                                                      : typename Sm::Lane(v_addr0, buf * kKVBytes);
+    const typename Sm::Lane v_addr = Tl::kOneLaneAddr
+                                         ? typename Sm::Lane(q_addr, v_from_q + buf * kKVBytes)
+                                         : typename Sm::Lane(v_addr0, buf * kKVBytes);
     if constexpr (Tl::kPipelinePV)
       rescale_o_add_pv_m_pipelined<T, D, Tl>(o_acc, s, alpha, rescale, v_addr);
     else if constexpr (Tl::kExactAlpha)
