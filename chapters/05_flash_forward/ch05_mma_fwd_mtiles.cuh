@@ -5,7 +5,7 @@
 // of a rung is in its tiles or its kernel) and passes it here as Tl, with the members
 //   kM (m16 tiles per warp), kBr, kBc, kSTiles (= kBc / 8), kQInRegs, kQRegSlices, kUnrollK
 //   (how far the k16 loop of S = Q K^T is unrolled), kSwizzle (v7), kOneLaneAddr (v8),
-//   kPipelineS (v9), kPipelinePV (v10).
+//   kPipelineLoads (v9).
 // Device code; the rest of what they use (Params, ex2_approx, q_lane_ptr, store_o_tile) is v2/v3's,
 // in ch05_mma_fwd.cuh.
 #pragma once
@@ -86,7 +86,7 @@ __device__ __forceinline__ void compute_s_m(float (&s)[Tl::kM][Tl::kSTiles][4],
   }
 }
 
-// compute_s_m with its fragment loads software-pipelined (v9, Tl::kPipelineS): the Q and K
+// compute_s_m with its fragment loads software-pipelined (v9, Tl::kPipelineLoads): the Q and K
 // fragments of k16 slice kk + 1 are loaded into a second set of registers before the MMAs of slice
 // kk are issued, so that those MMAs never wait for a load issued just before them. The loop must
 // be unrolled in full (the two register sets are indexed by kk % 2 at compile time).
@@ -185,9 +185,9 @@ __device__ __forceinline__ void rescale_o_add_pv_m(float (&o_acc)[Tl::kM][D / 8]
   }
 }
 
-// rescale_o_add_pv_m with its V fragment loads software-pipelined (v10, Tl::kPipelinePV): the
+// rescale_o_add_pv_m with its V fragment loads software-pipelined (v9, Tl::kPipelineLoads): the
 // Bc / 16 x D / 16 fragments of the tile are one sequence, and fragment i + 1 is loaded into a
-// second set of registers before the MMAs of fragment i are issued (v9's idea, for P V). The P
+// second set of registers before the MMAs of fragment i are issued (as in S above). The P
 // fragments of every k16 slice are packed first.
 template <class T, int D, class Tl>
 __device__ __forceinline__ void rescale_o_add_pv_m_pipelined(

@@ -1,8 +1,8 @@
-// ch05_mtiles_kernel.cuh: the kernel and the launcher of 05/v4 to 05/v10, which differ only in
+// ch05_mtiles_kernel.cuh: the kernel and the launcher of 05/v4 to 05/v9, which differ only in
 // their tiles (each rung file defines its Tiles struct); each rung from v6 on adds one switch to
 // them: kExactAlpha (v6, the one change of code below), kSwizzle (v7, the shared-memory layout),
-// kOneLaneAddr (v8, one set of ldmatrix addresses), kPipelineS (v9, S's fragment loads
-// software-pipelined, compute_s_m_pipelined) and kPipelinePV (v10, the same for P V). The rung
+// kOneLaneAddr (v8, one set of ldmatrix addresses for Q and V) and kPipelineLoads (v9, the
+// fragment loads of both matmuls software-pipelined, ch05_mma_fwd_mtiles.cuh). The rung
 // files tell the story and hold the measurements; the pieces below the kernel (S = Q K^T and
 // O = alpha O + P V over kM m16 tiles, the shared-memory layout) are ch05_mma_fwd_mtiles.cuh's,
 // and Params, ex2_approx, q_lane_ptr and store_o_tile are v2/v3's (ch05_mma_fwd.cuh). Moving the
@@ -31,10 +31,10 @@ namespace {
 
 using namespace fwd_mma;
 
-// The kernel of 05/v4 to v10. Tl is the rung's tile struct: v4's and v5's differ in their members
+// The kernel of 05/v4 to v9. Tl is the rung's tile struct: v4's and v5's differ in their members
 // only (v5: Bc = 32 at D 96 and 128); v6's sets kExactAlpha, the one change of code; v7's sets
 // kSwizzle (SmemFor, ch05_mma_fwd_mtiles.cuh: swizzled rows instead of padded ones); v8's
-// kOneLaneAddr (below, at the ldmatrix addresses); v9's kPipelineS; v10's kPipelinePV.
+// kOneLaneAddr (below, at the ldmatrix addresses); v9's kPipelineLoads.
 template <class T, int D, class Tl>
 __global__ void __launch_bounds__(Tl::kThreads, 2) flash_fwd_mtiles_kernel(const Params p) {
   static_assert(D % 16 == 0, "head dim must be a multiple of 16 (k16 slices of Q K^T)");
@@ -176,7 +176,7 @@ __global__ void __launch_bounds__(Tl::kThreads, 2) flash_fwd_mtiles_kernel(const
     // ---- (1) S = Q K_j^T: 32 x Bc per warp (kM m16 tiles).
     float s[kM][kSTiles][4];
     const typename Sm::Lane k_addr(k_addr0, buf * kKVBytes);
-    if constexpr (Tl::kPipelineS)
+    if constexpr (Tl::kPipelineLoads)
       compute_s_m_pipelined<T, D, Tl>(s, q_frag, q_addr, k_addr);
     else
       compute_s_m<T, D, Tl>(s, q_frag, q_addr, k_addr);
@@ -258,7 +258,7 @@ __global__ void __launch_bounds__(Tl::kThreads, 2) flash_fwd_mtiles_kernel(const
     const typename Sm::Lane v_addr = Tl::kOneLaneAddr
                                          ? typename Sm::Lane(q_addr, v_from_q + buf * kKVBytes)
                                          : typename Sm::Lane(v_addr0, buf * kKVBytes);
-    if constexpr (Tl::kPipelinePV)
+    if constexpr (Tl::kPipelineLoads)
       rescale_o_add_pv_m_pipelined<T, D, Tl>(o_acc, s, alpha, rescale, v_addr);
     else if constexpr (Tl::kExactAlpha)
       rescale_o_add_pv_m<T, D, Tl>(o_acc, s, alpha, rescale, v_addr);

@@ -22,11 +22,10 @@ struct TilesV6 {
   static constexpr bool kExactAlpha = true;  // alpha = 1 exactly for an unmoved max (this rung)
   static constexpr bool kQInRegs = kM * D <= 128;  // 32 rows x D x 2 B / 32 lanes <= 32 regs
   static constexpr int kQRegSlices = kQInRegs ? D / 16 : 1;
-  static constexpr int kUnrollK = D / 16;      // the k16 loop of S = Q K^T, unrolled in full
-  static constexpr bool kSwizzle = false;      // padded shared-memory rows (v7 swizzles them)
-  static constexpr bool kOneLaneAddr = false;  // K and V with their own lane addresses (v8)
-  static constexpr bool kPipelineS = false;    // S's fragment loads in program order (v9)
-  static constexpr bool kPipelinePV = false;   // P V's fragment loads in program order (v10)
+  static constexpr int kUnrollK = D / 16;        // the k16 loop of S = Q K^T, unrolled in full
+  static constexpr bool kSwizzle = false;        // padded shared-memory rows (v7 swizzles them)
+  static constexpr bool kOneLaneAddr = false;    // K and V with their own lane addresses (v8)
+  static constexpr bool kPipelineLoads = false;  // fragment loads in program order (v9)
   static_assert(kWarps == 4, "128 threads: two blocks per SM at up to 255 registers");
 };
 

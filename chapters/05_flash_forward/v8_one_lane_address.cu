@@ -1,25 +1,29 @@
 // v8_one_lane_address.cu: v7 (v7_swizzled_smem.cu) with one set of ldmatrix lane addresses for
-// Q, K and V instead of three. One idea: the registers v7's four-base addresses took, given back.
+// Q and V instead of two. One idea: registers v7's four-base addresses took, given back.
 //
-// Why: v7 keeps each lane's ldmatrix address into a swizzled tile as four bases (one per 16-column
-//   step modulo 4, fa::tiles::LaneAddr), so that every read is a base plus a constant. It keeps
-//   three such sets, for Q, K and V: 12 registers live across the key loop, plus the 8 that shift
-//   the K and V sets to the current buffer. At D 128 the kernel sits at 255 registers and ptxas
-//   spills 8 bytes (v6, padded, spilled none); the profile's largest gap to FlashAttention-2 is
-//   short-scoreboard stalls, i.e. MMAs waiting for ldmatrix results that could not be loaded
-//   earlier for lack of registers (notes/05_flash_forward.md, section 8).
+// Why: v7 keeps each lane's ldmatrix address into a swizzled tile as four bases (one per
+//   16-column step modulo 4, fa::tiles::LaneAddr), so that every read is a base plus a constant.
+//   It keeps three such sets, for Q, K and V: 12 registers live across the key loop, plus those
+//   that shift the K and V sets to the current buffer. At D 64 and 128 the kernel sits at 255
+//   registers and ptxas spills 4 and 8 bytes (v6, padded, spilled none).
 //
 // What changed vs v7
 //   * A lane of an ldmatrix.x4 points at row (lane % 8) + 8 ((lane / 8) & 1) and column
-//     8 (lane / 16) of its 16 x 16 block for Q (the A fragment) and V (.trans); K used row
-//     (lane % 8) + 8 (lane / 16), column 8 ((lane / 8) & 1), so that the four 8 x 8 matrices came
-//     back in the order of the two B fragments. Read with Q's mapping, K's matrices come back with
-//     the middle two swapped; compute_s_m (ch05_mma_fwd_mtiles.cuh) takes fragments 0, 2 and 1, 3.
-//   * Then the three tiles differ only by where they start: K buffer b lies (Q tile bytes - this
-//     warp's Q offset + b * buffer bytes) past Q's lane address, V buffer b a constant further.
-//     The kernel keeps Q's four bases and shifts them once per key tile (four adds, v7: eight).
+//     8 (lane / 16) of its 16 x 16 block for Q (the A fragment) and for V (.trans): the same
+//     mapping, so the same four bases serve both. V buffer b lies (Q tile + both K buffers - this
+//     warp's Q offset + b * buffer) bytes past Q's lane address: one runtime offset per key tile
+//     and four adds, where v7 kept a third set of bases. ptxas (CUDA 13.0): no spills at any D.
+//   * K keeps its own mapping and bases. Reading K with Q's mapping as well (one set for all three
+//     tiles) returns K's four 8 x 8 matrices with the middle two swapped, and an MMA's B operand
+//     is a pair of consecutive registers: ptxas moved registers to rebuild the pairs. That form was
+//     measured first (2026-11-25, logs in notes/measured/h100-2026-11-25b/call1_*): 5-14% slower
+//     than v7 at D 128, and Nsight Compute counted 348 M IMAD (register moves among them) against
+//     v7's 101 M in the same kernel with v9's loads on top.
 //
-// Speed: see the ladder in the chapter README (measured against v7 in one call).
+// Speed (H100 80GB HBM3, 2026-11-25, bf16, B = 16384/N, H = 2048/D, TFLOP/s, v7 and PyTorch SDPA
+// in the same call: notes/measured/h100-2026-11-25b/call2_bench.log, call2_sdpa.log)
+//   D 128: 0.99-1.03x v7 (N 1024 306.1 against 298.0; N 8192 333.3 against 335.7).
+//   D 256: 0.98-1.08x v7. D 64: 0.99-1.04x v7 (v6 stays faster at some D 64 shapes).
 
 #include "ch05_mtiles_kernel.cuh"  // the kernel and launcher of v4-v8, given this rung's tiles
 #include "ch05_tiles_v6.cuh"       // v6's tiles
@@ -28,8 +32,8 @@
 namespace fa {
 namespace {
 
-// v7's tiles (swizzled rows where they hold whole 128-byte groups), reached through one set of
-// lane addresses (this rung).
+// v7's tiles (swizzled rows where they hold whole 128-byte groups), Q and V read through one set
+// of lane addresses (this rung).
 template <int D>
 struct TilesV8 : TilesV6<D> {
   static constexpr bool kSwizzle = D % 64 == 0;
@@ -48,7 +52,7 @@ struct RungV8 {
 FA_REGISTER(AttentionFwdKernel,
             {fa::RungV8::kName,
              fa::mtiles_forward<fa::RungV8>,
-             "v7 with one set of ldmatrix lane addresses for Q, K and V (registers freed)",
+             "v7 with one set of ldmatrix lane addresses for Q and V (the spills go)",
              {fa::DType::BF16, fa::DType::F16},
              {32, 64, 96, 128, 256},
              80});

@@ -123,19 +123,19 @@ TEST(Registry, EveryRegisteredNameHasAChapterPrefix) {
 
 // A chapter lists its rungs in ladder order: v9 before v10, v1 before v1_fp32_atomic_dq.
 TEST(Registry, NamesInNaturalOrder) {
-  EXPECT_TRUE(fa::natural_less("05/v9_pipelined_s_loads", "05/v10_pipelined_pv_loads"));
-  EXPECT_FALSE(fa::natural_less("05/v10_pipelined_pv_loads", "05/v9_pipelined_s_loads"));
+  EXPECT_TRUE(fa::natural_less("06/v9_dq_two_mtiles", "06/v10_swizzled_smem"));
+  EXPECT_FALSE(fa::natural_less("06/v10_swizzled_smem", "06/v9_dq_two_mtiles"));
   EXPECT_TRUE(fa::natural_less("06/v1_fp32", "06/v1_fp32_atomic_dq"));
   EXPECT_TRUE(fa::natural_less("06/v1_fp32_atomic_dq", "06/v2_mma"));
   EXPECT_TRUE(fa::natural_less("05/v2", "05/v02x"));  // equal value: the shorter run first
   EXPECT_FALSE(fa::natural_less("05/v3", "05/v3"));
   EXPECT_TRUE(fa::natural_less("a", "b"));
   EXPECT_TRUE(fa::natural_less("", "0"));
-  const std::vector<std::string> names = fa::entry_names<fa::AttentionFwdKernel>("05/");
+  const std::vector<std::string> names = fa::entry_names<fa::AttentionBwdKernel>("06/");
   for (size_t i = 1; i < names.size(); ++i)
     EXPECT_TRUE(fa::natural_less(names[i - 1], names[i])) << names[i - 1] << " then " << names[i];
-  const auto v9 = std::find(names.begin(), names.end(), "05/v9_pipelined_s_loads");
-  const auto v10 = std::find(names.begin(), names.end(), "05/v10_pipelined_pv_loads");
+  const auto v9 = std::find(names.begin(), names.end(), "06/v9_dq_two_mtiles");
+  const auto v10 = std::find(names.begin(), names.end(), "06/v10_swizzled_smem");
   ASSERT_NE(v9, names.end());
   ASSERT_NE(v10, names.end());
   EXPECT_LT(v9 - names.begin(), v10 - names.begin());
