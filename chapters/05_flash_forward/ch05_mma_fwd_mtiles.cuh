@@ -41,6 +41,17 @@ struct SmemFor {
   using Lane = tiles::LaneAddr<kSwizzle>;
 };
 
+// S = 0 for the warp's kM m16 tiles (the accumulators of S = Q K_j^T).
+template <class Tl>
+__device__ __forceinline__ void zero_s_m(float (&s)[Tl::kM][Tl::kSTiles][4]) {
+#pragma unroll
+  for (int m = 0; m < Tl::kM; ++m)
+#pragma unroll
+    for (int nt = 0; nt < Tl::kSTiles; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[m][nt][e] = 0.0f;
+}
+
 // S = Q K_j^T for the warp's kM m16 tiles. Each K fragment (ldmatrix.x4: two n8 tiles, one k16
 // slice) is loaded once and used by every m16 tile. Q comes from q_frag where Tl::kQInRegs, else
 // from shared memory at q (m16 tile m is 16 rows further per m); k: this lane's ldmatrix address
@@ -53,12 +64,7 @@ __device__ __forceinline__ void compute_s_m(float (&s)[Tl::kM][Tl::kSTiles][4],
                                             const typename SmemFor<Tl, D>::Lane& k) {
   using Sm = SmemFor<Tl, D>;
   constexpr int kRowBytes = Sm::kPitch * 2;
-#pragma unroll
-  for (int m = 0; m < Tl::kM; ++m)
-#pragma unroll
-    for (int nt = 0; nt < Tl::kSTiles; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[m][nt][e] = 0.0f;
+  zero_s_m<Tl>(s);
 #pragma unroll(Tl::kUnrollK)
   for (int kk = 0; kk < D / 16; ++kk) {
     uint32_t qa[Tl::kM][4];
@@ -114,12 +120,7 @@ __device__ __forceinline__ void compute_s_m_pipelined(
     for (int np = 0; np < kPairs; ++np)
       mma::ldmatrix_x4(kb[set][np], k.at(16 * kRowBytes * np, kk));
   };
-#pragma unroll
-  for (int m = 0; m < Tl::kM; ++m)
-#pragma unroll
-    for (int nt = 0; nt < Tl::kSTiles; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[m][nt][e] = 0.0f;
+  zero_s_m<Tl>(s);
   load_slice(0, 0);
 #pragma unroll
   for (int kk = 0; kk < kSlices; ++kk) {
@@ -138,17 +139,12 @@ __device__ __forceinline__ void compute_s_m_pipelined(
   }
 }
 
-// O = alpha O + P V_j for the warp's kM m16 tiles; each V fragment is loaded once for all of them.
-// The rescale of m16 tile m runs only where rescale[m] (v6 skips it when every alpha of the tile
-// is exactly 1); v: this lane's ldmatrix .trans address in the V buffer.
-template <class T, int D, class Tl>
-__device__ __forceinline__ void rescale_o_add_pv_m(float (&o_acc)[Tl::kM][D / 8][4],
-                                                   const float (&s)[Tl::kM][Tl::kSTiles][4],
-                                                   const float (&alpha)[Tl::kM][2],
-                                                   const bool (&rescale)[Tl::kM],
-                                                   const typename SmemFor<Tl, D>::Lane& v) {
-  using Sm = SmemFor<Tl, D>;
-  constexpr int kRowBytes = Sm::kPitch * 2;
+// O *= alpha for the m16 tiles m where rescale[m] (v6 skips a tile when every alpha of it is
+// exactly 1).
+template <int D, class Tl>
+__device__ __forceinline__ void rescale_o_m(float (&o_acc)[Tl::kM][D / 8][4],
+                                            const float (&alpha)[Tl::kM][2],
+                                            const bool (&rescale)[Tl::kM]) {
 #pragma unroll
   for (int m = 0; m < Tl::kM; ++m) {
     if (!rescale[m]) continue;  // warp-uniform where it is used (v6's vote)
@@ -160,6 +156,20 @@ __device__ __forceinline__ void rescale_o_add_pv_m(float (&o_acc)[Tl::kM][D / 8]
       o_acc[m][dn][3] *= alpha[m][1];
     }
   }
+}
+
+// O = alpha O + P V_j for the warp's kM m16 tiles; each V fragment is loaded once for all of them.
+// The rescale of m16 tile m runs only where rescale[m] (v6 skips it when every alpha of the tile
+// is exactly 1); v: this lane's ldmatrix .trans address in the V buffer.
+template <class T, int D, class Tl>
+__device__ __forceinline__ void rescale_o_add_pv_m(float (&o_acc)[Tl::kM][D / 8][4],
+                                                   const float (&s)[Tl::kM][Tl::kSTiles][4],
+                                                   const float (&alpha)[Tl::kM][2],
+                                                   const bool (&rescale)[Tl::kM],
+                                                   const typename SmemFor<Tl, D>::Lane& v) {
+  using Sm = SmemFor<Tl, D>;
+  constexpr int kRowBytes = Sm::kPitch * 2;
+  rescale_o_m<D, Tl>(o_acc, alpha, rescale);
 #pragma unroll
   for (int kk = 0; kk < Tl::kBc / 16; ++kk) {
     uint32_t p_frag[Tl::kM][4];  // two S tiles of one m16 tile are one A fragment (v2's header)
@@ -199,17 +209,7 @@ __device__ __forceinline__ void rescale_o_add_pv_m_pipelined(
   constexpr int kSlices = Tl::kBc / 16, kPairs = D / 16, kSteps = kSlices * kPairs;
   uint32_t vb[2][4];  // fragment i lives in set i % 2
   mma::ldmatrix_x4_trans(vb[0], v.at(0, 0));
-#pragma unroll
-  for (int m = 0; m < Tl::kM; ++m) {
-    if (!rescale[m]) continue;  // warp-uniform where it is used (v6's vote)
-#pragma unroll
-    for (int dn = 0; dn < D / 8; ++dn) {
-      o_acc[m][dn][0] *= alpha[m][0];
-      o_acc[m][dn][1] *= alpha[m][0];
-      o_acc[m][dn][2] *= alpha[m][1];
-      o_acc[m][dn][3] *= alpha[m][1];
-    }
-  }
+  rescale_o_m<D, Tl>(o_acc, alpha, rescale);
   uint32_t p_frag[kSlices][Tl::kM][4];  // two S tiles of one m16 tile are one A fragment
 #pragma unroll
   for (int kk = 0; kk < kSlices; ++kk)
