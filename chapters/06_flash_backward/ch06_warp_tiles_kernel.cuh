@@ -64,14 +64,21 @@ __device__ __forceinline__ void rows_times_keys(float (&acc)[2][kSn][4], uint32_
 // acc += X^T Y over the kRows queries of a tile, for one warp's 32 keys and kCols columns: X is
 // the P or dS tile (a: this lane's ldmatrix .trans address of its first key column), Y the dO or
 // Q tile (b, swizzled, lane_rows form, at the warp's first column): dV += P^T dO, dK += dS^T Q.
-template <class T, int D, int kRows, int kCols>
+// kXT = false: acc += X Y over kRows keys instead, for one warp's 32 queries (a: this lane's plain
+// ldmatrix address of its first query row in dS) and Y the K tile: dQ += dS K.
+template <class T, int D, int kRows, int kCols, bool kXT = true>
 __device__ __forceinline__ void keys_times_cols(float (&acc)[2][kCols / 8][4], uint32_t a_base,
                                                 uint32_t b_base, uint32_t swz) {
 #pragma unroll
   for (int kk = 0; kk < kRows / 16; ++kk) {
     uint32_t a[2][4];
 #pragma unroll
-    for (int mt = 0; mt < 2; ++mt) ldmatrix_x4_trans(a[mt], a_base + at<kLdP>(16 * kk, 16 * mt));
+    for (int mt = 0; mt < 2; ++mt) {
+      if constexpr (kXT)
+        ldmatrix_x4_trans(a[mt], a_base + at<kLdP>(16 * kk, 16 * mt));
+      else
+        ldmatrix_x4(a[mt], a_base + at<kLdP>(16 * mt, 16 * kk));
+    }
 #pragma unroll
     for (int np = 0; np < kCols / 16; ++np) {
       uint32_t b[4];
@@ -301,20 +308,7 @@ __global__ void __launch_bounds__(kThreads, 1) warp_tiles_kernel(Params p) {
         for (int nt = 0; nt < kQuarter / 8; ++nt)
 #pragma unroll
           for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
-#pragma unroll
-      for (int ks = 0; ks < kBc / 16; ++ks) {
-        uint32_t a[2][4];
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt) ldmatrix_x4(a[mt], ds_a + at<kLdP>(16 * mt, 16 * ks));
-#pragma unroll
-        for (int np = 0; np < kQuarter / 16; ++np) {
-          uint32_t b[4];
-          ldmatrix_x4_trans(b, swz_addr(k_x + at<D>(16 * ks, 16 * np), swz));
-#pragma unroll
-          for (int mt = 0; mt < 2; ++mt)
-            mma_pair<T>(acc[mt][2 * np], acc[mt][2 * np + 1], a[mt], b);
-        }
-      }
+      keys_times_cols<T, D, kBc, kQuarter, false>(acc, ds_a, k_x, swz);  // dQ_i = dS K_j
       // Element (mt, nt, e): query row 32 wq + 16 mt + g + 8 (e / 2), column kQuarter wc + 8 nt
       // + 2t + e % 2; the two columns of a thread are adjacent, one float2 atomic (add_dq).
       const int64_t row0 = q0 + 32 * wq + g;
