@@ -152,6 +152,17 @@ __device__ __forceinline__ void cp_async_16(uint32_t saddr, const void* gmem) {
 #endif
 }
 
+// The same with a zero fill: valid = false copies no byte (src-size 0; gmem must still be a
+// pointer into the tensor) and writes 16 zero bytes.
+__device__ __forceinline__ void cp_async_16(uint32_t saddr, const void* gmem, bool valid) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(saddr), "l"(gmem),
+               "r"(valid ? 16 : 0));
+#else
+  __trap();
+#endif
+}
+
 // The same, with the hint that L2 may fetch the whole 128-byte line around the 16 bytes from DRAM
 // (PTX ISA, cp.async: ".level::prefetch_size = .L2::128B"). A hint only: the result is the same
 // copy. 08/v6 measures what it changes.

@@ -1,11 +1,11 @@
-// ch05_mma_fwd_mtiles.cuh: what the forward kernels with kM m16 tiles per warp (05/v4 to 05/v7)
+// ch05_mma_fwd_mtiles.cuh: what the forward kernels with kM m16 tiles per warp (05/v4 to 05/v10)
 // share: their shared-memory layout and the two matmuls, S = Q K^T and O = alpha O + P V,
 // in which every K or V fragment loaded from shared memory is used by all kM m16 tiles of the warp
 // (v4_two_mtiles_per_warp.cu's header says why). Each rung keeps its own tile struct (the idea
 // of a rung is in its tiles or its kernel) and passes it here as Tl, with the members
 //   kM (m16 tiles per warp), kBr, kBc, kSTiles (= kBc / 8), kQInRegs, kQRegSlices, kUnrollK
 //   (how far the k16 loop of S = Q K^T is unrolled), kSwizzle (v7), kOneLaneAddr (v8),
-//   kPipelineLoads (v9).
+//   kPipelineLoads (v9), kHoistCopies (v10, KVCopyPlan) and kThreads.
 // Device code; the rest of what they use (Params, ex2_approx, q_lane_ptr, store_o_tile) is v2/v3's,
 // in ch05_mma_fwd.cuh.
 #pragma once
@@ -39,6 +39,70 @@ struct SmemFor {
   // A lane's ldmatrix addresses into a tile (every row a lane reads in these kernels is lane % 8
   // modulo 8: tiles of 16 rows, each lane at row lane % 8 of an 8-row matrix).
   using Lane = tiles::LaneAddr<kSwizzle>;
+};
+
+// v10: the copies of K/V tile j + 1, planned once per thread. tiles::load_tile_async works out
+// every 16-byte chunk's row, column, 64-bit source, bounds test and destination from scratch:
+// about 100 instructions per tile and warp at D 128, between the barrier and the first ldmatrix of
+// each step. The plan is fixed: with kChunks = D / 8 chunks per row, thread tid copies chunk
+// tid % kChunks of rows tid / kChunks + kRowsPerPass * i, i < kPasses. Pass i's source and
+// destination are the thread's first ones plus compile-time constants (folded into the cp.async),
+// tile j's source is kBc * D * j elements further, buffer b's destination b tiles further. The
+// plan is two registers (a shared address and an offset into a tile; K and V are laid out alike),
+// since D 64 and 128 have none to spare. Only a tile that ends past seq_k (the last one, when
+// seq_k % kBc != 0) tests its rows, one comparison per pass. kPlanned is false where the chunks do
+// not tile the block in whole rows (D 96: 12 chunks a row, 128 threads) or the swizzle would differ
+// between passes (D 256: 4 rows a pass, fewer than the swizzle's 8); those keep load_tile_async.
+template <class T, int D, class Tl>
+struct KVCopyPlan {
+  using Sm = SmemFor<Tl, D>;
+  static constexpr int kChunks = D / 8;
+  static constexpr int kRowsPerPass = Tl::kThreads / kChunks;
+  static constexpr bool kPlanned = Tl::kThreads % kChunks == 0 && Tl::kBc % kRowsPerPass == 0 &&
+                                   (!Sm::kSwizzle || kRowsPerPass % tiles::kSwizzleRows == 0);
+  static constexpr int kPasses = kPlanned ? Tl::kBc / kRowsPerPass : 0;
+  static constexpr uint32_t kTileBytes = Sm::kKVElems * 2;  // one K (or V) buffer
+  static constexpr uint32_t kVBytes = 2 * kTileBytes;       // V buffer 0 from K buffer 0
+  static constexpr uint32_t kPassBytes = kRowsPerPass * Sm::kPitch * 2;  // pass i to i + 1
+
+  uint32_t dst;  // this thread's first chunk in K buffer 0 (32-bit shared address)
+  uint32_t src;  // ... and its element offset in a tile of K or V (below 2^31: Bc x D)
+
+  __device__ __forceinline__ KVCopyPlan(T* sK, int tid) {
+    const int row = tid / kChunks, chunk = tid % kChunks;
+    int at = row * Sm::kPitch + 8 * chunk;
+    if constexpr (Sm::kSwizzle) at = tiles::swizzled_offset<D>(row, chunk);
+    dst = mma::smem_addr(sK) + uint32_t(at) * 2;
+    src = uint32_t(row * D + 8 * chunk);
+  }
+
+  // Tile j of K and V (rows j Bc ... of the head's [seq_k, D] matrices) into buffer buf. A tile
+  // that ends past seq_k (rows_left = seq_k - j Bc < Bc) zero-fills the rows past the end:
+  // cp.async with src-size 0, from the tile's first row (in range) rather than past the end.
+  __device__ __forceinline__ void issue(const T* K, const T* V, int j, int buf, int rows_left,
+                                        int tid) const {
+    const uint32_t d = dst + uint32_t(buf) * kTileBytes;
+    const int64_t tile = int64_t(j) * (Tl::kBc * D);
+    const T* k = K + tile + src;
+    const T* v = V + tile + src;
+    if (rows_left >= Tl::kBc) {
+#pragma unroll
+      for (int i = 0; i < kPasses; ++i)
+        mma::cp_async_16(d + i * kPassBytes, k + i * kRowsPerPass * D);
+#pragma unroll
+      for (int i = 0; i < kPasses; ++i)
+        mma::cp_async_16(d + kVBytes + i * kPassBytes, v + i * kRowsPerPass * D);
+    } else {
+      const int row = tid / kChunks;
+#pragma unroll
+      for (int i = 0; i < kPasses; ++i) {
+        const bool in = row + i * kRowsPerPass < rows_left;
+        mma::cp_async_16(d + i * kPassBytes, in ? k + i * kRowsPerPass * D : K + tile, in);
+        mma::cp_async_16(d + kVBytes + i * kPassBytes, in ? v + i * kRowsPerPass * D : V + tile,
+                         in);
+      }
+    }
+  }
 };
 
 // S = 0 for the warp's kM m16 tiles (the accumulators of S = Q K_j^T).

@@ -1,8 +1,9 @@
-// ch05_mtiles_kernel.cuh: the kernel and the launcher of 05/v4 to 05/v9, which differ only in
+// ch05_mtiles_kernel.cuh: the kernel and the launcher of 05/v4 to 05/v10, which differ only in
 // their tiles (each rung file defines its Tiles struct); each rung from v6 on adds one switch to
 // them: kExactAlpha (v6, the one change of code below), kSwizzle (v7, the shared-memory layout),
-// kOneLaneAddr (v8, one set of ldmatrix addresses for Q and V) and kPipelineLoads (v9, the
-// fragment loads of both matmuls software-pipelined, ch05_mma_fwd_mtiles.cuh). The rung
+// kOneLaneAddr (v8, one set of ldmatrix addresses for Q and V), kPipelineLoads (v9, the
+// fragment loads of both matmuls software-pipelined, ch05_mma_fwd_mtiles.cuh) and kHoistCopies
+// (v10, each thread's K/V copies planned once: KVCopyPlan there, load_kv_tile below). The rung
 // files tell the story and hold the measurements; the pieces below the kernel (S = Q K^T and
 // O = alpha O + P V over kM m16 tiles, the shared-memory layout) are ch05_mma_fwd_mtiles.cuh's,
 // and Params, ex2_approx, q_lane_ptr and store_o_tile are v2/v3's (ch05_mma_fwd.cuh). Moving the
@@ -31,10 +32,27 @@ namespace {
 
 using namespace fwd_mma;
 
-// The kernel of 05/v4 to v9. Tl is the rung's tile struct: v4's and v5's differ in their members
+// K/V tile j into buffer buf: through v10's copy plan, else (before v10, and at D 96 and 256)
+// load_tile_async, which works out every chunk's addresses and bounds test from scratch.
+template <class T, int D, class Tl>
+__device__ __forceinline__ void load_kv_tile(T* sK, T* sV, const T* K, const T* V,
+                                             const KVCopyPlan<T, D, Tl>& plan, int j, int buf,
+                                             int64_t seq_k, int tid) {
+  using Sm = SmemFor<Tl, D>;
+  if constexpr (Tl::kHoistCopies && KVCopyPlan<T, D, Tl>::kPlanned) {
+    plan.issue(K, V, j, buf, int(seq_k) - j * Tl::kBc, tid);  // the launcher keeps seq_k < 2^31
+  } else {
+    tiles::load_tile_async<D, Tl::kBc, Tl::kThreads, Sm::kSwizzle>(
+        sK + buf * Sm::kKVElems, K, int64_t(j) * Tl::kBc, seq_k, tid);
+    tiles::load_tile_async<D, Tl::kBc, Tl::kThreads, Sm::kSwizzle>(
+        sV + buf * Sm::kKVElems, V, int64_t(j) * Tl::kBc, seq_k, tid);
+  }
+}
+
+// The kernel of 05/v4 to v10. Tl is the rung's tile struct: v4's and v5's differ in their members
 // only (v5: Bc = 32 at D 96 and 128); v6's sets kExactAlpha, the one change of code; v7's sets
 // kSwizzle (SmemFor, ch05_mma_fwd_mtiles.cuh: swizzled rows instead of padded ones); v8's
-// kOneLaneAddr (below, at the ldmatrix addresses); v9's kPipelineLoads.
+// kOneLaneAddr (below, at the ldmatrix addresses); v9's kPipelineLoads; v10's kHoistCopies.
 template <class T, int D, class Tl>
 __global__ void __launch_bounds__(Tl::kThreads, 2) flash_fwd_mtiles_kernel(const Params p) {
   static_assert(D % 16 == 0, "head dim must be a multiple of 16 (k16 slices of Q K^T)");
@@ -94,13 +112,14 @@ __global__ void __launch_bounds__(Tl::kThreads, 2) flash_fwd_mtiles_kernel(const
                           : seq_k - 1)
                    : seq_k - 1);
 
+  // v10 (kHoistCopies): this thread's K/V copies, planned once (ch05_mma_fwd_mtiles.cuh). Unused
+  // before v10, where ptxas drops it.
+  const KVCopyPlan<T, D, Tl> plan(sK, tid);
+
   // ---- Prologue: Q tile (group 0) and K/V tile 0 (group 1) in flight together.
   tiles::load_tile_async<D, kBr, Tl::kThreads, Sm::kSwizzle>(sQ, Q, q0, seq_q, tid);
   mma::cp_async_commit();
-  if (n_tiles > 0) {
-    tiles::load_tile_async<D, kBc, Tl::kThreads, Sm::kSwizzle>(sK, K, 0, seq_k, tid);
-    tiles::load_tile_async<D, kBc, Tl::kThreads, Sm::kSwizzle>(sV, V, 0, seq_k, tid);
-  }
+  if (n_tiles > 0) load_kv_tile<T, D, Tl>(sK, sV, K, V, plan, 0, 0, seq_k, tid);
   mma::cp_async_commit();
   mma::cp_async_wait<0>();
   __syncthreads();
@@ -163,11 +182,7 @@ __global__ void __launch_bounds__(Tl::kThreads, 2) flash_fwd_mtiles_kernel(const
       __syncthreads();
     }
     if (j + 1 < n_tiles32) {
-      const int nb = buf ^ 1;
-      tiles::load_tile_async<D, kBc, Tl::kThreads, Sm::kSwizzle>(sK + nb * Sm::kKVElems, K,
-                                                                 int64_t(j + 1) * kBc, seq_k, tid);
-      tiles::load_tile_async<D, kBc, Tl::kThreads, Sm::kSwizzle>(sV + nb * Sm::kKVElems, V,
-                                                                 int64_t(j + 1) * kBc, seq_k, tid);
+      load_kv_tile<T, D, Tl>(sK, sV, K, V, plan, j + 1, buf ^ 1, seq_k, tid);
       mma::cp_async_commit();
     }
     const int k0 = j * kBc;
