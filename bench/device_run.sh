@@ -6,7 +6,8 @@
 #   bash bench/device_run.sh tour bench sdpa     # second call, while the machine is warm
 #
 # Stages: build, test, testlong, tour, bench, benchquick, sdpa, memdemo, sanitize, mystery, ch07,
-# python, ncu_decode, ncu_fwd, ncu_bwd, rung (one kernel version end to end: RUNG=name [BASE=name]), pack
+# python, ncu_decode, ncu_fwd, ncu_bwd, rung (one kernel version end to end: RUNG=name [BASE=name]),
+# rounds (RUNG and BASE against PyTorch SDPA, several alternating rounds, medians), pack
 # (fold the logs into one archive: the device returns at most 8 files).
 #
 # LIMIT=seconds gives the whole call a budget: each stage runs under `timeout` with what is left,
@@ -264,6 +265,28 @@ for stage in "$@"; do
           > "$OUT/rung_${T}_sdpa.log" 2>&1
       fi
       log "rung sdpa rc=$?"; grep -E "^\|" "$OUT/rung_${T}_sdpa.log" | head -40
+      ;;
+    rounds)
+      # Several rounds of (fa_bench of RUNG and BASE, then PyTorch SDPA) on the forward protocol
+      # shapes of one head dim (ROUND_D, default 128), ROUNDS times (default 3), alternating, then
+      # the median per shape (bench/rounds_summary.py). Why: one fa_bench run and one SDPA run are
+      # minutes apart, and the same kernel measured twice in one call has differed by up to 4%
+      # (the GPU's clocks under sustained tensor load); ratios near 1.0 need more than one round.
+      : "${RUNG:?set RUNG to one or more forward kernels, e.g. RUNG=05/v11_bc64_at_d128}"
+      D=${ROUND_D:-128}
+      F="attn_fwd/(${RUNG}${BASE:+|$BASE})/bf16/D$D/"
+      for r in $(seq 1 "${ROUNDS:-3}"); do
+        mkdir -p "$OUT/round$r"
+        log "round $r: fa_bench $F"
+        "$BUILD/bin/fa_bench" --benchmark_filter="$F" --benchmark_out="$OUT/round$r/bench.json" \
+          --benchmark_out_format=json > "$OUT/round$r/bench.log" 2>&1
+        log "round $r: fa_bench rc=$?"
+        PYTHONUNBUFFERED=1 python3 bench/compare_sdpa.py "$OUT/round$r/bench.json" --out "$OUT/round$r" \
+          > "$OUT/round$r/sdpa.log" 2>&1
+        log "round $r: sdpa rc=$?"
+      done
+      python3 bench/rounds_summary.py "$OUT"/round*/ > "$OUT/rounds_D$D.md" 2>&1
+      log "rounds summary rc=$?"; cat "$OUT/rounds_D$D.md"
       ;;
     pack)
       # The device returns at most 8 files per call: fold every log of this call into one archive
