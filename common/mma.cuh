@@ -51,6 +51,26 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t sad
 #endif
 }
 
+// The inverse of ldmatrix_x4 (PTX stmatrix, sm_90 and newer): register i of every lane goes to
+// 8x8 matrix i, lane l's to row l / 4, elements 2 (l % 4) and 2 (l % 4) + 1; lane l gives the
+// address of row l % 8 of matrix l / 8. So an m16n16 block of mma accumulators, packed to 16 bits
+// as an A fragment, is stored with the lane addresses an A fragment is loaded from. kHasStmatrix
+// tells a kernel whether this build may use it (compute capability 9.0 and newer).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+constexpr bool kHasStmatrix = false;
+#else
+constexpr bool kHasStmatrix = true;
+#endif
+__device__ __forceinline__ void stmatrix_x4(uint32_t saddr, const uint32_t (&r)[4]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(saddr),
+               "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+               : "memory");
+#else
+  __trap();
+#endif
+}
+
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem_row) {
   ldmatrix_x4(r, smem_addr(smem_row));
 }

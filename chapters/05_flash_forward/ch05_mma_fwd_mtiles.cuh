@@ -312,4 +312,57 @@ __device__ __forceinline__ void rescale_o_add_pv_m(float (&o_acc)[Tl::kM][D / 8]
   rescale_o_add_pv_m<T, D, Tl>(o_acc, s, alpha, all, v);
 }
 
+// v12: the warp's kM x 16 rows of O = o_acc * inv_l (16-bit) to global memory at O_warp (its
+// first row), rows_left = seq_q - that row (the rows past seq_q are not written), with no address
+// arithmetic per element. v3's store_o_tile computes each thread's 4-byte shared-memory write
+// (row, chunk, swizzle) for every n8 tile, then each 16-byte copy's row, bounds test and 64-bit
+// global address, one m16 tile at a time, each global store waiting on its shared load: ~1000
+// instructions per warp at D 128, where FlashAttention-2's epilogue is ~570.
+// * Into shared memory: two n8 accumulator tiles, packed to 16 bits, are an A fragment (the layout
+//   P V relies on), so stmatrix (the inverse of ldmatrix) stores them at the lane addresses Q was
+//   read through: q_addr.at(...) is a base plus a constant, 8 stores of 16 columns per m16 tile.
+//   The rows are this warp's own slabs of sQ (only it ever read them, and no copy targets sQ any
+//   more), so __syncwarp is the only barrier.
+// * Into global memory: the warp's rows are contiguous there, so its chunk c (16 bytes, row-major
+//   over its rows) lies at O_warp + 8 c, and lane l copies chunks l + 32 i: a base plus a
+//   constant again. All shared loads are issued before the first global store.
+template <class T, int D, class Tl>
+__device__ __forceinline__ void store_o_m(T* O_warp, int64_t rows_left,
+                                          const float (&o_acc)[Tl::kM][D / 8][4],
+                                          const float (&inv_l)[Tl::kM][2],
+                                          const typename SmemFor<Tl, D>::Lane& q_addr,
+                                          const T* sQ_warp, int lane) {
+  using Sm = SmemFor<Tl, D>;
+  constexpr int kRowBytes = Sm::kPitch * 2;
+  constexpr int kChunks = D / 8;                             // 16-byte chunks per row
+  constexpr int kPerLane = Tl::kRowsPerWarp * kChunks / 32;  // chunks each lane copies
+  static_assert(Tl::kRowsPerWarp * kChunks % 32 == 0, "the warp's chunks split evenly");
+  __syncwarp();  // every lane's ldmatrix reads of these rows (Q) are done
+#pragma unroll
+  for (int m = 0; m < Tl::kM; ++m)
+#pragma unroll
+    for (int j = 0; j < D / 16; ++j) {
+      const uint32_t a[4] = {
+          mma::pack2<T>(o_acc[m][2 * j][0] * inv_l[m][0], o_acc[m][2 * j][1] * inv_l[m][0]),
+          mma::pack2<T>(o_acc[m][2 * j][2] * inv_l[m][1], o_acc[m][2 * j][3] * inv_l[m][1]),
+          mma::pack2<T>(o_acc[m][2 * j + 1][0] * inv_l[m][0], o_acc[m][2 * j + 1][1] * inv_l[m][0]),
+          mma::pack2<T>(o_acc[m][2 * j + 1][2] * inv_l[m][1],
+                        o_acc[m][2 * j + 1][3] * inv_l[m][1])};
+      mma::stmatrix_x4(q_addr.at(16 * kRowBytes * m, j), a);
+    }
+  __syncwarp();
+  uint4 chunk[kPerLane];
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    const int c = lane + 32 * i, r = c / kChunks, ch = c % kChunks;
+    int at = r * Sm::kPitch + 8 * ch;
+    if constexpr (Sm::kSwizzle) at = tiles::swizzled_offset<D>(r, ch);
+    chunk[i] = *reinterpret_cast<const uint4*>(sQ_warp + at);
+  }
+  const int64_t valid = rows_left * kChunks;  // chunks of rows before seq_q
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i)
+    if (lane + 32 * i < valid) *reinterpret_cast<uint4*>(O_warp + 8 * (lane + 32 * i)) = chunk[i];
+}
+
 }  // namespace fa::fwd_mma

@@ -49,6 +49,22 @@ __device__ __forceinline__ void load_kv_tile(T* sK, T* sV, const T* K, const T* 
   }
 }
 
+// L = ln(sum_j exp(s_j)) of rows row0 + g and row0 + g + 8 of one m16 tile (l, m: this lane's
+// row sums, already reduced over the quad, and raw-score maxima), written by the quad's first lane
+// (t = 0); rows past seq_q are not.
+template <int D>
+__device__ __forceinline__ void write_lse(float* Lse, const float (&l)[2], const float (&m)[2],
+                                          float c, int64_t row0, int64_t seq_q, int g, int t) {
+  if (t == 0) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t row = row0 + g + 8 * h;
+      if (row < seq_q)
+        Lse[row] = l[h] > 0.0f ? (m[h] * c + log2f(l[h])) * 0.6931471805599453f : -INFINITY;
+    }
+  }
+}
+
 // The kernel of 05/v4 to v10. Tl is the rung's tile struct: v4's and v5's differ in their members
 // only (v5: Bc = 32 at D 96 and 128); v6's sets kExactAlpha, the one change of code; v7's sets
 // kSwizzle (SmemFor, ch05_mma_fwd_mtiles.cuh: swizzled rows instead of padded ones); v8's
@@ -281,30 +297,39 @@ __global__ void __launch_bounds__(Tl::kThreads, 2) flash_fwd_mtiles_kernel(const
       rescale_o_add_pv_m<T, D, Tl>(o_acc, s, alpha, v_addr);
   }
 
-  // ---- Epilogue: per m16 tile, v3's (O through the tile's own 16 rows of sQ, then L).
+  // ---- Epilogue: per m16 tile, v3's (O through the tile's own 16 rows of sQ, then L); v12: all
+  // m16 tiles at once through store_o_m (stmatrix, where the build targets sm_90 or newer).
   T* O = static_cast<T*>(p.o) + bh * seq_q * D;
   float* Lse = p.lse + bh * seq_q;
   const float c = fabsf(p.scale_log2);
+  if constexpr (Tl::kStmatrixO && mma::kHasStmatrix) {
+    float inv_l[kM][2];
 #pragma unroll
-  for (int m = 0; m < kM; ++m) {
-    float inv_l[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      l_run[m][h] += __shfl_xor_sync(0xffffffffu, l_run[m][h], 1);
-      l_run[m][h] += __shfl_xor_sync(0xffffffffu, l_run[m][h], 2);
-      inv_l[h] = l_run[m][h] > 0.0f ? 1.0f / l_run[m][h] : 0.0f;  // no visible key: O = 0
-    }
-    store_o_tile<T, D, Sm::kSwizzle>(O, o_acc[m], inv_l, sQ, kM * warp + m, lane,
-                                     warp_row0 + 16 * m, seq_q);
-    if (t == 0) {
+    for (int m = 0; m < kM; ++m)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const int64_t row = warp_row0 + 16 * m + g + 8 * h;
-        if (row < seq_q)
-          Lse[row] = l_run[m][h] > 0.0f
-                         ? (m_run[m][h] * c + log2f(l_run[m][h])) * 0.6931471805599453f
-                         : kNegInf;
+        l_run[m][h] += __shfl_xor_sync(0xffffffffu, l_run[m][h], 1);
+        l_run[m][h] += __shfl_xor_sync(0xffffffffu, l_run[m][h], 2);
+        inv_l[m][h] = l_run[m][h] > 0.0f ? 1.0f / l_run[m][h] : 0.0f;  // no visible key: O = 0
       }
+    store_o_m<T, D, Tl>(O + warp_row0 * D, seq_q - warp_row0, o_acc, inv_l, q_addr,
+                        Sm::row(sQ, Tl::kRowsPerWarp * warp), lane);
+#pragma unroll
+    for (int m = 0; m < kM; ++m)
+      write_lse<D>(Lse, l_run[m], m_run[m], c, warp_row0 + 16 * m, seq_q, g, t);
+  } else {
+#pragma unroll
+    for (int m = 0; m < kM; ++m) {
+      float inv_l[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        l_run[m][h] += __shfl_xor_sync(0xffffffffu, l_run[m][h], 1);
+        l_run[m][h] += __shfl_xor_sync(0xffffffffu, l_run[m][h], 2);
+        inv_l[h] = l_run[m][h] > 0.0f ? 1.0f / l_run[m][h] : 0.0f;  // no visible key: O = 0
+      }
+      store_o_tile<T, D, Sm::kSwizzle>(O, o_acc[m], inv_l, sQ, kM * warp + m, lane,
+                                       warp_row0 + 16 * m, seq_q);
+      write_lse<D>(Lse, l_run[m], m_run[m], c, warp_row0 + 16 * m, seq_q, g, t);
     }
   }
 }

@@ -27,6 +27,7 @@ struct TilesV6 {
   static constexpr bool kOneLaneAddr = false;    // K and V with their own lane addresses (v8)
   static constexpr bool kPipelineLoads = false;  // fragment loads in program order (v9)
   static constexpr bool kHoistCopies = false;    // K/V copy addresses worked out per tile (v10)
+  static constexpr bool kStmatrixO = false;      // O stored through v3's store_o_tile (v12)
   static_assert(kWarps == 4, "128 threads: two blocks per SM at up to 255 registers");
 };
 

@@ -81,6 +81,7 @@ struct TilesV4 {
   static constexpr bool kOneLaneAddr = false;                       // v8's, off
   static constexpr bool kPipelineLoads = false;                     // v9's, off
   static constexpr bool kHoistCopies = false;                       // v10's, off
+  static constexpr bool kStmatrixO = false;                         // v12's, off
   static_assert(kWarps == 4, "128 threads: two blocks per SM at up to 255 registers");
 };
 
