@@ -185,10 +185,10 @@ for stage in "$@"; do
       ;;
     ncu_fwd)
       # The forward at bf16 D 128 N 8192 (B 2, H 16, non-causal) in Nsight Compute: ours (FWD_KERNEL,
-      # default 05/v9_pipelined_fragment_loads) and FlashAttention-2's, stall reasons and the source page
+      # default 05/v12_stmatrix_epilogue) and FlashAttention-2's, stall reasons and the source page
       # (CSV, gzipped; bench/sass_memory.py sums its memory traffic per opcode). After `build`.
       # FWD_N=1024 (any protocol N): that length instead (B = 16384 / N), files named ncu_fwd_N1024_*.
-      K=${FWD_KERNEL:-05/v9_pipelined_fragment_loads}
+      K=${FWD_KERNEL:-05/v12_stmatrix_epilogue}
       N=${FWD_N:-8192}
       X=ncu_fwd${FWD_N:+_N$FWD_N}
       M=sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active

@@ -359,10 +359,14 @@ __device__ __forceinline__ void store_o_m(T* O_warp, int64_t rows_left,
     if constexpr (Sm::kSwizzle) at = tiles::swizzled_offset<D>(r, ch);
     chunk[i] = *reinterpret_cast<const uint4*>(sQ_warp + at);
   }
+  // __stwb is a plain (write-back) 16-byte store. Assigning chunk[i] through a uint4 pointer
+  // compiled to four 32-bit stores (nvcc 13.0: the values live in registers by then), four times
+  // the L2 sectors in Nsight Compute.
   const int64_t valid = rows_left * kChunks;  // chunks of rows before seq_q
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i)
-    if (lane + 32 * i < valid) *reinterpret_cast<uint4*>(O_warp + 8 * (lane + 32 * i)) = chunk[i];
+    if (lane + 32 * i < valid)
+      __stwb(reinterpret_cast<uint4*>(O_warp + 8 * (lane + 32 * i)), chunk[i]);
 }
 
 }  // namespace fa::fwd_mma
