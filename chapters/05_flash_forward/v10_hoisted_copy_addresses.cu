@@ -24,7 +24,16 @@
 //   * D 96 (12 chunks a row do not tile 128 threads) and D 256 (4 rows a pass: the swizzle differs
 //     between passes) keep load_tile_async (KVCopyPlan::kPlanned).
 //
-// Speed: measured in the next GPU call (notes/measured/).
+// Speed (H100 80GB HBM3, 2026-11-25, bf16, B = 16384/N, H = 2048/D; notes/measured/
+// h100-2026-11-25c/: call 1 one round with v9 and PyTorch SDPA, call 2 three alternating rounds)
+//   D 128: 1.00-1.06x v9 in call 1; medians of call 2's three rounds 0.995-1.041x (N 1024 full
+//   310.6 against 305.9, N 8192 354.2 against 345.6). D 64: 0.99-1.05x. D 96 and 256 run v9's code.
+//   Nsight Compute at D 128 N 1024 (B 16, H 16; call1_ncu_fwd_N1024_*.txt): 154.8 M warp
+//   instructions (v7 168.4 M in the ninth session; FlashAttention-2 166.6 M), 786 K cycles
+//   (v7 814 K, FA2 733 K). Small, as 08/v4 found: the instructions went, the time mostly stayed.
+//   The same profile says where the rest of the gap is: the loop's ldmatrix count is 1.2x FA2's
+//   (12.6 M against 10.5 M: Q is re-read every 32 keys, FA2 every 64), and the epilogue (after the
+//   last MMA) holds 6.0% of the warp samples against FA2's 3.1%. v11 and v12 take those two.
 
 #include "ch05_mtiles_kernel.cuh"  // the kernel and launcher of v4-v10, given this rung's tiles
 #include "ch05_tiles_v6.cuh"       // v6's tiles
