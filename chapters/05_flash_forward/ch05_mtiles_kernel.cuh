@@ -1,9 +1,10 @@
-// ch05_mtiles_kernel.cuh: the kernel and the launcher of 05/v4 to 05/v10, which differ only in
-// their tiles (each rung file defines its Tiles struct); each rung from v6 on adds one switch to
+// ch05_mtiles_kernel.cuh: the kernel and the launcher of 05/v4 to 05/v12, which differ only in
+// their tiles (each rung file defines its Tiles struct); the rungs from v6 on add one switch each to
 // them: kExactAlpha (v6, the one change of code below), kSwizzle (v7, the shared-memory layout),
 // kOneLaneAddr (v8, one set of ldmatrix addresses for Q and V), kPipelineLoads (v9, the
 // fragment loads of both matmuls software-pipelined, ch05_mma_fwd_mtiles.cuh) and kHoistCopies
-// (v10, each thread's K/V copies planned once: KVCopyPlan there, load_kv_tile below). The rung
+// (v10, each thread's K/V copies planned once: KVCopyPlan there, load_kv_tile below); v11
+// changes one tile size, v12 adds kStmatrixO (the epilogue through stmatrix, store_o_m). The rung
 // files tell the story and hold the measurements; the pieces below the kernel (S = Q K^T and
 // O = alpha O + P V over kM m16 tiles, the shared-memory layout) are ch05_mma_fwd_mtiles.cuh's,
 // and Params, ex2_approx, q_lane_ptr and store_o_tile are v2/v3's (ch05_mma_fwd.cuh). Moving the
@@ -65,10 +66,11 @@ __device__ __forceinline__ void write_lse(float* Lse, const float (&l)[2], const
   }
 }
 
-// The kernel of 05/v4 to v10. Tl is the rung's tile struct: v4's and v5's differ in their members
+// The kernel of 05/v4 to v12. Tl is the rung's tile struct: v4's and v5's differ in their members
 // only (v5: Bc = 32 at D 96 and 128); v6's sets kExactAlpha, the one change of code; v7's sets
 // kSwizzle (SmemFor, ch05_mma_fwd_mtiles.cuh: swizzled rows instead of padded ones); v8's
-// kOneLaneAddr (below, at the ldmatrix addresses); v9's kPipelineLoads; v10's kHoistCopies.
+// kOneLaneAddr (below, at the ldmatrix addresses); v9's kPipelineLoads; v10's kHoistCopies; v11
+// changes kBc at D 128 only; v12's kStmatrixO (the epilogue).
 template <class T, int D, class Tl>
 __global__ void __launch_bounds__(Tl::kThreads, 2) flash_fwd_mtiles_kernel(const Params p) {
   static_assert(D % 16 == 0, "head dim must be a multiple of 16 (k16 slices of Q K^T)");
