@@ -29,22 +29,12 @@
 //   instructions (FA2 166.6 M), 759 K cycles (v10 786 K, FA2 734 K). What is left: the epilogue,
 //   1043 instructions per warp and 6.4% of the samples (FA2: 572 and 3.1%). v12.
 
-#include "ch05_mtiles_kernel.cuh"  // the kernel and launcher of v4-v11, given this rung's tiles
-#include "ch05_tiles_v6.cuh"       // v6's tiles
+#include "ch05_mtiles_kernel.cuh"  // the kernel and launcher of v4-v12, given this rung's tiles
+#include "ch05_tiles_v11.cuh"      // this rung's tiles (TilesV11)
 #include "registry.h"
 
 namespace fa {
 namespace {
-
-template <int D>
-struct TilesV11 : TilesV6<D> {
-  static constexpr int kBc = D == 128 ? 64 : TilesV6<D>::kBc;
-  static constexpr int kSTiles = kBc / 8;
-  static constexpr bool kSwizzle = D % 64 == 0;
-  static constexpr bool kOneLaneAddr = true;
-  static constexpr bool kPipelineLoads = true;
-  static constexpr bool kHoistCopies = true;
-};
 
 struct RungV11 {
   static constexpr const char* kName = "05/v11_bc64_at_d128";

@@ -41,7 +41,7 @@
 //   this rung's gain is that schedule, not the epilogue's instructions.
 
 #include "ch05_mtiles_kernel.cuh"  // the kernel and launcher of v4-v12, given this rung's tiles
-#include "ch05_tiles_v6.cuh"       // v6's tiles
+#include "ch05_tiles_v11.cuh"      // v11's tiles
 #include "registry.h"
 
 namespace fa {
@@ -49,13 +49,7 @@ namespace {
 
 // v11's tiles, with O stored by store_o_m (this rung).
 template <int D>
-struct TilesV12 : TilesV6<D> {
-  static constexpr int kBc = D == 128 ? 64 : TilesV6<D>::kBc;
-  static constexpr int kSTiles = kBc / 8;
-  static constexpr bool kSwizzle = D % 64 == 0;
-  static constexpr bool kOneLaneAddr = true;
-  static constexpr bool kPipelineLoads = true;
-  static constexpr bool kHoistCopies = true;
+struct TilesV12 : TilesV11<D> {
   static constexpr bool kStmatrixO = true;
 };
 
