@@ -73,10 +73,10 @@ for stage in "$@"; do
       log "ctest rc=$?"; tail -25 "$OUT/ctest.log"
       ;;
     testlong)
-      # One after the other the long label takes about half an hour on an H100 (2026-11-25, the
-      # four README commands at once: '*Bwd*' 5.5 minutes, fa_bench attn_fwd 4.5, '*05_*' more
-      # than 8; each test past 2^31 elements about 18 s), more than one device call (10 minutes at
-      # most). LONG_JOBS (default 3) runs that many
+      # One after the other the long label takes about half an hour on an H100 (2026-11-25: the
+      # README commands '*Bwd*' 5.5 minutes and fa_bench attn_fwd 4.5; each test past 2^31
+      # elements about 18 s), more than one device call (10 minutes at most). LONG_JOBS (default
+      # 3) runs that many
       # at once: most of their time is the float64 reference on the CPU, and three fit in the
       # GPU's memory. LONG_FILTER (a ctest -R regex) runs a part, to split the label over calls.
       log "ctest long (-j ${LONG_JOBS:-3}${LONG_FILTER:+, -R $LONG_FILTER})"
