@@ -16,7 +16,7 @@
 //   * KVCopyPlan (ch05_mma_fwd_mtiles.cuh): each thread keeps its first chunk's 32-bit shared
 //     destination and its K and V sources; pass i is a compile-time offset from them, tile j is
 //     j * Bc * D elements further, buffer b one tile further. A tile is 2 x Bc * D / 8 / 128
-//     cp.async and a few adds (16 at D 128).
+//     cp.async per thread and a few adds (8 at D 128: 4 of K, 4 of V).
 //   * Only a tile that ends past seq_k (the last one, when seq_k % Bc != 0) tests its rows, one
 //     comparison per pass; rows past the end are zero-filled (cp.async with src-size 0). Making
 //     that tile take load_tile_async instead cost D 64 and 128 12-28 bytes of spills (ptxas,
