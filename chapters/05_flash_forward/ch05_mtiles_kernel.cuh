@@ -53,7 +53,6 @@ __device__ __forceinline__ void load_kv_tile(T* sK, T* sV, const T* K, const T* 
 // L = ln(sum_j exp(s_j)) of rows row0 + g and row0 + g + 8 of one m16 tile (l, m: this lane's
 // row sums, already reduced over the quad, and raw-score maxima), written by the quad's first lane
 // (t = 0); rows past seq_q are not.
-template <int D>
 __device__ __forceinline__ void write_lse(float* Lse, const float (&l)[2], const float (&m)[2],
                                           float c, int64_t row0, int64_t seq_q, int g, int t) {
   if (t == 0) {
@@ -318,7 +317,7 @@ __global__ void __launch_bounds__(Tl::kThreads, 2) flash_fwd_mtiles_kernel(const
                         Sm::row(sQ, Tl::kRowsPerWarp * warp), lane);
 #pragma unroll
     for (int m = 0; m < kM; ++m)
-      write_lse<D>(Lse, l_run[m], m_run[m], c, warp_row0 + 16 * m, seq_q, g, t);
+      write_lse(Lse, l_run[m], m_run[m], c, warp_row0 + 16 * m, seq_q, g, t);
   } else {
 #pragma unroll
     for (int m = 0; m < kM; ++m) {
@@ -331,7 +330,7 @@ __global__ void __launch_bounds__(Tl::kThreads, 2) flash_fwd_mtiles_kernel(const
       }
       store_o_tile<T, D, Sm::kSwizzle>(O, o_acc[m], inv_l, sQ, kM * warp + m, lane,
                                        warp_row0 + 16 * m, seq_q);
-      write_lse<D>(Lse, l_run[m], m_run[m], c, warp_row0 + 16 * m, seq_q, g, t);
+      write_lse(Lse, l_run[m], m_run[m], c, warp_row0 + 16 * m, seq_q, g, t);
     }
   }
 }
