@@ -150,15 +150,21 @@ __device__ __forceinline__ float2 unpack2(uint32_t packed) {
 
 // cp.async: copy 16 bytes global -> shared without passing through registers (sm_80+). With
 // `valid` false it writes 16 zero bytes instead of reading: the way to load a ragged tail tile
-// without reading past the end of the tensor.
-__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {
+// without reading past the end of the tensor (src-size 0: no byte is read, but gmem must still
+// point into the tensor). saddr is a 32-bit shared-memory address (smem_addr).
+__device__ __forceinline__ void cp_async_16(uint32_t saddr, const void* gmem, bool valid) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   int src_bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem),
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(saddr), "l"(gmem),
                "r"(src_bytes));
 #else
   __trap();
 #endif
+}
+
+// The same from a generic pointer into shared memory.
+__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {
+  cp_async_16(smem_addr(smem), gmem, valid);
 }
 
 // The same copy to a 32-bit shared-memory address (smem_addr), always 16 bytes. A loop that keeps
@@ -167,17 +173,6 @@ __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool v
 __device__ __forceinline__ void cp_async_16(uint32_t saddr, const void* gmem) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(saddr), "l"(gmem));
-#else
-  __trap();
-#endif
-}
-
-// The same with a zero fill: valid = false copies no byte (src-size 0; gmem must still be a
-// pointer into the tensor) and writes 16 zero bytes.
-__device__ __forceinline__ void cp_async_16(uint32_t saddr, const void* gmem, bool valid) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(saddr), "l"(gmem),
-               "r"(valid ? 16 : 0));
 #else
   __trap();
 #endif
