@@ -36,6 +36,14 @@ struct SmemFor {
   __device__ __forceinline__ static T* row(T* tile, int r) {
     return tile + r * kPitch;
   }
+  // Element offset of 16-byte chunk ch (8 elements) of row r in a tile, where the copies write and
+  // the 16-byte reads of v12's epilogue read.
+  __device__ __forceinline__ static int chunk_at(int r, int ch) {
+    if constexpr (kSwizzle)
+      return tiles::swizzled_offset<D>(r, ch);
+    else
+      return r * kPitch + 8 * ch;
+  }
   // A lane's ldmatrix addresses into a tile (every row a lane reads in these kernels is lane % 8
   // modulo 8: tiles of 16 rows, each lane at row lane % 8 of an 8-row matrix).
   using Lane = tiles::LaneAddr<kSwizzle>;
@@ -70,9 +78,7 @@ struct KVCopyPlan {
 
   __device__ __forceinline__ KVCopyPlan(T* sK, int tid) {
     const int row = tid / kChunks, chunk = tid % kChunks;
-    int at = row * Sm::kPitch + 8 * chunk;
-    if constexpr (Sm::kSwizzle) at = tiles::swizzled_offset<D>(row, chunk);
-    dst = mma::smem_addr(sK) + uint32_t(at) * 2;
+    dst = mma::smem_addr(sK) + uint32_t(Sm::chunk_at(row, chunk)) * 2;
     src = uint32_t(row * D + 8 * chunk);
   }
 
@@ -355,9 +361,7 @@ __device__ __forceinline__ void store_o_m(T* O_warp, int64_t rows_left,
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i) {
     const int c = lane + 32 * i, r = c / kChunks, ch = c % kChunks;
-    int at = r * Sm::kPitch + 8 * ch;
-    if constexpr (Sm::kSwizzle) at = tiles::swizzled_offset<D>(r, ch);
-    chunk[i] = *reinterpret_cast<const uint4*>(sQ_warp + at);
+    chunk[i] = *reinterpret_cast<const uint4*>(sQ_warp + Sm::chunk_at(r, ch));
   }
   // __stwb is a plain (write-back) 16-byte store. Assigning chunk[i] through a uint4 pointer
   // compiled to four 32-bit stores (nvcc 13.0: the values live in registers by then), four times
