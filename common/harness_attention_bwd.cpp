@@ -1,0 +1,180 @@
+// harness_attention_bwd.cpp: run an attention backward kernel (chapters 06, 07): the forward
+// makes O and L, then dQ, dK, dV and D of the checked heads against the float64 reference (low
+// precision: the FlashAttention rule against the naive same-precision backward), TFLOP/s.
+#include "harness.h"
+
+#include "buffer.h"
+#include "check.h"
+#include "harness_attention.h"
+#include "harness_run.h"
+#include "last_reference.h"
+#include "reference.h"
+#include "timing.h"
+
+namespace fa {
+
+using harness_detail::AttentionInputs;
+using harness_detail::finish_checks;
+using harness_detail::gpu_ready;
+using harness_detail::guarded;
+using harness_detail::heads_to_check;
+using harness_detail::kRefBudget;
+using harness_detail::make_attention_inputs;
+using harness_detail::ref_inputs;
+
+namespace {
+
+// The backward's reference of the checked heads: float64 dQ, dK, dV and D, and (for fp16/bf16)
+// the same-precision naive ones that set the tolerance.
+struct BwdRefs {
+  std::vector<double> dQ, dK, dV, D;
+  std::vector<float> naive_dQ, naive_dK, naive_dV, naive_D;
+};
+
+}  // namespace
+
+RunResult run_attention_bwd(const AttentionBwdKernel& k, AttentionShape s, DType t,
+                            const RunOptions& opt) {
+  RunResult r;
+  r.kernel = k.name;
+  r.shape = s.str();
+  r.dtype = dtype_name(t);
+  if (!gpu_ready(r, k.min_sm)) return r;
+  r.message = missing_version(k.dtypes, k.head_dims, t, s.head_dim);
+  if (r.message.empty()) r.message = grouped_heads_refusal(s, false);  // no backward takes GQA
+  if (!r.message.empty()) {
+    r.status = Status::Unsupported;
+    return r;
+  }
+  const AttentionFwdKernel* fwd = opt.forward_kernel.empty()
+                                      ? forward_for_backward(t, int(s.head_dim))
+                                      : find_entry<AttentionFwdKernel>(opt.forward_kernel);
+  if (fwd == nullptr) {
+    r.status = Status::Unsupported;
+    r.message = "no forward kernel to produce O and L for " + std::string(dtype_name(t)) +
+                " D=" + std::to_string(s.head_dim);
+    return r;
+  }
+  const double per_head = 6.0 * double(s.seq_q) * s.seq_k * s.head_dim * (t == DType::F32 ? 1 : 2);
+  const std::vector<int64_t> heads = heads_to_check(s, opt.check_heads, per_head, kRefBudget);
+  AttentionInputs in = make_attention_inputs(s, t, opt, heads, true);
+  DeviceBuffer &dq = in.q, &dk = in.k, &dv = in.v, &ddO = in.dout;
+  DeviceBuffer dout(s.q_numel() * dtype_size(t)), dlse(s.lse_numel() * sizeof(float));
+  DeviceBuffer gq(s.q_numel() * dtype_size(t)), gk(s.k_numel() * dtype_size(t)),
+      gv(s.k_numel() * dtype_size(t)), gD(s.lse_numel() * sizeof(float)),
+      ws(s.q_numel() * sizeof(float));
+  guarded(r, [&] {
+    AttentionFwdArgs fa_args;
+    fa_args.q = dq.data();
+    fa_args.k = dk.data();
+    fa_args.v = dv.data();
+    fa_args.o = dout.data();
+    fa_args.lse = dlse.as<float>();
+    fa_args.shape = s;
+    fa_args.dtype = t;
+    fwd->run(fa_args, nullptr);
+    FA_CUDA_CHECK(cudaDeviceSynchronize());
+
+    AttentionBwdArgs a;
+    a.q = dq.data();
+    a.k = dk.data();
+    a.v = dv.data();
+    a.o = dout.data();
+    a.dout = ddO.data();
+    a.lse = dlse.as<float>();
+    a.dq = gq.data();
+    a.dk = gk.data();
+    a.dv = gv.data();
+    a.delta = gD.as<float>();
+    a.workspace = ws.as<float>();
+    a.shape = s;
+    a.dtype = t;
+    auto launch = [&](cudaStream_t st) {
+      FA_CUDA_CHECK(cudaMemsetAsync(ws.data(), 0, ws.bytes(), st));
+      k.run(a, st);
+    };
+    if (opt.check) {
+      gq.poison();
+      gk.poison();
+      gv.poison();
+      gD.poison();
+      launch(nullptr);
+      FA_CUDA_CHECK(cudaDeviceSynchronize());
+      std::vector<float> hq = to_host(t, gq, s.q_numel()), hk = to_host(t, gk, s.k_numel()),
+                         hv = to_host(t, gv, s.k_numel()),
+                         hD = to_host(DType::F32, gD, s.lse_numel());
+      const int64_t qh = s.seq_q * s.head_dim, kh = s.seq_k * s.head_dim;
+      static LastReference<BwdRefs> last;
+      const BwdRefs ref = last.get(ref_inputs(s, t, heads, {}, in), [&] {
+        BwdRefs b;
+        auto append = [](auto& to, const auto& from) {
+          to.insert(to.end(), from.begin(), from.end());
+        };
+        for (size_t hi = 0; hi < heads.size(); ++hi) {
+          HeadView h = in.view(s, hi, heads[hi]);
+          const float* dO = in.dout_of(s, hi, heads[hi]);
+          std::vector<double> a1(qh), a2(kh), a3(kh), a4(s.seq_q);
+          attention_backward_ref_head(h, dO, a1.data(), a2.data(), a3.data(), a4.data());
+          append(b.dQ, a1);
+          append(b.dK, a2);
+          append(b.dV, a3);
+          append(b.D, a4);
+          if (t != DType::F32) {
+            std::vector<float> b1(qh), b2(kh), b3(kh), b4(s.seq_q);
+            attention_backward_lowp_head(h, dO, t, b1.data(), b2.data(), b3.data(), b4.data());
+            append(b.naive_dQ, b1);
+            append(b.naive_dK, b2);
+            append(b.naive_dV, b3);
+            append(b.naive_D, b4);
+          }
+        }
+        return b;
+      });
+      const std::vector<double>&rq = ref.dQ, &rk = ref.dK, &rv = ref.dV, &rD = ref.D;
+      const std::vector<float>&nq = ref.naive_dQ, &nk = ref.naive_dK, &nv = ref.naive_dV,
+            &nD = ref.naive_D;
+      std::vector<float> xq, xk, xv, xD;
+      for (int64_t bh : heads) {
+        xq.insert(xq.end(), hq.begin() + bh * qh, hq.begin() + (bh + 1) * qh);
+        xk.insert(xk.end(), hk.begin() + bh * kh, hk.begin() + (bh + 1) * kh);
+        xv.insert(xv.end(), hv.begin() + bh * kh, hv.begin() + (bh + 1) * kh);
+        xD.insert(xD.end(), hD.begin() + bh * s.seq_q, hD.begin() + (bh + 1) * s.seq_q);
+      }
+      if (int64_t(heads.size()) < s.bh())
+        r.note = "checked " + std::to_string(heads.size()) + " of " + std::to_string(s.bh()) +
+                 " heads (CPU reference budget)";
+      Tolerance tolG =
+          t == DType::F32 ? Tolerance::allclose(2e-4, 1e-3) : Tolerance::flash(3.0, 1e-4);
+      Tolerance tolD =
+          t == DType::F32 ? Tolerance::allclose(1e-4, 1e-4) : Tolerance::flash(3.0, 1e-4);
+      if (opt.has_tolerance) tolG = tolD = opt.tolerance;
+      bool all = int64_t(heads.size()) == s.bh();
+      auto named = [&](CompareResult c, int64_t rows, bool per_row) {
+        if (all) {
+          c.dims = per_row ? std::vector<int64_t>{s.batch, s.heads, rows}
+                           : std::vector<int64_t>{s.batch, s.heads, rows, s.head_dim};
+          c.names = {"b", "h", "i", "d"};
+        } else {
+          c.dims = per_row ? std::vector<int64_t>{int64_t(heads.size()), rows}
+                           : std::vector<int64_t>{int64_t(heads.size()), rows, s.head_dim};
+          c.names = {"checked-head#", "i", "d"};
+        }
+        return c;
+      };
+      r.checks = {
+          named(compare("dQ", xq.data(), rq.data(), nq.data(), rq.size(), tolG), s.seq_q, false),
+          named(compare("dK", xk.data(), rk.data(), nk.data(), rk.size(), tolG), s.seq_k, false),
+          named(compare("dV", xv.data(), rv.data(), nv.data(), rv.size(), tolG), s.seq_k, false),
+          named(compare("D", xD.data(), rD.data(), nD.data(), rD.size(), tolD), s.seq_q, true)};
+      finish_checks(r);
+    }
+    if (opt.time) {
+      Timing tm = time_gpu(launch, opt.timing);
+      r.ms = tm.median_ms;
+      r.tflops = s.bwd_flops() / (r.ms * 1e-3) / 1e12;
+    }
+  });
+  return r;
+}
+
+}  // namespace fa
