@@ -21,7 +21,6 @@
 
 #include "buffer.h"
 #include "ceilings.h"
-#include "ch06_preprocess.h"  // chapter 06's D_i = rowsum(dO o O) preprocess
 #include "device_fill.h"
 #include "gpu.h"
 #include "harness.h"
@@ -144,38 +143,44 @@ void register_all() {
   add_attention_protocol<fa::AttentionBwdKernel>("attn_bwd/", fa::run_attention_bwd);
   add_decode_shapes();
 
-  // The backward's preprocess, D_i = rowsum(dO_i o O_i): memory-bound, so GB/s against the copy
-  // ceiling (bytes: O and dO read once, D written once in fp32).
-  for (fa::DType t : {fa::DType::BF16, fa::DType::F32})
-    for (int d : {64, 128})
-      for (int64_t n : {1024, 8192}) {
-        fa::AttentionShape s{16384 / n, 2048 / d, n, n, d, false, 0.0f};
-        add(std::string("bwd_preprocess/06/") + fa::dtype_name(t) + "/D" + std::to_string(d) +
-                "/N" + std::to_string(n),
-            [s, t](benchmark::State& st) {
-              if (!fa::have_gpu()) {
-                st.SkipWithError("no GPU");
-                for (auto _ : st) {
+  // The backward's preprocess, D_i = rowsum(dO_i o O_i), every registered one (chapter 06's):
+  // memory-bound, so GB/s against the copy ceiling (bytes: O and dO read once, D written once in
+  // fp32).
+  for (const fa::AttentionBwdPreprocessKernel* k :
+       fa::entries_with_prefix<fa::AttentionBwdPreprocessKernel>(""))
+    for (fa::DType t : {fa::DType::BF16, fa::DType::F32}) {
+      if (!fa::supports(k->dtypes, t)) continue;
+      for (int d : {64, 128})
+        for (int64_t n : {1024, 8192}) {
+          fa::AttentionShape s{16384 / n, 2048 / d, n, n, d, false, 0.0f};
+          add("bwd_preprocess/" + k->name + "/" + fa::dtype_name(t) + "/D" + std::to_string(d) +
+                  "/N" + std::to_string(n),
+              [k, s, t](benchmark::State& st) {
+                const std::string why = fa::gpu_skip_reason(k->min_sm);
+                if (!why.empty()) {
+                  st.SkipWithError(why.c_str());
+                  for (auto _ : st) {
+                  }
+                  return;
                 }
-                return;
-              }
-              const size_t el = fa::dtype_size(t);
-              fa::DeviceBuffer o(s.q_numel() * el), dout(s.q_numel() * el),
-                  delta(s.lse_numel() * sizeof(float));
-              fa::fill_random_device(t, o.data(), s.q_numel(), 1, 0.5f, 1.0f);
-              fa::fill_random_device(t, dout.data(), s.q_numel(), 2, 0.5f, 1.0f);
-              fa::Timing tm = fa::time_gpu(
-                  [&](cudaStream_t stream) {
-                    fa::launch_delta_preprocess(o.data(), dout.data(), delta.as<float>(), s, t,
-                                                stream);
-                  },
-                  timing_only().timing);
-              for (auto _ : st) st.SetIterationTime(tm.median_ms * 1e-3);
-              double bytes = 2.0 * s.q_numel() * el + s.lse_numel() * sizeof(float);
-              st.counters["GBps"] = bytes / (tm.median_ms * 1e-3) / 1e9;
-              st.counters["pct_of_copy"] = 100.0 * st.counters["GBps"] / fa::copy_bandwidth_gbps();
-            });
-      }
+                const size_t el = fa::dtype_size(t);
+                fa::DeviceBuffer o(s.q_numel() * el), dout(s.q_numel() * el),
+                    delta(s.lse_numel() * sizeof(float));
+                fa::fill_random_device(t, o.data(), s.q_numel(), 1, 0.5f, 1.0f);
+                fa::fill_random_device(t, dout.data(), s.q_numel(), 2, 0.5f, 1.0f);
+                fa::Timing tm = fa::time_gpu(
+                    [&](cudaStream_t stream) {
+                      k->run(o.data(), dout.data(), delta.as<float>(), s, t, stream);
+                    },
+                    timing_only().timing);
+                for (auto _ : st) st.SetIterationTime(tm.median_ms * 1e-3);
+                double bytes = 2.0 * s.q_numel() * el + s.lse_numel() * sizeof(float);
+                st.counters["GBps"] = bytes / (tm.median_ms * 1e-3) / 1e9;
+                st.counters["pct_of_copy"] =
+                    100.0 * st.counters["GBps"] / fa::copy_bandwidth_gbps();
+              });
+        }
+    }
 }
 
 }  // namespace

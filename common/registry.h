@@ -109,6 +109,20 @@ struct AttentionBwdKernel {
   bool deterministic = true;  // false for versions that accumulate with atomics
 };
 
+// ---- The backward's preprocess (chapter 06): D = rowsum(dO o O), one float per query row. ------
+// o and dout are `dtype` with the layout of Q; delta is fp32 [batch, heads, seq_q]. Every
+// backward of chapter 06 calls it first; fa_bench times it on its own (memory-bound: GB/s).
+using AttentionBwdPreprocessFn = void (*)(const void* o, const void* dout, float* delta,
+                                          const AttentionShape& shape, DType dtype,
+                                          cudaStream_t stream);
+struct AttentionBwdPreprocessKernel {
+  std::string name;
+  AttentionBwdPreprocessFn run = nullptr;
+  std::string about;
+  std::vector<DType> dtypes = {DType::F32};
+  int min_sm = 70;
+};
+
 // ---- Chapters: each chapter program registers its body so the tour can run them in order. ----
 using ChapterFn = int (*)(const std::vector<std::string>& args);
 struct Chapter {

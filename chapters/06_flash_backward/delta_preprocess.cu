@@ -10,6 +10,7 @@
 // (notes/06_flash_backward.md). U rows per lane group, grid-stride: not yet measured.
 #include "ch06_preprocess.h"
 #include "delta_preprocess.cuh"
+#include "registry.h"
 
 namespace fa {
 
@@ -17,6 +18,13 @@ void launch_delta_preprocess(const void* o, const void* dout, float* delta, cons
                              DType t, cudaStream_t st) {
   delta_preprocess_launch(o, dout, delta, s, t, st);
 }
+
+// Registered so that fa_bench times the launcher every backward calls (bwd_preprocess rows).
+FA_REGISTER(AttentionBwdPreprocessKernel,
+            {"06/delta_preprocess",
+             launch_delta_preprocess,
+             "D_i = rowsum(dO_i o O_i): U rows per lane group, 16-byte loads, O evict-first",
+             {DType::F32, DType::F16, DType::BF16}});
 
 DeltaGrid launch_delta_preprocess_variant(const void* o, const void* dout, float* delta,
                                           const AttentionShape& s, DType t, DeltaVariant v,
