@@ -27,6 +27,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from compare_sdpa import Timer  # noqa: E402  (median of CUDA-event timings, L2 flushed)
+from compare_sdpa import import_torch_or_exit, no_rows_message, read_bench_json_or_exit  # noqa: E402
 
 NAME_RE = re.compile(
     r"^attn_decode/(?P<kernel>.+)/(?P<dtype>fp32|bf16|fp16)/D(?P<d>\d+)/"
@@ -121,11 +122,14 @@ def main():
     ap.add_argument("--reps", type=int, default=30, help="timed runs without Triton's do_bench")
     args = ap.parse_args()
 
+    example = ("./build/bin/fa_bench --benchmark_filter='attn_decode|ceiling' "
+               f"--benchmark_out={args.json} --benchmark_out_format=json")
+    benchmarks = read_bench_json_or_exit(args.json, example)
     ours, ceiling = parse_ours(args.json)
     if not ours:
-        sys.exit(f"no attn_decode rows in {args.json}")
+        sys.exit(no_rows_message(args.json, benchmarks, "attn_decode", example))
 
-    import torch
+    torch = import_torch_or_exit()
     from torch.nn.attention import SDPBackend
 
     if not torch.cuda.is_available():

@@ -66,6 +66,42 @@ def parse_ours(path, include_baseline=False):
     return best
 
 
+def read_bench_json_or_exit(path, example):
+    """The benchmark rows of a fa_bench JSON; exits with what is wrong when there is no file, or
+    when it holds error rows instead of times (fa_bench ran without a GPU)."""
+    if not os.path.exists(path):
+        sys.exit(f"{path}: no such file. fa_bench writes it on the GPU to compare with (on a "
+                 f"machine without a GPU it times nothing and writes no file):\n  {example}")
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, ValueError) as e:
+        sys.exit(f"{path}: not a fa_bench JSON file ({e}). fa_bench writes one with\n  {example}")
+    return data.get("benchmarks", [])
+
+
+def no_rows_message(path, benchmarks, what, example):
+    """Why a fa_bench JSON gave no usable rows: fa_bench's own errors, or a filter that matched none."""
+    errors = [b.get("error_message", "") for b in benchmarks if b.get("error_occurred")]
+    if errors and len(errors) == len(benchmarks):
+        reason = max(set(errors), key=errors.count) or "an error"
+        rows = f"{len(errors)} row" + ("s" if len(errors) != 1 else "")
+        return (f"{path}: fa_bench measured nothing ({rows}, each '{reason}'), which is "
+                f"what it writes on a machine without a usable GPU. Run it on the GPU to compare "
+                f"with:\n  {example}")
+    return f"no {what} rows in {path}: run fa_bench with a filter that includes them:\n  {example}"
+
+
+def import_torch_or_exit():
+    """torch, or an exit that says how to install it (the comparison times PyTorch's SDPA)."""
+    try:
+        import torch
+    except ImportError:
+        sys.exit("PyTorch is not installed: the comparison times its SDPA backends. Install it "
+                 "with CUDA, e.g.\n  python3 -m pip install torch   (see pytorch.org for your CUDA)")
+    return torch
+
+
 def best_of(per_chapter):
     """(TFLOP/s, kernel) of the fastest chapter's best, or None."""
     return max(per_chapter.values()) if per_chapter else None
@@ -155,16 +191,19 @@ def main():
                     help="let 05/v0_materialized count as 'ours' (off: fused kernels only)")
     args = ap.parse_args()
 
+    example = (f"./build/bin/fa_bench --benchmark_filter=attn_ --benchmark_out={args.json} "
+               "--benchmark_out_format=json")
+    benchmarks = read_bench_json_or_exit(args.json, example)
     ours = parse_ours(args.json, args.include_baseline)
     shapes = sorted({(d, causal, n) for (fam, t, d, causal, n) in ours
                      if t == args.dtype and fam == "attn_fwd"} |
                     {(d, causal, n) for (fam, t, d, causal, n) in ours
                      if t == args.dtype and fam == "attn_bwd"})
     if not shapes:
-        sys.exit(f"no attn_fwd/attn_bwd rows in {args.dtype} in {args.json}")
+        sys.exit(no_rows_message(args.json, benchmarks, f"attn_fwd/attn_bwd {args.dtype}", example))
     has_bwd = any(fam == "attn_bwd" for (fam, *_rest) in ours)
 
-    import torch
+    torch = import_torch_or_exit()
     from torch.nn.attention import SDPBackend
 
     if not torch.cuda.is_available():

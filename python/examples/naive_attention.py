@@ -15,10 +15,19 @@ import math
 import os
 import sys
 
-import torch
+try:
+    import torch
+except ImportError:
+    sys.exit("naive_attention.py needs PyTorch, which is not installed. Install it (with CUDA for "
+             "the checks to run), e.g.\n  python3 -m pip install torch pytest\n"
+             "then rerun: PYTHONPATH=python python3 python/examples/naive_attention.py")
 
-import flash_from_scratch as fa
-from flash_from_scratch.bench import write_csv
+try:
+    import flash_from_scratch as fa
+except ImportError:
+    sys.exit("flash_from_scratch not found: run from the repository root with PYTHONPATH=python, "
+             "e.g.\n  PYTHONPATH=python python3 python/examples/naive_attention.py")
+from flash_from_scratch.bench import write_csv  # noqa: E402  (after the checks above)
 
 
 def my_attention(q, k, v, causal=False, scale=None):
@@ -59,4 +68,7 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except fa.LibraryNotFound as e:  # the kernels' library is not built (or FA_LIBRARY is wrong)
+        sys.exit(str(e))

@@ -18,6 +18,17 @@ def test_package_imports_without_torch():
     assert r.stdout.strip() == "05/v3_fused_scale_warp_skip"
 
 
+def test_example_without_torch_says_what_to_install():
+    """The README's example script on a machine without torch: a message and exit 1, no traceback."""
+    example = os.path.join(PYTHON_DIR, "examples", "naive_attention.py")
+    code = ("import runpy, sys; sys.modules['torch'] = None; sys.argv = [%r]; "
+            "runpy.run_path(%r, run_name='__main__')" % (example, example))
+    env = dict(os.environ, PYTHONPATH=PYTHON_DIR)
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert r.returncode == 1, r.stderr
+    assert "pip install torch" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
 def test_missing_library_says_what_to_do(monkeypatch):
     monkeypatch.setenv("FA_LIBRARY", "/nonexistent/libfa_python.so")
     with pytest.raises(fa.LibraryNotFound, match="FA_LIBRARY=/nonexistent/libfa_python.so"):
