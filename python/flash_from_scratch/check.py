@@ -1,6 +1,6 @@
 """check_attention(fn): your attention callable against float64, the way the harness judges.
 
-Inputs are the harness's (common/harness.cpp): seeded normal draws with mean 0.5 and standard
+Inputs are the harness's (common/harness_run.cpp): seeded normal draws with mean 0.5 and standard
 deviation 1, rounded to the dtype; the shapes are ragged (1, 17, 127, 129, 1000 rows; seq_q !=
 seq_k both ways; causal masks aligned bottom-right, including rows that see no key). Tolerances are
 notes/conventions.md's:
