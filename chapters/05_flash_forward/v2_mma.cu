@@ -111,6 +111,8 @@
 namespace fa {
 namespace {
 
+constexpr const char* kName = "05/v2_mma";  // the registered name
+
 constexpr int kRowsPerWarp = 16;  // one m16 tile per warp
 
 // The tiles of head dim D (the header says how they were chosen).
@@ -545,7 +547,7 @@ void launch(const AttentionFwdArgs& a, cudaStream_t stream) {
   const AttentionShape& s = a.shape;
   const int64_t num_q_tiles = ceil_div(s.seq_q, Tiles<D>::kBr);
   const int64_t blocks = num_q_tiles * s.bh();
-  FA_UNSUPPORTED_IF(blocks > INT_MAX, "05/v2_mma: more than 2^31-1 thread blocks");
+  FA_UNSUPPORTED_IF(blocks > INT_MAX, std::string(kName) + ": more than 2^31-1 thread blocks");
   Params p;
   p.q = a.q;
   p.k = a.k;
@@ -561,7 +563,8 @@ void launch(const AttentionFwdArgs& a, cudaStream_t stream) {
   constexpr size_t smem = SmemLayout<D>::kBytes;
   // D = 256 needs 99 KiB: every GPU from sm_80 on has that much, but say so clearly if not.
   FA_UNSUPPORTED_IF(smem > smem_optin_bytes(),
-                    "05/v2_mma: head_dim " + std::to_string(D) + " needs " + std::to_string(smem) +
+                    std::string(kName) + ": head_dim " + std::to_string(D) + " needs " +
+                        std::to_string(smem) +
                         " bytes of shared memory per block, more than this GPU allows");
   auto kernel = flash_fwd_v2_kernel<T, D>;
   // Above 48 KiB of dynamic shared memory a kernel must opt in; also ask for the largest
@@ -588,12 +591,13 @@ void dispatch_head_dim(const AttentionFwdArgs& a, cudaStream_t stream) {
     case 256:
       return launch<T, 256>(a, stream);
     default:
-      FA_UNSUPPORTED_IF(true, "05/v2_mma: head_dim " + std::to_string(a.shape.head_dim) +
+      FA_UNSUPPORTED_IF(true, std::string(kName) + ": head_dim " +
+                                  std::to_string(a.shape.head_dim) +
                                   " not instantiated (32, 64, 96, 128, 256)");
   }
 }
 
-void attention_fwd_v2(const AttentionFwdArgs& a, cudaStream_t stream) {
+void attention_fwd(const AttentionFwdArgs& a, cudaStream_t stream) {
   FA_REQUIRE(a.shape.seq_q >= 0 && a.shape.seq_k >= 0 && a.shape.bh() >= 0, "negative size");
   if (a.shape.seq_q == 0 || a.shape.bh() == 0) return;  // nothing to write
   switch (a.dtype) {
@@ -602,7 +606,7 @@ void attention_fwd_v2(const AttentionFwdArgs& a, cudaStream_t stream) {
     case DType::F16:
       return dispatch_head_dim<__half>(a, stream);
     default:
-      FA_UNSUPPORTED_IF(true, "05/v2_mma: takes fp16 or bf16 inputs only");
+      FA_UNSUPPORTED_IF(true, std::string(kName) + ": takes fp16 or bf16 inputs only");
   }
 }
 
@@ -610,8 +614,8 @@ void attention_fwd_v2(const AttentionFwdArgs& a, cudaStream_t stream) {
 }  // namespace fa
 
 FA_REGISTER(AttentionFwdKernel,
-            {"05/v2_mma",
-             fa::attention_fwd_v2,
+            {fa::kName,
+             fa::attention_fwd,
              "tensor cores (mma.sync m16n8k16), P reused from registers, cp.async double buffer",
              {fa::DType::BF16, fa::DType::F16},
              {32, 64, 96, 128, 256},

@@ -76,6 +76,8 @@
 namespace fa {
 namespace {
 
+constexpr const char* kName = "05/v3_fa2_warp_layout";  // the registered name
+
 constexpr int kM16Rows = 16;  // rows of one m16 tile (mma.sync m16n8k16)
 
 // The tiles of head dim D: 4 warps of kM m16 tiles each (the header says why).
@@ -310,7 +312,7 @@ __device__ __forceinline__ void store_o_tile(T* O, const float (&o_acc)[D / 8][4
   // Lanes of a warp may drift apart (independent thread scheduling): make sure every lane's
   // ldmatrix reads of these rows are done before any lane overwrites them (racecheck caught this).
   __syncwarp();
-  T* const sO = tile_row<D>(sQ, slab * kM16Rows);
+  T* const sO = sQ + slab * kM16Rows * SmemLayout<D>::kPitch;
   // Chunk ch (8 elements) of row r of those 16 rows.
   const auto chunk = [sO](int r, int ch) { return tile_row<D>(sO, r) + ch * 8; };
 #pragma unroll
@@ -577,11 +579,11 @@ void launch(const AttentionFwdArgs& a, cudaStream_t stream) {
   const AttentionShape& s = a.shape;
   const int64_t num_q_tiles = ceil_div(s.seq_q, Tiles<D>::kBr);
   const int64_t blocks = num_q_tiles * s.bh();
-  FA_UNSUPPORTED_IF(blocks > INT_MAX, "05/v3_fa2_warp_layout: more than 2^31-1 thread blocks");
+  FA_UNSUPPORTED_IF(blocks > INT_MAX, std::string(kName) + ": more than 2^31-1 thread blocks");
   // 32-bit key indices: k0 + Bc and q0 + Br must not overflow; 256 = 2 x the largest Br.
   constexpr int64_t kSeqMargin = 256;
   FA_UNSUPPORTED_IF(s.seq_q > INT_MAX - kSeqMargin || s.seq_k > INT_MAX - kSeqMargin,
-                    "05/v3_fa2_warp_layout: sequence lengths must stay below 2^31 - 256");
+                    std::string(kName) + ": sequence lengths must stay below 2^31 - 256");
   Params p;
   p.q = a.q;
   p.k = a.k;
@@ -596,7 +598,7 @@ void launch(const AttentionFwdArgs& a, cudaStream_t stream) {
 
   constexpr size_t smem = SmemLayout<D>::kBytes;
   FA_UNSUPPORTED_IF(smem > smem_optin_bytes(),
-                    "05/v3_fa2_warp_layout: head_dim " + std::to_string(D) + " needs " +
+                    std::string(kName) + ": head_dim " + std::to_string(D) + " needs " +
                         std::to_string(smem) +
                         " bytes of shared memory per block, more than this GPU allows");
   auto kernel = flash_fwd_v3_kernel<T, D>;
@@ -624,13 +626,13 @@ void dispatch_head_dim(const AttentionFwdArgs& a, cudaStream_t stream) {
     case 256:
       return launch<T, 256>(a, stream);
     default:
-      FA_UNSUPPORTED_IF(true, "05/v3_fa2_warp_layout: head_dim " +
+      FA_UNSUPPORTED_IF(true, std::string(kName) + ": head_dim " +
                                   std::to_string(a.shape.head_dim) +
                                   " not instantiated (32, 64, 96, 128, 256)");
   }
 }
 
-void attention_fwd_v3(const AttentionFwdArgs& a, cudaStream_t stream) {
+void attention_fwd(const AttentionFwdArgs& a, cudaStream_t stream) {
   FA_REQUIRE(a.shape.seq_q >= 0 && a.shape.seq_k >= 0 && a.shape.bh() >= 0, "negative size");
   if (a.shape.seq_q == 0 || a.shape.bh() == 0) return;  // nothing to write
   switch (a.dtype) {
@@ -639,7 +641,7 @@ void attention_fwd_v3(const AttentionFwdArgs& a, cudaStream_t stream) {
     case DType::F16:
       return dispatch_head_dim<__half>(a, stream);
     default:
-      FA_UNSUPPORTED_IF(true, "05/v3_fa2_warp_layout: takes fp16 or bf16 inputs only");
+      FA_UNSUPPORTED_IF(true, std::string(kName) + ": takes fp16 or bf16 inputs only");
   }
 }
 
@@ -647,8 +649,8 @@ void attention_fwd_v3(const AttentionFwdArgs& a, cudaStream_t stream) {
 }  // namespace fa
 
 FA_REGISTER(AttentionFwdKernel,
-            {"05/v3_fa2_warp_layout",
-             fa::attention_fwd_v3,
+            {fa::kName,
+             fa::attention_fwd,
              "v2 with FlashAttention-2's warps (32 query rows each: a K/V fragment feeds 4 MMAs), "
              "the scale in the exp2 FFMA and the causal tiles a warp cannot see skipped",
              {fa::DType::BF16, fa::DType::F16},
