@@ -55,7 +55,7 @@ Partial merge(const Partial& a, const Partial& b);
 // split_len keys (the kernel's split), partials merged left to right. O is [seq_q, d], L [seq_q].
 void split_kv_forward_head(const HeadView& h, int64_t split_len, double* O, double* L);
 
-// 08/v5 and v6's partition of the same splits: a split is walked in tiles of `tile` keys, and warp
+// 08/v4_block_stream and v5's partition of the same splits: a split is walked in tiles of `tile` keys, and warp
 // w of `warps` takes keys [w * tile / warps, (w + 1) * tile / warps) of every tile, so its keys are
 // every warps-th slice of the split, not a contiguous range. Each warp's partial is the merge of
 // its slices; the block folds its warps' partials in warp order, then the splits are merged left to

@@ -79,8 +79,8 @@ void print_plan(const AttentionShape& s) {
             << (fa::have_gpu() ? "" : ", an H100's count: no GPU here") << ") ==\n";
   // The kernels' occupancy is measured by their launchers; here the H100's (notes/08_decoding.md):
   // 08/v1 and v2, blocks of 128 threads and 64-key tiles: 3 per SM (168 registers per thread at
-  // bf16, D 128); 08/v3 and v4, one-warp blocks and 16-key steps: 6 per SM (34816 B of shared
-  // memory); 08/v5 and v6, four-warp blocks and 64-key tiles: 2 per SM (206 registers).
+  // bf16, D 128); 08/v3 and t04, one-warp blocks and 16-key steps: 6 per SM (34816 B of shared
+  // memory); 08/v4, v5 and t06, four-warp blocks and 64-key tiles: 2 per SM (206 registers).
   struct Kernel {
     const char* names;
     int64_t key_tile, per_sm;
@@ -88,8 +88,8 @@ void print_plan(const AttentionShape& s) {
     bool m16;  // rows padded to one m16 tile of the tensor cores
   };
   for (const Kernel& k : {Kernel{"08/v1, 08/v2", 64, 3, "128-thread blocks", false},
-                          Kernel{"08/v3, 08/v4", 16, 6, "one-warp blocks", true},
-                          Kernel{"08/v5, 08/v6", 64, 2, "four-warp blocks", true}}) {
+                          Kernel{"08/v3, 08/t04", 16, 6, "one-warp blocks", true},
+                          Kernel{"08/v4, 08/v5, 08/t06", 64, 2, "four-warp blocks", true}}) {
     const int64_t resident = int64_t(sms) * k.per_sm;
     const fa::ch08::SplitPlan p = fa::ch08::plan_split_kv(s, k.key_tile, resident);
     std::cout << "  " << k.names << " (" << k.block << ", " << k.per_sm << " per SM):\n"

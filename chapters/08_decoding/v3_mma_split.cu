@@ -1,17 +1,17 @@
-// 08/v3_mma_split: 08/v2_parallel_merge with a split kernel on tensor cores: S = Q K^T and
+// 08/v3_mma_split: 08/v2_parallel_merge with the split kernel on tensor cores: S = Q K^T and
 // O += P V on mma.sync m16n8k16, each warp its own split. fp16 and bf16 only (fp32 stays on v1 and
 // v2: mma.sync takes no fp32 inputs), D 64 and 128, grouped-query attention included.
 //
-// What changed, and why. On the grouped shape (B 8, H 32, H_kv 8: 4 query rows per K/V head,
-// 32768 keys, bf16, D 128) v1's split kernel streams at 2.05 TB/s of DRAM (Nsight Compute, H100,
-// 2026-11-23: 524.5 us, grid 384 = 64 x 6 splits, 161 registers, 3 blocks per SM), where
-// FlashAttention-2 takes 355.3 us at 3.02 TB/s. Ours is instruction-bound (issue slots 53.6% busy):
-// every K/V tile serves 4 rows, so phase 1 (S, Q read from shared memory as fp32 for every FMA)
-// and phase 3 (P V, 32 chunks of V per thread) do 4x the CUDA-core work of the multi-head shape.
-// FA2 puts the 4 rows of the group into a 64-row tile (60 rows wasted) and still streams at 90%
-// of DRAM peak, because its S and P V run on tensor cores: the wasted rows cost nothing that
-// matters. Here the rows of one K/V head (group * seq_q, at most 16 per tile) are padded to one
-// m16 tile, and a 16-key step costs a warp 16 mma for S and 16 for P V whatever the rows.
+// What it adds, and why. On the grouped shape (B 8, H 32, H_kv 8: 4 query rows per K/V head,
+// 32768 keys, bf16, D 128) v2's split kernel (v1's) streams at 2.05 TB/s of DRAM (Nsight Compute,
+// H100, 2026-11-23: 524.5 us, 161 registers, 3 blocks per SM), where FlashAttention-2 takes
+// 355.3 us at 3.02 TB/s. Ours is instruction-bound (issue slots 53.6% busy): every K/V tile serves
+// 4 rows, so phase 1 (S, Q read from shared memory as fp32 for every FMA) and phase 3 (P V) do 4x
+// the CUDA-core work of the multi-head shape. FA2 puts the 4 rows of the group into a 64-row tile
+// (60 rows wasted) and still streams at 90% of DRAM peak, because its S and P V run on tensor
+// cores: the wasted rows cost nothing that matters. Here the rows of one K/V head (group * seq_q,
+// at most 16 per tile) are padded to one m16 tile, and a 16-key step costs a warp 16 mma for S and
+// 16 for P V whatever the rows.
 //
 // The map. A block is one warp (32 threads) and owns one (sequence, K/V head, tile of 16 query
 // rows of its group, split of the keys); the plan (ch08_split_kv.h) counts these one-warp blocks
@@ -20,9 +20,9 @@
 //      words per lane each: 32 registers at D 128), rows past the group's zero, kept for the
 //      whole kernel (Q is read once, a few KB against megabytes of K/V);
 //   2. streams its split through a kStages-deep ring of shared-memory stages, each kKeys = 16 keys
-//      of K and V in padded rows (common/attention_tiles.cuh: cp.async 16-byte chunks, keys past
-//      the split zero-filled); the copies of the next kStages - 1 steps are in flight while one is
-//      computed; only cp.async.wait_group and __syncwarp order them, no block barrier;
+//      of K and V in padded rows (common/device/attention_tiles.cuh: cp.async 16-byte chunks, keys
+//      past the split zero-filled); the copies of the next kStages - 1 steps are in flight while
+//      one is computed; only cp.async.wait_group and __syncwarp order them, no block barrier;
 //   3. per step: S = Q K^T (16 x 16, two n8 tiles; K by ldmatrix, the non-transposed B operand),
 //      scaled to log2 units, masked (-inf past the split / seq_k, causal bottom-right per row,
 //      padding rows see nothing); the online softmax on the accumulator fragments (row max over
@@ -30,63 +30,158 @@
 //      straight from the S registers into the A fragment, V by ldmatrix .trans;
 //   4. writes each real row's partial (m, l, o) to the workspace (padding rows write nothing), or
 //      with a single split O and L directly; a row that saw no key gives (-inf, 0, 0).
-// v2's merge (ch08_parallel_merge.cuh) folds the splits.
+// v2's merge folds the splits.
 //
 // Registers: the O accumulator is 16 x D fp32 over 32 lanes (64 at D 128), the Q fragments 32,
 // S 8; ptxas' count is in notes/08_decoding.md. Shared memory: kStages x (K + V) x 16 keys x
 // (D + 8) x 2 bytes = 34816 B at D 128 (18432 at D 64), under the 48 KiB default (no opt-in):
-// 6 blocks (warps) per H100 SM, 4 on an A100, 2 on sm_86/89. Bytes in flight: 3 stages of 16 keys
-// x 2 x 256 B = 24 KiB per warp, about 144 KiB per H100 SM, well above the ~30 KB an SM needs
-// in flight to keep HBM busy (bandwidth x latency / SMs).
+// 6 blocks (warps) per H100 SM, 4 on an A100, 2 on sm_86/89.
 //
-// Speed (NVIDIA H100 80GB HBM3, 2026-11-23, fourth session, call 3 at commit f7dd6aa;
-// bench/compare_decode.py, bf16 D 128, seq_q 1, read-only L2 flush, copy ceiling 2852 GB/s in the
-// same run, PyTorch SDPA on the same shapes: notes/measured/h100-2026-11-23d/call3_decode.log):
-// B 8, H 32, H_kv 8 (GQA), seq_k 32768: 2690 GB/s (94.3% of copy; FlashAttention-2 2987, cuDNN
-// 3035; v1 2604, v2 2505), the best of ours on that shape: above 90% of copy, but 0.90x FA2's
-// speed. Nsight Compute in the same call (table at the end of call3_sdpa.log): this split kernel
-// took 397.60 us at 2.70 TB/s of DRAM (v1's 524.48 us at 2.05, FA2's 355.33 us at 3.02: call 1
-// of the session, call1_ncu_ours_decode_gqa.txt, call1_ncu_fa2_decode_gqa.txt), tensor pipe
-// 9.53% busy, 230 registers, 768 one-warp blocks, achieved occupancy 8.53% (about 5.5 warps per
-// SM). S and P V, the work that made v1 instruction-bound, run on the tensor pipe now (v3's
-// issue-slot use was not recorded: that the bound is gone is read from the time). What holds
-// DRAM at 2.70 TB/s was not profiled (no warp-stall breakdown). The candidates, in
-// notes/08_decoding.md with the test for each: too few warps per SM to hide each warp's serial
-// chain (ldmatrix, the 8 dependent MMAs of S, shuffles, exp2f, P V, the rescale of O); one wave
-// of 5 or 6 warps per SM; exp2f rather than ex2.approx.
-// With one real row per m16 tile v3 is slower than v2 (why was not profiled): B 8, H 32, seq_k
-// 32768: 2847 (99.8%; v2 3048); B 1, H 16, seq_k 131072: 2722 (95.5%; v2 2902;
-// notes/measured/h100-2026-11-23d/call3_bench.log).
-// Tests on that GPU (call 3): the default label, 333 of 333, with v3's DecodingKernels tests
-// (ragged caches and GQA groups, every dtype, 131072 keys, many rows per K/V head, B * H past
-// 65535; notes/measured/h100-2026-11-23d/call3_ctest.log); compute-sanitizer memcheck,
-// racecheck, synccheck and initcheck clean; the long tests (Q, and K/V, past 2^31 elements)
-// passed (both in the footer of call3_sdpa.log).
+// Speed (H100 80GB HBM3, 2026-11-23): bf16 D 128, seq_q 1, B 8 H 32 H_kv 8 seq_k 32768: 2705 GB/s,
+// 94.7% of copy; FlashAttention-2 3016 (notes/measured/h100-2026-11-23e/call6_decode.log).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
 #include <cstdint>
+#include <string>
 
-#include "attention_tiles.cuh"      // padded tiles and their cp.async loader
-#include "ch08_mma_split.cuh"       // what v3-v6 share: rows, Q fragments, keys, write-out
-#include "ch08_parallel_merge.cuh"  // v2's merge
-#include "ch08_split_kv.cuh"        // Params, make_params, resident_blocks
+#include "../02_online_softmax/ch02_softmax_device.cuh"  // Stats, merge, rescale: the pair merge
+#include "attention_tiles.cuh"                           // padded tiles and their cp.async loader
+#include "ch08_common.cuh"  // Params, Traits, the workspace, the occupancy, make_params
+#include "ch08_split_kv.h"  // the split plan
 #include "check.h"
 #include "mma.cuh"
 #include "registry.h"
 
 namespace {
 
-// A block is one warp (kWarp threads) and one m16 tile of rows (kTileRows); a step is kKeys keys
-// (ch08_mma_split.cuh).
-constexpr int kStages = 4;  // shared-memory stages per warp (kStages - 1 in flight)
+constexpr const char* kName = "08/v3_mma_split";
+
+constexpr int kWarp = 32;      // threads per warp
+constexpr int kTileRows = 16;  // query rows per block: one m16 tile
+constexpr int kKeys = 16;      // keys per warp per step: two n8 tiles of S, one k16 slice of P V
+constexpr int kStages = 4;     // shared-memory stages per warp (kStages - 1 in flight)
+
+struct MmaTile {
+  int64_t split;   // which split of the keys
+  int64_t r0;      // first row of the tile among the group * seq_q rows of the K/V head
+  int64_t bkv;     // b * heads_kv + kv head
+  int64_t b, kvh;  // sequence, K/V head
+  int nrows;       // real rows in the tile (<= 16); the rest is padding
+};
+
+// Which (sequence, K/V head), row tile and split block `bid` owns (64-bit, as in v1).
+__device__ __forceinline__ MmaTile mma_tile(const Params& p, int64_t bid) {
+  MmaTile t;
+  t.split = bid % p.num_splits;
+  const int64_t rest = bid / p.num_splits;
+  t.r0 = (rest % p.row_tiles) * kTileRows;
+  t.bkv = rest / p.row_tiles;
+  t.b = t.bkv / p.heads_kv;
+  t.kvh = t.bkv % p.heads_kv;
+  t.nrows = int(imin(kTileRows, p.rows_per_kv - t.r0));
+  return t;
+}
+
+// This lane's two rows: r0 + r = i * group + gq is query i of query head kvh * group + gq. Rows
+// past the group's (padding) see no key (last = -1) and are never written. Then Q as A fragments,
+// straight from global memory (mma.cuh: a[0] = A[g][2t, 2t+1], a[1] = A[g+8][2t, 2t+1], a[2] =
+// A[g][2t+8, 2t+9], a[3] = A[g+8][2t+8, 2t+9] of each k16 slice), zero in padding rows, kept for
+// the whole kernel (Q is read once, a few KB against megabytes of K/V).
+template <class T, int D>
+__device__ __forceinline__ void mma_rows(const Params& p, const MmaTile& t, int g, int t4,
+                                         int64_t (&out_row)[2], int64_t (&last)[2],
+                                         uint32_t (&qf)[D / 16][4]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = g + 8 * h;
+    const int64_t rr = t.r0 + r;
+    const int64_t i = rr / p.group, qh = t.kvh * p.group + rr % p.group;
+    out_row[h] = (t.b * p.heads + qh) * p.seq_q + i;
+    last[h] = r >= t.nrows ? -1 : p.causal ? i + (p.seq_k - p.seq_q) : p.seq_k - 1;
+  }
+  const T* q = static_cast<const T*>(p.q);
+  const uint32_t* qrow[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+    qrow[h] = g + 8 * h < t.nrows ? reinterpret_cast<const uint32_t*>(q + out_row[h] * D) : nullptr;
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const uint32_t* src = qrow[j & 1];
+      const int col = kk * 16 + 8 * (j / 2) + 2 * t4;  // even: one 32-bit word, two elements
+      qf[kk][j] = src != nullptr ? __ldg(src + col / 2) : 0u;
+    }
+}
+
+// The block's keys [k_begin, k_end): its split, cut at the last key any of its rows sees.
+__device__ __forceinline__ void mma_keys(const Params& p, const MmaTile& t, int64_t& k_begin,
+                                         int64_t& k_end) {
+  k_begin = t.split * p.split_len;
+  k_end = imin(p.seq_k, k_begin + p.split_len);
+  if (p.causal) {
+    const int64_t last_i = (t.r0 + t.nrows - 1) / p.group;
+    k_end = imin(k_end, last_i + (p.seq_k - p.seq_q) + 1);
+  }
+}
+
+// The ring: kStages stages, each kRows keys of K in padded rows (fa::tiles::kPitch), then kRows of V.
+template <int D, int kRows, int kStages>
+struct Ring {
+  static constexpr int kPitch = fa::tiles::kPitch<D>;                 // elements per row
+  static constexpr int kStageElems = 2 * kRows * kPitch;              // K rows, then V rows
+  static constexpr size_t kSmem = size_t(kStages) * kStageElems * 2;  // 16-bit elements
+};
 
 template <int D>
-using MmaLayout = Ring<D, kKeys, kStages>;  // ch08_mma_split.cuh
+using MmaLayout = Ring<D, kKeys, kStages>;
 static_assert(MmaLayout<128>::kSmem <= 48 * 1024,
               "no opt-in to more than 48 KiB of shared memory here");
+
+// The row sums over the quad: afterwards every lane of a quad holds its two rows' whole l.
+__device__ __forceinline__ void quad_sum(float (&l)[2]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+  }
+}
+
+// One warp's real rows out (the warp is the block): the partial (m, l, o) of split
+// t.split (m in natural-log units), or with a single split O = o / l and L = m + ln l directly.
+// A row that saw no key gives (-inf, 0, 0), or O = 0 and L = -inf.
+template <class T, int D>
+__device__ __forceinline__ void write_rows(const Params& p, const MmaTile& t,
+                                           const int64_t (&out_row)[2], int g, int t4,
+                                           const float (&m)[2], const float (&l)[2],
+                                           const float (&o)[D / 8][4]) {
+  constexpr float kNegInf = -INFINITY;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    if (g + 8 * h >= t.nrows) continue;  // padding rows write nothing
+    const int64_t row = out_row[h];
+    if (p.num_splits == 1) {
+      const float inv = l[h] > 0.0f ? 1.0f / l[h] : 0.0f;
+      T* orow = static_cast<T*>(p.o) + row * D;
+#pragma unroll
+      for (int dn = 0; dn < D / 8; ++dn)
+        *reinterpret_cast<uint32_t*>(orow + dn * 8 + 2 * t4) =
+            fa::mma::pack2<T>(o[dn][2 * h] * inv, o[dn][2 * h + 1] * inv);
+      if (t4 == 0) p.lse[row] = l[h] > 0.0f ? (m[h] + log2f(l[h])) * kLn2 : kNegInf;
+    } else {
+      const int64_t w = t.split * p.total_rows + row;
+      float* wrow = p.ws_o + w * D;
+#pragma unroll
+      for (int dn = 0; dn < D / 8; ++dn)
+        *reinterpret_cast<float2*>(wrow + dn * 8 + 2 * t4) =
+            make_float2(o[dn][2 * h], o[dn][2 * h + 1]);
+      if (t4 == 0) p.ws_ml[w] = make_float2(m[h] == kNegInf ? kNegInf : m[h] * kLn2, l[h]);
+    }
+  }
+}
 
 template <class T, int D>
 __global__ void __launch_bounds__(kWarp) mma_split_kernel(Params p) {
@@ -100,7 +195,7 @@ __global__ void __launch_bounds__(kWarp) mma_split_kernel(Params p) {
   const int g = lane / 4, t4 = lane % 4;  // this lane holds rows g and g + 8 of every fragment
 
   // Which (sequence, K/V head), row tile and split this warp owns; its two rows and Q fragments;
-  // its keys (ch08_mma_split.cuh).
+  // its keys.
   const MmaTile t = mma_tile(p, blockIdx.x);
   int64_t out_row[2], last[2];
   uint32_t qf[D / 16][4];
@@ -215,27 +310,153 @@ __global__ void __launch_bounds__(kWarp) mma_split_kernel(Params p) {
   write_rows<T, D>(p, t, out_row, g, t4, m, l, o);
 }
 
-struct Rung {
-  static constexpr const char* kName = "08/v3_mma_split";
-  template <class T, int D>
-  static void launch(const AttentionFwdArgs& a, cudaStream_t stream);
-};
+// Plans the splits for kKeys-key steps and the kernel's residency (one-warp blocks), launches the
+// split kernel; returns the parameters, which the merge takes when p.num_splits > 1.
+template <class T, int D>
+Params launch_split_kv(const AttentionFwdArgs& a, cudaStream_t stream) {
+  using Lay = MmaLayout<D>;
+  auto kernel = mma_split_kernel<T, D>;
+  const fa::ch08::SplitPlan plan = fa::ch08::plan_split_kv(
+      a.shape, kKeys, resident_blocks((const void*)kernel, kWarp, Lay::kSmem));
+  // The plan tiles group * seq_q rows by at most 16 (kMaxRows): one m16 tile per tile.
+  FA_REQUIRE(plan.row_tiles == fa::ceil_div(a.shape.group() * a.shape.seq_q, kTileRows),
+             "internal: the plan's row tiles and the kernel's m16 tiles disagree");
+  FA_UNSUPPORTED_IF(plan.blocks > 0x7fffffff, "more than 2^31 - 1 blocks");
+  const Params p = make_params(a, plan);
+  kernel<<<unsigned(plan.blocks), kWarp, Lay::kSmem, stream>>>(p);
+  FA_CHECK_LAUNCH();
+  return p;
+}
+
+constexpr int kMergeThreads = 256;
+constexpr int kBatch = 8;  // splits whose loads one thread issues before folding any
 
 template <class T, int D>
-void Rung::launch(const AttentionFwdArgs& a, cudaStream_t stream) {
-  launch_warp_split<T, D>(mma_split_kernel<T, D>, MmaLayout<D>::kSmem, a, stream);
+__global__ void __launch_bounds__(kMergeThreads) parallel_merge_kernel(Params p) {
+  using ch02::gpu::Stats;
+  constexpr int kChunks = D / 4;                    // float4 chunks of a row of o
+  constexpr int kGroups = kMergeThreads / kChunks;  // split groups
+  static_assert(D % 4 == 0 && kMergeThreads % kChunks == 0 && D <= kMergeThreads,
+                "a row must split into float4 chunks over the block");
+  __shared__ float4 red_o[kGroups][kChunks];
+  __shared__ Stats red_ml[kGroups];
+
+  const int64_t row = blockIdx.x;  // < total_rows: the grid has one block per row
+  const int tid = threadIdx.x;
+  const int c = tid % kChunks, g = tid / kChunks;
+
+  Stats acc = ch02::gpu::empty_stats();
+  float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  for (int64_t s0 = g; s0 < p.num_splits; s0 += int64_t(kGroups) * kBatch) {
+    // Issue every load of the batch first: none depends on another or on the arithmetic below.
+    float2 ml[kBatch];
+    float4 part[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int64_t s = s0 + int64_t(kGroups) * u;
+      if (s < p.num_splits) {
+        const int64_t w = s * p.total_rows + row;
+        ml[u] = __ldg(p.ws_ml + w);
+        part[u] = __ldg(reinterpret_cast<const float4*>(p.ws_o + w * D) + c);
+      } else {
+        ml[u] = make_float2(-INFINITY, 0.0f);  // the identity (-inf, 0, 0): changes nothing
+        part[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+    }
+    // Then fold them: chapter 02's pair merge, o rescaled by the same factors as l.
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const Stats s{ml[u].x, ml[u].y};
+      const Stats merged = ch02::gpu::merge(acc, s);
+      const float fa = ch02::gpu::rescale(acc.m, merged.m);
+      const float fb = ch02::gpu::rescale(s.m, merged.m);
+      o.x = o.x * fa + part[u].x * fb;
+      o.y = o.y * fa + part[u].y * fb;
+      o.z = o.z * fa + part[u].z * fb;
+      o.w = o.w * fa + part[u].w * fb;
+      acc = merged;
+    }
+  }
+
+  // The groups' states: every thread of group g holds the same (m, l) (same splits, same order).
+  red_o[g][c] = o;
+  if (c == 0) red_ml[g] = acc;
+  __syncthreads();
+  if (tid >= D) return;
+  const int d = tid;
+  Stats tot = ch02::gpu::empty_stats();
+  float od = 0.0f;
+#pragma unroll
+  for (int gg = 0; gg < kGroups; ++gg) {
+    const Stats s = red_ml[gg];
+    const Stats merged = ch02::gpu::merge(tot, s);
+    const float x = reinterpret_cast<const float*>(&red_o[gg][0])[d];
+    od = od * ch02::gpu::rescale(tot.m, merged.m) + x * ch02::gpu::rescale(s.m, merged.m);
+    tot = merged;
+  }
+  // A row that saw no key in any split: l = 0, O = 0 and L = -inf.
+  static_cast<T*>(p.o)[row * D + d] = Traits<T>::from_float(tot.l > 0.0f ? od / tot.l : 0.0f);
+  if (d == 0) p.lse[row] = tot.l > 0.0f ? tot.m + logf(tot.l) : -INFINITY;
+}
+
+// One block per output row; a no-op with a single split (the split kernel wrote O and L).
+template <class T, int D>
+void launch_merge(const Params& p, cudaStream_t stream) {
+  if (p.num_splits <= 1) return;
+  FA_UNSUPPORTED_IF(p.total_rows > 0x7fffffff, "more than 2^31 - 1 merge blocks");
+  parallel_merge_kernel<T, D><<<unsigned(p.total_rows), kMergeThreads, 0, stream>>>(p);
+  FA_CHECK_LAUNCH();
+}
+
+// The forward for the dtype and the head dim (64, 128): the split kernel, then the merge.
+template <class T, int D>
+void forward(const AttentionFwdArgs& a, cudaStream_t stream) {
+  launch_merge<T, D>(launch_split_kv<T, D>(a, stream), stream);
+}
+
+template <class T>
+void dispatch_dim(const AttentionFwdArgs& a, cudaStream_t stream) {
+  switch (a.shape.head_dim) {
+    case 64:
+      return forward<T, 64>(a, stream);
+    case 128:
+      return forward<T, 128>(a, stream);
+    default:
+      FA_UNSUPPORTED_IF(true, std::string(kName) + " takes head dims 64 and 128");
+  }
+}
+
+void mma_split_forward(const AttentionFwdArgs& a, cudaStream_t stream) {
+  FA_UNSUPPORTED_IF(!a.shape.valid_heads(), "heads must be a multiple of heads_kv");
+  FA_UNSUPPORTED_IF(
+      !ch02::gpu::aligned16(a.k) || !ch02::gpu::aligned16(a.v),
+      std::string(kName) + " copies K and V 16 bytes at a time: they must be 16-byte aligned");
+  FA_UNSUPPORTED_IF(!aligned4(a.q) || !aligned4(a.o),
+                    std::string(kName) +
+                        " reads Q and writes O two elements at a time: they must be 4-byte "
+                        "aligned");
+  switch (a.dtype) {
+    case DType::F32:
+      FA_UNSUPPORTED_IF(true, std::string(kName) + " runs on tensor cores: fp16 and bf16 only");
+      return;
+    case DType::F16:
+      return dispatch_dim<__half>(a, stream);
+    case DType::BF16:
+      return dispatch_dim<__nv_bfloat16>(a, stream);
+  }
 }
 
 }  // namespace
 
-FA_REGISTER(AttentionFwdKernel,
-            {"08/v3_mma_split",
-             mma_split_forward<Rung>,
-             "v2 with the split kernel on tensor cores: one warp per split, the group's rows "
-             "padded to an m16 tile, S and P V on mma.sync, a 4-stage cp.async K/V ring per warp, "
-             "no block barrier; v2's merge",
-             {DType::F16, DType::BF16},
-             {64, 128},
-             /*min_sm=*/80,
-             /*gqa=*/true,
-             /*decoding=*/true});
+FA_REGISTER(
+    AttentionFwdKernel,
+    {kName,
+     mma_split_forward,
+     "v2 with the split kernel on tensor cores: one warp per split, the group's rows padded to an "
+     "m16 tile, S and P V on mma.sync, a 4-stage cp.async K/V ring per warp, no block barrier; "
+     "v2's merge",
+     {DType::F16, DType::BF16},
+     {64, 128},
+     /*min_sm=*/80,
+     /*gqa=*/true,
+     /*decoding=*/true});

@@ -1,19 +1,17 @@
-// 08/v4_hoisted_addresses: 08/v3_mma_split with its shared- and global-memory addresses computed
-// once per lane, before the loop over steps. One idea: in a warp that waits on its own serial
-// chain, every instruction of address arithmetic is time on that chain.
+// 08/t04_hoisted_addresses: 08/v3_mma_split with its shared- and global-memory addresses computed
+// once per lane, before the loop over steps. A tuning step (tuning/README.md): measured, 1% faster,
+// and the evidence that v3's arithmetic is not its bound; the main path's v4_block_stream.cu keeps
+// the idea (its copies need it even more: 128 threads, 4 passes per step).
 //
 // Why. Nsight Compute on v3 at the grouped shape (B 8, H 32, H_kv 8, seq_k 32768, bf16, D 128;
-// H100, 2026-11-23, notes/measured/h100-2026-11-23d/call5_ncu_dec_v3_gqa.txt) counts the warp's
-// cycles per issued instruction: 5.45, with about 1.4 warps per scheduler. Its stall reasons,
-// summed over the run, are led by short scoreboard (ldmatrix, shuffles, exp2) and long scoreboard
-// (waiting for the copies), then "selected" (issuing) and "wait" (fixed-latency dependencies):
-// the warp seemed to spend most of its time on its own chain rather than on memory, which would
-// explain why DRAM stays at 2.70 TB/s (v4's own measurements, below, overturned that reading:
-// notes/08_decoding.md). In
-// v3's PTX a step is about 445 instructions, and 189 of them issue the step's 16 cp.async of K and
-// V: fa::tiles::load_tile_async computes every chunk's row, column, 64-bit source and bounds test
-// from scratch (11 instructions per copy), and every ldmatrix address is rebuilt from a generic
-// pointer.
+// H100, 2026-11-23, notes/measured/h100-2026-11-23d/call5_ncu_dec_v3_gqa.txt) counts 5.45 cycles
+// per issued instruction with about 1.4 warps per scheduler; its stall reasons are led by short
+// scoreboard (ldmatrix, shuffles, exp2) and long scoreboard (waiting for the copies), then
+// "selected" (issuing) and "wait" (fixed-latency dependencies): the warp seemed to spend most of
+// its time on its own chain rather than on memory. In v3's PTX a step is about 445 instructions,
+// and 189 of them issue the step's 16 cp.async of K and V: fa::tiles::load_tile_async computes
+// every chunk's row, column, 64-bit source and bounds test from scratch (11 instructions per
+// copy), and every ldmatrix address is rebuilt from a generic pointer.
 //
 // What changed. The lane's copy plan is fixed: with kChunks = D / 8 chunks per row and 32 lanes,
 // lane copies chunk lane % kChunks of rows lane / kChunks + kRowsPerPass * i. Its source and
@@ -21,19 +19,17 @@
 // the instruction. A step adds st * kKeys * D to the source and the stage's offset to the 32-bit
 // destination. Only the split's last step can hold fewer than kKeys keys; it alone takes v3's
 // bounded loader (zero-filled rows past k_end). The ldmatrix addresses get the same treatment: a
-// 32-bit base per lane, plus the stage, plus a constant per fragment (as 05/v4 did in chapter 05).
-// Nothing else differs from v3: same map, same ring, the same floating-point arithmetic in the
-// same order (so the same results, though no test compares the two bit for bit).
+// 32-bit base per lane, plus the stage, plus a constant per fragment. Nothing else differs from
+// v3: same map, same ring, the same floating-point arithmetic in the same order.
 //
-// Speed (NVIDIA H100 80GB HBM3, 2026-11-23, fifth session; bench/compare_decode.py, bf16 D 128,
-// seq_q 1, copy ceiling 2854 GB/s, SDPA in the same run: notes/measured/h100-2026-11-23e/
-// call1_decode.log). Grouped shape (B 8, H 32, H_kv 8, seq_k 32768): 2741 GB/s (96.0% of copy),
-// v3 2710, FlashAttention-2 3017. B 1, H 16, seq_k 131072: 2790 (v3 2729); B 8, H 32: 2873 (v3
-// 2843). About 1%: Nsight Compute (call1_ncu_v4_hoisted_addresses.txt) has the kernel at 393.0 us
-// and 2.73 TB/s of DRAM, 41.8 M warp instructions, 238 registers. Fewer instructions did not make
-// it faster, and the throwaway variants that removed more of them did not either (call 1, the
-// table in notes/08_decoding.md): the step's arithmetic is not what holds DRAM at 2.7 TB/s.
-// v5 changes the shape of the memory traffic instead.
+// What it bought: Nsight Compute has the kernel at 393.0 us, 2.73 TB/s of DRAM, 41.8 M warp
+// instructions, 238 registers (notes/measured/h100-2026-11-23e/call1_ncu_v4_hoisted_addresses.txt;
+// v3 397.6 us at 2.70 TB/s). Fewer instructions did not make it faster, and the variants that
+// removed more of them did not either (tuning/README.md): the step's arithmetic is not what holds
+// DRAM at 2.7 TB/s.
+//
+// Speed (H100 80GB HBM3, 2026-11-23): bf16 D 128, seq_q 1, B 8 H 32 H_kv 8 seq_k 32768: 2742 GB/s,
+// 96.0% of copy; v3 2705, FlashAttention-2 3016 (notes/measured/h100-2026-11-23e/call6_decode.log).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -42,21 +38,25 @@
 #include <cstdint>
 
 #include "attention_tiles.cuh"  // padded tiles and their cp.async loader
-#include "ch08_mma_split.cuh"   // what v3-v6 share: rows, Q fragments, keys, the step, write-out
-#include "ch08_parallel_merge.cuh"  // v2's merge
-#include "ch08_split_kv.cuh"        // Params, make_params, resident_blocks
+#include "ch08_common.cuh"      // Params, make_params, resident_blocks
+#include "ch08_tuning.cuh"  // v3's rows, Q fragments and keys; the copy plan, the step, write-out
 #include "check.h"
 #include "mma.cuh"
 #include "registry.h"
 
 namespace {
 
+// This step's flags (ch08_tuning.cuh): full-step copies without the prefetch hint.
+struct Steps {
+  static constexpr bool kL2Hint = false;
+};
+
 // A block is one warp (kWarp threads) and one m16 tile of rows (kTileRows); a step is kKeys keys
-// (ch08_mma_split.cuh).
+// (ch08_tuning.cuh).
 constexpr int kStages = 4;  // shared-memory stages per warp (kStages - 1 in flight)
 
 template <int D>
-using MmaLayout = Ring<D, kKeys, kStages>;  // ch08_mma_split.cuh
+using MmaLayout = Ring<D, kKeys, kStages>;  // ch08_tuning.cuh
 static_assert(MmaLayout<128>::kSmem <= 48 * 1024,
               "no opt-in to more than 48 KiB of shared memory here");
 
@@ -72,7 +72,7 @@ __global__ void __launch_bounds__(kWarp) mma_split_kernel(Params p) {
   const int g = lane / 4, t4 = lane % 4;  // this lane holds rows g and g + 8 of every fragment
 
   // Which (sequence, K/V head), row tile and split this warp owns; its two rows and Q fragments;
-  // its keys (ch08_mma_split.cuh).
+  // its keys (ch08_tuning.cuh).
   const MmaTile t = mma_tile(p, blockIdx.x);
   int64_t out_row[2], last[2];
   uint32_t qf[D / 16][4];
@@ -83,13 +83,13 @@ __global__ void __launch_bounds__(kWarp) mma_split_kernel(Params p) {
   const T* kbase = static_cast<const T*>(p.k) + t.bkv * p.seq_k * D;
   const T* vbase = static_cast<const T*>(p.v) + t.bkv * p.seq_k * D;
 
-  // The copies, planned once (RingCopy, ch08_mma_split.cuh: this rung's idea).
-  const RingCopy<T, D, kKeys, kStages, kWarp, false> copy(stages, kbase, vbase, k_begin, k_end,
+  // The copies, planned once (RingCopy, ch08_tuning.cuh: this step's idea).
+  const RingCopy<T, D, kKeys, kStages, kWarp, Steps> copy(stages, kbase, vbase, k_begin, k_end,
                                                           nsteps, lane);
 #pragma unroll
   for (int st = 0; st < kStages - 1; ++st) copy.issue(st);
 
-  // ldmatrix lane offsets, as in chapter 05 (ch05_mma_fwd.cuh). K: x4 = keys 0-7 / 8-15 times
+  // ldmatrix lane offsets, as in chapter 05. K: x4 = keys 0-7 / 8-15 times
   // columns 0-7 / 8-15 of a k16 slice (b of n8 tiles 0 and 1). V (.trans): x4 = keys 0-7 / 8-15
   // times columns 0-7 / 8-15 of a 16-wide slice of D (b of n8 tiles 2dp and 2dp + 1).
   // As 32-bit shared addresses of stage 0, in bytes: a step adds its stage's offset, a fragment a
@@ -126,7 +126,7 @@ __global__ void __launch_bounds__(kWarp) mma_split_kernel(Params p) {
 }
 
 struct Rung {
-  static constexpr const char* kName = "08/v4_hoisted_addresses";
+  static constexpr const char* kName = "08/t04_hoisted_addresses";
   template <class T, int D>
   static void launch(const AttentionFwdArgs& a, cudaStream_t stream);
 };
@@ -139,9 +139,9 @@ void Rung::launch(const AttentionFwdArgs& a, cudaStream_t stream) {
 }  // namespace
 
 FA_REGISTER(AttentionFwdKernel,
-            {"08/v4_hoisted_addresses",
+            {"08/t04_hoisted_addresses",
              mma_split_forward<Rung>,
-             "v3 with every copy and ldmatrix address a per-lane base plus a constant: a full "
+             "08/v3 with every copy and ldmatrix address a per-lane base plus a constant: a full "
              "step issues its cp.async with no address arithmetic; only a split's last step "
              "tests rows",
              {DType::F16, DType::BF16},

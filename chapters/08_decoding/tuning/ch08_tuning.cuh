@@ -1,25 +1,25 @@
-// ch08_mma_split.cuh: what the tensor-core split kernels of chapter 08 (08/v3_mma_split to
-// 08/v7_swizzled_ring) share, device code and launch helpers, in an anonymous namespace like
-// ch08_split_kv.cuh (each including .cu file compiles its own copy). Each rung keeps what its
-// header names: its copy plan, its ring of stages and its main loop.
+// ch08_tuning.cuh: what the kernels of chapter 08's tuning steps share (tuning/README.md): the
+// pieces of the main path's tensor-core rungs (v3_mma_split.cu, v4_block_stream.cu), with each
+// step's idea a named flag. Device code and launchers, in an anonymous namespace (each including
+// .cu file compiles its own copy).
 //
-//   mma_tile      which (sequence, K/V head), m16 tile of query rows and split a block owns
-//   mma_rows      this lane's two rows (g, g + 8): output row, last key seen, Q as A fragments
-//   mma_keys      the block's keys: its split, cut at the last key any of its rows sees
-//   Ring          the shared-memory ring of K/V stages (v3: 4 x 16 keys; v5-v7: 2 x 64)
-//   RingCopy      v4-v7's copies into it, planned once per thread (v4's idea)
-//   mma_step      one 16-key step of S = Q K^T, the online softmax and O = alpha O + P V, reading
-//                 K and V through 32-bit shared addresses (v4 on; v3 keeps its own step)
-//   write_rows    one warp's rows out: a partial (m, l, o) per row, or O and L with one split
-//   merge_warps   v5-v7: the block's warps' states folded with chapter 02's merge, then written
-//   launch_warp_split   v3, v4's launcher: one warp per block and split, then v2's merge
-//   mma_split_forward   the host side: checks, then the dtype and head-dim dispatch
+// One flag style: a step file declares
+//   struct Steps {
+//     static constexpr bool kL2Hint = ...;  // full-step cp.async with the .L2::128B prefetch hint
+//   };
+// and passes it to RingCopy (the copy plan fixed per thread) and to block_stream_kernel.
+//
+//   mma_tile, mma_rows, mma_keys   the block's tile, each lane's rows and Q fragments, its keys
+//   Ring, RingCopy                 the shared-memory ring of K/V stages and its copies
+//   mma_step                       one 16-key step, K and V read through 32-bit shared addresses
+//   write_rows, merge_warps        a one-warp block's rows out; a four-warp block's fold and write
+//   parallel_merge_kernel          v2's merge of the splits
+//   launch_warp_split              t04's launcher (one warp per block)
+//   block_stream_kernel, BlockStream   v4's kernel and launcher with the Steps flags (t06)
+//   mma_split_forward              the host side: checks, then the dtype and head-dim dispatch
 //
 // The fragment layouts are mma.cuh's (m16n8k16): a lane holds rows g = lane / 4 and g + 8 and
-// columns 2 t4, 2 t4 + 1 (t4 = lane % 4) of every accumulator tile. Moving these pieces here
-// from the rung files changed no instruction: the PTX of 08/v3-v6 is the same before and after,
-// up to the order of two independent integer instructions (virtual register names and
-// anonymous-namespace tags normalised).
+// columns 2 t4, 2 t4 + 1 (t4 = lane % 4) of every accumulator tile.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -29,10 +29,10 @@
 #include <cstdint>
 #include <string>
 
-#include "../02_online_softmax/ch02_softmax_device.cuh"  // Stats, merge, rescale: the pair merge
-#include "attention_tiles.cuh"                           // padded tiles and their cp.async loader
-#include "ch08_parallel_merge.cuh"                       // v2's merge of the splits
-#include "ch08_split_kv.cuh"                             // Params, imin, kLn2
+#include "../../02_online_softmax/ch02_softmax_device.cuh"  // Stats, merge, rescale: the pair merge
+#include "attention_tiles.cuh"  // padded tiles and their cp.async loader
+#include "ch08_common.cuh"      // Params, Traits, the workspace, the occupancy, make_params
+#include "ch08_split_kv.h"      // the split plan
 #include "check.h"
 #include "mma.cuh"
 
@@ -107,25 +107,24 @@ __device__ __forceinline__ void mma_keys(const Params& p, const MmaTile& t, int6
 }
 
 // The ring: kStages stages, each kRows keys of K in padded rows (fa::tiles::kPitch), then kRows of V.
-// kSwizzle (v7): unpadded swizzled rows instead (fa::tiles::swizzled_offset), D elements apart.
-template <int D, int kRows, int kStages, bool kSwizzle = false>
+template <int D, int kRows, int kStages>
 struct Ring {
-  static constexpr int kPitch = kSwizzle ? D : fa::tiles::kPitch<D>;  // elements per row
+  static constexpr int kPitch = fa::tiles::kPitch<D>;                 // elements per row
   static constexpr int kStageElems = 2 * kRows * kPitch;              // K rows, then V rows
   static constexpr size_t kSmem = size_t(kStages) * kStageElems * 2;  // 16-bit elements
   static constexpr uint32_t kStageBytes = kStageElems * 2, kVBytes = kRows * kPitch * 2;
 };
 
-// One 16-byte copy of a full step: plain (v4, v5) or with the .L2::128B prefetch hint (v6, v7).
-template <bool kL2Hint>
+// One 16-byte copy of a full step: plain, or with the .L2::128B prefetch hint (Steps::kL2Hint).
+template <class Steps>
 __device__ __forceinline__ void copy16(uint32_t dst, const void* src) {
-  if constexpr (kL2Hint)
+  if constexpr (Steps::kL2Hint)
     fa::mma::cp_async_16_l2_128(dst, src);
   else
     fa::mma::cp_async_16(dst, src);
 }
 
-// The copies of v4-v7, planned once (v4's header tells why). A step's K (and V) is kRows rows of
+// The copies, planned once per thread (t04_hoisted_addresses.cu tells why). A step's K (and V) is kRows rows of
 // kChunks 16-byte chunks; thread tid of kThreads copies chunk cp_col / 8 of rows cp_row +
 // kRowsPerPass * i, i < kPasses. From one i to the next its global source moves by kRowsPerPass * D
 // elements and its shared destination by kRowsPerPass * kPitch: compile-time constants that ptxas
@@ -133,9 +132,9 @@ __device__ __forceinline__ void copy16(uint32_t dst, const void* src) {
 // stage by kStageBytes. So a full step is 2 * kPasses cp.async and a few adds; only the split's
 // last step, which may hold fewer than kRows keys, tests each row (fa::tiles::load_tile_async
 // zero-fills the rows past k_end).
-template <class T, int D, int kRows, int kStages, int kThreads, bool kL2Hint, bool kSwizzle = false>
+template <class T, int D, int kRows, int kStages, int kThreads, class Steps>
 struct RingCopy {
-  using R = Ring<D, kRows, kStages, kSwizzle>;
+  using R = Ring<D, kRows, kStages>;
   static constexpr int kChunks = D / 8;
   static constexpr int kRowsPerPass = kThreads / kChunks;
   static constexpr int kPasses = kRows / kRowsPerPass;
@@ -158,12 +157,7 @@ struct RingCopy {
         nsteps(nsteps_),
         tid(tid_) {
     const int cp_row = tid / kChunks, cp_col = (tid % kChunks) * 8;
-    // Swizzled: the chunk moves within its row by cp_row % 8, the same for every pass (kRowsPerPass
-    // is a multiple of 8), so the per-pass offsets stay constants.
-    static_assert(!kSwizzle || kRowsPerPass % fa::tiles::kSwizzleRows == 0,
-                  "one XOR for all passes");
-    const int cp_at =
-        kSwizzle ? fa::tiles::swizzled_offset<D>(cp_row, cp_col / 8) : cp_row * R::kPitch + cp_col;
+    const int cp_at = cp_row * R::kPitch + cp_col;
     dst = fa::mma::smem_addr(stages) + uint32_t(cp_at) * 2;
     k_src = kbase + (k_begin + cp_row) * D + cp_col;
     v_src = vbase + (k_begin + cp_row) * D + cp_col;
@@ -179,16 +173,16 @@ struct RingCopy {
       if (left >= kRows) {
 #pragma unroll
         for (int i = 0; i < kPasses; ++i) {
-          copy16<kL2Hint>(d + i * kRowsPerPass * R::kPitch * 2, k_src + off + i * kRowsPerPass * D);
-          copy16<kL2Hint>(d + R::kVBytes + i * kRowsPerPass * R::kPitch * 2,
-                          v_src + off + i * kRowsPerPass * D);
+          copy16<Steps>(d + i * kRowsPerPass * R::kPitch * 2, k_src + off + i * kRowsPerPass * D);
+          copy16<Steps>(d + R::kVBytes + i * kRowsPerPass * R::kPitch * 2,
+                        v_src + off + i * kRowsPerPass * D);
         }
       } else {
         T* sk = stages + int(st % kStages) * R::kStageElems;
         const int64_t k0 = k_begin + st * kRows;
-        fa::tiles::load_tile_async<D, kRows, kThreads, kSwizzle>(sk, kbase, k0, k_end, tid);
-        fa::tiles::load_tile_async<D, kRows, kThreads, kSwizzle>(sk + kRows * R::kPitch, vbase, k0,
-                                                                 k_end, tid);
+        fa::tiles::load_tile_async<D, kRows, kThreads>(sk, kbase, k0, k_end, tid);
+        fa::tiles::load_tile_async<D, kRows, kThreads>(sk + kRows * R::kPitch, vbase, k0, k_end,
+                                                       tid);
       }
     }
     fa::mma::cp_async_commit();
@@ -201,23 +195,18 @@ struct RingCopy {
 // (b of n8 tiles 0 and 1); V by ldmatrix x4 .trans = keys 0-7 / 8-15 times columns 0-7 / 8-15 of
 // a 16-wide slice of D (b of n8 tiles 2dp and 2dp + 1). m (log2 units) and l are the running max
 // and this lane's share of the running sum of its two rows; o the accumulator tiles.
-// kSwizzle (v7): the tiles are swizzled; k_ld and v_ld are the addresses the lane would read
-// without the swizzle, and each read goes to that address ^ swz (fa::tiles::swizzle_xor of the
-// lane's rows, which all have the same row % 8).
-template <class T, int D, bool kSwizzle = false>
+template <class T, int D>
 __device__ __forceinline__ void mma_step(const uint32_t (&qf)[D / 16][4], uint32_t k_ld,
                                          uint32_t v_ld, int64_t k0, int64_t k_end,
                                          const int64_t (&last)[2], float scale_log2, int t4,
-                                         float (&m)[2], float (&l)[2], float (&o)[D / 8][4],
-                                         uint32_t swz = 0) {
-  const auto at = [swz](uint32_t plain) { return kSwizzle ? plain ^ swz : plain; };
+                                         float (&m)[2], float (&l)[2], float (&o)[D / 8][4]) {
   constexpr float kNegInf = -INFINITY;
   // S = Q K^T: 16 rows x 16 keys, two n8 accumulator tiles.
   float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) {
     uint32_t kb[4];
-    fa::mma::ldmatrix_x4(kb, at(k_ld + kk * 16 * 2));
+    fa::mma::ldmatrix_x4(kb, k_ld + kk * 16 * 2);
     const uint32_t b_lo[2] = {kb[0], kb[1]}, b_hi[2] = {kb[2], kb[3]};
     fa::mma::mma_16816<T>(s[0], qf[kk], b_lo);
     fa::mma::mma_16816<T>(s[1], qf[kk], b_hi);
@@ -265,7 +254,7 @@ __device__ __forceinline__ void mma_step(const uint32_t (&qf)[D / 16][4], uint32
 #pragma unroll
   for (int dp = 0; dp < D / 16; ++dp) {
     uint32_t vb[4];
-    fa::mma::ldmatrix_x4_trans(vb, at(v_ld + dp * 16 * 2));
+    fa::mma::ldmatrix_x4_trans(vb, v_ld + dp * 16 * 2);
     const uint32_t b_lo[2] = {vb[0], vb[1]}, b_hi[2] = {vb[2], vb[3]};
     fa::mma::mma_16816<T>(o[2 * dp], pa, b_lo);
     fa::mma::mma_16816<T>(o[2 * dp + 1], pa, b_hi);
@@ -281,7 +270,7 @@ __device__ __forceinline__ void quad_sum(float (&l)[2]) {
   }
 }
 
-// One warp's real rows out (v3, v4: the warp is the block): the partial (m, l, o) of split
+// One warp's real rows out (t04: the warp is the block): the partial (m, l, o) of split
 // t.split (m in natural-log units), or with a single split O = o / l and L = m + ln l directly.
 // A row that saw no key gives (-inf, 0, 0), or O = 0 and L = -inf.
 template <class T, int D>
@@ -314,11 +303,11 @@ __device__ __forceinline__ void write_rows(const Params& p, const MmaTile& t,
   }
 }
 
-// v5-v7: the kWarps warps of the block each hold the state (m, l, o) of the tile's 16 rows over
-// their share of the keys; chapter 02's pair merge folds them into one per row, through `smem`
-// (at least kWarps * 16 * (D + 2) floats, free: nothing in flight, and the barrier below waits
-// for every warp's last read of it), and the block writes one partial per row and split, or O and
-// L with a single split, as write_rows does. l must hold whole rows (quad_sum) already.
+// t06 (v4's kernel): the kWarps warps of the block each hold the state (m, l, o) of the tile's 16
+// rows over their share of the keys; chapter 02's pair merge folds them into one per row, through
+// `smem` (at least kWarps * 16 * (D + 2) floats, free: nothing in flight, and the barrier below
+// waits for every warp's last read of it), and the block writes one partial per row and split, or
+// O and L with a single split, as write_rows does. l must hold whole rows (quad_sum) already.
 template <class T, int D, int kWarps>
 __device__ __forceinline__ void merge_warps(const Params& p, const MmaTile& t, unsigned char* smem,
                                             int tid, int g, int t4, const float (&m)[2],
@@ -368,7 +357,7 @@ __device__ __forceinline__ void merge_warps(const Params& p, const MmaTile& t, u
     if (p.num_splits == 1) {
       uint32_t* const out = reinterpret_cast<uint32_t*>(static_cast<T*>(p.o) + row * D + c);
       out[0] = fa::mma::pack2<T>(v.x * inv, v.y * inv);  // 4-byte stores: O need only be 4-byte
-      out[1] = fa::mma::pack2<T>(v.z * inv, v.w * inv);  // aligned, as in v3 and v4
+      out[1] = fa::mma::pack2<T>(v.z * inv, v.w * inv);  // aligned, as in v3
     } else {
       *reinterpret_cast<float4*>(p.ws_o + (t.split * p.total_rows + row) * D + c) = v;
     }
@@ -381,12 +370,89 @@ __device__ __forceinline__ void merge_warps(const Params& p, const MmaTile& t, u
   }
 }
 
-inline bool aligned4(const void* ptr) {
-  return reinterpret_cast<uintptr_t>(ptr) % 4 == 0;
+// v2's merge of the splits (v2_parallel_merge.cu tells why): one block per output row.
+constexpr int kMergeThreads = 256;
+constexpr int kBatch = 8;  // splits whose loads one thread issues before folding any
+
+template <class T, int D>
+__global__ void __launch_bounds__(kMergeThreads) parallel_merge_kernel(Params p) {
+  using ch02::gpu::Stats;
+  constexpr int kChunks = D / 4;                    // float4 chunks of a row of o
+  constexpr int kGroups = kMergeThreads / kChunks;  // split groups
+  static_assert(D % 4 == 0 && kMergeThreads % kChunks == 0 && D <= kMergeThreads,
+                "a row must split into float4 chunks over the block");
+  __shared__ float4 red_o[kGroups][kChunks];
+  __shared__ Stats red_ml[kGroups];
+
+  const int64_t row = blockIdx.x;  // < total_rows: the grid has one block per row
+  const int tid = threadIdx.x;
+  const int c = tid % kChunks, g = tid / kChunks;
+
+  Stats acc = ch02::gpu::empty_stats();
+  float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  for (int64_t s0 = g; s0 < p.num_splits; s0 += int64_t(kGroups) * kBatch) {
+    // Issue every load of the batch first: none depends on another or on the arithmetic below.
+    float2 ml[kBatch];
+    float4 part[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int64_t s = s0 + int64_t(kGroups) * u;
+      if (s < p.num_splits) {
+        const int64_t w = s * p.total_rows + row;
+        ml[u] = __ldg(p.ws_ml + w);
+        part[u] = __ldg(reinterpret_cast<const float4*>(p.ws_o + w * D) + c);
+      } else {
+        ml[u] = make_float2(-INFINITY, 0.0f);  // the identity (-inf, 0, 0): changes nothing
+        part[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+    }
+    // Then fold them: chapter 02's pair merge, o rescaled by the same factors as l.
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const Stats s{ml[u].x, ml[u].y};
+      const Stats merged = ch02::gpu::merge(acc, s);
+      const float fa = ch02::gpu::rescale(acc.m, merged.m);
+      const float fb = ch02::gpu::rescale(s.m, merged.m);
+      o.x = o.x * fa + part[u].x * fb;
+      o.y = o.y * fa + part[u].y * fb;
+      o.z = o.z * fa + part[u].z * fb;
+      o.w = o.w * fa + part[u].w * fb;
+      acc = merged;
+    }
+  }
+
+  // The groups' states: every thread of group g holds the same (m, l) (same splits, same order).
+  red_o[g][c] = o;
+  if (c == 0) red_ml[g] = acc;
+  __syncthreads();
+  if (tid >= D) return;
+  const int d = tid;
+  Stats tot = ch02::gpu::empty_stats();
+  float od = 0.0f;
+#pragma unroll
+  for (int gg = 0; gg < kGroups; ++gg) {
+    const Stats s = red_ml[gg];
+    const Stats merged = ch02::gpu::merge(tot, s);
+    const float x = reinterpret_cast<const float*>(&red_o[gg][0])[d];
+    od = od * ch02::gpu::rescale(tot.m, merged.m) + x * ch02::gpu::rescale(s.m, merged.m);
+    tot = merged;
+  }
+  // A row that saw no key in any split: l = 0, O = 0 and L = -inf.
+  static_cast<T*>(p.o)[row * D + d] = Traits<T>::from_float(tot.l > 0.0f ? od / tot.l : 0.0f);
+  if (d == 0) p.lse[row] = tot.l > 0.0f ? tot.m + logf(tot.l) : -INFINITY;
 }
 
-// The launcher of the rungs whose block is one warp (v3, v4): plan the splits for kKeys-key steps
-// and the kernel's residency (smem bytes a block), launch, then v2's merge of the splits.
+// One block per output row; a no-op with a single split (the split kernel wrote O and L).
+template <class T, int D>
+void launch_merge(const Params& p, cudaStream_t stream) {
+  if (p.num_splits <= 1) return;
+  FA_UNSUPPORTED_IF(p.total_rows > 0x7fffffff, "more than 2^31 - 1 merge blocks");
+  parallel_merge_kernel<T, D><<<unsigned(p.total_rows), kMergeThreads, 0, stream>>>(p);
+  FA_CHECK_LAUNCH();
+}
+
+// The launcher of a kernel whose block is one warp (t04): plan the splits for kKeys-key steps and
+// the kernel's residency (smem bytes a block), launch, then v2's merge of the splits.
 template <class T, int D, class Kernel>
 void launch_warp_split(Kernel kernel, size_t smem, const fa::AttentionFwdArgs& a,
                        cudaStream_t stream) {
@@ -399,10 +465,117 @@ void launch_warp_split(Kernel kernel, size_t smem, const fa::AttentionFwdArgs& a
   const Params p = make_params(a, plan);
   kernel<<<unsigned(plan.blocks), kWarp, smem, stream>>>(p);
   FA_CHECK_LAUNCH();
-  launch_parallel_merge<T, D>(p, stream);
+  launch_merge<T, D>(p, stream);
 }
 
-// The host side of every tensor-core rung: refuse what the kernels cannot take (with the rung's
+// v4_block_stream.cu's kernel, with the Steps flags: four warps per block share one K/V stream.
+constexpr int kWarps = 4;                 // warps per block, each its own kKeys of every tile
+constexpr int kTile = kWarps * kKeys;     // keys per block per step: one 16 KB burst of K at D 128
+constexpr int kBlockStages = 2;           // shared-memory stages per block (one in flight)
+constexpr int kThreads = kWarps * kWarp;  // threads per block
+
+// 2 stages x (K + V) x 64 keys x (D + 8) x 2 B = 69632 B at D 128: past the 48 KiB default, so
+// the launcher opts in (sm_80 and later allow it).
+template <int D>
+using BlockLayout = Ring<D, kTile, kBlockStages>;
+
+template <class T, int D, class Steps>
+__global__ void __launch_bounds__(kThreads, 2) block_stream_kernel(Params p) {
+  using Lay = BlockLayout<D>;
+  constexpr int kPitch = Lay::kPitch;
+  constexpr float kNegInf = -INFINITY;
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* const stages = reinterpret_cast<T*>(smem);
+
+  const int tid = threadIdx.x, lane = tid % kWarp, warp = tid / kWarp;
+  const int g = lane / 4, t4 = lane % 4;  // this lane holds rows g and g + 8 of every fragment
+
+  // Which (sequence, K/V head), row tile and split this block owns; this lane's two rows and Q
+  // fragments; the block's keys.
+  const MmaTile t = mma_tile(p, blockIdx.x);
+  int64_t out_row[2], last[2];
+  uint32_t qf[D / 16][4];
+  mma_rows<T, D>(p, t, g, t4, out_row, last, qf);
+  int64_t k_begin, k_end;
+  mma_keys(p, t, k_begin, k_end);
+  const int64_t nsteps = k_end > k_begin ? (k_end - k_begin + kTile - 1) / kTile : 0;
+  const T* kbase = static_cast<const T*>(p.k) + t.bkv * p.seq_k * D;
+  const T* vbase = static_cast<const T*>(p.v) + t.bkv * p.seq_k * D;
+
+  // The copies, planned once per thread (RingCopy), by the whole block: kTile rows per step.
+  const RingCopy<T, D, kTile, kBlockStages, kThreads, Steps> copy(stages, kbase, vbase, k_begin,
+                                                                  k_end, nsteps, tid);
+#pragma unroll
+  for (int st = 0; st < kBlockStages - 1; ++st) copy.issue(st);
+
+  // ldmatrix lane offsets, as in chapter 05. K: x4 = keys 0-7 / 8-15 times
+  // columns 0-7 / 8-15 of a k16 slice (b of n8 tiles 0 and 1). V (.trans): x4 = keys 0-7 / 8-15
+  // times columns 0-7 / 8-15 of a 16-wide slice of D (b of n8 tiles 2dp and 2dp + 1).
+  // As 32-bit shared addresses of stage 0, in bytes: a step adds its stage's offset, a fragment a
+  // compile-time constant. Warp w reads keys [w * kKeys, (w + 1) * kKeys) of each tile.
+  const int k_ld_row = (lane % 8) + 8 * (lane / 16), k_ld_col = 8 * ((lane / 8) & 1);
+  const int v_ld_row = (lane % 8) + 8 * ((lane / 8) & 1), v_ld_col = 8 * (lane / 16);
+  const uint32_t k_ld =
+      fa::mma::smem_addr(stages) + uint32_t((warp * kKeys + k_ld_row) * kPitch + k_ld_col) * 2;
+  const uint32_t v_ld = fa::mma::smem_addr(stages) + Lay::kVBytes +
+                        uint32_t((warp * kKeys + v_ld_row) * kPitch + v_ld_col) * 2;
+
+  float o[D / 8][4];
+#pragma unroll
+  for (int dn = 0; dn < D / 8; ++dn)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[dn][e] = 0.0f;
+  float m[2] = {kNegInf, kNegInf};  // running max, log2 units (rows g, g + 8)
+  float l[2] = {0.0f, 0.0f};        // this lane's share of the running sum (its columns)
+
+  for (int64_t st = 0; st < nsteps; ++st) {
+    fa::mma::cp_async_wait<kBlockStages - 2>();  // this thread's copies of step st have landed
+    __syncthreads();  // everyone's have, and every warp is done with the stage of step st - 1
+    copy.issue(st + kBlockStages - 1);  // into that stage: in flight while step st is computed
+    const uint32_t stage = uint32_t(st % kBlockStages) * Lay::kStageBytes;
+
+    const int64_t k0 = k_begin + st * kTile + warp * kKeys;  // this warp's first key
+    mma_step<T, D>(qf, k_ld + stage, v_ld + stage, k0, k_end, last, p.scale_log2, t4, m, l, o);
+  }
+  fa::mma::cp_async_wait<0>();  // nothing of this thread's left in flight (empty groups only)
+
+  // Epilogue. Each warp holds the state (m, l, o) of the 16 rows over its quarter of the block's
+  // keys; chapter 02's pair merge folds the four into one per row, through shared memory (the ring
+  // is free now), and the block writes one partial per row and split, or with a single split O
+  // and L (merge_warps).
+  quad_sum(l);
+  static_assert(kWarps * kTileRows * (D + 2) * 4 <= Lay::kSmem, "the fold fits in the ring");
+  merge_warps<T, D, kWarps>(p, t, smem, tid, g, t4, m, l, o);
+}
+
+// The launcher: plan the splits for 64-key tiles and this kernel's residency (2 blocks per SM on
+// an H100: registers), opt in to the shared memory, launch, then v2's merge of the splits.
+template <class Steps>
+struct BlockStream {
+  template <class T, int D>
+  static void launch(const AttentionFwdArgs& a, cudaStream_t stream);
+};
+
+template <class Steps>
+template <class T, int D>
+void BlockStream<Steps>::launch(const AttentionFwdArgs& a, cudaStream_t stream) {
+  using Lay = BlockLayout<D>;
+  auto kernel = block_stream_kernel<T, D, Steps>;
+  FA_CUDA_CHECK(cudaFuncSetAttribute((const void*)kernel,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, int(Lay::kSmem)));
+  const fa::ch08::SplitPlan plan = fa::ch08::plan_split_kv(
+      a.shape, kTile, resident_blocks((const void*)kernel, kThreads, Lay::kSmem));
+  // The plan tiles group * seq_q rows by at most 16 (kMaxRows): one m16 tile per tile.
+  FA_REQUIRE(plan.row_tiles == fa::ceil_div(a.shape.group() * a.shape.seq_q, kTileRows),
+             "internal: the plan's row tiles and the kernel's m16 tiles disagree");
+  FA_UNSUPPORTED_IF(plan.blocks > 0x7fffffff, "more than 2^31 - 1 blocks");
+  const Params p = make_params(a, plan);
+  kernel<<<unsigned(plan.blocks), kThreads, Lay::kSmem, stream>>>(p);
+  FA_CHECK_LAUNCH();
+  launch_merge<T, D>(p, stream);
+}
+
+// The host side of every tuning step: refuse what the kernels cannot take (with the rung's
 // name in the message), then Rung::launch<T, D>(args, stream) for fp16 / bf16 and D 64 / 128.
 template <class Rung>
 void mma_split_forward(const fa::AttentionFwdArgs& a, cudaStream_t stream) {
