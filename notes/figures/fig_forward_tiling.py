@@ -3,7 +3,7 @@
 stays on chip for the whole loop; K and V tiles of Bc keys stream through shared memory; per query
 row the running max m and sum l are updated, and the accumulated O is rescaled by
 alpha = exp(m_old - m_new) whenever the max moves. Sizes as the tensor-core forward at D = 128:
-Br = 128 (8 warps x 16 rows), Bc = 64.
+Br = 128 rows (split over the warps, 16 or 32 rows each), Bc = 64.
 
 The inset follows one query row through eight K/V tiles with made-up scores (fixed below, no
 random numbers): the running max only rises, and alpha < 1 exactly at the tiles where it does.
@@ -104,7 +104,7 @@ def main(out_dir):
     # ---- The block.
     fs.rounded(ax, 4.0, 3.0, 142.0, 70.0, fc="#FCFCFC", ec="#888888", lw=0.9, pad=1.2)
     # (placed between the arrows that enter the block)
-    fs.text(ax, 44.5, 70.0, "One thread block = Q tile i (Br = %d rows: 8 warps × 16 rows)," % BR,
+    fs.text(ax, 44.5, 70.0, "One thread block = Q tile i (Br = %d rows, split over its warps)," % BR,
             size=8.6, weight="bold")
     fs.text(ax, 44.5, 67.2, "looping over the K/V tiles j = 0, 1, …, N_k / Bc − 1", size=8.6,
             weight="bold")

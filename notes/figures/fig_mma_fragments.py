@@ -3,7 +3,7 @@
 and how the accumulators of S become the A operand of P V without leaving the lanes.
 
 The layouts are the PTX ISA's ("Matrix Fragments for mma.m16n8k16 with floating point type"),
-as common/mma.cuh states them: g = lane / 4 (groupID), t = lane % 4 (threadID_in_group);
+as common/device/mma.cuh states them: g = lane / 4 (groupID), t = lane % 4 (threadID_in_group);
   A 16x16: a[0] = A[g][2t, 2t+1]   a[1] = A[g+8][2t, 2t+1]   a[2] = A[g][2t+8, +9]   a[3] = A[g+8][2t+8, +9]
   B 16x8:  b[0] = B[2t, 2t+1][g]   b[1] = B[2t+8, 2t+9][g]
   C 16x8:  c[0], c[1] = C[g][2t, 2t+1]   c[2], c[3] = C[g+8][2t, 2t+1]
@@ -161,7 +161,7 @@ def main(out_dir):
 
     note_x = 122.0
     fs.rounded(ax, note_x, top - 30.0, 26.0, 30.0, fc="#F6F6F6", ec="#AAAAAA", lw=0.6)
-    fs.text(ax, note_x + 1.2, top - 1.6, "In the forward kernel\n(per warp, 16 query rows)",
+    fs.text(ax, note_x + 1.2, top - 1.6, "In the forward kernel\n(per m16 tile of a warp)",
             size=8, va="top", weight="bold")
     fs.text(ax, note_x + 1.2, top - 8.0,
             "S = Q·Kᵀ:\n  A = 16 rows of Q × 16 dims\n  B = 16 dims × 8 keys (K rows)\n"

@@ -8,7 +8,7 @@ line covers every bank once. A 16-byte chunk covers 4 consecutive banks, a "bank
 (address / 16) % 8. ldmatrix reads an 8x8 matrix as 8 row addresses of 16 bytes each; the 8 reads
 are served in one pass (one wavefront) exactly when they fall in 8 different bank groups.
 
-The layouts are the repository's (common/attention_tiles.cuh):
+The layouts are the repository's (common/device/attention_tiles.cuh):
   padded   row r at r * (D + kPad) * 2 bytes, kPad = 8 elements (padded_row);
   swizzled row r at r * D * 2 bytes, logical chunk c stored at chunk c ^ (r % 8) (swizzled_offset).
 The tile drawn is D = 64 (one 128-byte line per unpadded row); at D = 128 a row is two such
@@ -19,8 +19,8 @@ import figstyle as fs
 D = 64
 ELEM_BYTES = 2
 CHUNK_BYTES = 16
-K_PAD = 8  # common/attention_tiles.cuh kPad
-K_SWIZZLE_ROWS = 8  # common/attention_tiles.cuh kSwizzleRows
+K_PAD = 8  # common/device/attention_tiles.cuh kPad
+K_SWIZZLE_ROWS = 8  # common/device/attention_tiles.cuh kSwizzleRows
 CHUNKS = D * ELEM_BYTES // CHUNK_BYTES  # 8 logical chunks per row
 ROWS = 8
 GROUPS = 8  # 16-byte bank groups per 128-byte line
