@@ -37,6 +37,11 @@
 // (D + 8) x 2 bytes = 34816 B at D 128 (18432 at D 64), under the 48 KiB default (no opt-in):
 // 6 blocks (warps) per H100 SM, 4 on an A100, 2 on sm_86/89.
 //
+// The file, top to bottom: mma_tile, mma_rows, mma_keys (the block's tile, each lane's rows and Q
+// fragments, the block's keys); Ring (the shared-memory stages); quad_sum and write_rows (the
+// epilogue); mma_split_kernel; launch_split_kv; v2's merge (parallel_merge_kernel, launch_merge);
+// forward and the dtype / head-dim dispatch; the registration.
+//
 // Speed (H100 80GB HBM3, 2026-11-23): bf16 D 128, seq_q 1, B 8 H 32 H_kv 8 seq_k 32768: 2705 GB/s,
 // 94.7% of copy; FlashAttention-2 3016 (notes/measured/h100-2026-11-23e/call6_decode.log).
 #include <cuda_bf16.h>

@@ -31,6 +31,12 @@
 // FlashAttention-2 runs (256 blocks of 4 warps). Three stages instead of two (more bytes in flight)
 // measured 4% slower, and 8 warps on 128-key tiles (32 KB bursts) no faster (tuning/README.md).
 //
+// The file, top to bottom: mma_tile, mma_rows, mma_keys (the block's tile, each lane's rows and Q
+// fragments, the block's keys); Ring (the shared-memory stages) and RingCopy (the copies into
+// them); mma_step (one 16-key step of one warp); quad_sum and merge_warps (the epilogue);
+// mma_split_kernel; launch_split_kv; v2's merge (parallel_merge_kernel, launch_merge); forward
+// and the dtype / head-dim dispatch; the registration.
+//
 // Speed (H100 80GB HBM3, 2026-11-23): bf16 D 128, seq_q 1, B 8 H 32 H_kv 8 seq_k 32768: 2841 GB/s,
 // 99.5% of copy; FlashAttention-2 3016 (notes/measured/h100-2026-11-23e/call6_decode.log).
 #include <cuda_bf16.h>

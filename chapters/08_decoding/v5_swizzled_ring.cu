@@ -25,6 +25,12 @@
 // (fa::mma::cp_async_16_l2_128: L2 fetches whole 128-byte lines from DRAM, every byte of which is
 // read anyway), measured on its own as tuning/t06_l2_prefetch.cu: +1% on v4.
 //
+// The file, top to bottom: mma_tile, mma_rows, mma_keys (the block's tile, each lane's rows and Q
+// fragments, the block's keys); Ring (the shared-memory stages) and RingCopy (the copies into
+// them); mma_step (one 16-key step of one warp); quad_sum and merge_warps (the epilogue);
+// mma_split_kernel; launch_split_kv; v2's merge (parallel_merge_kernel, launch_merge); forward
+// and the dtype / head-dim dispatch; the registration.
+//
 // Speed (H100 80GB HBM3, 2026-11-24): bf16 D 128, seq_q 1, B 8 H 32 H_kv 8 seq_k 32768: 3015 GB/s,
 // 105.4% of copy; FlashAttention-2 3012, cuDNN 3031 (notes/measured/h100-2026-11-24/call2_decode.log).
 #include <cuda_bf16.h>
