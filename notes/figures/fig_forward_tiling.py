@@ -110,8 +110,8 @@ def main(out_dir):
             weight="bold")
 
     y_mid = 54.5
-    qx = matrix(ax, 16.0, y_mid, BR, D, fs.REG_FILL, "Q_i", "Br × D\nregisters: loaded once,\n"
-                "kept for every j")
+    qx = matrix(ax, 16.0, y_mid, BR, D, fs.REG_FILL, "Q_i", "Br × D, loaded once:\nshared memory, and\n"
+                "registers where they fit")
     fs.text(ax, 34.4, y_mid, "·", size=16, ha="center")
     kx = matrix(ax, 37.2, y_mid, D, BC, fs.SHARED_FILL, "K_jᵀ", "D × Bc\nshared memory\n"
                 "(2 buffers)")
