@@ -13,7 +13,7 @@
 # LIMIT=seconds gives the whole call a budget: each stage runs under `timeout` with what is left,
 # so a stage that hangs or runs long costs its own logs only, and a final `pack` still runs (it is
 # never cut). Without LIMIT the stages run unbounded.
-#   LIMIT=540 RUNG=06/v13_q_tile_128_at_d64 BASE=06/v12_one_barrier_fewer \
+#   LIMIT=540 RUNG=06/v5_warp_tiles BASE=06/v4_bc128_tuned \
 #     bash bench/device_run.sh build rung ncu_bwd pack
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -158,11 +158,11 @@ for stage in "$@"; do
       ;;
     ncu_decode)
       # The GQA decode shape (B 8, H 32, H_kv 8, seq_k 32768, bf16, D 128) in Nsight Compute: our
-      # split kernel (DECODE_KERNEL, default 08/v7_swizzled_ring) and FlashAttention-2's, with the
+      # split kernel (DECODE_KERNEL, default 08/v5_swizzled_ring) and FlashAttention-2's, with the
       # same DRAM and L2 counters, for the comparison notes/08_decoding.md ("Five percent short")
       # asks for. The source page of each (per SASS instruction: L2 sectors and shared-memory
       # wavefronts asked for, and the ideal counts) is saved as CSV, gzipped. After `build`.
-      K=${DECODE_KERNEL:-08/v7_swizzled_ring}
+      K=${DECODE_KERNEL:-08/v5_swizzled_ring}
       M=dram__bytes_read.sum.per_second,dram__sectors_read.sum,lts__t_sectors_srcunit_tex_op_read.sum
       M=$M,lts__t_sectors_srcunit_tex_op_read_lookup_hit.sum,smsp__inst_executed.sum
       M=$M,smsp__average_warp_latency_issue_stalled_long_scoreboard.ratio
@@ -185,10 +185,10 @@ for stage in "$@"; do
       ;;
     ncu_fwd)
       # The forward at bf16 D 128 N 8192 (B 2, H 16, non-causal) in Nsight Compute: ours (FWD_KERNEL,
-      # default 05/v12_stmatrix_epilogue) and FlashAttention-2's, stall reasons and the source page
+      # default 05/v5_fewer_instructions) and FlashAttention-2's, stall reasons and the source page
       # (CSV, gzipped; bench/sass_memory.py sums its memory traffic per opcode). After `build`.
       # FWD_N=1024 (any protocol N): that length instead (B = 16384 / N), files named ncu_fwd_N1024_*.
-      K=${FWD_KERNEL:-05/v12_stmatrix_epilogue}
+      K=${FWD_KERNEL:-05/v5_fewer_instructions}
       N=${FWD_N:-8192}
       X=ncu_fwd${FWD_N:+_N$FWD_N}
       M=sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active
@@ -197,7 +197,7 @@ for stage in "$@"; do
       M=$M,smsp__inst_executed.sum,smsp__inst_executed_op_ldsm.sum,smsp__issue_active.avg.pct_of_peak_sustained_active
       SECTIONS="--section SpeedOfLight --section WarpStateStats --section LaunchStats --section SourceCounters"
       log "ncu_fwd: $K"
-      ncu $SECTIONS --metrics "$M" -k 'regex:flash_fwd_mtiles_kernel' -s 2 -c 1 -o "$OUT/${X}_ours" \
+      ncu $SECTIONS --metrics "$M" -k 'regex:flash_fwd_(v[0-9]|t[0-9]+|mtiles)_kernel' -s 2 -c 1 -o "$OUT/${X}_ours" \
         "$BUILD/bin/fa_bench" --benchmark_filter="attn_fwd/$K/bf16/D128/full/N$N/" > /dev/null 2>&1
       log "ncu_fwd ours rc=$?"
       log "ncu_fwd: FlashAttention-2 (PyTorch SDPA)"
@@ -210,10 +210,10 @@ for stage in "$@"; do
       ;;
     ncu_bwd)
       # The backward's dK/dV kernel at bf16 D 128 N 8192 (B 2, H 16, non-causal) in Nsight Compute,
-      # ours (BWD_KERNEL, default 06/v13_q_tile_128_at_d64) and FlashAttention-2's, with the source page
+      # ours (BWD_KERNEL, default 06/v5_warp_tiles) and FlashAttention-2's, with the source page
       # saved as CSV and summed per SASS opcode, as notes/06_flash_backward.md (section 5c) did by
       # hand. After `build`. BWD_N=16384 (any protocol N): that length instead, files ncu_bwd_N16384_*.
-      K=${BWD_KERNEL:-06/v13_q_tile_128_at_d64}
+      K=${BWD_KERNEL:-06/v5_warp_tiles}
       N=${BWD_N:-8192}
       X=ncu_bwd${BWD_N:+_N$BWD_N}
       M=lts__t_sectors_op_red.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active
@@ -241,7 +241,7 @@ for stage in "$@"; do
       # shapes, and PyTorch SDPA timed on the same shapes in the same call. Logs: rung_<RUNG>_*, so
       # one call may run the stage for several rungs (RUNG=a ... rung; RUNG=b ... rung).
       # RUNG may name several versions of one chapter, separated by '|' (logs: rung_a+b+c_*).
-      : "${RUNG:?set RUNG to a registered kernel name, e.g. RUNG=06/v9_dq_two_mtiles}"
+      : "${RUNG:?set RUNG to a registered kernel name, e.g. RUNG=06/v5_warp_tiles}"
       case "$RUNG" in 06/*) P=attn_bwd ;; 08/*) P=attn_decode ;; *) P=attn_fwd ;; esac
       R=${RUNG//\//_}
       T=${R//|/+}
@@ -272,7 +272,7 @@ for stage in "$@"; do
       # the median per shape (bench/rounds_summary.py). Why: one fa_bench run and one SDPA run are
       # minutes apart, and the same kernel measured twice in one call has differed by up to 4%
       # (the GPU's clocks under sustained tensor load); ratios near 1.0 need more than one round.
-      : "${RUNG:?set RUNG to one or more forward kernels, e.g. RUNG=05/v11_bc64_at_d128}"
+      : "${RUNG:?set RUNG to one or more forward kernels, e.g. RUNG=05/v5_fewer_instructions}"
       D=${ROUND_D:-128}
       F="attn_fwd/(${RUNG}${BASE:+|$BASE})/bf16/D$D/"
       for r in $(seq 1 "${ROUNDS:-3}"); do
