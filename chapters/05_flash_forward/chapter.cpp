@@ -4,9 +4,10 @@
 //   1. CPU tier: the tiled FlashAttention-2 algorithm (ch05_cpu_model.cpp) against the float64
 //      reference, plus the wrong "per-block softmax" to show why the running (m, l) is needed.
 //   2. The memory bill of standard attention for the chosen shape (the N x N matrix S).
-//   3. GPU: every "05/" forward kernel (the materialised baseline, the scalar fp32 kernel, the
-//      tensor-core kernels) on the chosen shape, causal and not, then a larger bf16 D=128 timing
-//      row; one ladder table per shape.
+//   3. GPU: the main path's forward kernels, 05/v0 to 05/v5 (the materialised baseline, the scalar
+//      fp32 kernel, the tensor-core kernels), or the ones --kernel names (the tuning steps
+//      05/tNN_... too), on the chosen shape, causal and not, then a larger bf16 D=128 timing row;
+//      one ladder table per shape.
 //   4. --memory_demo: N = 65536, where the baseline cannot even allocate S and the fused kernel runs.
 #include <algorithm>
 #include <cmath>
@@ -33,6 +34,7 @@ using fa::AttentionShape;
 using fa::DType;
 
 constexpr const char* kBaselineName = "05/v0_materialized";
+constexpr const char* kMainPath = "05/v";  // the main path's rungs; tuning/'s steps are 05/tNN_...
 
 // Max |a - b| over two arrays, where equal infinities (L = -inf rows) count as 0.
 double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
@@ -162,7 +164,7 @@ int run(const std::vector<std::string>& args) {
               "The fused FlashAttention forward kernel: from the N x N baseline to tiles + online "
               "softmax.");
   fa::add_attention_options(cli, {});
-  fa::add_kernel_options(cli, "05/", 20);
+  fa::add_kernel_options(cli, kMainPath, 20);
   cli.option("check_heads", "4", "heads checked against the CPU reference (0 = automatic)")
       .option("big_seq", "4096", "N of the extra bf16 D=128 timing row at B=4, H=16 (0 = skip)")
       .flag("memory_demo",
@@ -178,8 +180,11 @@ int run(const std::vector<std::string>& args) {
   AttentionShape shape = req.shape;
   const std::vector<bool>& causals = req.causal;
   const std::vector<DType>& dtypes = req.dtypes;
+  // By default the main path; any 05 kernel by name (a tuning step, tuning/README.md).
+  const std::string wanted = cli.get("kernel");
   const std::vector<const AttentionFwdKernel*> kernels =
-      fa::select_kernels<AttentionFwdKernel>("05/", cli.get("kernel"));
+      wanted.empty() || wanted == "all" ? fa::entries_with_prefix<AttentionFwdKernel>(kMainPath)
+                                        : fa::select_kernels<AttentionFwdKernel>("05/", wanted);
   fa::require_supported(kernels, req, cli.get("kernel") != "all");
   for (DType t : dtypes)
     fa::require_fits_in_gpu_memory(fa::attention_fwd_bytes(shape, t),

@@ -1,7 +1,9 @@
-// v3_fused_scale_warp_skip.cu: v2 (v2_mma.cu) plus two small ideas from FlashAttention-2's own
-// kernel, and the register diet that lets them fit. Everything else (tiles, shared memory,
-// fragments, pipeline) is v2's, in ch05_mma_fwd.cuh: read v2 first, its header has the map of the
-// kernel, the padding argument and the fragment ownership.
+// t03_fused_scale_warp_skip.cu: tuning step 3, v2 (../v2_mma.cu) plus two small ideas from
+// FlashAttention-2's own kernel, and the register diet that lets them fit. Everything else (tiles,
+// shared memory, fragments, pipeline) is v2's, here in ch05_mma_fwd.cuh: read v2 first, its
+// header has the map of the kernel, the padding argument and the fragment ownership. The next
+// step, t04 (two m16 tiles per warp), is the main path's v3_fa2_warp_layout.cu, which keeps all
+// three ideas of this one.
 //
 // What changed vs v2, and why
 //   1. The scale rides in the exponent's FMA. v2 multiplies every score by c = scale * log2(e)
@@ -31,9 +33,9 @@
 // buffering of K/V). At D = 256: Br = 64 (4 warps), Bc = 32 and Q read from shared memory at every
 // k16 slice (ch05_mma_fwd.cuh says why).
 //
-// Speed (H100, 2026-11-21): 274.2 TFLOP/s bf16 D128 N8192 (261.1 causal), 267.8 at N2048
-// (240.5 causal), against v2's 278.5 (252.1) and 241.8 (221.4): the ideas pay at short lengths
-// and under causal masking (fa_bench; notes/measured/h100-2026-11-21/bench.log).
+// Speed (H100 80GB HBM3, 2026-11-21): bf16 D 128 N 8192 274.2 TFLOP/s (261.1 causal), N 2048
+// 267.8 (240.5 causal), against v2's 278.5 (252.1) and 241.8 (221.4): the ideas pay at short
+// lengths and under causal masking (fa_bench; notes/measured/h100-2026-11-21/bench.log).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -57,7 +59,7 @@ using namespace fwd_mma;
 
 template <class T, int D>
 __global__ void __launch_bounds__(Tiles<D>::kThreads, Tiles<D>::kMinBlocksPerSm)
-    flash_fwd_v3_kernel(const Params p) {
+    flash_fwd_t03_kernel(const Params p) {
   static_assert(D % 16 == 0, "head dim must be a multiple of 16 (k16 slices of Q K^T)");
   constexpr int kBr = Tiles<D>::kBr;          // query rows per block
   constexpr int kBc = Tiles<D>::kBc;          // keys per K/V tile
@@ -280,11 +282,11 @@ void launch(const AttentionFwdArgs& a, cudaStream_t stream) {
   const int64_t num_q_tiles = ceil_div(s.seq_q, Tiles<D>::kBr);
   const int64_t blocks = num_q_tiles * s.bh();
   FA_UNSUPPORTED_IF(blocks > INT_MAX,
-                    "05/v3_fused_scale_warp_skip: more than 2^31-1 thread blocks");
+                    "05/t03_fused_scale_warp_skip: more than 2^31-1 thread blocks");
   // 32-bit key indices (idea 3): k0 + Bc and q0 + Br must not overflow; 256 = 2 x the largest Br.
   constexpr int64_t kSeqMargin = 256;
   FA_UNSUPPORTED_IF(s.seq_q > INT_MAX - kSeqMargin || s.seq_k > INT_MAX - kSeqMargin,
-                    "05/v3_fused_scale_warp_skip: sequence lengths must stay below 2^31 - 256");
+                    "05/t03_fused_scale_warp_skip: sequence lengths must stay below 2^31 - 256");
   Params p;
   p.q = a.q;
   p.k = a.k;
@@ -300,10 +302,10 @@ void launch(const AttentionFwdArgs& a, cudaStream_t stream) {
   constexpr size_t smem = SmemLayout<D>::kBytes;
   // D = 256 needs 99 KiB: every GPU from sm_80 on has that much, but say so clearly if not.
   FA_UNSUPPORTED_IF(smem > smem_optin_bytes(),
-                    "05/v3_fused_scale_warp_skip: head_dim " + std::to_string(D) + " needs " +
+                    "05/t03_fused_scale_warp_skip: head_dim " + std::to_string(D) + " needs " +
                         std::to_string(smem) +
                         " bytes of shared memory per block, more than this GPU allows");
-  auto kernel = flash_fwd_v3_kernel<T, D>;
+  auto kernel = flash_fwd_t03_kernel<T, D>;
   // Above 48 KiB of dynamic shared memory a kernel must opt in; also ask for the largest
   // shared-memory carveout so that two blocks fit per SM where registers allow it.
   FA_CUDA_CHECK(
@@ -328,13 +330,13 @@ void dispatch_head_dim(const AttentionFwdArgs& a, cudaStream_t stream) {
     case 256:
       return launch<T, 256>(a, stream);
     default:
-      FA_UNSUPPORTED_IF(true, "05/v3_fused_scale_warp_skip: head_dim " +
+      FA_UNSUPPORTED_IF(true, "05/t03_fused_scale_warp_skip: head_dim " +
                                   std::to_string(a.shape.head_dim) +
                                   " not instantiated (32, 64, 96, 128, 256)");
   }
 }
 
-void attention_fwd_v3(const AttentionFwdArgs& a, cudaStream_t stream) {
+void attention_fwd_t03(const AttentionFwdArgs& a, cudaStream_t stream) {
   FA_REQUIRE(a.shape.seq_q >= 0 && a.shape.seq_k >= 0 && a.shape.bh() >= 0, "negative size");
   if (a.shape.seq_q == 0 || a.shape.bh() == 0) return;  // nothing to write
   switch (a.dtype) {
@@ -343,7 +345,7 @@ void attention_fwd_v3(const AttentionFwdArgs& a, cudaStream_t stream) {
     case DType::F16:
       return dispatch_head_dim<__half>(a, stream);
     default:
-      FA_UNSUPPORTED_IF(true, "05/v3_fused_scale_warp_skip: takes fp16 or bf16 inputs only");
+      FA_UNSUPPORTED_IF(true, "05/t03_fused_scale_warp_skip: takes fp16 or bf16 inputs only");
   }
 }
 
@@ -351,8 +353,8 @@ void attention_fwd_v3(const AttentionFwdArgs& a, cudaStream_t stream) {
 }  // namespace fa
 
 FA_REGISTER(AttentionFwdKernel,
-            {"05/v3_fused_scale_warp_skip",
-             fa::attention_fwd_v3,
+            {"05/t03_fused_scale_warp_skip",
+             fa::attention_fwd_t03,
              "v2 + scale folded into the exp2 FFMA (max on raw scores) + per-warp causal skip",
              {fa::DType::BF16, fa::DType::F16},
              {32, 64, 96, 128, 256},

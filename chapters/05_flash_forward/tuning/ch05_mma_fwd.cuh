@@ -1,10 +1,11 @@
-// ch05_mma_fwd.cuh: what the two tensor-core forward kernels, 05/v2_mma and
-// 05/v3_fused_scale_warp_skip, share: the tile sizes, the shared-memory layout, the kernel
-// parameters and the pieces of device code that are the same in both (loading Q fragments,
-// S = Q K^T, O = alpha O + P V, writing the O tile). The ideas that tell them apart (the softmax
-// in v3, the masks, the loop skip) stay in the kernels; read v2_mma.cu first: its header explains
-// the map of the kernel, the padding, the fragment ownership and the register reuse of P that
-// these functions implement. Device code, plus one host helper (the shared-memory limit).
+// ch05_mma_fwd.cuh: the pieces of the tuning step 05/t03_fused_scale_warp_skip that are
+// v2_mma.cu's, line for line: the tile sizes, the shared-memory layout, the kernel parameters,
+// loading Q fragments, S = Q K^T, O = alpha O + P V, writing the O tile. The flag kernel of t04 to
+// t11 (ch05_mtiles_kernel.cuh) reuses Params, ex2_approx, q_lane_ptr and store_o_tile. The ideas
+// of t03 (the softmax, the masks, the loop skip) stay in its kernel; read v2_mma.cu first: its
+// header explains the map of the kernel, the padding, the fragment ownership and the register
+// reuse of P that these functions implement. Device code, plus one host helper (the shared-memory
+// limit).
 //
 // Tiles per head dim (Tiles<D> below)
 //   D <= 128: Br = 128 (8 warps x 16 rows), Bc = 64, Q fragments in registers for the whole
@@ -109,7 +110,7 @@ __device__ __forceinline__ void load_tile_async(T* tile, const T* gmem, int64_t 
 //   m0 = rows 0-7, cols 0-7   -> a[0]      m1 = rows 8-15, cols 0-7  -> a[1]
 //   m2 = rows 0-7, cols 8-15  -> a[2]      m3 = rows 8-15, cols 8-15 -> a[3]
 // (cols relative to the slice), exactly the A fragment order of mma.cuh.
-// kPitch: elements between rows (05/v7's swizzled tiles: D; the address is then the unswizzled one,
+// kPitch: elements between rows (t07's swizzled tiles: D; the address is then the unswizzled one,
 // from which tiles::LaneAddr makes the swizzled reads, ch05_mma_fwd_mtiles.cuh).
 template <int D, int kPitch = tiles::kPitch<D>, class T>
 __device__ __forceinline__ const T* q_lane_ptr(const T* sQ, int warp, int lane) {
@@ -201,7 +202,7 @@ __device__ __forceinline__ void rescale_o_add_pv(float (&o_acc)[D / 8][4],
   }
 #pragma unroll
   for (int kk = 0; kk < Tiles<D>::kBc / 16; ++kk) {
-    // Two S accumulator tiles (2kk, 2kk+1) are one A fragment: see "Register reuse of P" (v2).
+    // Two S accumulator tiles (2kk, 2kk+1) are one A fragment: see "Register reuse of P" (v2_mma.cu).
     const uint32_t p_frag[4] = {mma::pack2<T>(s[2 * kk][0], s[2 * kk][1]),
                                 mma::pack2<T>(s[2 * kk][2], s[2 * kk][3]),
                                 mma::pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
@@ -223,7 +224,7 @@ __device__ __forceinline__ void rescale_o_add_pv(float (&o_acc)[D / 8][4],
 // fragments, once before the loop or, at D = 256, at every tile), and no cp.async targets sQ any
 // more, so a warp-level sync is enough. Each thread writes 4 bytes at (row g or g+8, col
 // 8dn + 2t): with the padded pitch these 32 writes fall in 32 different banks. Then each lane copies 16-byte chunks of whole rows to global memory.
-// kSwizzled (05/v7): sQ holds swizzled rows of D elements; the O rows go there the same way (chunk
+// kSwizzled (t07): sQ holds swizzled rows of D elements; the O rows go there the same way (chunk
 // dn of row g at dn ^ g: again 32 different banks), and are read back through the same map.
 template <class T, int D, bool kSwizzled = false>
 __device__ __forceinline__ void store_o_tile(T* O, const float (&o_acc)[D / 8][4],

@@ -1,16 +1,16 @@
-// ch05_mtiles_kernel.cuh: the kernel and the launcher of 05/v4 to 05/v12, which differ only in
-// their tiles (each rung file defines its Tiles struct); the rungs from v6 on add one switch each to
-// them: kExactAlpha (v6, the one change of code below), kSwizzle (v7, the shared-memory layout),
-// kOneLaneAddr (v8, one set of ldmatrix addresses for Q and V), kPipelineLoads (v9, the
-// fragment loads of both matmuls software-pipelined, ch05_mma_fwd_mtiles.cuh) and kHoistCopies
-// (v10, each thread's K/V copies planned once: KVCopyPlan there, load_kv_tile below); v11
-// changes one tile size, v12 adds kStmatrixO (the epilogue through stmatrix, store_o_m). The rung
-// files tell the story and hold the measurements; the pieces below the kernel (S = Q K^T and
-// O = alpha O + P V over kM m16 tiles, the shared-memory layout) are ch05_mma_fwd_mtiles.cuh's,
-// and Params, ex2_approx, q_lane_ptr and store_o_tile are v2/v3's (ch05_mma_fwd.cuh). Moving the
-// three kernels v4-v6 here changed no instruction: the PTX of each
-// rung's kernels is the same before and after (names, virtual registers and anonymous-namespace
-// tags normalised). Each including .cu file compiles its own copy (anonymous namespace).
+// ch05_mtiles_kernel.cuh: the kernel and the launcher of the tuning steps t04 to t11, which differ
+// only in their tiles (ch05_tuning_tiles.cuh: one struct per step, each the previous step's with
+// one idea switched on). The switches are named bools of the tiles: kExactAlpha and kSkipRescale
+// (t06, the one change of code in the softmax below), kSwizzle (t07, the shared-memory layout),
+// kOneLaneAddr (t08, one set of ldmatrix addresses for Q and V), kPipelineLoads (t09, the fragment
+// loads of both matmuls software-pipelined, ch05_mma_fwd_mtiles.cuh) and kHoistCopies (t10, each
+// thread's K/V copies planned once: KVCopyPlan there, load_kv_tile below); t05 and t11 change tile
+// sizes only. The step files tell the story and hold the measurements; the pieces below the
+// kernel (S = Q K^T and O = alpha O + P V over kM m16 tiles, the shared-memory layout) are
+// ch05_mma_fwd_mtiles.cuh's, and Params, ex2_approx, q_lane_ptr and store_o_tile are t03's
+// (ch05_mma_fwd.cuh). The main path has the same kernels without switches: t04 is
+// v3_fa2_warp_layout.cu, t09 v4_swizzled_pipelined.cu, and t11 plus the stmatrix epilogue
+// v5_fewer_instructions.cu. Each including .cu file compiles its own copy (anonymous namespace).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -33,7 +33,7 @@ namespace {
 
 using namespace fwd_mma;
 
-// K/V tile j into buffer buf: through v10's copy plan, else (before v10, and at D 96 and 256)
+// K/V tile j into buffer buf: through t10's copy plan, else (before t10, and at D 96 and 256)
 // load_tile_async, which works out every chunk's addresses and bounds test from scratch.
 template <class T, int D, class Tl>
 __device__ __forceinline__ void load_kv_tile(T* sK, T* sV, const T* K, const T* V,
@@ -65,11 +65,11 @@ __device__ __forceinline__ void write_lse(float* Lse, const float (&l)[2], const
   }
 }
 
-// The kernel of 05/v4 to v12. Tl is the rung's tile struct: v4's and v5's differ in their members
-// only (v5: Bc = 32 at D 96 and 128); v6's sets kExactAlpha, the one change of code; v7's sets
-// kSwizzle (SmemFor, ch05_mma_fwd_mtiles.cuh: swizzled rows instead of padded ones); v8's
-// kOneLaneAddr (below, at the ldmatrix addresses); v9's kPipelineLoads; v10's kHoistCopies; v11
-// changes kBc at D 128 only; v12's kStmatrixO (the epilogue).
+// The kernel of t04 to t11. Tl is the step's tile struct: t04's and t05's differ in their members
+// only (t05: Bc = 32 at D 96 and 128); t06's sets kExactAlpha, the one change of code; t07's sets
+// kSwizzle (SmemFor, ch05_mma_fwd_mtiles.cuh: swizzled rows instead of padded ones); t08's
+// kOneLaneAddr (below, at the ldmatrix addresses); t09's kPipelineLoads; t10's kHoistCopies; t11
+// changes kBc at D 128 only.
 template <class T, int D, class Tl>
 __global__ void __launch_bounds__(Tl::kThreads, 2) flash_fwd_mtiles_kernel(const Params p) {
   static_assert(D % 16 == 0, "head dim must be a multiple of 16 (k16 slices of Q K^T)");
@@ -78,11 +78,11 @@ __global__ void __launch_bounds__(Tl::kThreads, 2) flash_fwd_mtiles_kernel(const
   constexpr int kBr = Tl::kBr;
   constexpr int kBc = Tl::kBc;
   constexpr int kSTiles = Tl::kSTiles;
-  constexpr bool kSkipRescale = Tl::kSkipRescale;  // v6, where it pays: Bc = 32
+  constexpr bool kSkipRescale = Tl::kSkipRescale;  // t06, where it pays: Bc = 32
   constexpr int kOTiles = D / 8;
   constexpr float kNegInf = -INFINITY;
 
-  // Swizzled tiles (v7) must start at 128-byte boundaries; so must the block's shared memory.
+  // Swizzled tiles (t07) must start at 128-byte boundaries; so must the block's shared memory.
   // Two arrays, one per alignment: one name declared with both (D 32/96 padded and D 64/128/256
   // swizzled in one translation unit) is one array with the first alignment (nvcc warning 1886),
   // and the PTX of the swizzled kernels would not ask for the 128-byte base they rely on.
@@ -96,7 +96,7 @@ __global__ void __launch_bounds__(Tl::kThreads, 2) flash_fwd_mtiles_kernel(const
   const int warp = tid / 32, lane = tid % 32;
   const int g = lane / 4, t = lane % 4;
 
-  // ---- Which (batch*head) and which Q tile (as v3: blockIdx.x, last tile first).
+  // ---- Which (batch*head) and which Q tile (as t03: blockIdx.x, last tile first).
   const int64_t bh = blockIdx.x / p.num_q_tiles;
   const int q_tile = p.num_q_tiles - 1 - int(blockIdx.x % p.num_q_tiles);
   const int64_t q0 = int64_t(q_tile) * kBr;
@@ -106,7 +106,7 @@ __global__ void __launch_bounds__(Tl::kThreads, 2) flash_fwd_mtiles_kernel(const
   const T* K = static_cast<const T*>(p.k) + bh * seq_k * D;
   const T* V = static_cast<const T*>(p.v) + bh * seq_k * D;
 
-  // ---- How many K/V tiles this Q tile needs (as v3).
+  // ---- How many K/V tiles this Q tile needs (as t03).
   int64_t n_tiles = ceil_div(seq_k, kBc);
   if (p.causal) {
     const int64_t last_row = (q0 + kBr < seq_q ? q0 + kBr : seq_q) - 1;
@@ -118,7 +118,7 @@ __global__ void __launch_bounds__(Tl::kThreads, 2) flash_fwd_mtiles_kernel(const
   // g + 8 h. Their last visible keys are recomputed where a tile needs a mask (kept in registers
   // across the loop they pushed D = 128 into spills).
   const int64_t warp_row0 = q0 + warp * Tl::kRowsPerWarp;
-  // The smallest last key over the warp (its first row) and the largest (its last row), as v3.
+  // The smallest last key over the warp (its first row) and the largest (its last row), as t03.
   const int warp_last_key = int(p.causal ? (causal_last_key(warp_row0, seq_q, seq_k) < seq_k - 1
                                                 ? causal_last_key(warp_row0, seq_q, seq_k)
                                                 : seq_k - 1)
@@ -129,8 +129,8 @@ __global__ void __launch_bounds__(Tl::kThreads, 2) flash_fwd_mtiles_kernel(const
                           : seq_k - 1)
                    : seq_k - 1);
 
-  // v10 (kHoistCopies): this thread's K/V copies, planned once (ch05_mma_fwd_mtiles.cuh). Unused
-  // before v10, where ptxas drops it.
+  // t10 (kHoistCopies): this thread's K/V copies, planned once (ch05_mma_fwd_mtiles.cuh). Unused
+  // before t10, where ptxas drops it.
   const KVCopyPlan<T, D, Tl> plan(sK, tid);
 
   // ---- Prologue: Q tile (group 0) and K/V tile 0 (group 1) in flight together.
@@ -165,7 +165,7 @@ __global__ void __launch_bounds__(Tl::kThreads, 2) flash_fwd_mtiles_kernel(const
     for (int dn = 0; dn < kOTiles; ++dn)
 #pragma unroll
       for (int e = 0; e < 4; ++e) o_acc[m][dn][e] = 0.0f;
-  float m_run[kM][2], l_run[kM][2];  // raw-score running max (v3's idea 1), per-thread partial sum
+  float m_run[kM][2], l_run[kM][2];  // raw-score running max (t03's idea 1), per-thread partial sum
 #pragma unroll
   for (int m = 0; m < kM; ++m)
 #pragma unroll
@@ -174,10 +174,10 @@ __global__ void __launch_bounds__(Tl::kThreads, 2) flash_fwd_mtiles_kernel(const
       l_run[m][h] = 0.0f;
     }
 
-  // ldmatrix lane offsets into the K and V tiles: v3's (its kernel explains them).
+  // ldmatrix lane offsets into the K and V tiles: t03's (v2_mma.cu's kernel explains them).
   // As 32-bit shared addresses of buffer 0: every fragment is then this base plus a compile-time
   // offset, folded into the ldmatrix ([base + imm]); 64-bit pointers per fragment, kept live
-  // across the loop, pushed D = 128 into spills (the register diet this rung needs).
+  // across the loop, pushed D = 128 into spills (the register diet t04 needs).
   const int k_ld_row = (lane % 8) + 8 * (lane / 16);
   const int k_ld_col = 8 * ((lane / 8) & 1);
   const int v_ld_row = (lane % 8) + 8 * ((lane / 8) & 1);
@@ -185,8 +185,8 @@ __global__ void __launch_bounds__(Tl::kThreads, 2) flash_fwd_mtiles_kernel(const
   const typename Sm::Lane k_addr0(mma::smem_addr(Sm::row(sK, k_ld_row) + k_ld_col), swz);
   const typename Sm::Lane v_addr0(mma::smem_addr(Sm::row(sV, v_ld_row) + v_ld_col), swz);
   constexpr uint32_t kKVBytes = Sm::kKVElems * 2;
-  // v8 (kOneLaneAddr): V's lane mapping is Q's, so q_addr's four bases reach V as well: V buffer
-  // b lies (Q tile + both K buffers - this warp's Q offset + b * buffer) bytes further. v7 keeps a
+  // t08 (kOneLaneAddr): V's lane mapping is Q's, so q_addr's four bases reach V as well: V buffer
+  // b lies (Q tile + both K buffers - this warp's Q offset + b * buffer) bytes further. t07 keeps a
   // third set of bases for V. (K's mapping differs: its own set stays.)
   const uint32_t v_from_q =
       uint32_t(Sm::kQElems * 2 + 2 * Sm::kKVElems * 2) - uint32_t(16 * kRowBytes * kM * warp);
@@ -213,7 +213,7 @@ __global__ void __launch_bounds__(Tl::kThreads, 2) flash_fwd_mtiles_kernel(const
     else
       compute_s_m<T, D, Tl>(s, q_frag, q_addr, k_addr);
 
-    if (p.scale_log2 < 0.0f) {  // negative scale: c * s = |c| * (-s) (v3's idea 1)
+    if (p.scale_log2 < 0.0f) {  // negative scale: c * s = |c| * (-s) (t03's idea 1)
 #pragma unroll
       for (int m = 0; m < kM; ++m)
 #pragma unroll
@@ -247,10 +247,10 @@ __global__ void __launch_bounds__(Tl::kThreads, 2) flash_fwd_mtiles_kernel(const
       }
     }
 
-    // ---- (3) Online softmax, v3's, for each m16 tile.
+    // ---- (3) Online softmax, t03's, for each m16 tile.
     const float c = fabsf(p.scale_log2);
     float alpha[kM][2];
-    bool rescale[kM];  // v6 only
+    bool rescale[kM];  // t06 on
 #pragma unroll
     for (int m = 0; m < kM; ++m) {
       float m_new[2] = {m_run[m][0], m_run[m][1]};
@@ -265,7 +265,7 @@ __global__ void __launch_bounds__(Tl::kThreads, 2) flash_fwd_mtiles_kernel(const
         m_new[h] = fmaxf(m_new[h], __shfl_xor_sync(0xffffffffu, m_new[h], 1));
         m_new[h] = fmaxf(m_new[h], __shfl_xor_sync(0xffffffffu, m_new[h], 2));
         base[h] = m_new[h] == kNegInf ? 0.0f : m_new[h] * c;
-        if constexpr (Tl::kExactAlpha)  // v6: an unmoved max gives alpha = 1 exactly
+        if constexpr (Tl::kExactAlpha)  // t06: an unmoved max gives alpha = 1 exactly
           alpha[m][h] = m_new[h] == m_run[m][h] ? 1.0f : ex2_approx(fmaf(m_run[m][h], c, -base[h]));
         else
           alpha[m][h] = ex2_approx(fmaf(m_run[m][h], c, -base[h]));
@@ -298,53 +298,35 @@ __global__ void __launch_bounds__(Tl::kThreads, 2) flash_fwd_mtiles_kernel(const
       rescale_o_add_pv_m<T, D, Tl>(o_acc, s, alpha, v_addr);
   }
 
-  // ---- Epilogue: per m16 tile, v3's (O through the tile's own 16 rows of sQ, then L); v12: all
-  // m16 tiles at once through store_o_m (stmatrix, where the build targets sm_90 or newer).
+  // ---- Epilogue, per m16 tile, t03's: O through the tile's own 16 rows of sQ, then L.
   T* O = static_cast<T*>(p.o) + bh * seq_q * D;
   float* Lse = p.lse + bh * seq_q;
   const float c = fabsf(p.scale_log2);
-  if constexpr (Tl::kStmatrixO && mma::kHasStmatrix) {
-    float inv_l[kM][2];
 #pragma unroll
-    for (int m = 0; m < kM; ++m)
+  for (int m = 0; m < kM; ++m) {
+    float inv_l[2];
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        l_run[m][h] += __shfl_xor_sync(0xffffffffu, l_run[m][h], 1);
-        l_run[m][h] += __shfl_xor_sync(0xffffffffu, l_run[m][h], 2);
-        inv_l[m][h] = l_run[m][h] > 0.0f ? 1.0f / l_run[m][h] : 0.0f;  // no visible key: O = 0
-      }
-    store_o_m<T, D, Tl>(O + warp_row0 * D, seq_q - warp_row0, o_acc, inv_l, q_addr,
-                        Sm::row(sQ, Tl::kRowsPerWarp * warp), lane);
-#pragma unroll
-    for (int m = 0; m < kM; ++m)
-      write_lse(Lse, l_run[m], m_run[m], c, warp_row0 + 16 * m, seq_q, g, t);
-  } else {
-#pragma unroll
-    for (int m = 0; m < kM; ++m) {
-      float inv_l[2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        l_run[m][h] += __shfl_xor_sync(0xffffffffu, l_run[m][h], 1);
-        l_run[m][h] += __shfl_xor_sync(0xffffffffu, l_run[m][h], 2);
-        inv_l[h] = l_run[m][h] > 0.0f ? 1.0f / l_run[m][h] : 0.0f;  // no visible key: O = 0
-      }
-      store_o_tile<T, D, Sm::kSwizzle>(O, o_acc[m], inv_l, sQ, kM * warp + m, lane,
-                                       warp_row0 + 16 * m, seq_q);
-      write_lse(Lse, l_run[m], m_run[m], c, warp_row0 + 16 * m, seq_q, g, t);
+    for (int h = 0; h < 2; ++h) {
+      l_run[m][h] += __shfl_xor_sync(0xffffffffu, l_run[m][h], 1);
+      l_run[m][h] += __shfl_xor_sync(0xffffffffu, l_run[m][h], 2);
+      inv_l[h] = l_run[m][h] > 0.0f ? 1.0f / l_run[m][h] : 0.0f;  // no visible key: O = 0
     }
+    store_o_tile<T, D, Sm::kSwizzle>(O, o_acc[m], inv_l, sQ, kM * warp + m, lane,
+                                     warp_row0 + 16 * m, seq_q);
+    write_lse(Lse, l_run[m], m_run[m], c, warp_row0 + 16 * m, seq_q, g, t);
   }
 }
 
-// ---- The host side. A rung is a struct with kName (its registered name) and Tiles<D>.
-template <class Rung, class T, int D>
+// ---- The host side. A step is a struct with kName (its registered name) and Tiles<D>.
+template <class Step, class T, int D>
 void launch(const AttentionFwdArgs& a, cudaStream_t stream) {
-  using Tl = typename Rung::template Tiles<D>;
-  const std::string name = Rung::kName;
+  using Tl = typename Step::template Tiles<D>;
+  const std::string name = Step::kName;
   const AttentionShape& s = a.shape;
   const int64_t num_q_tiles = ceil_div(s.seq_q, Tl::kBr);
   const int64_t blocks = num_q_tiles * s.bh();
   FA_UNSUPPORTED_IF(blocks > INT_MAX, name + ": more than 2^31-1 thread blocks");
-  constexpr int64_t kSeqMargin = 256;  // 32-bit key indices, as v3
+  constexpr int64_t kSeqMargin = 256;  // 32-bit key indices, as t03
   FA_UNSUPPORTED_IF(s.seq_q > INT_MAX - kSeqMargin || s.seq_k > INT_MAX - kSeqMargin,
                     name + ": sequence lengths must stay below 2^31 - 256");
   Params p;
@@ -372,38 +354,38 @@ void launch(const AttentionFwdArgs& a, cudaStream_t stream) {
   FA_CHECK_LAUNCH();
 }
 
-template <class Rung, class T>
+template <class Step, class T>
 void dispatch_head_dim(const AttentionFwdArgs& a, cudaStream_t stream) {
   switch (a.shape.head_dim) {
     case 32:
-      return launch<Rung, T, 32>(a, stream);
+      return launch<Step, T, 32>(a, stream);
     case 64:
-      return launch<Rung, T, 64>(a, stream);
+      return launch<Step, T, 64>(a, stream);
     case 96:
-      return launch<Rung, T, 96>(a, stream);
+      return launch<Step, T, 96>(a, stream);
     case 128:
-      return launch<Rung, T, 128>(a, stream);
+      return launch<Step, T, 128>(a, stream);
     case 256:
-      return launch<Rung, T, 256>(a, stream);
+      return launch<Step, T, 256>(a, stream);
     default:
-      FA_UNSUPPORTED_IF(true, std::string(Rung::kName) + ": head_dim " +
+      FA_UNSUPPORTED_IF(true, std::string(Step::kName) + ": head_dim " +
                                   std::to_string(a.shape.head_dim) +
                                   " not instantiated (32, 64, 96, 128, 256)");
   }
 }
 
-// The registered entry point of a rung.
-template <class Rung>
+// The registered entry point of a step.
+template <class Step>
 void mtiles_forward(const AttentionFwdArgs& a, cudaStream_t stream) {
   FA_REQUIRE(a.shape.seq_q >= 0 && a.shape.seq_k >= 0 && a.shape.bh() >= 0, "negative size");
   if (a.shape.seq_q == 0 || a.shape.bh() == 0) return;  // nothing to write
   switch (a.dtype) {
     case DType::BF16:
-      return dispatch_head_dim<Rung, __nv_bfloat16>(a, stream);
+      return dispatch_head_dim<Step, __nv_bfloat16>(a, stream);
     case DType::F16:
-      return dispatch_head_dim<Rung, __half>(a, stream);
+      return dispatch_head_dim<Step, __half>(a, stream);
     default:
-      FA_UNSUPPORTED_IF(true, std::string(Rung::kName) + ": takes fp16 or bf16 inputs only");
+      FA_UNSUPPORTED_IF(true, std::string(Step::kName) + ": takes fp16 or bf16 inputs only");
   }
 }
 

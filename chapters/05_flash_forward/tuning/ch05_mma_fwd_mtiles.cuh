@@ -1,12 +1,12 @@
-// ch05_mma_fwd_mtiles.cuh: what the forward kernels with kM m16 tiles per warp (05/v4 to 05/v10)
-// share: their shared-memory layout and the two matmuls, S = Q K^T and O = alpha O + P V,
-// in which every K or V fragment loaded from shared memory is used by all kM m16 tiles of the warp
-// (v4_two_mtiles_per_warp.cu's header says why). Each rung keeps its own tile struct (the idea
-// of a rung is in its tiles or its kernel) and passes it here as Tl, with the members
+// ch05_mma_fwd_mtiles.cuh: what the tuning steps with kM m16 tiles per warp (t04 to t11) share:
+// their shared-memory layout and the two matmuls, S = Q K^T and O = alpha O + P V, in which every
+// K or V fragment loaded from shared memory is used by all kM m16 tiles of the warp (the header of
+// v3_fa2_warp_layout.cu says why). Each step's tile struct (ch05_tuning_tiles.cuh) comes here as
+// Tl, with the members
 //   kM (m16 tiles per warp), kBr, kBc, kSTiles (= kBc / 8), kQInRegs, kQRegSlices, kUnrollK
-//   (how far the k16 loop of S = Q K^T is unrolled), kSwizzle (v7), kOneLaneAddr (v8),
-//   kPipelineLoads (v9), kHoistCopies (v10, KVCopyPlan) and kThreads.
-// Device code; the rest of what they use (Params, ex2_approx, q_lane_ptr, store_o_tile) is v2/v3's,
+//   (how far the k16 loop of S = Q K^T is unrolled), kSwizzle (t07), kOneLaneAddr (t08),
+//   kPipelineLoads (t09), kHoistCopies (t10, KVCopyPlan) and kThreads.
+// Device code; the rest of what they use (Params, ex2_approx, q_lane_ptr, store_o_tile) is t03's,
 // in ch05_mma_fwd.cuh.
 #pragma once
 #include <cstddef>
@@ -18,7 +18,7 @@
 namespace fa::fwd_mma {
 
 // The Q tile (Tl::kBr rows), then K and V double-buffered (Tl::kBc rows each), padded rows of
-// D + 8 elements (common/attention_tiles.cuh), 16-bit elements. Tl::kSwizzle (v7): swizzled rows
+// D + 8 elements (common/attention_tiles.cuh), 16-bit elements. Tl::kSwizzle (t07): swizzled rows
 // of D elements instead (the same file), every tile at a 128-byte boundary.
 template <class Tl, int D>
 struct SmemFor {
@@ -36,8 +36,8 @@ struct SmemFor {
   __device__ __forceinline__ static T* row(T* tile, int r) {
     return tile + r * kPitch;
   }
-  // Element offset of 16-byte chunk ch (8 elements) of row r in a tile, where the copies write and
-  // the 16-byte reads of v12's epilogue read.
+  // Element offset of 16-byte chunk ch (8 elements) of row r in a tile, where the copies of t10's
+  // plan write.
   __device__ __forceinline__ static int chunk_at(int r, int ch) {
     if constexpr (kSwizzle)
       return tiles::swizzled_offset<D>(r, ch);
@@ -49,7 +49,7 @@ struct SmemFor {
   using Lane = tiles::LaneAddr<kSwizzle>;
 };
 
-// v10: the copies of K/V tile j + 1, planned once per thread. tiles::load_tile_async works out
+// t10: the copies of K/V tile j + 1, planned once per thread. tiles::load_tile_async works out
 // every 16-byte chunk's row, column, 64-bit source, bounds test and destination from scratch:
 // about 100 instructions per tile and warp at D 128, between the barrier and the first ldmatrix of
 // each step. The plan is fixed: with kChunks = D / 8 chunks per row, thread tid copies chunk
@@ -162,7 +162,7 @@ __device__ __forceinline__ void compute_s_m(float (&s)[Tl::kM][Tl::kSTiles][4],
   }
 }
 
-// compute_s_m with its fragment loads software-pipelined (v9, Tl::kPipelineLoads): the Q and K
+// compute_s_m with its fragment loads software-pipelined (t09, Tl::kPipelineLoads): the Q and K
 // fragments of k16 slice kk + 1 are loaded into a second set of registers before the MMAs of slice
 // kk are issued, so that those MMAs never wait for a load issued just before them. The loop must
 // be unrolled in full (the two register sets are indexed by kk % 2 at compile time).
@@ -209,7 +209,7 @@ __device__ __forceinline__ void compute_s_m_pipelined(
   }
 }
 
-// O *= alpha for the m16 tiles m where rescale[m] (v6 skips a tile when every alpha of it is
+// O *= alpha for the m16 tiles m where rescale[m] (t06 skips a tile when every alpha of it is
 // exactly 1).
 template <int D, class Tl>
 __device__ __forceinline__ void rescale_o_m(float (&o_acc)[Tl::kM][D / 8][4],
@@ -217,7 +217,7 @@ __device__ __forceinline__ void rescale_o_m(float (&o_acc)[Tl::kM][D / 8][4],
                                             const bool (&rescale)[Tl::kM]) {
 #pragma unroll
   for (int m = 0; m < Tl::kM; ++m) {
-    if (!rescale[m]) continue;  // warp-uniform where it is used (v6's vote)
+    if (!rescale[m]) continue;  // warp-uniform where it is used (t06's vote)
 #pragma unroll
     for (int dn = 0; dn < D / 8; ++dn) {
       o_acc[m][dn][0] *= alpha[m][0];
@@ -229,7 +229,7 @@ __device__ __forceinline__ void rescale_o_m(float (&o_acc)[Tl::kM][D / 8][4],
 }
 
 // O = alpha O + P V_j for the warp's kM m16 tiles; each V fragment is loaded once for all of them.
-// The rescale of m16 tile m runs only where rescale[m] (v6 skips it when every alpha of the tile
+// The rescale of m16 tile m runs only where rescale[m] (t06 skips it when every alpha of the tile
 // is exactly 1); v: this lane's ldmatrix .trans address in the V buffer.
 template <class T, int D, class Tl>
 __device__ __forceinline__ void rescale_o_add_pv_m(float (&o_acc)[Tl::kM][D / 8][4],
@@ -242,7 +242,8 @@ __device__ __forceinline__ void rescale_o_add_pv_m(float (&o_acc)[Tl::kM][D / 8]
   rescale_o_m<D, Tl>(o_acc, alpha, rescale);
 #pragma unroll
   for (int kk = 0; kk < Tl::kBc / 16; ++kk) {
-    uint32_t p_frag[Tl::kM][4];  // two S tiles of one m16 tile are one A fragment (v2's header)
+    uint32_t p_frag[Tl::kM]
+                   [4];  // two S tiles of one m16 tile are one A fragment (v2_mma.cu's header)
 #pragma unroll
     for (int m = 0; m < Tl::kM; ++m) {
       p_frag[m][0] = mma::pack2<T>(s[m][2 * kk][0], s[m][2 * kk][1]);
@@ -265,7 +266,7 @@ __device__ __forceinline__ void rescale_o_add_pv_m(float (&o_acc)[Tl::kM][D / 8]
   }
 }
 
-// rescale_o_add_pv_m with its V fragment loads software-pipelined (v9, Tl::kPipelineLoads): the
+// rescale_o_add_pv_m with its V fragment loads software-pipelined (t09, Tl::kPipelineLoads): the
 // Bc / 16 x D / 16 fragments of the tile are one sequence, and fragment i + 1 is loaded into a
 // second set of registers before the MMAs of fragment i are issued (as in S above). The P
 // fragments of every k16 slice are packed first.
@@ -306,7 +307,7 @@ __device__ __forceinline__ void rescale_o_add_pv_m_pipelined(
   }
 }
 
-// The same, rescaling every m16 tile (v4, v5).
+// The same, rescaling every m16 tile (t04, t05).
 template <class T, int D, class Tl>
 __device__ __forceinline__ void rescale_o_add_pv_m(float (&o_acc)[Tl::kM][D / 8][4],
                                                    const float (&s)[Tl::kM][Tl::kSTiles][4],
@@ -316,61 +317,6 @@ __device__ __forceinline__ void rescale_o_add_pv_m(float (&o_acc)[Tl::kM][D / 8]
 #pragma unroll
   for (int m = 0; m < Tl::kM; ++m) all[m] = true;
   rescale_o_add_pv_m<T, D, Tl>(o_acc, s, alpha, all, v);
-}
-
-// v12: the warp's kM x 16 rows of O = o_acc * inv_l (16-bit) to global memory at O_warp (its
-// first row), rows_left = seq_q - that row (the rows past seq_q are not written), with no address
-// arithmetic per element. v3's store_o_tile computes each thread's 4-byte shared-memory write
-// (row, chunk, swizzle) for every n8 tile, then each 16-byte copy's row, bounds test and 64-bit
-// global address, one m16 tile at a time, each global store waiting on its shared load: ~1000
-// instructions per warp at D 128, where FlashAttention-2's epilogue is ~570.
-// * Into shared memory: two n8 accumulator tiles, packed to 16 bits, are an A fragment (the layout
-//   P V relies on), so stmatrix (the inverse of ldmatrix) stores them at the lane addresses Q was
-//   read through: q_addr.at(...) is a base plus a constant, 8 stores of 16 columns per m16 tile.
-//   The rows are this warp's own slabs of sQ (only it ever read them, and no copy targets sQ any
-//   more), so __syncwarp is the only barrier.
-// * Into global memory: the warp's rows are contiguous there, so its chunk c (16 bytes, row-major
-//   over its rows) lies at O_warp + 8 c, and lane l copies chunks l + 32 i: a base plus a
-//   constant again. All shared loads are issued before the first global store.
-template <class T, int D, class Tl>
-__device__ __forceinline__ void store_o_m(T* O_warp, int64_t rows_left,
-                                          const float (&o_acc)[Tl::kM][D / 8][4],
-                                          const float (&inv_l)[Tl::kM][2],
-                                          const typename SmemFor<Tl, D>::Lane& q_addr,
-                                          const T* sQ_warp, int lane) {
-  using Sm = SmemFor<Tl, D>;
-  constexpr int kRowBytes = Sm::kPitch * 2;
-  constexpr int kChunks = D / 8;                             // 16-byte chunks per row
-  constexpr int kPerLane = Tl::kRowsPerWarp * kChunks / 32;  // chunks each lane copies
-  static_assert(Tl::kRowsPerWarp * kChunks % 32 == 0, "the warp's chunks split evenly");
-  __syncwarp();  // every lane's ldmatrix reads of these rows (Q) are done
-#pragma unroll
-  for (int m = 0; m < Tl::kM; ++m)
-#pragma unroll
-    for (int j = 0; j < D / 16; ++j) {
-      const uint32_t a[4] = {
-          mma::pack2<T>(o_acc[m][2 * j][0] * inv_l[m][0], o_acc[m][2 * j][1] * inv_l[m][0]),
-          mma::pack2<T>(o_acc[m][2 * j][2] * inv_l[m][1], o_acc[m][2 * j][3] * inv_l[m][1]),
-          mma::pack2<T>(o_acc[m][2 * j + 1][0] * inv_l[m][0], o_acc[m][2 * j + 1][1] * inv_l[m][0]),
-          mma::pack2<T>(o_acc[m][2 * j + 1][2] * inv_l[m][1],
-                        o_acc[m][2 * j + 1][3] * inv_l[m][1])};
-      mma::stmatrix_x4(q_addr.at(16 * kRowBytes * m, j), a);
-    }
-  __syncwarp();
-  uint4 chunk[kPerLane];
-#pragma unroll
-  for (int i = 0; i < kPerLane; ++i) {
-    const int c = lane + 32 * i, r = c / kChunks, ch = c % kChunks;
-    chunk[i] = *reinterpret_cast<const uint4*>(sQ_warp + Sm::chunk_at(r, ch));
-  }
-  // __stwb is a plain (write-back) 16-byte store. Assigning chunk[i] through a uint4 pointer
-  // compiled to four 32-bit stores (nvcc 13.0: the values live in registers by then), four times
-  // the L2 sectors in Nsight Compute.
-  const int64_t valid = rows_left * kChunks;  // chunks of rows before seq_q
-#pragma unroll
-  for (int i = 0; i < kPerLane; ++i)
-    if (lane + 32 * i < valid)
-      __stwb(reinterpret_cast<uint4*>(O_warp + 8 * (lane + 32 * i)), chunk[i]);
 }
 
 }  // namespace fa::fwd_mma
