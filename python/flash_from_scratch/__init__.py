@@ -2,7 +2,7 @@
 
     import flash_from_scratch as fa
     fa.list_kernels()                      # the registered kernels (no torch or GPU needed)
-    o = fa.attention(q, k, v, causal=True) # 05/v3 forward, 06/v2_mma backward (bf16, fp16)
+    o = fa.attention(q, k, v, causal=True) # 05/v5 forward, 06/v2_mma backward (bf16, fp16)
     fa.check_attention(my_attention)       # your callable vs float64 on ragged shapes
     fa.bench_attention(my_attention)       # its time next to ours and SDPA's
 
@@ -18,7 +18,7 @@ __all__ = ["list_kernels", "attention", "check_attention", "bench_attention",
            "supported", "Kernel", "FlashError", "UnsupportedError", "NoGpuError",
            "LibraryNotFound", "DEFAULT_FWD", "DEFAULT_BWD"]
 
-DEFAULT_FWD = "05/v3_fused_scale_warp_skip"
+DEFAULT_FWD = "05/v5_fewer_instructions"
 DEFAULT_BWD = "06/v2_mma"
 
 

@@ -12,7 +12,7 @@ import torch
 
 from . import _lib
 
-DEFAULT_FWD = "05/v3_fused_scale_warp_skip"
+DEFAULT_FWD = "05/v5_fewer_instructions"
 DEFAULT_BWD = "06/v2_mma"
 FP32_FWD = "05/v1_scalar_fp32"
 FP32_BWD = "06/v1_fp32"

@@ -15,7 +15,7 @@ def test_package_imports_without_torch():
     env = dict(os.environ, PYTHONPATH=PYTHON_DIR)
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.strip() == "05/v3_fused_scale_warp_skip"
+    assert r.stdout.strip() == "05/v5_fewer_instructions"
 
 
 def test_example_without_torch_says_what_to_install():

@@ -4,7 +4,7 @@ Task: reverse a sequence. Each example is 19 random tokens (vocabulary 16), a se
 19 tokens reversed; the model reads the first 38 positions (a length that fills no tile) and the
 loss is the next-token cross-entropy on the reversed half. Model: two pre-LayerNorm causal transformer layers, d_model
 128, 2 heads of 64, learned positions; attention in bf16 (q, k, v cast from the fp32 model),
-through 05/v3_fused_scale_warp_skip + 06/v2_mma in one run and through
+through 05/v5_fewer_instructions + 06/v2_mma in one run and through
 torch.nn.functional.scaled_dot_product_attention (is_causal: square, so top-left = bottom-right)
 in the other. Same initialisation, same batches, AdamW, 250 steps.
 
