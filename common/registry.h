@@ -148,7 +148,7 @@ bool register_entry(const K& entry);  // aborts on a duplicate name
 template <class K>
 const K* find_entry(const std::string& name);  // nullptr when absent
 // Entries whose name starts with `prefix` ("05/"), in name order with numbers compared as numbers
-// (natural_less: 05/v9_... before 05/v10_...), so a chapter's ladder lists its rungs in order.
+// (natural_less: t9_... before t10_...), so a chapter's ladder lists its rungs in order.
 template <class K>
 std::vector<const K*> entries_with_prefix(const std::string& prefix);
 template <class K>

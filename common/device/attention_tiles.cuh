@@ -1,6 +1,8 @@
 // attention_tiles.cuh: the padded shared-memory tile of the tensor-core attention kernels
-// (05/v2_mma, 05/v3_fused_scale_warp_skip, 06/v2_mma) and the cp.async loader that fills it.
-// Device code. At the end: the swizzled tile that 08/v7_swizzled_ring uses instead.
+// (chapter 08's rungs, chapter 05's tuning appendix) and the cp.async loader that fills it.
+// Device code. At the end: the swizzled tile that 08/v5_swizzled_ring uses instead. The
+// main-path rungs of chapters 05 and 06 carry their own copy of the piece they teach (05/v2_mma
+// the padded tile, 05/v4_swizzled_pipelined the swizzle); device/README.md lists who uses what.
 //
 // A tile holds ROWS consecutive rows of a row-major [seq, D] matrix of 16-bit elements (Q, K, V,
 // dO), stored as [ROWS][D + kPad]. The 8 elements (16 bytes) of padding per row shift each row
@@ -13,10 +15,10 @@
 // The cp.async writes and the ldmatrix reads must agree on that layout: both go through
 // padded_row (or the pitch kPitch<D>).
 //
-// Chapter 06's backward keeps its own loop over the same layout (flash_bwd_tc.cuh): the chunks
+// Chapter 06's backward keeps its own loop over the same layout (in its rung files): the chunks
 // are the same, but ptxas allocates registers differently for the two loop shapes, and each
-// kernel keeps the one it was tuned with (this one costs 06/v2's dQ kernel 31 more registers at
-// D = 128; 06's costs 05/v2 56 bytes of spills at D = 64).
+// kernel keeps the one it was tuned with (this one costs 06/v2_mma's dQ kernel 31 more registers
+// at D = 128; 06's costs 05/v2_mma 56 bytes of spills at D = 64).
 #pragma once
 #include <cstdint>
 
@@ -36,12 +38,12 @@ __device__ __forceinline__ T* padded_row(T* tile, int row) {
   return tile + row * kPitch<D>;
 }
 
-// The swizzled tile (08/v7_swizzled_ring): the same [ROWS][D] rows with no padding, each row's
+// The swizzled tile (08/v5_swizzled_ring): the same [ROWS][D] rows with no padding, each row's
 // 16-byte chunks permuted within their 128-byte group: logical chunk c of row r is stored at chunk
 // c ^ (r % 8). Why not the padding: a padded row starts 16 bytes further modulo 128 than the one
 // before, so a warp's cp.async of two whole rows (16 threads x 16 bytes each) writes shared memory
 // across 128-byte boundaries, and Nsight Compute counts 10.5 shared wavefronts per such
-// instruction where 4 would do, and 24 L2 sector requests where 16 would (08/v6, H100,
+// instruction where 4 would do, and 24 L2 sector requests where 16 would (08/t06_l2_prefetch, H100,
 // notes/08_decoding.md). The XOR keeps every row at a 128-byte boundary (the copies are aligned)
 // and still sends the eight rows of an ldmatrix 8x8 matrix (same logical chunk, rows r .. r + 7)
 // to eight different chunks of the group: no bank conflicts either. Rows of at least 8 chunks

@@ -1,5 +1,5 @@
 // mma.cuh: thin, documented wrappers over the Ampere-and-later PTX that the tensor-core kernels
-// (chapters 03, 05, 06) are built from. Each is one instruction; the comments give the facts a
+// (chapters 03, 05, 06, 08) are built from. Each is one instruction; the comments give the facts a
 // reader needs to use it (who holds which element). sm_80 or newer: on older GPUs these trap,
 // and the kernels using them register min_sm = 80 so the harness never launches them there.
 //
@@ -30,7 +30,8 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
 
 // The same two loads from a 32-bit shared-memory address (what smem_addr returns). A kernel that
 // keeps one 32-bit base per lane and adds compile-time offsets lets ptxas fold the offsets into
-// the instruction ([base + imm]) instead of keeping a 64-bit pointer live per fragment (05/v4).
+// the instruction ([base + imm]) instead of keeping a 64-bit pointer live per fragment
+// (05/v3_fa2_warp_layout).
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t saddr) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
@@ -169,7 +170,7 @@ __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool v
 
 // The same copy to a 32-bit shared-memory address (smem_addr), always 16 bytes. A loop that keeps
 // one 32-bit destination and one global pointer per lane and adds compile-time offsets issues one
-// instruction per copy, with no address arithmetic between them (08/v4).
+// instruction per copy, with no address arithmetic between them (08/t04_hoisted_addresses).
 __device__ __forceinline__ void cp_async_16(uint32_t saddr, const void* gmem) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(saddr), "l"(gmem));
@@ -180,7 +181,7 @@ __device__ __forceinline__ void cp_async_16(uint32_t saddr, const void* gmem) {
 
 // The same, with the hint that L2 may fetch the whole 128-byte line around the 16 bytes from DRAM
 // (PTX ISA, cp.async: ".level::prefetch_size = .L2::128B"). A hint only: the result is the same
-// copy. 08/v6 measures what it changes.
+// copy. 08/t06_l2_prefetch measures what it changes.
 __device__ __forceinline__ void cp_async_16_l2_128(uint32_t saddr, const void* gmem) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16;\n" ::"r"(saddr), "l"(gmem));
