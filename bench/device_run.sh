@@ -6,7 +6,8 @@
 #   bash bench/device_run.sh tour bench sdpa     # second call, while the machine is warm
 #
 # Stages: build, test, testlong, tour, bench, benchquick, sdpa, memdemo, sanitize, mystery, ch07,
-# python, ncu_decode, ncu_fwd, ncu_bwd, rung (one kernel version end to end: RUNG=name [BASE=name]),
+# python, ncu_decode, ncu_fwd, ncu_bwd, ncu_ch07, timeline07 (chapter 07's measured timeline, in a
+# build folder of its own), rung (one kernel version end to end: RUNG=name [BASE=name]),
 # rounds (RUNG and BASE against PyTorch SDPA, several alternating rounds, medians), pack
 # (fold the logs into one archive: the device returns at most 8 files).
 #
@@ -233,6 +234,56 @@ for stage in "$@"; do
       python3 notes/measured/h100-2026-11-23f/sass_mix.py "$OUT/${X}_ours_sass.csv.gz" "$OUT/${X}_fa2_sass.csv.gz" > "$OUT/${X}_opcodes.txt" 2>&1
       python3 bench/sass_memory.py "$OUT/${X}_ours_sass.csv.gz" "$OUT/${X}_fa2_sass.csv.gz" >> "$OUT/${X}_opcodes.txt" 2>&1
       log "ncu_bwd opcodes: $OUT/${X}_opcodes.txt"
+      ;;
+    ncu_ch07)
+      # Chapter 07's rungs side by side in Nsight Compute (notes/07_flash_hopper.md, "Why v2 loses to
+      # v1 at D = 64"): NCU07_RUNGS (default v1 and v2) at bf16 D NCU07_D (default 64), N 8192,
+      # B 2, H 2048/D, non-causal: blocks and warps per SM (Occupancy, LaunchStats), the tensor
+      # pipe's busy cycles (wgmma counts in sm__pipe_tensor_cycles_active, not in the hmma
+      # metrics), issue-slot use and the warp stall reasons. After `build`. Text reports
+      # ncu_ch07_D<D>_<rung>.txt and source pages _sass.csv.gz.
+      D=${NCU07_D:-64}
+      M=sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_tensor_op_gmma.sum
+      M=$M,sm__warps_active.avg.pct_of_peak_sustained_active,sm__ctas_launched.sum
+      for r in barrier long_scoreboard math_pipe_throttle mio_throttle selected short_scoreboard wait sleeping; do
+        M=$M,smsp__average_warp_latency_issue_stalled_$r.ratio; done
+      M=$M,smsp__inst_executed.sum,smsp__issue_active.avg.pct_of_peak_sustained_active
+      SECTIONS="--section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats"
+      SECTIONS="$SECTIONS --section SourceCounters"
+      for R in ${NCU07_RUNGS:-v1_tma_wgmma v2_warp_specialized}; do
+        X=ncu_ch07_D${D}_$R
+        log "ncu_ch07: 07/$R, D $D"
+        ncu $SECTIONS --metrics "$M" -k 'regex:flash_fwd_v[0-9]_kernel' -s 2 -c 1 -o "$OUT/$X" \
+          "$BUILD/bin/fa_bench" --benchmark_filter="attn_fwd/07/$R/bf16/D$D/full/N8192/" > /dev/null 2>&1
+        log "ncu_ch07 $R rc=$?"
+        ncu -i "$OUT/$X.ncu-rep" > "$OUT/$X.txt" 2>&1
+        ncu -i "$OUT/$X.ncu-rep" --page source --csv --print-source sass 2>/dev/null | gzip > "$OUT/${X}_sass.csv.gz"
+        rm -f "$OUT/$X.ncu-rep"
+      done
+      ;;
+    timeline07)
+      # Chapter 07's measured timeline (notes/07_flash_hopper.md; notes/figures/ch07_timeline.py
+      # draws it). A build folder of its own (TIMELINE_BUILD, default build-timeline) configured
+      # with -DFA_CH07_TIMELINE=ON, in which only the program ch07_timeline is built: the forward
+      # rungs v1-v4 with phase timestamps. Then v1-v4 at bf16 N 8192, B 2, non-causal: D 128
+      # (H 16) into ch07_timeline.csv and D 64 (H 32) into ch07_timeline_d64.csv, the program's
+      # summary in timeline07.log. Needs no other stage; after `build` it reuses the dependency
+      # archives that stage downloaded, if any.
+      TB=${TIMELINE_BUILD:-build-timeline}
+      MIRROR=()
+      [[ -f "$BUILD/_deps/downloads/eigen-3.4.0.tar.gz" ]] && MIRROR=(-DFA_DEPENDENCY_URL_BASE="file://$PWD/$BUILD/_deps/downloads")
+      log "timeline07: configure $TB (-DFA_CH07_TIMELINE=ON)"
+      cmake -S . -B "$TB" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+        -DFA_CH07_TIMELINE=ON -DFA_BUILD_TESTS=OFF -DFA_BUILD_BENCHMARKS=OFF ${MIRROR[@]+"${MIRROR[@]}"} \
+        > "$OUT/timeline07_configure.log" 2>&1 || { tail -30 "$OUT/timeline07_configure.log"; exit 1; }
+      log "timeline07: build ch07_timeline (-j$JOBS)"
+      cmake --build "$TB" --target ch07_timeline -j "$JOBS" > "$OUT/timeline07_build.log" 2>&1 ||
+        { grep -E "error|Error" "$OUT/timeline07_build.log" | head -40; exit 1; }
+      log "timeline07: D 128"
+      "$TB/bin/ch07_timeline" --head_dim=128 --out="$OUT/ch07_timeline.csv" > "$OUT/timeline07.log" 2>&1
+      log "timeline07 D 128 rc=$?"
+      "$TB/bin/ch07_timeline" --head_dim=64 --out="$OUT/ch07_timeline_d64.csv" >> "$OUT/timeline07.log" 2>&1
+      log "timeline07 D 64 rc=$?"; cat "$OUT/timeline07.log"
       ;;
     rung)
       # One kernel version end to end, after `build`: RUNG (a registered name), BASE (optional,

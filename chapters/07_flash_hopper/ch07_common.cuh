@@ -4,7 +4,9 @@
 //   * the online softmax on a wgmma accumulator fragment (mask, running max and sum, exp2);
 //   * P (the probabilities) packed from the S accumulators into register A fragments for P V;
 //   * the epilogue (O = acc / l, L = ln-sum-exp), with predicated stores;
-//   * host side: TMA descriptors of Q, K, V, the fallback, the opt-in to more shared memory.
+//   * host side: TMA descriptors of Q, K, V, the fallback, the opt-in to more shared memory;
+//   * the phase marks of the measured timeline (ch07_timeline.cuh: nothing unless the timeline
+//     build defines FA_CH07_TIMELINE=1).
 // Included by the sm_90a files only; the forward rungs' launch and checks are in ch07_launch.cuh.
 #pragma once
 #include <cuda.h>
@@ -18,6 +20,7 @@
 #include <string>
 
 #include "ch07_tiles.h"
+#include "ch07_timeline.cuh"
 #include "check.h"
 #include "dtype.h"
 #include "hopper.cuh"

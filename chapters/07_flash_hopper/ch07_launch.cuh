@@ -41,6 +41,9 @@ void launch_fwd(const char* name, const AttentionFwdArgs& a, cudaStream_t stream
   const int64_t blocks = num_q_tiles * s.bh();
   FA_UNSUPPORTED_IF(blocks > INT_MAX, std::string(name) + ": more than 2^31-1 thread blocks");
   set_smem_limit_once<kKernel, kSmemBytes>();
+#if FA_CH07_TIMELINE
+  timeline::upload();  // where this launch records its phases (ch07_timeline.cuh)
+#endif
   const CUtensorMap tm_q = make_tmap(a.q, s.bh(), s.seq_q, D, kBr, a.dtype);
   const CUtensorMap tm_k = make_tmap(a.k, s.bh(), s.seq_k, D, Tiles<D>::kBc, a.dtype);
   const CUtensorMap tm_v = make_tmap(a.v, s.bh(), s.seq_k, D, Tiles<D>::kBc, a.dtype);

@@ -82,6 +82,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   using Tl = Tiles<D>;
   using Sm = V2Smem<D>;
   constexpr int kBc = Tl::kBc;
+  FA_TL_INIT(threadIdx.x / 128);  // the timeline build's phase marks (ch07_timeline.cuh)
   constexpr int kStages = Sm::kStages;
   extern __shared__ unsigned char smem_raw[];
   // The 128-byte swizzle repeats every 1024 bytes and the descriptors assume atoms start there.
@@ -120,7 +121,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         hopper::tma_load_3d(sQ + c * kBr * 128, &tm_q, q_full, c * kSwizzleCols, int(q0), int(bh));
       for (int j = 0; j < n_tiles; ++j) {
         const int s = j % kStages, use = j / kStages;
+        FA_TL_START(tl_slot);
         if (use > 0) hopper::mbar_wait(&empty[s], (use - 1) & 1);  // both consumers freed it
+        FA_TL_END(tl_slot, kProducerWait, j);
         hopper::mbar_arrive_expect_tx(&full[s], 2 * Sm::kKVBytes);
         for (int c = 0; c < Tl::kStrips; ++c) {
           hopper::tma_load_3d(sK(s) + c * kBc * 128, &tm_k, &full[s], c * kSwizzleCols, j * kBc,
@@ -150,14 +153,19 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int i = 0; i < Tl::kOAcc; ++i) o[i] = 0.0f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 
+  FA_TL_START(tl_q);
   hopper::mbar_wait(q_full, 0);
+  FA_TL_END(tl_q, kWaitQ, 0);
   for (int j = 0; j < n_tiles; ++j) {
     const int s = j % kStages;
+    FA_TL_START(tl_kv);
     hopper::mbar_wait(&full[s], (j / kStages) & 1);
+    FA_TL_END(tl_kv, kWaitKV, j);
 
     // ---- S = Q K_j^T: 64 x Bc, D / 16 k-steps, both operands K-major in shared memory.
     float sc[Tl::kSAcc];
     hopper::wgmma_fence();
+    FA_TL_START(tl_qk);
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk)
       hopper::wgmma_ss<kBc, T, 0>(sc, desc_k_major<kBr>(sQc, kk), desc_k_major<kBc>(sK(s), kk),
@@ -165,8 +173,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     hopper::wgmma_commit();
     hopper::wgmma_wait<0>();
     hopper::fence_registers(sc);
+    FA_TL_END(tl_qk, kQK, j);
 
     // ---- Softmax in registers.
+    FA_TL_START(tl_softmax);
     negate_if(sc, p.scale_log2 < 0.0f);
     if (j >= n_unmasked) mask_tile(sc, int64_t(j) * kBc, last_key, q);
     float alpha[2];
@@ -174,10 +184,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     rescale(o, alpha);
     uint32_t pf[Tl::kPSlices][4];
     pack_p<T>(sc, pf);
+    FA_TL_END(tl_softmax, kSoftmax, j);
 
     // ---- O += P V_j: Bc / 16 k-steps, P from registers, V MN-major in shared memory.
     hopper::fence_registers(o);
     hopper::wgmma_fence();
+    FA_TL_START(tl_pv);
 #pragma unroll
     for (int kk = 0; kk < Tl::kPSlices; ++kk)
       hopper::wgmma_rs<D, T, 1>(o, pf[kk], desc_v<D>(sV(s), kk), 1);
@@ -186,13 +198,16 @@ __global__ void __launch_bounds__(kThreads, 1)
     hopper::fence_registers(o);
 #pragma unroll
     for (int kk = 0; kk < Tl::kPSlices; ++kk) hopper::fence_registers(pf[kk]);
+    FA_TL_END(tl_pv, kPV, j);
 
     // ---- This warpgroup is done with stage s: the producer may refill it once both are.
     hopper::mbar_arrive(&empty[s]);
   }
 
+  FA_TL_START(tl_epilogue);
   store_o_l<T, D>(o, m, l, c, static_cast<T*>(p.o) + bh * p.seq_q * D, p.lse + bh * p.seq_q,
                   wg_row0, p.seq_q, t);
+  FA_TL_END(tl_epilogue, kEpilogue, n_tiles);
 }
 
 // ---- Host side: ch07_launch.cuh checks the arguments, picks T and D, and calls Launch<T, D>::run.

@@ -95,6 +95,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   using Tl = Tiles<D>;
   using Sm = V4Smem<D>;
   constexpr int kBc = Tl::kBc;
+  FA_TL_INIT(threadIdx.x / 128);  // the timeline build's phase marks (ch07_timeline.cuh)
   constexpr int kStages = Sm::kStages;
   extern __shared__ unsigned char smem_raw[];
   // The 128-byte swizzle repeats every 1024 bytes and the descriptors assume atoms start there.
@@ -137,12 +138,16 @@ __global__ void __launch_bounds__(kThreads, 1)
         hopper::tma_load_3d(sQ + c * kBr * 128, &tm_q, q_full, c * kSwizzleCols, int(q0), int(bh));
       for (int j = 0; j < n_tiles; ++j) {
         const int s = j % kStages, use = j / kStages;
+        FA_TL_START(tl_slot);
         if (use > 0) hopper::mbar_wait(&empty_k[s], (use - 1) & 1);  // both consumers freed it
+        FA_TL_END(tl_slot, kProducerWait, j);
         hopper::mbar_arrive_expect_tx(&full_k[s], Sm::kKVBytes);
         for (int c = 0; c < Tl::kStrips; ++c)
           hopper::tma_load_3d(sK(s) + c * kBc * 128, &tm_k, &full_k[s], c * kSwizzleCols, j * kBc,
                               int(bh));
+        FA_TL_START(tl_slot_v);
         if (use > 0) hopper::mbar_wait(&empty_v[s], (use - 1) & 1);  // freed a turn after K
+        FA_TL_END(tl_slot_v, kProducerWait, j);
         hopper::mbar_arrive_expect_tx(&full_v[s], Sm::kKVBytes);
         for (int c = 0; c < Tl::kStrips; ++c)
           hopper::tma_load_3d(sV(s) + c * kBc * 128, &tm_v, &full_v[s], c * kSwizzleCols, j * kBc,
@@ -177,14 +182,19 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto turn = [&](int j, auto k_s, auto k_pv) {
     constexpr bool kS = decltype(k_s)::value, kPV = decltype(k_pv)::value;
     const int s = j % kStages, sp = (j + kStages - 1) % kStages;  // stages of tile j and j - 1
+    FA_TL_START(tl_kv);
     if constexpr (kS) hopper::mbar_wait(&full_k[s], (j / kStages) & 1);
     if constexpr (kPV) hopper::mbar_wait(&full_v[sp], ((j - 1) / kStages) & 1);
+    FA_TL_END(tl_kv, kWaitKV, j);
 
     // ---- This consumer's turn: S_j = Q K_j^T, then O += P_{j-1} V_{j-1}, two commit groups.
+    FA_TL_START(tl_turn);
     hopper::named_bar_sync(kTurnBar + consumer, kTurnThreads);
+    FA_TL_END(tl_turn, kWaitTurn, j);
     float sc[Tl::kSAcc];
     hopper::fence_registers(o);
     hopper::wgmma_fence();
+    FA_TL_START(tl_qk);
     if constexpr (kS) {
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk)
@@ -192,6 +202,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                                     kk > 0);
       hopper::wgmma_commit();  // the older group: S_j
     }
+    FA_TL_START(tl_pv);
     if constexpr (kPV) {
 #pragma unroll
       for (int kk = 0; kk < Tl::kPSlices; ++kk)
@@ -211,11 +222,14 @@ __global__ void __launch_bounds__(kThreads, 1)
       else
         hopper::wgmma_wait<0>();
       hopper::fence_registers(sc);
+      FA_TL_END(tl_qk, kQK, j);
+      FA_TL_START(tl_softmax);
       hopper::mbar_arrive(&empty_k[s]);  // done with K_j
       negate_if(sc, p.scale_log2 < 0.0f);
       if (j >= n_unmasked) mask_tile(sc, int64_t(j) * kBc, last_key, q);
       online_softmax(sc, m, l, c, alpha);
       hopper::fence_registers(sc);  // the exponentials are computed before the wait below
+      FA_TL_END(tl_softmax, kSoftmax, j);
     }
     if constexpr (kPV) {
       hopper::wgmma_wait<0>();
@@ -223,17 +237,22 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
       for (int kk = 0; kk < Tl::kPSlices; ++kk) hopper::fence_registers(pf[kk]);
       hopper::mbar_arrive(&empty_v[sp]);  // done with V_{j-1}
+      FA_TL_END(tl_pv, kPV, j - 1);
     }
     // ---- O now holds P_{j-1} V_{j-1}: rescale it for tile j, and P_j replaces P_{j-1}.
     if constexpr (kS) {
+      FA_TL_START(tl_pack);
       rescale(o, alpha);
       pack_p<T>(sc, pf);
+      FA_TL_END(tl_pack, kSoftmax, j);
     }
   };
   using Yes = std::true_type;
   using No = std::false_type;
 
+  FA_TL_START(tl_q);
   hopper::mbar_wait(q_full, 0);
+  FA_TL_END(tl_q, kWaitQ, 0);
   // Consumer 0 takes the first turn. Every bar.arrive meets exactly one bar.sync (header).
   if (consumer == 1 && n_turns > 0) hopper::named_bar_arrive(kTurnBar, kTurnThreads);
   if (n_turns > 0) {
@@ -242,8 +261,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     turn(n_tiles, No{}, Yes{});  // P_{n-1} V_{n-1} only
   }
 
+  FA_TL_START(tl_epilogue);
   store_o_l<T, D>(o, m, l, c, static_cast<T*>(p.o) + bh * p.seq_q * D, p.lse + bh * p.seq_q,
                   wg_row0, p.seq_q, t);
+  FA_TL_END(tl_epilogue, kEpilogue, n_tiles);
 }
 
 // ---- Host side: ch07_launch.cuh checks the arguments, picks T and D, and calls Launch<T, D>::run.

@@ -86,6 +86,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   using Tl = Tiles<D>;
   using Sm = V1Smem<D>;
   constexpr int kBc = Tl::kBc;
+  FA_TL_INIT(threadIdx.x / 128);  // the timeline build's phase marks (ch07_timeline.cuh)
   extern __shared__ unsigned char smem_raw[];
   // The 128-byte swizzle repeats every 1024 bytes and the descriptors assume atoms start there.
   const uint32_t raw = mma::smem_addr(smem_raw);
@@ -137,14 +138,19 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int i = 0; i < Tl::kOAcc; ++i) o[i] = 0.0f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 
+  FA_TL_START(tl_q);
   hopper::mbar_wait(q_full, 0);
+  FA_TL_END(tl_q, kWaitQ, 0);
   for (int j = 0; j < n_tiles; ++j) {
     const int s = j % kStages;
+    FA_TL_START(tl_kv);
     // TODO(exercise kv-ring-parity): wait until stage s holds K and V of tile j: hopper::mbar_wait(&kv_full[s], parity). Stage s is filled for tiles s, s + kStages, s + 2 kStages, ...; each fill completes one phase of its mbarrier, and the wait names the parity (0, 1, 0, 1, ...) of the phase it waits for. A wrong parity returns at once (a race: S from a tile still in flight) or never (a hang)
+    FA_TL_END(tl_kv, kWaitKV, j);
 
     // ---- S = Q K_j^T: 64 x Bc, D / 16 k-steps, both operands K-major in shared memory.
     float sc[Tl::kSAcc];
     hopper::wgmma_fence();
+    FA_TL_START(tl_qk);
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk)
       hopper::wgmma_ss<kBc, T, 0>(sc, desc_k_major<kBr>(sQ, kk), desc_k_major<kBc>(sK(s), kk),
@@ -152,18 +158,22 @@ __global__ void __launch_bounds__(kThreads, 1)
     hopper::wgmma_commit();
     hopper::wgmma_wait<0>();
     hopper::fence_registers(sc);
+    FA_TL_END(tl_qk, kQK, j);
 
     // ---- Softmax in registers.
+    FA_TL_START(tl_softmax);
     negate_if(sc, p.scale_log2 < 0.0f);
     if (j >= n_unmasked) mask_tile(sc, int64_t(j) * kBc, last_key, q);
     float alpha[2];
     online_softmax(sc, m, l, c, alpha);
     // TODO(exercise rescale-and-pack-p): (1) O was summed against the old row max: multiply this thread's O accumulators by alpha of their row; in the wgmma accumulator fragment o[i] belongs to row g (alpha[0]) when i % 4 < 2 and to row g + 8 (alpha[1]) otherwise. (2) Turn P (fp32, in sc) into the register A fragments of O += P V without moving a value between threads: slice k (keys 16k .. 16k+15, k < Tl::kPSlices) needs pf[k][0] = row g, keys 16k+2q, +1; pf[k][1] = row g+8, the same keys; pf[k][2] = row g, keys 16k+8+2q, +1; pf[k][3] = row g+8, those keys; sc[4j .. 4j+3] hold rows g, g, g+8, g+8 at keys 8j+2q, 8j+2q+1. Pack two values with mma::pack2<T>(lower key, higher key)
     uint32_t pf[Tl::kPSlices][4] = {};  // stand-in: P = 0 and O never rescaled
+    FA_TL_END(tl_softmax, kSoftmax, j);
 
     // ---- O += P V_j: Bc / 16 k-steps, P from registers, V MN-major in shared memory.
     hopper::fence_registers(o);
     hopper::wgmma_fence();
+    FA_TL_START(tl_pv);
 #pragma unroll
     for (int kk = 0; kk < Tl::kPSlices; ++kk)
       hopper::wgmma_rs<D, T, 1>(o, pf[kk], desc_v<D>(sV(s), kk), 1);
@@ -172,14 +182,19 @@ __global__ void __launch_bounds__(kThreads, 1)
     hopper::fence_registers(o);
 #pragma unroll
     for (int kk = 0; kk < Tl::kPSlices; ++kk) hopper::fence_registers(pf[kk]);
+    FA_TL_END(tl_pv, kPV, j);
 
     // ---- Stage s is free once every warp's wgmmas on it are done: refill it with tile j + 2.
+    FA_TL_START(tl_sync);
     __syncthreads();
+    FA_TL_END(tl_sync, kSync, j);
     if (t == 0 && j + kStages < n_tiles) request_kv(j + kStages);
   }
 
+  FA_TL_START(tl_epilogue);
   store_o_l<T, D>(o, m, l, c, static_cast<T*>(p.o) + bh * p.seq_q * D, p.lse + bh * p.seq_q, q0,
                   p.seq_q, t);
+  FA_TL_END(tl_epilogue, kEpilogue, n_tiles);
 }
 
 // ---- Host side: ch07_launch.cuh checks the arguments, picks T and D, and calls Launch<T, D>::run.
