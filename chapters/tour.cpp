@@ -3,7 +3,7 @@
 // with the copy-bandwidth and cuBLAS reference rows). Without a GPU each chapter runs its CPU tier
 // and names what it skipped; the summary says so chapter by chapter, and the tour still exits 0
 // if nothing failed. Chapter 07's own kernels need an H100 or H200 and a build for compute
-// capability 9.0; on another GPU its tables list them as unsupported beside the 05/v3 peer.
+// capability 9.0; on another GPU its tables list them as unsupported beside the 05/v5 peer.
 //
 //   tour                    every chapter
 //   tour 01 05              only these chapters

@@ -3,7 +3,7 @@
 // The program, in the order it runs:
 //   1. CPU tier: the tile-range arithmetic every rung uses (ch07_tiles.h) against a brute-force
 //      definition, and the visit/mask/skip map of one causal problem with seq_q != seq_k.
-//   2. GPU: every "07/" kernel (or the ones --kernel names) and, as the peer to beat, 05/v3 (the
+//   2. GPU: every "07/" kernel (or the ones --kernel names) and, as the peer to beat, 05/v5 (the
 //      best mma.sync forward), on the chosen shape, causal and not; then a bf16 D=128 timing row
 //      at B=2, H=16, N=--big_seq. The 07 kernels need compute capability 9.0 and a build that
 //      targets it; elsewhere they report "unsupported".
@@ -27,7 +27,7 @@ using fa::AttentionFwdKernel;
 using fa::AttentionShape;
 using fa::DType;
 
-constexpr const char* kPeer = "05/v3_fused_scale_warp_skip";
+constexpr const char* kPeer = "05/v5_fewer_instructions";
 
 // ---- 1. The tile ranges, checked by brute force. Returns the number of failures. --------------
 int tile_range_checks() {
@@ -139,11 +139,11 @@ int run(const std::vector<std::string>& args) {
                  "CMAKE_CUDA_ARCHITECTURES includes 90\n";
 
   if (!fa::have_gpu()) {
-    fa::print_no_gpu(std::cout, "the Hopper kernels and their peer 05/v3");
+    fa::print_no_gpu(std::cout, "the Hopper kernels and their peer 05/v5");
     return failures ? 1 : 0;
   }
 
-  // 2. GPU: 05/v3 first, then every selected 07 kernel, on the chosen shape, then the big row.
+  // 2. GPU: 05/v5 first, then every selected 07 kernel, on the chosen shape, then the big row.
   fa::RunOptions opt;
   opt.seed = cli.seed();
   opt.timing.repeats = static_cast<int>(repeats);

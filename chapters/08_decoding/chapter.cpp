@@ -27,7 +27,7 @@ using fa::AttentionFwdKernel;
 using fa::AttentionShape;
 using fa::DType;
 
-constexpr const char* kChapter05Kernel = "05/v3_fused_scale_warp_skip";
+constexpr const char* kChapter05Kernel = "05/v5_fewer_instructions";
 
 // ---- 1. The CPU model against the float64 reference. Returns the number of failed checks. ----
 int cpu_model_checks(uint64_t seed) {
