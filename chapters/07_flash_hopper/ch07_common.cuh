@@ -217,8 +217,8 @@ __device__ __forceinline__ void store_o_l(const float (&o)[D / 2], const float (
 // Shapes TMA cannot load run this registered kernel, called through the registry (not by
 // instantiating its template here: each .cu file is its own CUDA module, and a kernel template
 // instantiated in two of them shares its host-side "shared memory already opted in" flag but not
-// its device code; see 03/v6). It takes head dims up to 128; D = 256 is then unsupported.
-constexpr const char* kFallback = "05/v3_fused_scale_warp_skip";
+// its device code; see 03/v6): chapter 05's final forward, which takes head dims 32 to 256.
+constexpr const char* kFallback = "05/v5_fewer_instructions";
 
 inline bool aligned(const void* p, uintptr_t n) {
   return reinterpret_cast<uintptr_t>(p) % n == 0;
