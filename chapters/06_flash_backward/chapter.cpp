@@ -4,7 +4,8 @@
 //             reference on ragged shapes; the identity rowsum(dO o O) = rowsum(P o dP); a few
 //             steps of gradient descent on a toy head with tiled vs reference gradients.
 //   GPU tier  every 06/ backward kernel through the harness (O and L from 06/forward_helper, so
-//             this program needs no other chapter), causal and not, for each dtype it lists;
+//             this program needs no other chapter), causal and not, for each dtype it lists:
+//             the main path (v1 .. v5) first, then the tuning steps (tuning/, 06/tKK_*);
 //             the D preprocess on its own in GB/s, and at fa_bench's bf16 shapes with U = 1, 2,
 //             4 rows per lane (bytes in flight); the same training steps with the GPU's
 //             gradients (06/v1_fp32 in fp32, 06/v2_mma in bf16) against the CPU's.
@@ -121,7 +122,7 @@ double gbps(double bytes, double ms) {
 }
 
 void preprocess_bandwidth(std::ostream& os, const AttentionShape& s,
-                          const std::vector<DType>& dtypes, uint64_t seed) {
+                          const std::vector<DType>& dtypes, uint64_t seed, int repeats) {
   os << "\n== The D preprocess alone: D_i = rowsum(dO_i o O_i), " << s.str() << " ==\n"
      << "  bytes = read O and dO once + write D (fp32); copy ceiling " << std::fixed
      << std::setprecision(0) << copy_bandwidth_gbps() << " GB/s\n";
@@ -129,9 +130,13 @@ void preprocess_bandwidth(std::ostream& os, const AttentionShape& s,
     DeviceBuffer o = to_device(t, random_normal(s.q_numel(), derive_seed(seed, 71)));
     DeviceBuffer dout = to_device(t, random_normal(s.q_numel(), derive_seed(seed, 72)));
     DeviceBuffer delta(size_t(s.lse_numel()) * sizeof(float));
-    Timing tm = time_gpu([&](cudaStream_t st) {
-      launch_delta_preprocess(o.data(), dout.data(), delta.as<float>(), s, t, st);
-    });
+    TimingOptions timing;
+    timing.repeats = repeats;
+    Timing tm = time_gpu(
+        [&](cudaStream_t st) {
+          launch_delta_preprocess(o.data(), dout.data(), delta.as<float>(), s, t, st);
+        },
+        timing);
     const double bytes =
         2.0 * double(s.q_numel()) * double(dtype_size(t)) + double(s.lse_numel()) * sizeof(float);
     os << "  " << std::setw(5) << dtype_name(t) << "  " << std::setprecision(4) << tm.median_ms
@@ -209,7 +214,7 @@ struct PreprocessRow {
 
 // The table at fa_bench's bf16 shapes (16384 tokens x 2048 hidden, N = 8192), then the launcher
 // on 4x the rows; returns the number of failed checks.
-int preprocess_bytes_in_flight(std::ostream& os) {
+int preprocess_bytes_in_flight(std::ostream& os, int repeats) {
   const DType t = DType::BF16;
   const std::vector<PreprocessRow> rows = {
       {"U = 1", DeltaVariant{1, true}},
@@ -244,10 +249,11 @@ int preprocess_bytes_in_flight(std::ostream& os) {
                                                 row.variant, st);
         };
         delta.poison();
-        TimingOptions memset;
+        TimingOptions memset, clean_flush;
         memset.flush = Flush::Memset;
+        memset.repeats = clean_flush.repeats = repeats;
         const Timing flushed = time_gpu(launch, memset);
-        const Timing clean = time_gpu(launch);
+        const Timing clean = time_gpu(launch, clean_flush);
         std::vector<float> D(size_t(s.lse_numel()));
         delta.download(D.data(), D.size() * sizeof(float));
         std::ostringstream note;
@@ -327,7 +333,7 @@ int run(const std::vector<std::string>& args) {
   AttentionDefaults defaults;
   defaults.heads = 4;
   add_attention_options(cli, defaults);
-  add_kernel_options(cli, "06/", 0);
+  add_kernel_options(cli, "06/", 20);
   cli.section("kernels (name, dtypes, head dims, oldest GPU, what it changes)",
               kernels_help<AttentionBwdKernel>("06/"))
       .example(printed_command("ch06.help").args);
@@ -340,6 +346,10 @@ int run(const std::vector<std::string>& args) {
   std::vector<const AttentionBwdKernel*> kernels =
       select_kernels<AttentionBwdKernel>("06/", cli.get("kernel"));
   require_supported(kernels, req, cli.get("kernel") != "all");
+  // The main path (06/v1 .. v5) before the tuning steps (06/t04 .. t12), each in ladder order.
+  std::stable_partition(kernels.begin(), kernels.end(),
+                        [](const AttentionBwdKernel* k) { return k->name.rfind("06/t", 0) != 0; });
+  const int repeats = static_cast<int>(cli.get_count("repeats"));
   for (DType t : dtypes)
     require_fits_in_gpu_memory(attention_bwd_bytes(shape, t),
                                "the backward pass at " + shape.str());
@@ -360,6 +370,7 @@ int run(const std::vector<std::string>& args) {
   std::vector<RunResult> rows;
   RunOptions opt;
   opt.seed = seed;
+  opt.timing.repeats = repeats;
   opt.forward_kernel = kForwardHelper;
   // The first and the last (batch, head) are compared with the float64 reference: it keeps the
   // tour fast. tests/gpu/ checks every head on the ragged shapes.
@@ -377,8 +388,8 @@ int run(const std::vector<std::string>& args) {
   failures += print_failures(std::cout, rows);
 
   // 3. The preprocess on its own, and the training check.
-  preprocess_bandwidth(std::cout, shape, dtypes, seed);
-  failures += preprocess_bytes_in_flight(std::cout);
+  preprocess_bandwidth(std::cout, shape, dtypes, seed, repeats);
+  failures += preprocess_bytes_in_flight(std::cout, repeats);
   failures += gpu_training_check(std::cout);
   return failures ? 1 : 0;
 }

@@ -55,7 +55,7 @@ unsigned grid_for(int64_t tiles_per_head, int64_t bh) {
 template <int D>
 void launch_dkdv_dq(const BwdParams& p, int64_t bh, cudaStream_t st) {
   if (p.seq_k > 0) {
-    dkdv_kernel<D, false><<<grid_for(ceil_div(p.seq_k, kBc), bh), kThreads, 0, st>>>(p);
+    dkdv_kernel<D><<<grid_for(ceil_div(p.seq_k, kBc), bh), kThreads, 0, st>>>(p);
     FA_CHECK_LAUNCH();
   }
   if (p.seq_q > 0) {

@@ -1,11 +1,13 @@
-// v2_mma.cu: the FlashAttention-2 backward on tensor cores (mma.sync m16n8k16, bf16 / fp16 in,
-// fp32 accumulate), with no atomics: every output element is written by exactly one thread, so
-// the gradients are bitwise deterministic.
+// v2_mma.cu: 06/v2_mma, the backward of v1 on tensor cores: mma.sync m16n8k16, bf16 / fp16 in,
+// fp32 accumulate. Still two kernels and no atomics: every output element is written by exactly
+// one thread, so the gradients are bitwise deterministic.
 //
-// What changed vs v1 (fp32 CUDA cores): the five matmuls of the backward (S, dP, dV, dK, dQ) run
-// on tensor cores; tiles arrive in shared memory by cp.async, double-buffered; the transposed
-// products P^T dO and dS^T Q never transpose anything in memory (see "fragment ownership").
-// The algorithm is the same: P is recomputed from L, dS = P * (dP - D), D precomputed.
+// What it adds to v1, and why. v1 runs the five products of the backward (S, dP, dV, dK, dQ) as
+// scalar fp32 FMAs, about 13 TFLOP/s on an H100 whose tensor cores do 990. Here they run on
+// tensor cores: 64 x 64 tiles arrive in shared memory by cp.async (double-buffered, so the next
+// tile's copy overlaps this tile's math), fragments are loaded from there by ldmatrix, and the
+// transposed products P^T dO and dS^T Q never transpose anything in memory (see "Fragment
+// ownership"). The algorithm is v1's: P is recomputed from L, dS = P * (dP - D), D precomputed.
 //
 // The map (three launches on one stream):
 //   1. launch_delta_preprocess: D = rowsum(dO * O)                    (ch06_preprocess.h)
@@ -21,7 +23,9 @@
 //        dQ_i += dS K_j
 //      then writes dQ_i * scale. (S and dP are computed twice, once per kernel: 7 matmuls
 //      instead of 5. That is the price of determinism without an fp32 dQ accumulator in
-//      global memory updated by atomics, which is what FA2 does.)
+//      global memory updated by atomics, which is v3's idea.)
+// And in this file, top to bottom: the tiles and fragment loaders, Params, dkdv_kernel,
+// dq_kernel, the launcher, the registration.
 //
 // Tiles: Br = Bc = 64, 4 warps (128 threads), at every head dim. Each warp owns 16 rows of the
 // tile the block is about (keys in dkdv, queries in dq) and all the columns (D = 256: half of
@@ -39,16 +43,15 @@
 //     A = K_j rows 16w.. (ldmatrix) and B = Q_i^T (ldmatrix of Q rows, no transpose: the
 //     col-major B operand is a row-major Q). The accumulator of n-tile nt holds
 //     S^T[16w+g (+8)][8nt + 2t (+1)]. Two adjacent n-tiles of that accumulator ARE the A
-//     fragment of P^T for a 16-query k-step (flash_bwd_tc.cuh: acc_to_a), so dV += P^T dO takes
-//     P^T straight from registers, with B = dO loaded by ldmatrix.trans. The same holds for
-//     dP^T = V_j dO_i^T and dK += dS^T Q_i. The thread owns dK/dV rows 16w+g and 16w+g+8,
-//     columns 8nt+2t, 8nt+2t+1.
+//     fragment of P^T for a 16-query k-step (acc_to_a), so dV += P^T dO takes P^T straight from
+//     registers, with B = dO loaded by ldmatrix.trans. The same holds for dP^T = V_j dO_i^T and
+//     dK += dS^T Q_i. The thread owns dK/dV rows 16w+g and 16w+g+8, columns 8nt+2t, 8nt+2t+1.
 //   dq: the mirror image: warp w owns queries 16w..16w+15, S = Q K^T with A = Q (ldmatrix),
 //     B = K^T (ldmatrix of K rows); dS from registers is the A operand of dQ += dS K with
 //     B = K by ldmatrix.trans. The thread owns dQ rows 16w+g, 16w+g+8. Its two L and D values
 //     are in registers for the whole kernel.
 //
-// Shared memory (T = 16-bit dtype, tiles padded to D + 8 elements per row, flash_bwd_tc.cuh):
+// Shared memory (T = 16-bit dtype, tiles padded to D + 8 elements per row):
 //   dkdv: K_j | V_j | Q_i x2 | dO_i x2 | L_i*log2(e) x2 | D_i x2   (6 tiles + 1 KiB)
 //   dq:   Q_i | dO_i | K_j x2 | V_j x2                              (6 tiles)
 //   = 103 KiB at D = 128, 55 KiB at D = 64 (opt-in above 48 KiB).
@@ -81,8 +84,8 @@
 // sees no key (L = -inf) gets L' = +inf, so P = exp2(x - inf) = 0 with no test in the loop.
 // Keys past seq_k and the causal triangle are masked only on the tiles that need it.
 //
-// Speed (H100, 2026-11-21): 186.1 TFLOP/s bf16 D128 N8192 (181.9 causal), 179.3 at N2048
-// (161.7 causal) (fa_bench, B = 16384/N, H = 2048/D; notes/measured/h100-2026-11-21/bench.log).
+// Speed (H100 80GB HBM3, 2026-11-23): D 128 N 8192 bf16 187.8 TFLOP/s, FlashAttention-2 289.7
+// (fa_bench and PyTorch in one run, notes/measured/h100-2026-11-23d/call4_bench.log).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -93,7 +96,6 @@
 
 #include "ch06_preprocess.h"
 #include "check.h"
-#include "flash_bwd_tc.cuh"
 #include "gpu.h"
 #include "mma.cuh"
 #include "registry.h"
@@ -102,15 +104,116 @@ namespace {
 
 using fa::causal_last_key;
 using fa::ceil_div;
-using fa::bwd_tc::acc_to_a;
-using fa::bwd_tc::kPad;
-using fa::bwd_tc::load_a;
-using fa::bwd_tc::load_b_x;
-using fa::bwd_tc::load_b_xt;
-using fa::bwd_tc::load_l2;
-using fa::bwd_tc::load_tile_async;
-using fa::bwd_tc::mma_pair;
-using fa::bwd_tc::store_rows;
+
+// ---- shared-memory tiles and fragments ------------------------------------------------------
+// A tile holds ROWS rows of a row-major [seq, D] matrix (Q, K, V or dO) in the 16-bit dtype,
+// stored as [ROWS][D + kPad]: the 8 elements (16 bytes) of padding per row shift each row by 16
+// bytes modulo 128, so the eight row addresses of one ldmatrix 8x8 matrix fall into eight
+// different 16-byte bank groups (no bank conflicts, with or without .trans), and every 16-byte
+// cp.async destination stays aligned.
+//
+// The fragment layouts are those of common/mma.cuh (g = lane / 4, t = lane % 4). Each loader
+// below is one ldmatrix.x4; lane l gives the row address of matrix i = l / 8, row r = l % 8.
+constexpr int kPad = 8;  // elements of padding per shared-memory row (16 bytes)
+
+// Copy rows [row0, row0 + ROWS) of a [seq, D] row-major matrix `g` into the padded tile `s`,
+// 16 bytes per cp.async. Rows at or past `seq` are zero-filled (nothing is read for them).
+template <class T, int D, int ROWS, int THREADS>
+__device__ __forceinline__ void load_tile_async(T* s, const T* g, int64_t row0, int64_t seq,
+                                                int tid) {
+  constexpr int kChunksPerRow = D * int(sizeof(T)) / 16;
+  constexpr int kChunks = ROWS * kChunksPerRow;
+  constexpr int kLd = D + kPad;
+#pragma unroll
+  for (int c = tid; c < kChunks; c += THREADS) {
+    const int r = c / kChunksPerRow;
+    const int cc = c % kChunksPerRow;
+    const bool valid = row0 + r < seq;
+    const T* src = valid ? g + (row0 + r) * int64_t(D) + cc * 8 : g;
+    fa::mma::cp_async_16(s + r * kLd + cc * 8, src, valid);
+  }
+}
+
+// A fragment of the 16x16 block A[m0.., k0..] of a row-major tile (A = the tile itself).
+// Matrices: 0 = rows 0-7 / cols 0-7 -> a[0], 1 = rows 8-15 / cols 0-7 -> a[1],
+//           2 = rows 0-7 / cols 8-15 -> a[2], 3 = rows 8-15 / cols 8-15 -> a[3].
+template <int LD, class T>
+__device__ __forceinline__ void load_a(uint32_t (&a)[4], const T* s, int m0, int k0, int lane) {
+  const int i = lane >> 3, r = lane & 7;
+  fa::mma::ldmatrix_x4(a, s + (m0 + r + (i & 1) * 8) * LD + k0 + (i >> 1) * 8);
+}
+
+// B fragments of two adjacent n-tiles (n0..n0+7 and n0+8..n0+15, k0..k0+15) when B = X^T, i.e.
+// B[k][n] = X[n][k] with X the row-major tile (rows are n). Used for S = Q K^T (X = K) and its
+// relatives: the "col-major B" of mma.sync is exactly a row-major X, so no transpose is needed.
+// b[0], b[1] -> n-tile n0;  b[2], b[3] -> n-tile n0 + 8.
+template <int LD, class T>
+__device__ __forceinline__ void load_b_xt(uint32_t (&b)[4], const T* s, int n0, int k0, int lane) {
+  const int i = lane >> 3, r = lane & 7;
+  fa::mma::ldmatrix_x4(b, s + (n0 + r + (i >> 1) * 8) * LD + k0 + (i & 1) * 8);
+}
+
+// B fragments of two adjacent n-tiles when B = X, i.e. B[k][n] = X[k][n] with X the row-major
+// tile (rows are k). mma.sync wants pairs along k, which are a column of X: ldmatrix .trans
+// hands thread (g, t) the elements X[2t][g], X[2t+1][g] of each 8x8 matrix. Used for dV += P^T dO
+// (X = dO), dK += dS^T Q (X = Q), dQ += dS K (X = K).
+// b[0], b[1] -> n-tile n0;  b[2], b[3] -> n-tile n0 + 8.
+template <int LD, class T>
+__device__ __forceinline__ void load_b_x(uint32_t (&b)[4], const T* s, int k0, int n0, int lane) {
+  const int i = lane >> 3, r = lane & 7;
+  fa::mma::ldmatrix_x4_trans(b, s + (k0 + r + (i & 1) * 8) * LD + n0 + (i >> 1) * 8);
+}
+
+// The C fragments of two adjacent n-tiles (16 columns) of a 16 x N accumulator, rounded to 16
+// bits, are exactly the A fragment of the 16x16 block with those columns as k:
+//   a[0] = C[g][2t..]   (tile j, c[0..1])    a[1] = C[g+8][2t..]   (tile j, c[2..3])
+//   a[2] = C[g][2t+8..] (tile j+1, c[0..1])  a[3] = C[g+8][2t+8..] (tile j+1, c[2..3])
+// This is why P and dS never go through shared memory.
+template <class T>
+__device__ __forceinline__ void acc_to_a(uint32_t (&a)[4], const float (&c0)[4],
+                                         const float (&c1)[4]) {
+  a[0] = fa::mma::pack2<T>(c0[0], c0[1]);
+  a[1] = fa::mma::pack2<T>(c0[2], c0[3]);
+  a[2] = fa::mma::pack2<T>(c1[0], c1[1]);
+  a[3] = fa::mma::pack2<T>(c1[2], c1[3]);
+}
+
+// Two MMAs sharing one A fragment: d0 += a b[0..1], d1 += a b[2..3] (two adjacent n-tiles).
+template <class T>
+__device__ __forceinline__ void mma_pair(float (&d0)[4], float (&d1)[4], const uint32_t (&a)[4],
+                                         const uint32_t (&b)[4]) {
+  const uint32_t b0[2] = {b[0], b[1]};
+  const uint32_t b1[2] = {b[2], b[3]};
+  fa::mma::mma_16816<T>(d0, a, b0);
+  fa::mma::mma_16816<T>(d1, a, b1);
+}
+// L in the form the loops want: L * log2(e), or +inf for a row that does not exist or sees no
+// key (L = -inf), which makes every P of that row exp2(finite - inf) = 0.
+__device__ __forceinline__ float load_l2(const float* lse, int64_t row, int64_t seq_q) {
+  constexpr float kLog2e = 1.4426950408889634f;
+  if (row >= seq_q) return INFINITY;
+  const float l = lse[row];
+  return l == -INFINITY ? INFINITY : l * kLog2e;
+}
+
+// Store a 16 x DC fp32 accumulator, times `mul`: rows r0 + g, r0 + g + 8 and columns
+// col0 .. col0 + DC - 1 of a [seq, D] matrix (DC = D, col0 = 0 unless the columns are split).
+template <class T, int D, int DC>
+__device__ __forceinline__ void store_rows(T* out, const float (&acc)[DC / 8][4], int64_t r0,
+                                           int col0, int64_t seq, float mul, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t row = r0 + g + 8 * h;
+    if (row >= seq) continue;
+    T* dst = out + row * int64_t(D) + col0 + 2 * t;
+#pragma unroll
+    for (int nt = 0; nt < DC / 8; ++nt) {
+      *reinterpret_cast<uint32_t*>(dst + 8 * nt) =
+          fa::mma::pack2<T>(acc[nt][2 * h] * mul, acc[nt][2 * h + 1] * mul);
+    }
+  }
+}
 
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;

@@ -1,19 +1,20 @@
-// v3_atomic_dq.cu: 06/v2_mma plus one idea, FlashAttention-2's: dQ is accumulated in fp32 by
-// atomics from the dK/dV kernel, and the dq kernel, with its second computation of S and dP, is
-// gone. bf16 / fp16 in, mma.sync m16n8k16, fp32 accumulate. Not bitwise deterministic (Cost).
+// v3_atomic_dq.cu: 06/v3_atomic_dq, v2 plus one idea, FlashAttention-2's: dQ is accumulated in
+// fp32 by atomics from the dK/dV kernel, and the dq kernel, with its second computation of S and
+// dP, is gone. bf16 / fp16 in, mma.sync m16n8k16, fp32 accumulate. Not bitwise deterministic
+// (Cost).
 //
-// What changed vs v2: v2 runs 7 matmuls per (Q tile, K tile) pair (S^T, dV, dP^T, dK in dkdv;
-// S, dP, dQ again in dq) so that every output element is written by one thread. Here the dkdv
-// block, which already holds dS^T for its K_j and the current Q_i, also forms the partial sum
+// What it adds to v2, and why. v2 runs 7 matmuls per (Q tile, K tile) pair (S^T, dV, dP^T, dK in
+// dkdv; S, dP, dQ again in dq) so that every output element is written by one thread. Here the
+// dkdv block, which already holds dS^T for its K_j and the current Q_i, also forms the partial sum
 //   dQ_i += dS K_j          (Br queries x D, summed over this block's Bc keys)
 // and adds it with fp32 atomicAdd (result unused, so a fire-and-forget reduction; on sm_90 one
 // float2 atomicAdd per two adjacent columns, elsewhere one scalar atomic per element) into the
 // workspace dQaccum = args.workspace, fp32 [batch * heads][seq_q][D], 64-bit offsets, which the
 // caller zeroes before every call (registry.h: AttentionBwdArgs; the harness, and so fa_bench,
 // with a cudaMemsetAsync on the stream, inside the timed launch; the tests and the Python API
-// too). A last small kernel writes dQ = dQaccum * scale in the 16-bit dtype. 5 matmuls instead of 7: exactly the 5 that
-// the 2.5x FLOP convention counts, at the price of Br x D atomics per pair and one pass over the
-// fp32 accumulator.
+// too). A last small kernel writes dQ = dQaccum * scale in the 16-bit dtype. 5 matmuls instead of
+// 7: exactly the 5 that the 2.5x FLOP convention counts, at the price of Br x D atomics per pair
+// and one pass over the fp32 accumulator.
 //
 // The map (three launches on one stream, after the caller's memset of the workspace):
 //   1. launch_delta_preprocess: D = rowsum(dO * O)                    (ch06_preprocess.h)
@@ -25,21 +26,23 @@
 //      then writes dK_j * scale and dV_j.
 //   3. convert_dq_kernel: dQ = dQaccum * scale in the dtype (grid-stride, 4 elements a thread).
 //      Rows no K tile touched (causal rows that see no key) read the zeroed workspace: dQ = 0.
+// And in this file, top to bottom: the tiles and fragment loaders (v2's, and two more for dS^T
+// through shared memory), Params, dkdv_kernel, convert_dq_kernel, the launcher, the registration.
 //
 // Why dS goes through shared memory. In dkdv warp w owns 16 keys (rows of dS^T) and all 64
 // queries of the tile: right for dK_j += dS^T Q_i, whose sum over queries stays in the thread.
 // dQ_i = dS K_j sums over keys, which are spread over the 4 warps. So each warp stores its
-// 16 x 64 piece of dS^T, the 16-bit A fragments its dK product uses anyway (flash_bwd_tc.cuh:
-// store_a, bank-conflict free), into sdS, 64 keys x 64 queries (+ 8 padding); after a barrier
-// warp w computes dQ rows 16w..16w+15 of the Q tile (its queries; the same rows as v2's dq
-// kernel gave it) with A = dS = sdS^T (ldmatrix.trans, flash_bwd_tc.cuh: load_a_xt) and B = K_j
-// (ldmatrix.trans of K rows, as in v2's dq), kDqCols columns at a time: a 16 x kDqCols fp32
-// accumulator (kDqCols / 2 registers a thread) lives only between the MMAs and its atomics, next
-// to dK and dV. Thread (g, t) adds rows q0 + 16w + g and + 8, columns 8nt + 2t and + 1; rows at
-// or past seq_q are skipped (their dS is 0, but they are not in the workspace). FA2 sends dS
-// through shared memory too. Barriers: one more per Q tile (sdS written -> sdS read); the
-// barrier that ends each Q tile in v2 now also keeps the next tile's sdS stores behind this
-// tile's reads. Rows of dS^T for keys past seq_k are 0 (masked P), as in v2.
+// 16 x 64 piece of dS^T, the 16-bit A fragments its dK product uses anyway (store_a,
+// bank-conflict free), into sdS, 64 keys x 64 queries (+ 8 padding); after a barrier warp w
+// computes dQ rows 16w..16w+15 of the Q tile (its queries; the same rows as v2's dq kernel gave
+// it) with A = dS = sdS^T (ldmatrix.trans, load_a_xt) and B = K_j (ldmatrix.trans of K rows, as
+// in v2's dq), kDqCols columns at a time: a 16 x kDqCols fp32 accumulator (kDqCols / 2 registers
+// a thread) lives only between the MMAs and its atomics, next to dK and dV. Thread (g, t) adds
+// rows q0 + 16w + g and + 8, columns 8nt + 2t and + 1; rows at or past seq_q are skipped (their
+// dS is 0, but they are not in the workspace). FA2 sends dS through shared memory too.
+// Barriers: one more per Q tile (sdS written -> sdS read); the barrier that ends each Q tile in
+// v2 now also keeps the next tile's sdS stores behind this tile's reads. Rows of dS^T for keys
+// past seq_k are 0 (masked P), as in v2.
 //
 // Head dim 256: v2's column split still applies, and costs less. The two blocks of a K/V tile
 // each compute S^T and dP^T in full, so both hold the same dS^T, and each adds only its own half
@@ -63,34 +66,28 @@
 // element of dQ is added once per K tile (n_kt x the size of dQ; FA2 with Bc = 128 adds half as
 // often), mostly served by L2; the memset and the convert read and write dQaccum once each.
 // The prediction was 5 / 7 of v2's tensor-core work and one launch less, so at most 0.71x v2's
-// time before the atomics; measured, 0.90x at D 128 N 8192 (Speed).
+// time before the atomics; measured, 0.90x at D 128 N 8192.
+//
+// The width of an atomic. A first version added dQ with one scalar fp32 atomic per element and
+// was slower than v2 at every shape (0.68-0.87x; 135.2 against 184.7 TFLOP/s at D 128 N 8192).
+// Nsight Compute on that shape: dkdv_kernel 22.24 ms, 1,610,612,736 L2 reduction sectors
+// (lts__t_sectors_op_red.sum). sm_90 can add a float2 in one atomic, and a thread's two columns
+// 2t and 2t + 1 are adjacent and 8-byte aligned, so the #if block at the atomics issues one per
+// pair: 805,306,368 sectors (exactly half), dkdv_kernel 15.78 ms, tensor pipe busy 33.17% (v2's
+// two kernels: 10.57 + 7.17 ms). FlashAttention-2's one kernel on that shape: 10.87 ms, tensor
+// pipe 49.93%, 402,653,184 reduction sectors, half of ours again: its key tile is 128 wide
+// (Br 64 x Bc 128, 8 warps, one block per SM), so each dQ element is added half as often. It also
+// issues 2.12 G instructions to our 3.40 G (ldmatrix: 302 M to 436 M) at about the same issue
+// rate. Both are what the next rung takes (v4_bc128_tuned.cu; notes/06_flash_backward.md,
+// section 5b, has the profiles: notes/measured/h100-2026-11-23d/).
 //
 // Masking: out-of-range rows are zero-filled by cp.async; a query row that does not exist or
 // sees no key (L = -inf) gets L' = +inf, so P = exp2(x - inf) = 0 with no test in the loop.
 // Keys past seq_k and the causal triangle are masked only on the tiles that need it.
 //
-// Speed (H100 80GB HBM3, 2026-11-23, notes/measured/h100-2026-11-23d/; bf16, B = 16384/N,
-// H = 2048/D, TFLOP/s in the 2.5x convention). The first version (commit fa68b29) added dQ with
-// one scalar fp32 atomic per element, and was slower than v2 at every shape (0.68-0.87x):
-// 135.2 against 184.7 at D 128 N 8192 (call3_bench.log). Nsight Compute on that shape
-// (call3_sdpa.log): dkdv_kernel 22.24 ms, tensor pipe busy 24.32%, 1,610,612,736 L2 reduction
-// sectors (lts__t_sectors_op_red.sum), 9.62 cycles per issued instruction; convert_dq 62.11 us.
-// v2's two kernels took 10.57 + 7.17 ms (call1_ncu_ours_bwd_v2_d128.txt). sm_90 can add a float2
-// in one atomic, and a thread's two columns 2t and 2t + 1 are adjacent and 8-byte aligned, so
-// the #if block at the atomics issues one per pair: 805,306,368 sectors (exactly half),
-// dkdv_kernel 15.78 ms, tensor pipe 33.17% (call4_ncu_bwd_v3.txt). fa_bench, v2 / v3 at D 128
-// (call4_bench.log): full N 1024 169.1 / 178.9, N 8192 187.8 / 207.8; causal N 1024
-// 138.2 / 148.4, N 8192 182.0 / 195.8. v3 is now our fastest mma.sync backward at every shape
-// of the protocol, but short of PyTorch's FA2 (call4_sdpa.log, N 1024 to 16384; goal 0.85x):
-// 0.65-0.82x at D 64 and 0.69-0.87x at D 128 without mask, 0.68-1.03x and 0.67-1.07x causal;
-// 207.8 against 289.7 at D 128 N 8192. FA2's one kernel on that shape
-// (call4_ncu_fa2_bwd_d128.txt): 10.87 ms, tensor pipe 49.93%, 402,653,184 reduction sectors,
-// half of ours again: its key tile is 128 wide (Br 64 x Bc 128, 8 warps, one block per SM), so
-// each dQ element is added half as often. It also issues 2.12 G instructions to our 3.40 G
-// (ldmatrix: 302 M to 436 M) at about the same issue rate (26.23% and 28.02% of cycles): 1.5x
-// the cycles (23.46 M against 15.80 M). Not built yet: Bc = 128 with 8 warps (FA2's tile); two m16
-// tiles per warp in the dQ product, as 05/v4_two_mtiles_per_warp does in the forward (half
-// the ldmatrix per MMA).
+// Speed (H100 80GB HBM3, 2026-11-23): D 128 N 8192 bf16 207.8 TFLOP/s, v2_mma 187.8,
+// FlashAttention-2 289.7 (fa_bench and PyTorch in one run,
+// notes/measured/h100-2026-11-23d/call4_bench.log).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -100,10 +97,8 @@
 #include <cstdint>
 #include <string>
 
-#include "ch06_atomic_dq.cuh"  // Params, convert_dq_kernel
 #include "ch06_preprocess.h"
 #include "check.h"
-#include "flash_bwd_tc.cuh"
 #include "gpu.h"
 #include "mma.cuh"
 #include "registry.h"
@@ -112,17 +107,140 @@ namespace {
 
 using fa::causal_last_key;
 using fa::ceil_div;
-using fa::bwd_tc::acc_to_a;
-using fa::bwd_tc::kPad;
-using fa::bwd_tc::load_a;
-using fa::bwd_tc::load_a_xt;
-using fa::bwd_tc::load_b_x;
-using fa::bwd_tc::load_b_xt;
-using fa::bwd_tc::load_l2;
-using fa::bwd_tc::load_tile_async;
-using fa::bwd_tc::mma_pair;
-using fa::bwd_tc::store_a;
-using fa::bwd_tc::store_rows;
+
+// ---- shared-memory tiles and fragments ------------------------------------------------------
+// A tile holds ROWS rows of a row-major [seq, D] matrix (Q, K, V or dO) in the 16-bit dtype,
+// stored as [ROWS][D + kPad]: the 8 elements (16 bytes) of padding per row shift each row by 16
+// bytes modulo 128, so the eight row addresses of one ldmatrix 8x8 matrix fall into eight
+// different 16-byte bank groups (no bank conflicts, with or without .trans), and every 16-byte
+// cp.async destination stays aligned.
+//
+// The fragment layouts are those of common/mma.cuh (g = lane / 4, t = lane % 4). Each loader
+// below is one ldmatrix.x4; lane l gives the row address of matrix i = l / 8, row r = l % 8.
+constexpr int kPad = 8;  // elements of padding per shared-memory row (16 bytes)
+
+// Copy rows [row0, row0 + ROWS) of a [seq, D] row-major matrix `g` into the padded tile `s`,
+// 16 bytes per cp.async. Rows at or past `seq` are zero-filled (nothing is read for them).
+template <class T, int D, int ROWS, int THREADS>
+__device__ __forceinline__ void load_tile_async(T* s, const T* g, int64_t row0, int64_t seq,
+                                                int tid) {
+  constexpr int kChunksPerRow = D * int(sizeof(T)) / 16;
+  constexpr int kChunks = ROWS * kChunksPerRow;
+  constexpr int kLd = D + kPad;
+#pragma unroll
+  for (int c = tid; c < kChunks; c += THREADS) {
+    const int r = c / kChunksPerRow;
+    const int cc = c % kChunksPerRow;
+    const bool valid = row0 + r < seq;
+    const T* src = valid ? g + (row0 + r) * int64_t(D) + cc * 8 : g;
+    fa::mma::cp_async_16(s + r * kLd + cc * 8, src, valid);
+  }
+}
+
+// A fragment of the 16x16 block A[m0.., k0..] of a row-major tile (A = the tile itself).
+// Matrices: 0 = rows 0-7 / cols 0-7 -> a[0], 1 = rows 8-15 / cols 0-7 -> a[1],
+//           2 = rows 0-7 / cols 8-15 -> a[2], 3 = rows 8-15 / cols 8-15 -> a[3].
+template <int LD, class T>
+__device__ __forceinline__ void load_a(uint32_t (&a)[4], const T* s, int m0, int k0, int lane) {
+  const int i = lane >> 3, r = lane & 7;
+  fa::mma::ldmatrix_x4(a, s + (m0 + r + (i & 1) * 8) * LD + k0 + (i >> 1) * 8);
+}
+
+// B fragments of two adjacent n-tiles (n0..n0+7 and n0+8..n0+15, k0..k0+15) when B = X^T, i.e.
+// B[k][n] = X[n][k] with X the row-major tile (rows are n). Used for S = Q K^T (X = K) and its
+// relatives: the "col-major B" of mma.sync is exactly a row-major X, so no transpose is needed.
+// b[0], b[1] -> n-tile n0;  b[2], b[3] -> n-tile n0 + 8.
+template <int LD, class T>
+__device__ __forceinline__ void load_b_xt(uint32_t (&b)[4], const T* s, int n0, int k0, int lane) {
+  const int i = lane >> 3, r = lane & 7;
+  fa::mma::ldmatrix_x4(b, s + (n0 + r + (i >> 1) * 8) * LD + k0 + (i & 1) * 8);
+}
+
+// B fragments of two adjacent n-tiles when B = X, i.e. B[k][n] = X[k][n] with X the row-major
+// tile (rows are k). mma.sync wants pairs along k, which are a column of X: ldmatrix .trans
+// hands thread (g, t) the elements X[2t][g], X[2t+1][g] of each 8x8 matrix. Used for dV += P^T dO
+// (X = dO), dK += dS^T Q (X = Q), dQ += dS K (X = K).
+// b[0], b[1] -> n-tile n0;  b[2], b[3] -> n-tile n0 + 8.
+template <int LD, class T>
+__device__ __forceinline__ void load_b_x(uint32_t (&b)[4], const T* s, int k0, int n0, int lane) {
+  const int i = lane >> 3, r = lane & 7;
+  fa::mma::ldmatrix_x4_trans(b, s + (k0 + r + (i & 1) * 8) * LD + n0 + (i >> 1) * 8);
+}
+
+// The C fragments of two adjacent n-tiles (16 columns) of a 16 x N accumulator, rounded to 16
+// bits, are exactly the A fragment of the 16x16 block with those columns as k:
+//   a[0] = C[g][2t..]   (tile j, c[0..1])    a[1] = C[g+8][2t..]   (tile j, c[2..3])
+//   a[2] = C[g][2t+8..] (tile j+1, c[0..1])  a[3] = C[g+8][2t+8..] (tile j+1, c[2..3])
+// This is why P and dS never go through shared memory.
+template <class T>
+__device__ __forceinline__ void acc_to_a(uint32_t (&a)[4], const float (&c0)[4],
+                                         const float (&c1)[4]) {
+  a[0] = fa::mma::pack2<T>(c0[0], c0[1]);
+  a[1] = fa::mma::pack2<T>(c0[2], c0[3]);
+  a[2] = fa::mma::pack2<T>(c1[0], c1[1]);
+  a[3] = fa::mma::pack2<T>(c1[2], c1[3]);
+}
+
+// Two MMAs sharing one A fragment: d0 += a b[0..1], d1 += a b[2..3] (two adjacent n-tiles).
+template <class T>
+__device__ __forceinline__ void mma_pair(float (&d0)[4], float (&d1)[4], const uint32_t (&a)[4],
+                                         const uint32_t (&b)[4]) {
+  const uint32_t b0[2] = {b[0], b[1]};
+  const uint32_t b1[2] = {b[2], b[3]};
+  fa::mma::mma_16816<T>(d0, a, b0);
+  fa::mma::mma_16816<T>(d1, a, b1);
+}
+
+// A fragment of the 16x16 block A[m0.., k0..] when A = X^T, i.e. A[m][k] = X[k][m] with X the
+// row-major tile (rows are k). ldmatrix .trans hands thread (g, t) X[2t][g], X[2t+1][g] of each
+// 8x8 matrix, which is A[g][2t], A[g][2t+1]. Matrices: 0 = k 0-7 / m 0-7 -> a[0],
+// 1 = k 0-7 / m 8-15 -> a[1], 2 = k 8-15 / m 0-7 -> a[2], 3 = k 8-15 / m 8-15 -> a[3].
+// Used for dQ += dS K with dS^T in shared memory (X = dS^T, rows are keys).
+template <int LD, class T>
+__device__ __forceinline__ void load_a_xt(uint32_t (&a)[4], const T* s, int m0, int k0, int lane) {
+  const int i = lane >> 3, r = lane & 7;
+  fa::mma::ldmatrix_x4_trans(a, s + (k0 + r + (i >> 1) * 8) * LD + m0 + (i & 1) * 8);
+}
+
+// Store an A fragment (as acc_to_a makes it) as the 16x16 block [m0.., k0..] of a row-major tile:
+// the inverse of load_a. Four 32-bit stores per thread; in a padded tile (LD = 8 mod 16 elements)
+// the 32 lanes of each store hit 32 different banks.
+template <int LD, class T>
+__device__ __forceinline__ void store_a(T* s, const uint32_t (&a)[4], int m0, int k0, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+  T* p = s + (m0 + g) * LD + k0 + 2 * t;
+  *reinterpret_cast<uint32_t*>(p) = a[0];
+  *reinterpret_cast<uint32_t*>(p + 8 * LD) = a[1];
+  *reinterpret_cast<uint32_t*>(p + 8) = a[2];
+  *reinterpret_cast<uint32_t*>(p + 8 * LD + 8) = a[3];
+}
+// L in the form the loops want: L * log2(e), or +inf for a row that does not exist or sees no
+// key (L = -inf), which makes every P of that row exp2(finite - inf) = 0.
+__device__ __forceinline__ float load_l2(const float* lse, int64_t row, int64_t seq_q) {
+  constexpr float kLog2e = 1.4426950408889634f;
+  if (row >= seq_q) return INFINITY;
+  const float l = lse[row];
+  return l == -INFINITY ? INFINITY : l * kLog2e;
+}
+
+// Store a 16 x DC fp32 accumulator, times `mul`: rows r0 + g, r0 + g + 8 and columns
+// col0 .. col0 + DC - 1 of a [seq, D] matrix (DC = D, col0 = 0 unless the columns are split).
+template <class T, int D, int DC>
+__device__ __forceinline__ void store_rows(T* out, const float (&acc)[DC / 8][4], int64_t r0,
+                                           int col0, int64_t seq, float mul, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t row = r0 + g + 8 * h;
+    if (row >= seq) continue;
+    T* dst = out + row * int64_t(D) + col0 + 2 * t;
+#pragma unroll
+    for (int nt = 0; nt < DC / 8; ++nt) {
+      *reinterpret_cast<uint32_t*>(dst + 8 * nt) =
+          fa::mma::pack2<T>(acc[nt][2 * h] * mul, acc[nt][2 * h + 1] * mul);
+    }
+  }
+}
 
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
@@ -143,6 +261,23 @@ static_assert(kAccCols<256> == 128 && kColSplits<256> == 2 && kColSplits<128> ==
 // Columns of the partial dQ held in registers at a time (16 x kDqCols per warp) before their
 // atomics: 32 divides every kAccCols (32, 64, 96, 128).
 constexpr int kDqCols = 32;
+
+struct Params {
+  const void* q;
+  const void* k;
+  const void* v;
+  const void* dout;
+  const float* lse;
+  const float* delta;
+  float* dq_accum;  // fp32 [batch * heads][seq_q][D], zero on entry (the caller's workspace)
+  void* dk;
+  void* dv;
+  int64_t seq_q, seq_k;
+  int64_t n_tiles;   // key tiles per (batch, head)
+  float scale;       // softmax scale
+  float scale_log2;  // scale * log2(e): P = exp2(S * scale_log2 - L * log2(e))
+  bool causal;
+};
 
 template <int D>
 constexpr int smem_bytes_tiles() {
@@ -406,6 +541,21 @@ __global__ void __launch_bounds__(kThreads, 2) dkdv_kernel(Params p) {
   T* dV = static_cast<T*>(p.dv) + bh * seq_k * D;
   store_rows<T, D, kDC>(dK, dk, k0 + kr0, col0, seq_k, p.scale, lane);
   store_rows<T, D, kDC>(dV, dv, k0 + kr0, col0, seq_k, 1.0f, lane);
+}
+
+// ---- dQ = dQaccum * scale ------------------------------------------------------------------
+// n4 = elements / 4 (every D here is a multiple of 16); 16-byte loads, 8-byte stores.
+template <class T>
+__global__ void convert_dq_kernel(const float* __restrict__ acc, T* __restrict__ dq, int64_t n4,
+                                  float scale) {
+  for (int64_t x = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; x < n4;
+       x += int64_t(gridDim.x) * blockDim.x) {
+    const float4 v = reinterpret_cast<const float4*>(acc)[x];
+    uint2 out;
+    out.x = fa::mma::pack2<T>(v.x * scale, v.y * scale);
+    out.y = fa::mma::pack2<T>(v.z * scale, v.w * scale);
+    reinterpret_cast<uint2*>(dq)[x] = out;
+  }
 }
 
 // ---- launcher ------------------------------------------------------------------------------

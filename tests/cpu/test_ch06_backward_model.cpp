@@ -44,7 +44,7 @@ struct ShapeCase {
 };
 const ShapeCase kShapes[] = {{1, 1},     {17, 17}, {113, 203}, {203, 113},
                              {129, 129}, {1, 40},  {40, 1}};
-// The kernels' own tiles (06/v2, v3: 64 x 64; 06/v4: 64 x 128) and odd ones.
+// The kernels' own tiles (06/v2, v3: 64 x 64; 06/v4, v5: 64 x 128) and odd ones.
 const ch06::TileSizes kTiles[] = {{16, 16}, {7, 13}, {32, 8}, {1, 1}, {64, 64}, {64, 128}};
 
 TEST(Ch06Model, ForwardMatchesReference) {

@@ -121,10 +121,11 @@ TEST(Registry, EveryRegisteredNameHasAChapterPrefix) {
   EXPECT_NE(fa::find_entry<fa::GemmKernel>("ref/cublas"), nullptr);
 }
 
-// A chapter lists its rungs in ladder order: v9 before v10, v1 before v1_fp32_atomic_dq.
+// A chapter lists its rungs in ladder order: v9 before v10, v1 before v1_fp32_atomic_dq, a
+// tuning step t09 before t11.
 TEST(Registry, NamesInNaturalOrder) {
-  EXPECT_TRUE(fa::natural_less("06/v9_dq_two_mtiles", "06/v10_swizzled_smem"));
-  EXPECT_FALSE(fa::natural_less("06/v10_swizzled_smem", "06/v9_dq_two_mtiles"));
+  EXPECT_TRUE(fa::natural_less("05/v9_x", "05/v10_y"));
+  EXPECT_FALSE(fa::natural_less("05/v10_y", "05/v9_x"));
   EXPECT_TRUE(fa::natural_less("06/v1_fp32", "06/v1_fp32_atomic_dq"));
   EXPECT_TRUE(fa::natural_less("06/v1_fp32_atomic_dq", "06/v2_mma"));
   EXPECT_TRUE(fa::natural_less("05/v2", "05/v02x"));  // equal value: the shorter run first
@@ -134,11 +135,13 @@ TEST(Registry, NamesInNaturalOrder) {
   const std::vector<std::string> names = fa::entry_names<fa::AttentionBwdKernel>("06/");
   for (size_t i = 1; i < names.size(); ++i)
     EXPECT_TRUE(fa::natural_less(names[i - 1], names[i])) << names[i - 1] << " then " << names[i];
-  const auto v9 = std::find(names.begin(), names.end(), "06/v9_dq_two_mtiles");
-  const auto v10 = std::find(names.begin(), names.end(), "06/v10_swizzled_smem");
-  ASSERT_NE(v9, names.end());
-  ASSERT_NE(v10, names.end());
-  EXPECT_LT(v9 - names.begin(), v10 - names.begin());
+  const auto t09 = std::find(names.begin(), names.end(), "06/t09_dq_two_mtiles");
+  const auto t11 = std::find(names.begin(), names.end(), "06/t11_warp_tiles");
+  const auto v5 = std::find(names.begin(), names.end(), "06/v5_warp_tiles");
+  ASSERT_NE(t09, names.end());
+  ASSERT_NE(t11, names.end());
+  ASSERT_NE(v5, names.end());
+  EXPECT_LT(t09 - names.begin(), t11 - names.begin());
 }
 
 // The reference kept across a ladder's kernels (last_reference.h) is reused only for the same

@@ -1,13 +1,15 @@
 // GENERATED from chapters/06_flash_backward/v1_fp32_common.cuh by fa_make_exercise: this is the exercise.
 // Fill in every TODO(exercise) block; the tests and benchmarks run your version when the
 // project is configured with -DFA_BUILD_EXERCISES=ON (preset "exercises").
-// v1_fp32_common.cuh: the fp32 FlashAttention-2 backward kernels of v1 (the teaching version),
-// shared by 06/v1_fp32 (v1_fp32.cu) and 06/v1_fp32_atomic_dq (v1_fp32_atomic_dq.cu).
+// v1_fp32_common.cuh: the fp32 FlashAttention-2 backward kernels of 06/v1_fp32 (v1_fp32.cu), the
+// teaching version. 06/v1_fp32_atomic_dq (v1_fp32_atomic_dq.cu) uses its tile, BwdParams, group_sum
+// and prob for its one kernel.
 //
 // Map of this file
 //   BwdParams               the pointers and sizes every kernel reads
 //   group_sum               sum over the kGroup threads that share one row
-//   dkdv_kernel<D, atomic>  one block per (K/V tile of Bc rows, batch*head); loops over Q tiles
+//   prob                    P_ij from the saved L_i
+//   dkdv_kernel<D>          one block per (K/V tile of Bc rows, batch*head); loops over Q tiles
 //   dq_kernel<D>            one block per (Q tile of Br rows, batch*head); loops over K/V tiles
 //
 // Thread layout (both kernels): kGroup = 4 consecutive threads own one row (a key row j in
@@ -45,7 +47,7 @@ struct BwdParams {
   float* dq;
   float* dk;
   float* dv;
-  float* dq_accum;  // fp32 workspace (atomic variant only)
+  float* dq_accum;  // fp32 workspace: the dQ accumulator of 06/v1_fp32_atomic_dq
   int64_t seq_q, seq_k;
   float scale;
   bool causal;
@@ -71,9 +73,7 @@ __device__ __forceinline__ float prob(float s_scaled, float L, bool visible) {
 //   for each visible Q tile, for each row i of it:
 //     s = scale q_i.k_j,  p = exp(s - L_i),  dp = dO_i.v_j,  ds = p (dp - D_i)
 //     dV_j += p dO_i,  dK_j += ds q_i                       (dK gets its scale at the end)
-//   kAtomicDq: also dQ_i += scale ds k_j, summed over the block and added to the fp32 workspace
-//   with atomicAdd (blocks of different K tiles add into the same dQ_i: order not fixed).
-template <int D, bool kAtomicDq>
+template <int D>
 __global__ void __launch_bounds__(kThreads) dkdv_kernel(BwdParams p) {
   constexpr int kCols = D / kGroup;  // columns of a row each thread owns
   static_assert(D % kGroup == 0, "head dim must be a multiple of kGroup");
@@ -139,21 +139,6 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(BwdParams p) {
       const float pij = prob(s * p.scale, L_s[r], visible);
       // TODO(exercise ds-dkdv): ds = P o (dP - D): pij * (dp - D_s[r]); then for every owned column c: dv[c] += pij * dO[i] (from do_s[r]) and dk[c] += ds * q[i] (from q_s[r]); the scale of dK comes at the store
       (void)pij, (void)dp;  // stand-in: dS = 0, dK and dV stay 0
-      const float ds = 0.0f;
-      if constexpr (kAtomicDq) {
-        // dQ_i += scale * sum_j ds_ij k_j: first sum the warp's 8 key rows with shuffles (lanes
-        // g, g+4, ..., g+28 hold the same columns), then lanes 0..3 add the warp's share.
-        const int lane = threadIdx.x % 32;
-        float* dq_row = p.dq_accum + (bh * p.seq_q + i) * D;
-#pragma unroll
-        for (int c = 0; c < kCols; ++c) {
-          float part = ds * k_r[c];
-          part += __shfl_xor_sync(0xffffffffu, part, 4);
-          part += __shfl_xor_sync(0xffffffffu, part, 8);
-          part += __shfl_xor_sync(0xffffffffu, part, 16);
-          if (lane < kGroup) atomicAdd(dq_row + g + kGroup * c, p.scale * part);
-        }
-      }
     }
   }
 

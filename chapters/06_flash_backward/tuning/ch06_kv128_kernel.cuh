@@ -1,21 +1,21 @@
-// ch06_kv128_kernel.cuh: the dK/dV kernel of 06/v5 to 06/v10, kv128_kernel<T, D, kRung>. Each
-// rung from v6 on adds one idea to v5's; the kernel names each where it acts (`kRung >= 6` ...)
-// and keeps the earlier form beside it, so that the code of any rung can be read here and the
-// rung files (v5_hoisted_addresses.cu ... v9_dq_two_mtiles.cu) tell why and how fast:
-//   v5  every address of the loop computed once: TileCopy, and ldmatrix bases plus constants
-//   v6  P = 2^x by ex2.approx.ftz alone, not exp2f                               (exp2_p)
-//   v7  the mask test once per chunk of P^T, not once per element
-//   v8  S^T and dP^T for all 64 queries of the tile at once, not two chunks of 32 (kChunk)
-//   v9  dQ in 32 x 32 warp tiles at D = 128                                  (kDqRowTiles)
-//   v10 Q, dO, K and V swizzled instead of padded at D = 64 and 128                 (kSwz)
-// The rest, shared with 06/v4's kernel, is in ch06_kv128.cuh. Device code, in an anonymous
-// namespace. Splitting the rung files into this kernel changed no instruction: the PTX of each of
-// v5-v9 is the same before and after (virtual registers and anonymous-namespace tags normalised).
+// ch06_kv128_kernel.cuh: the dK/dV kernel of the tuning steps 06/t05 to 06/t09,
+// kv128_kernel<T, D, Steps>. t05's kernel is the base (every address of the loop computed once:
+// TileCopy, and ldmatrix bases plus constants); each later step turns on one named switch of
+// Steps, and the kernel keeps the earlier form beside it, so the code of any step can be read
+// here and the step files (t05_hoisted_addresses.cu ... t09_dq_two_mtiles.cu) tell why and how
+// fast:
+//   kEx2Approx    t06  P = 2^x by ex2.approx.ftz alone, not exp2f                     (exp2_p)
+//   kMaskOnce     t07  the mask test once per chunk of P^T, not once per element
+//   kWholeQTile   t08  S^T and dP^T for all 64 queries of the tile at once, not two chunks of
+//                      32 (kChunk)
+//   kDqTwoMtiles  t09  dQ in 32 x 32 warp tiles at D = 128                     (kDqRowTiles)
+// With all four on, and the tiles swizzled at D 64 and 128, this is 06/v4_bc128_tuned's kernel
+// (that step, the swizzle, is the main path's: v4_bc128_tuned.cu). The rest, shared with t04's
+// kernel, is in ch06_kv128.cuh. Device code, in an anonymous namespace.
 #pragma once
 #include <cstdint>
 
 #include "ch06_kv128.cuh"
-#include "flash_bwd_tc.cuh"
 #include "mma.cuh"
 
 namespace {
@@ -27,24 +27,40 @@ using fa::mma::ldmatrix_x4;
 using fa::mma::ldmatrix_x4_trans;
 using fa::mma::smem_addr;
 
+// The switches of the steps after t05, all off: a step's file derives its Steps from this and
+// turns on its own switch and those of the steps before it.
+struct KvSteps {
+  static constexpr bool kEx2Approx = false;    // t06: P = 2^x by ex2.approx.ftz alone
+  static constexpr bool kMaskOnce = false;     // t07: one mask test per chunk of P^T
+  static constexpr bool kWholeQTile = false;   // t08: S^T, dP^T for the whole Q tile at once
+  static constexpr bool kDqTwoMtiles = false;  // t09: dQ in 32 x 32 warp tiles at D = 128
+};
+// All four: the kernel that t11 and t12 run at D 32 and 96 (06/v4_bc128_tuned's there, whose
+// swizzle needs rows of whole 128-byte groups, D 64 and 128).
+struct KvAllSteps : KvSteps {
+  static constexpr bool kEx2Approx = true, kMaskOnce = true, kWholeQTile = true,
+                        kDqTwoMtiles = true;
+};
+
 // The warps' tiles of dQ_i (kBr x D): kDqRowTiles m16 tiles by kDqWarpCols columns each, summed
-// over all kBc keys, kDqChunk columns at a time. Up to v8: 16 rows by D / 2 (four warps along
-// the rows, two along the columns); v9, at D = 128: 32 rows by D / 4 (two by four).
-template <int D, int kRung>
-constexpr int kDqRowTiles = kRung >= 9 && D == 128 ? 2 : 1;
-template <int D, int kRung>
-constexpr int kDqRowWarps = kBr / (16 * kDqRowTiles<D, kRung>);  // warps along the rows
-template <int D, int kRung>
-constexpr int kDqWarpCols = D* kDqRowWarps<D, kRung> / kWarps;  // columns a warp adds
+// over all kBc keys, kDqChunk columns at a time. Before t09: 16 rows by D / 2 (four warps along
+// the rows, two along the columns); t09, at D = 128: 32 rows by D / 4 (two by four).
+template <int D, class Steps>
+constexpr int kDqRowTiles = Steps::kDqTwoMtiles&& D == 128 ? 2 : 1;
+template <int D, class Steps>
+constexpr int kDqRowWarps = kBr / (16 * kDqRowTiles<D, Steps>);  // warps along the rows
+template <int D, class Steps>
+constexpr int kDqWarpCols = D* kDqRowWarps<D, Steps> / kWarps;  // columns a warp adds
 // 32 columns where they divide the warp's share (D 64, 128), 16 where not (32, 96).
-template <int D, int kRung>
-constexpr int kDqChunk = kDqWarpCols<D, kRung> % 32 == 0 ? 32 : 16;
-static_assert(kDqWarpCols<128, 8> == 64 && kDqWarpCols<128, 9> == 32 && kDqWarpCols<64, 9> == 32 &&
-                  kDqChunk<96, 9> == 16 && kDqChunk<32, 4> == 16,
+template <int D, class Steps>
+constexpr int kDqChunk = kDqWarpCols<D, Steps> % 32 == 0 ? 32 : 16;
+static_assert(kDqWarpCols<128, KvSteps> == 64 && kDqWarpCols<128, KvAllSteps> == 32 &&
+                  kDqWarpCols<64, KvAllSteps> == 32 && kDqChunk<96, KvAllSteps> == 16 &&
+                  kDqChunk<32, KvSteps> == 16,
               "dQ warp tiles");
 
-// ---- v5: the addresses, computed once ------------------------------------------------------
-// The lane's part of the two ldmatrix x4 address patterns of flash_bwd_tc.cuh, in bytes, for a
+// ---- t05: the addresses, computed once -----------------------------------------------------
+// The lane's part of the two ldmatrix x4 address patterns of ch06_kv128.cuh, in bytes, for a
 // tile of pitch LD elements (lane l gives row r = l % 8 of matrix i = l / 8):
 //   lane_rows:  (r + 8 (i % 2)) LD + 8 (i / 2)   load_a, load_b_x: A = the tile, B = the tile
 //   lane_trans: (r + 8 (i / 2)) LD + 8 (i % 2)   load_b_xt, load_a_xt: B = tile^T, A = tile^T
@@ -63,7 +79,7 @@ constexpr uint32_t at(int row, int col) {
   return uint32_t(row * LD + col) * 2;
 }
 
-// store_a of flash_bwd_tc.cuh from the lane's address p = s + (m0 + g) LD + k0 + 2t.
+// store_a of ch06_kv128.cuh from the lane's address p = s + (m0 + g) LD + k0 + 2t.
 template <int LD, class T>
 __device__ __forceinline__ void store_a_at(T* p, const uint32_t (&a)[4]) {
   *reinterpret_cast<uint32_t*>(p) = a[0];
@@ -75,9 +91,8 @@ __device__ __forceinline__ void store_a_at(T* p, const uint32_t (&a)[4]) {
 // The copies of a full Q or dO tile (kBr rows), planned once per thread: thread tid copies the
 // 16-byte chunk tid % kChunksPerRow of rows row + kRowsPerPass * i, i < kPasses. Threads past
 // kRowsPerPass * kChunksPerRow (D = 96: 12 chunks a row, 21 rows a pass) copy nothing.
-// kSwizzled (v10): into swizzled rows of D elements; the chunk moves by row % 8, the same for
+// kSwizzled (t11, t12): into swizzled rows of D elements; the chunk moves by row % 8, the same for
 // every pass (kRowsPerPass is a multiple of 8 at D = 64 and 128), so the pass offsets stay constant.
-// ROWS (06/v13): tiles of ROWS rows instead of kBr.
 template <class T, int D, bool kSwizzled = false, int ROWS = kBr>
 struct TileCopy {
   static constexpr int kLd = kSwizzled ? D : D + kPad;
@@ -93,10 +108,10 @@ struct TileCopy {
     row = tid < kRowsPerPass * kChunksPerRow ? tid / kChunksPerRow : ROWS;
     const int col = (tid % kChunksPerRow) * 8;
     src = row * D + col;
-    static_assert(!kSwizzled || (kExact && kRowsPerPass % fa::tiles::kSwizzleRows == 0),
+    static_assert(!kSwizzled || (kExact && kRowsPerPass % fa::bwd_tc::kSwizzleRows == 0),
                   "one swizzle for every pass");
     if constexpr (kSwizzled)
-      dst = uint32_t(fa::tiles::swizzled_offset<D>(row, col / 8)) * 2;
+      dst = uint32_t(fa::bwd_tc::swizzled_offset<D>(row, col / 8)) * 2;
     else
       dst = at<kLd>(row, col);
   }
@@ -110,37 +125,27 @@ struct TileCopy {
   }
 };
 
-// v6: 2^x by the MUFU instruction alone; v5 calls exp2f (flash_bwd_tc.cuh says what differs).
-template <int kRung>
+// t06: 2^x by the MUFU instruction alone; t05 calls exp2f (ch06_kv128.cuh, ex2_ftz, says what
+// differs).
+template <class Steps>
 __device__ __forceinline__ float exp2_p(float x) {
-  if constexpr (kRung >= 6)
+  if constexpr (Steps::kEx2Approx)
     return ex2_ftz(x);
   else
     return exp2f(x);
 }
 
 // ---- dK, dV, and the dQ atomics ------------------------------------------------------------
-template <class T, int D, int kRung>
+template <class T, int D, class Steps>
 __global__ void __launch_bounds__(kThreads, 1) kv128_kernel(Params p) {
-  static_assert(kRung >= 5 && kRung <= 10, "06/v5 to 06/v10 (06/v4 has its own kernel)");
-  // v8: S^T and dP^T for the whole Q tile at once; before, in two chunks of 32 queries.
-  constexpr int kChunk = kRung >= 8 ? kBr : 32;
+  // t08: S^T and dP^T for the whole Q tile at once; before, in two chunks of 32 queries.
+  constexpr int kChunk = Steps::kWholeQTile ? kBr : 32;
   static_assert(kBr % kChunk == 0 && kChunk % 16 == 0, "chunking");
   constexpr int kLd = D + kPad;
   constexpr int kTile = kBr * kLd;    // a Q or dO tile (kBr rows)
   constexpr int kKvTile = kBc * kLd;  // a K or V tile (kBc rows: twice v3's)
-  // v10: the K, V, Q and dO tiles hold swizzled rows of kLdT = D elements (fa::tiles::
-  // swizzled_offset) where a row is whole 128-byte groups; each keeps v9's place and size (its
-  // last kPad * rows elements unused), and every tile starts at a multiple of 128 bytes.
-  constexpr bool kSwz = kRung >= 10 && D % 64 == 0;
-  constexpr int kLdT = kSwz ? D : kLd;  // elements between rows inside a tile
-  static_assert(!kSwz || (kTile * 2) % 128 == 0 && (kKvTile * 2) % 128 == 0, "aligned tiles");
-  // Two arrays, one per alignment: one name declared with both (v10's D 32/96 and D 64/128 in one
-  // translation unit) is one array with the first alignment (nvcc warning 1886), and the PTX of
-  // the swizzled kernel would not ask for the 128-byte base its tiles rely on.
   extern __shared__ __align__(16) unsigned char smem_padded[];
-  extern __shared__ __align__(128) unsigned char smem_swizzled[];
-  T* sK = reinterpret_cast<T*>(kSwz ? smem_swizzled : smem_padded);
+  T* sK = reinterpret_cast<T*>(smem_padded);
   T* sV = sK + kKvTile;
   T* sQ = sV + kKvTile;                                   // two buffers
   T* sdO = sQ + 2 * kTile;                                // two buffers
@@ -148,9 +153,9 @@ __global__ void __launch_bounds__(kThreads, 1) kv128_kernel(Params p) {
   float* sD = sL + 2 * kBr;                               // two buffers of kBr: D
   T* sdS = reinterpret_cast<T*>(sD + 2 * kBr);            // dS^T: kBc keys x kBr queries
 
-  // v9: dQ in warp tiles of kDqRt m16 tiles (kDqRowTiles).
-  constexpr int kDqRt = kDqRowTiles<D, kRung>;
-  constexpr int kDqWc = kDqWarpCols<D, kRung>, kDqC = kDqChunk<D, kRung>;
+  // t09: dQ in warp tiles of kDqRt m16 tiles (kDqRowTiles).
+  constexpr int kDqRt = kDqRowTiles<D, Steps>;
+  constexpr int kDqWc = kDqWarpCols<D, Steps>, kDqC = kDqChunk<D, Steps>;
   static_assert(kDqWc % kDqC == 0, "dQ chunks");
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t = lane & 3;
@@ -176,12 +181,12 @@ __global__ void __launch_bounds__(kThreads, 1) kv128_kernel(Params p) {
   if (p.causal && k0 - off > 0) qt_begin = (k0 - off) / kBr;  // may be >= n_qt: no work
 
   // Prologue: K_j, V_j and the first Q_i, dO_i in one cp.async group; L_i, D_i by plain loads.
-  load_tile_async<T, D, kBc, kThreads, kSwz>(sK, K, k0, seq_k, tid);
-  load_tile_async<T, D, kBc, kThreads, kSwz>(sV, V, k0, seq_k, tid);
+  load_tile_async<T, D, kBc, kThreads>(sK, K, k0, seq_k, tid);
+  load_tile_async<T, D, kBc, kThreads>(sV, V, k0, seq_k, tid);
   if (qt_begin < n_qt) {
     const int64_t q0 = qt_begin * kBr;
-    load_tile_async<T, D, kBr, kThreads, kSwz>(sQ, Q, q0, seq_q, tid);
-    load_tile_async<T, D, kBr, kThreads, kSwz>(sdO, dO, q0, seq_q, tid);
+    load_tile_async<T, D, kBr, kThreads>(sQ, Q, q0, seq_q, tid);
+    load_tile_async<T, D, kBr, kThreads>(sdO, dO, q0, seq_q, tid);
     const int64_t row = q0 + (tid & (kBr - 1));
     if (tid < kBr)
       sL[tid] = load_l2(lse, row, seq_q);
@@ -197,29 +202,24 @@ __global__ void __launch_bounds__(kThreads, 1) kv128_kernel(Params p) {
     for (int e = 0; e < 4; ++e) dv[nt][e] = dk[nt][e] = 0.0f;
 
   const int kr0 = warp * 16;  // this warp's first key row in the tile
-  const int qr0 = (warp % kDqRowWarps<D, kRung>)*16 * kDqRt;  // its first query row, for dQ,
-  const int dq0 = (warp / kDqRowWarps<D, kRung>)*kDqWc;       // and its first column of dQ
+  const int qr0 = (warp % kDqRowWarps<D, Steps>)*16 * kDqRt;  // its first query row, for dQ,
+  const int dq0 = (warp / kDqRowWarps<D, Steps>)*kDqWc;       // and its first column of dQ
 
-  // v5: the bases of every address in the loop. ldmatrix: K, V as A of S^T, dP^T (this warp's
+  // t05: the bases of every address in the loop. ldmatrix: K, V as A of S^T, dP^T (this warp's
   // rows); K as B of dQ (.trans, this warp's columns); Q, dO as B in both forms (buffer 0; a
   // tile adds its buffer's offset); dS^T as A of dQ (.trans, this warp's query rows). store_a's
-  // address of dS^T (rows kr0 + g, + 8; columns 2t, 2t + 1). The Q / dO copy plan.
-  // v10: each is a fa::tiles::LaneAddr. Padded (v5-v9): one base; a read adds a constant. Swizzled:
-  // every ldmatrix row of this lane is lane % 8 modulo 8 (fragments start at multiples of 16 rows),
-  // so the lane's address is the unswizzled one with bits 4-6 flipped by swz; four bases, one per
-  // 16-column step modulo 4, keep every read a base plus a constant (attention_tiles.cuh says why).
+  // address of dS^T (rows kr0 + g, + 8; columns 2t, 2t + 1). The Q / dO copy plan. A read is
+  // then one of these bases plus a compile-time constant.
   constexpr uint32_t kTileBytes = kTile * 2;
-  const uint32_t swz = fa::tiles::swizzle_xor(lane);
-  using Lane = fa::tiles::LaneAddr<kSwz>;
-  const uint32_t rows_off = lane_rows<kLdT>(lane), trans_off = lane_trans<kLdT>(lane);
-  const Lane k_a(smem_addr(sK) + rows_off + at<kLdT>(kr0, 0), swz);
-  const Lane v_a(smem_addr(sV) + rows_off + at<kLdT>(kr0, 0), swz);
-  const Lane k_x(smem_addr(sK) + rows_off + at<kLdT>(0, dq0), swz);
-  const Lane q_t0(smem_addr(sQ) + trans_off, swz), q_x0(smem_addr(sQ) + rows_off, swz);
-  const Lane do_t0(smem_addr(sdO) + trans_off, swz), do_x0(smem_addr(sdO) + rows_off, swz);
+  const uint32_t rows_off = lane_rows<kLd>(lane), trans_off = lane_trans<kLd>(lane);
+  const uint32_t k_a = smem_addr(sK) + rows_off + at<kLd>(kr0, 0);
+  const uint32_t v_a = smem_addr(sV) + rows_off + at<kLd>(kr0, 0);
+  const uint32_t k_x = smem_addr(sK) + rows_off + at<kLd>(0, dq0);
+  const uint32_t q_t0 = smem_addr(sQ) + trans_off, q_x0 = smem_addr(sQ) + rows_off;
+  const uint32_t do_t0 = smem_addr(sdO) + trans_off, do_x0 = smem_addr(sdO) + rows_off;
   const uint32_t ds_t = smem_addr(sdS) + lane_trans<kLdS>(lane) + at<kLdS>(0, qr0);
   T* const ds_st = sdS + (kr0 + g) * kLdS + 2 * t;
-  const TileCopy<T, D, kSwz> copy(tid);
+  const TileCopy<T, D> copy(tid);
   const uint32_t sq_addr = smem_addr(sQ), sdo_addr = smem_addr(sdO);
 
   for (int64_t qt = qt_begin; qt < n_qt; ++qt) {
@@ -238,8 +238,8 @@ __global__ void __launch_bounds__(kThreads, 1) kv128_kernel(Params p) {
         copy.full(sq_addr + next, Q + q1 * D);
         copy.full(sdo_addr + next, dO + q1 * D);
       } else {  // the sequence ends inside it: rows past seq_q zero-filled
-        load_tile_async<T, D, kBr, kThreads, kSwz>(sQ + (buf ^ 1) * kTile, Q, q1, seq_q, tid);
-        load_tile_async<T, D, kBr, kThreads, kSwz>(sdO + (buf ^ 1) * kTile, dO, q1, seq_q, tid);
+        load_tile_async<T, D, kBr, kThreads>(sQ + (buf ^ 1) * kTile, Q, q1, seq_q, tid);
+        load_tile_async<T, D, kBr, kThreads>(sdO + (buf ^ 1) * kTile, dO, q1, seq_q, tid);
       }
       const int64_t row = q1 + (tid & (kBr - 1));
       if (tid < kBr)
@@ -252,7 +252,7 @@ __global__ void __launch_bounds__(kThreads, 1) kv128_kernel(Params p) {
     __syncthreads();
 
     const uint32_t cur = uint32_t(buf) * kTileBytes;
-    const Lane q_t(q_t0, cur), q_x(q_x0, cur), do_t(do_t0, cur), do_x(do_x0, cur);
+    const uint32_t q_t = q_t0 + cur, q_x = q_x0 + cur, do_t = do_t0 + cur, do_x = do_x0 + cur;
     const float* l_s = sL + buf * kBr;
     const float* d_s = sD + buf * kBr;
     // Mask only where needed: keys past seq_k, or a tile crossing the causal diagonal (some key
@@ -273,18 +273,18 @@ __global__ void __launch_bounds__(kThreads, 1) kv128_kernel(Params p) {
 #pragma unroll
       for (int ks = 0; ks < D / 16; ++ks) {
         uint32_t a[4];
-        ldmatrix_x4(a, k_a.at(0, ks));
+        ldmatrix_x4(a, k_a + at<kLd>(0, 16 * ks));
 #pragma unroll
         for (int np = 0; np < kNt / 2; ++np) {
           uint32_t b[4];
-          ldmatrix_x4(b, q_t.at(at<kLdT>(c0 + np * 16, 0), ks));
+          ldmatrix_x4(b, q_t + at<kLd>(c0 + np * 16, 16 * ks));
           mma_pair<T>(s[2 * np], s[2 * np + 1], a, b);
         }
       }
 
       // P^T = exp(scale S^T - L), masked where needed. Element (nt, e): key row kr0 + g +
       // 8*(e/2), query column c0 + 8*nt + 2t + e%2.
-      if constexpr (kRung >= 7) {  // v7: one test of need_mask per chunk
+      if constexpr (Steps::kMaskOnce) {  // t07: one test of need_mask per chunk
         if (need_mask) {
 #pragma unroll
           for (int nt = 0; nt < kNt; ++nt) {
@@ -294,7 +294,7 @@ __global__ void __launch_bounds__(kThreads, 1) kv128_kernel(Params p) {
               const int64_t key = k0 + kr0 + g + 8 * (e >> 1);
               const int64_t query = q0 + col;
               const bool keep = key < seq_k && !(p.causal && key > query + off);
-              s[nt][e] = keep ? exp2_p<kRung>(fmaf(s[nt][e], p.scale_log2, -l_s[col])) : 0.0f;
+              s[nt][e] = keep ? exp2_p<Steps>(fmaf(s[nt][e], p.scale_log2, -l_s[col])) : 0.0f;
             }
           }
         } else {
@@ -303,15 +303,15 @@ __global__ void __launch_bounds__(kThreads, 1) kv128_kernel(Params p) {
 #pragma unroll
             for (int e = 0; e < 4; ++e)
               s[nt][e] =
-                  exp2_p<kRung>(fmaf(s[nt][e], p.scale_log2, -l_s[c0 + nt * 8 + 2 * t + (e & 1)]));
+                  exp2_p<Steps>(fmaf(s[nt][e], p.scale_log2, -l_s[c0 + nt * 8 + 2 * t + (e & 1)]));
         }
-      } else {  // v5, v6: the test inside the element loop
+      } else {  // t05, t06: the test inside the element loop
 #pragma unroll
         for (int nt = 0; nt < kNt; ++nt) {
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int col = c0 + nt * 8 + 2 * t + (e & 1);
-            float pv = exp2_p<kRung>(fmaf(s[nt][e], p.scale_log2, -l_s[col]));
+            float pv = exp2_p<Steps>(fmaf(s[nt][e], p.scale_log2, -l_s[col]));
             if (need_mask) {
               const int64_t key = k0 + kr0 + g + 8 * (e >> 1);
               const int64_t query = q0 + col;
@@ -330,7 +330,7 @@ __global__ void __launch_bounds__(kThreads, 1) kv128_kernel(Params p) {
 #pragma unroll
         for (int np = 0; np < D / 16; ++np) {
           uint32_t b[4];
-          ldmatrix_x4_trans(b, do_x.at(at<kLdT>(c0 + kk * 16, 0), np));
+          ldmatrix_x4_trans(b, do_x + at<kLd>(c0 + kk * 16, 16 * np));
           mma_pair<T>(dv[2 * np], dv[2 * np + 1], a, b);
         }
       }
@@ -344,11 +344,11 @@ __global__ void __launch_bounds__(kThreads, 1) kv128_kernel(Params p) {
 #pragma unroll
       for (int ks = 0; ks < D / 16; ++ks) {
         uint32_t a[4];
-        ldmatrix_x4(a, v_a.at(0, ks));
+        ldmatrix_x4(a, v_a + at<kLd>(0, 16 * ks));
 #pragma unroll
         for (int np = 0; np < kNt / 2; ++np) {
           uint32_t b[4];
-          ldmatrix_x4(b, do_t.at(at<kLdT>(c0 + np * 16, 0), ks));
+          ldmatrix_x4(b, do_t + at<kLd>(c0 + np * 16, 16 * ks));
           mma_pair<T>(dp[2 * np], dp[2 * np + 1], a, b);
         }
       }
@@ -369,7 +369,7 @@ __global__ void __launch_bounds__(kThreads, 1) kv128_kernel(Params p) {
 #pragma unroll
         for (int np = 0; np < D / 16; ++np) {
           uint32_t b[4];
-          ldmatrix_x4_trans(b, q_x.at(at<kLdT>(c0 + kk * 16, 0), np));
+          ldmatrix_x4_trans(b, q_x + at<kLd>(c0 + kk * 16, 16 * np));
           mma_pair<T>(dk[2 * np], dk[2 * np + 1], a, b);
         }
       }
@@ -377,7 +377,7 @@ __global__ void __launch_bounds__(kThreads, 1) kv128_kernel(Params p) {
 
     // dQaccum_i += dS K_j: warp w takes query rows qr0 .. qr0 + 16 kDqRt - 1 and columns dq0 ..
     // dq0 + kDqWarpCols - 1, A = dS = sdS^T (all kBc keys, written by the eight warps), B = K_j;
-    // kDqCols columns at a time. v9: each B fragment feeds the kDqRt m-tiles.
+    // kDqCols columns at a time. t09: each B fragment feeds the kDqRt m-tiles.
     __syncthreads();         // sdS complete
     if (q0 + qr0 < seq_q) {  // else every row of this warp lies past seq_q
 #pragma unroll
@@ -399,7 +399,7 @@ __global__ void __launch_bounds__(kThreads, 1) kv128_kernel(Params p) {
 #pragma unroll
           for (int np = 0; np < kDqC / 16; ++np) {
             uint32_t b[4];
-            ldmatrix_x4_trans(b, k_x.at(at<kLdT>(ks * 16, 0), dc * kDqC / 16 + np));
+            ldmatrix_x4_trans(b, k_x + at<kLd>(ks * 16, dc * kDqC + 16 * np));
 #pragma unroll
             for (int mt = 0; mt < kDqRt; ++mt)
               mma_pair<T>(acc[mt][2 * np], acc[mt][2 * np + 1], a[mt], b);

@@ -1,39 +1,42 @@
-// ch06_warp_tiles_kernel.cuh: the dK/dV kernel of 06/v11 to v13, warp_tiles_kernel<T, D, kRung>:
-// FlashAttention-2's warp tiles (v11_warp_tiles.cu tells why), D 64 and 128.
-//   v11  S, dP in 32 x 32 warp tiles; P, dS through shared memory; dK, dV in 32 keys x D / 2
-//   v12  one barrier per tile fewer (kRung >= 12)
-//   v13  Q tiles of 128 queries at D = 64 (kBrW)
-// The tile (128 keys, 64 queries or 128 in v13 at D 64, 8 warps) and the host side are
+// ch06_warp_tiles_kernel.cuh: the dK/dV kernel of the tuning steps 06/t11 and 06/t12,
+// warp_tiles_kernel<T, D, Steps>: FlashAttention-2's warp tiles (t11_warp_tiles.cu tells why),
+// D 64 and 128, on top of 06/v4_bc128_tuned's swizzled tiles.
+//   t11           S, dP in 32 x 32 warp tiles; P, dS through shared memory; dK, dV in 32 keys x
+//                 D / 2 (the base of this kernel)
+//   t12           one barrier per tile fewer                                (kOneBarrierFewer)
+// With 128-query tiles at D 64 on top, this is 06/v5_warp_tiles's kernel (that step is the main
+// path's: v5_warp_tiles.cu). The tile (128 keys, 64 queries, 8 warps) and the host side are
 // ch06_kv128.cuh's; the address helpers and the copy plan ch06_kv128_kernel.cuh's. Device code,
 // in an anonymous namespace.
 #pragma once
 #include <cstdint>
 
 #include "ch06_kv128.cuh"
-#include "ch06_kv128_kernel.cuh"  // kv128_kernel (v10, for D 32 and 96), lane_rows, TileCopy, ...
+#include "ch06_kv128_kernel.cuh"  // kv128_kernel (for D 32 and 96), lane_rows, TileCopy, ...
 
 namespace {
 
+// The switch of the step after t11, off: t12's file turns it on.
+struct WarpTilesSteps {
+  static constexpr bool kOneBarrierFewer = false;  // t12: two barriers per Q tile, not three
+};
+
 constexpr int kLdP = kBc + kPad;  // a row of the P or dS tile: kBc keys + padding (16-bit)
 
-// v13: the Q tile of this kernel, 128 queries at D = 64 (64 before v13, and at D = 128).
-template <int D, int kRung>
-constexpr int kBrW = kRung >= 13 && D == 64 ? 128 : kBr;
-
-// Shared memory: v10's K, V, Q x2, dO x2 (swizzled rows, in v10's places), L x2, D x2, then the
-// P and dS tiles (kBrW x kLdP each). 171 KiB at D 128, 107 KiB at D 64 (v13: 178 KiB).
-template <int D, int kRung>
+// Shared memory: v4_bc128_tuned's K, V, Q x2, dO x2 (swizzled rows, in its places), L x2, D x2,
+// then the P and dS tiles (kBr x kLdP each). 171 KiB at D 128, 107 KiB at D 64.
+template <int D>
 constexpr int warp_tiles_smem_bytes() {
-  constexpr int kRows = kBrW<D, kRung>;
+  constexpr int kRows = kBr;
   return (2 * kBc + 4 * kRows) * (D + kPad) * 2 + 4 * kRows * int(sizeof(float)) +
          2 * kRows * kLdP * 2;
 }
-static_assert(warp_tiles_smem_bytes<128, 12>() ==
+static_assert(warp_tiles_smem_bytes<128>() ==
                   smem_bytes_tiles<128>() + 4 * kBr * int(sizeof(float)) + 2 * kBr * kLdP * 2,
-              "v11, v12: v10's tiles plus P and dS");
+              "v4_bc128_tuned's tiles plus P and dS");
 
 // An ldmatrix address into a swizzled tile: the unswizzled one with bits 4-6 flipped by the lane's
-// row % 8 (every fragment starts at a multiple of 16 rows; fa::tiles::swizzle_xor).
+// row % 8 (every fragment starts at a multiple of 16 rows; fa::bwd_tc::swizzle_xor).
 __device__ __forceinline__ uint32_t swz_addr(uint32_t plain, uint32_t swz) {
   return plain ^ swz;
 }
@@ -89,7 +92,7 @@ __device__ __forceinline__ void keys_times_cols(float (&acc)[2][kCols / 8][4], u
   }
 }
 
-// dQaccum[p], [p + 1] += x, y: sm_90 adds a float2 in one atomic (v3's).
+// dQaccum[p], [p + 1] += x, y: sm_90 adds a float2 in one atomic (v3_atomic_dq's).
 __device__ __forceinline__ void add_dq(float* p, float x, float y) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   atomicAdd(reinterpret_cast<float2*>(p), make_float2(x, y));
@@ -99,25 +102,24 @@ __device__ __forceinline__ void add_dq(float* p, float x, float y) {
 #endif
 }
 
-template <class T, int D, int kRung>
+template <class T, int D, class Steps>
 __global__ void __launch_bounds__(kThreads, 1) warp_tiles_kernel(Params p) {
-  static_assert(kRung >= 11 && kRung <= 13, "06/v11 to 06/v13");
   static_assert(D == 64 || D == 128, "swizzled 128-byte rows: D 64 or 128");
   static_assert(kWarps == 8 && kBr == 64 && kBc == 128, "warps: 2 x 4 (S, dQ), 4 x 2 (dK, dV)");
-  constexpr int kBrT = kBrW<D, kRung>;  // queries per Q tile: 64, or 128 (v13 at D 64)
-  constexpr int kLd = D + kPad;         // v10's tile places: rows of kLd, used D at a time
-  constexpr int kTile = kBrT * kLd;     // a Q or dO buffer
-  constexpr int kKvTile = kBc * kLd;    // K or V
-  constexpr int kHalf = D / 2;          // columns of dK, dV per warp
-  // Warps of S, dP and dQ: 32 queries each, kWm along the queries (2, or 4 with 128-query tiles)
-  // by kWn along the keys of S (or the columns of dQ).
+  constexpr int kBrT = kBr;           // queries per Q tile
+  constexpr int kLd = D + kPad;       // v4_bc128_tuned's tile places: rows of kLd, used D at a time
+  constexpr int kTile = kBrT * kLd;   // a Q or dO buffer
+  constexpr int kKvTile = kBc * kLd;  // K or V
+  constexpr int kHalf = D / 2;        // columns of dK, dV per warp
+  // Warps of S, dP and dQ: 32 queries each, kWm along the queries (2; 4 with the 128-query tiles
+  // of 06/v5_warp_tiles at D 64) by kWn along the keys of S (or the columns of dQ).
   constexpr int kWm = kBrT / 32, kWn = kWarps / kWm;
   constexpr int kKw = kBc / kWn;     // keys of S, dP per warp: 32 (or 64)
   constexpr int kSn = kKw / 8;       // their n8 tiles
   constexpr int kQuarter = D / kWn;  // columns of dQ per warp: D / 4 (or D / 2)
   // Swizzled tiles start at 128-byte boundaries. The array has a name of its own: the same
   // `extern __shared__` name declared in one translation unit with two alignments (this kernel's
-  // 128 and kv128_kernel's 16, its fallback at D 32 and 96) is one array with the first alignment
+  // 128 and kv128_kernel's 16, the kernel at D 32 and 96) is one array with the first alignment
   // (nvcc warning 1886), and the PTX would no longer ask for the 128 bytes this kernel relies on.
   extern __shared__ __align__(128) unsigned char smem_warp_tiles[];
   T* sK = reinterpret_cast<T*>(smem_warp_tiles);
@@ -149,7 +151,7 @@ __global__ void __launch_bounds__(kThreads, 1) warp_tiles_kernel(Params p) {
   int64_t qt_begin = 0;
   if (p.causal && k0 - off > 0) qt_begin = (k0 - off) / kBrT;  // may be >= n_qt: no work
 
-  // Prologue, as v10: K_j, V_j and the first Q_i, dO_i in one cp.async group; L_i, D_i.
+  // Prologue, as v4_bc128_tuned: K_j, V_j and the first Q_i, dO_i in one cp.async group; L_i, D_i.
   load_tile_async<T, D, kBc, kThreads, true>(sK, K, k0, seq_k, tid);
   load_tile_async<T, D, kBc, kThreads, true>(sV, V, k0, seq_k, tid);
   if (qt_begin < n_qt) {
@@ -164,7 +166,7 @@ __global__ void __launch_bounds__(kThreads, 1) warp_tiles_kernel(Params p) {
   }
   fa::mma::cp_async_commit();
 
-  // The three warp layouts (this rung).
+  // The three warp layouts (this step).
   constexpr int kWnShift = kWn == 4 ? 2 : 1;  // warp / kWn as a shift (kWn is 4 or 2)
   static_assert(kWn == 1 << kWnShift, "kWn: 4 or 2");
   const int wm = warp >> kWnShift, wn = warp & (kWn - 1);  // S, dP: queries 32 wm, keys kKw wn
@@ -179,11 +181,11 @@ __global__ void __launch_bounds__(kThreads, 1) warp_tiles_kernel(Params p) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) dv[mt][nt][e] = dk[mt][nt][e] = 0.0f;
 
-  // Every address of the loop as a base plus a compile-time offset (v5's idea); the swizzled
+  // Every address of the loop as a base plus a compile-time offset (t05's idea); the swizzled
   // tiles' reads then flip bits 4-6 (swz_addr). Q, dO: buffer 0 (a tile adds its buffer's offset).
-  // ldmatrix forms (flash_bwd_tc.cuh): A = tile, rows (lane_rows); B = tile^T (lane_trans);
+  // ldmatrix forms (ch06_kv128.cuh): A = tile, rows (lane_rows); B = tile^T (lane_trans);
   // A = tile^T, .trans (lane_trans); B = tile, .trans (lane_rows).
-  const uint32_t swz = fa::tiles::swizzle_xor(lane);
+  const uint32_t swz = fa::bwd_tc::swizzle_xor(lane);
   const uint32_t rows_d = lane_rows<D>(lane), trans_d = lane_trans<D>(lane);
   const uint32_t q_a0 = smem_addr(sQ) + rows_d + at<D>(32 * wm, 0);       // S: A = Q
   const uint32_t do_a0 = smem_addr(sdO) + rows_d + at<D>(32 * wm, 0);     // dP: A = dO
@@ -207,15 +209,15 @@ __global__ void __launch_bounds__(kThreads, 1) warp_tiles_kernel(Params p) {
     const int64_t q0 = qt * kBrT;
     const bool has_next = qt + 1 < n_qt;
 
-    // v12: one barrier where v11 has two (this one and the last of the previous tile). Tile i
+    // t12: one barrier where t11 has two (this one and the last of the previous tile). Tile i
     // is the only copy in flight here; once every warp has it, every warp is also done with tile
     // i - 1: its Q and dO buffer (which the prefetch below overwrites), P, dS, L and D.
-    if constexpr (kRung >= 12) {
+    if constexpr (Steps::kOneBarrierFewer) {
       fa::mma::cp_async_wait<0>();
       __syncthreads();
     }
 
-    // Prefetch Q_{i+1}, dO_{i+1}, L and D as v10.
+    // Prefetch Q_{i+1}, dO_{i+1}, L and D as v4_bc128_tuned.
     float next_ld = 0.0f;
     if (has_next) {
       const int64_t q1 = q0 + kBrT;
@@ -234,7 +236,8 @@ __global__ void __launch_bounds__(kThreads, 1) warp_tiles_kernel(Params p) {
         next_ld = row < seq_q ? delta[row] : 0.0f;
     }
     fa::mma::cp_async_commit();
-    if constexpr (kRung < 12) {  // v11: wait for tile i, the prefetch of i + 1 still in flight
+    if constexpr (!Steps::
+                      kOneBarrierFewer) {  // t11: wait for tile i, the prefetch of i + 1 in flight
       fa::mma::cp_async_wait<1>();
       __syncthreads();
     }
@@ -331,8 +334,8 @@ __global__ void __launch_bounds__(kThreads, 1) warp_tiles_kernel(Params p) {
       else if (tid < 2 * kBrT)
         sD[(buf ^ 1) * kBrT + tid - kBrT] = next_ld;
     }
-    if constexpr (kRung < 12)
-      __syncthreads();  // v11: done with `buf`, P and dS before the next tile overwrites them
+    if constexpr (!Steps::kOneBarrierFewer)
+      __syncthreads();  // t11: done with `buf`, P and dS before the next tile overwrites them
   }
   fa::mma::cp_async_wait<0>();
 
@@ -346,20 +349,21 @@ __global__ void __launch_bounds__(kThreads, 1) warp_tiles_kernel(Params p) {
   }
 }
 
-// The host side of a rung with this kernel (ch06_kv128.cuh's launcher asks for both): D 32 and
-// 96, whose rows are not whole 128-byte groups, run v10's kernel and layout.
-template <int kRung>
-struct WarpTilesRung {
+// The host side of a step with this kernel (ch06_kv128.cuh's launcher asks for both): D 32 and
+// 96, whose rows are not whole 128-byte groups, run kv128_kernel with every switch on
+// (06/v4_bc128_tuned's kernel there) and its layout.
+template <class Steps>
+struct WarpTilesStep {
   template <class T, int D>
   static auto kernel() {
     if constexpr (D == 64 || D == 128)
-      return warp_tiles_kernel<T, D, kRung>;
+      return warp_tiles_kernel<T, D, Steps>;
     else
-      return kv128_kernel<T, D, 10>;
+      return kv128_kernel<T, D, KvAllSteps>;
   }
   template <int D>
   static constexpr int smem_bytes() {
-    return D == 64 || D == 128 ? warp_tiles_smem_bytes<D, kRung>() : dkdv_smem_bytes<D>();
+    return D == 64 || D == 128 ? warp_tiles_smem_bytes<D>() : dkdv_smem_bytes<D>();
   }
 };
 

@@ -1,7 +1,7 @@
-// v4_bc128_8warps.cu: 06/v3_atomic_dq plus one idea, FlashAttention-2's tile: a block owns
+// t04_bc128_8warps.cu: 06/v3_atomic_dq plus one idea, FlashAttention-2's tile: a block owns
 // Bc = 128 keys instead of 64, with 8 warps instead of 4 (16 keys each, as before), one block per
 // SM instead of two. bf16 / fp16 in, mma.sync m16n8k16, fp32 accumulate. Not bitwise deterministic
-// (dQ by atomics, as in v3).
+// (dQ by atomics, as in v3). The first step of the tuning appendix (README.md beside this file).
 //
 // What changed vs v3, and why. A warp's own work per (query, key) is the same: it still owns 16
 // keys (16 rows of S^T, dP^T, dS^T, dK, dV) and all Br = 64 queries of the tile, with the same
@@ -47,26 +47,26 @@
 // not exist or see no key; keys past seq_k and the causal triangle are masked on the tiles that
 // need it.
 //
-// The code: the kernel is here; Params, the launcher and the pieces v5-v9 share with it are in
+// The code: the kernel is here; Params, the launcher and the pieces t05-t12 share with it are in
 // ch06_kv128.cuh.
 //
-// Speed (H100 80GB HBM3, 2026-11-23, sixth session, notes/measured/h100-2026-11-23f/; bf16,
-// B = 16384/N, H = 2048/D, TFLOP/s in the 2.5x convention, call 4 unless named). D 128 full, N
-// 8192: v3 206.2, v4 210.3 (+2%); N 1024: 179.3, 180.8. D 64 full N 8192: 182.8, 182.7. v4 is
-// slower than v3 at D 64 up to N 4096 full (156.4 against 165.8 at N 1024) and N 8192 causal,
-// and at D 128 causal up to N 2048 (the wider diagonal tiles). The L2 reductions halved exactly (805,306,368 ->
-// 402,653,184 sectors, call1_ncu_bwd_v4.txt), the barrier stalls per warp did not (126 K
-// against v3's 77 K: one block of 8 warps waits for its slowest warp, not two blocks of 4), and
-// the instruction count fell 15% (3.40 G -> 2.89 G). FlashAttention-2's kernel on that shape:
-// 2.12 G instructions, 10.45 ms against our 15.53 ms in Nsight Compute. Where the other 0.77 G
-// come from is v5's and v6's story.
+// Measured (H100 80GB HBM3, 2026-11-23, bf16, B = 16384/N, H = 2048/D, TFLOP/s in the 2.5x
+// convention, notes/measured/h100-2026-11-23f/call4_bench.log): D 128 full N 1024 180.8 (v3
+// 179.3 in the same run). D 64 full N 8192: 182.7 (v3 182.8). t04 is slower than v3 at D 64 up to
+// N 4096 full (156.4 against 165.8 at N 1024) and N 8192 causal, and at D 128 causal up to N 2048
+// (the wider diagonal tiles). Nsight Compute (call1_ncu_bwd_v4.txt in that folder): the L2
+// reductions halved exactly (805,306,368 -> 402,653,184 sectors), the barrier stalls per warp did
+// not (126 K against v3's 77 K: one block of 8 warps waits for its slowest warp, not two blocks
+// of 4), and the instruction count fell 15% (3.40 G -> 2.89 G). FlashAttention-2's kernel on that
+// shape: 2.12 G instructions, 10.45 ms against our 15.53 ms. Where the other 0.77 G come from is
+// t05's and t06's story.
 //
-// A bug the tests caught (call 1): the first version kept v3's `64 * kLd` as the size of every
-// tile, so V started in the middle of the 128-row K tile and Q in the middle of V. Every ragged
-// shape failed, dV included (call1_ctest_v4_bug.log.gz); its timing was already v4's (the same
-// instructions).
-#include "ch06_kv128.cuh"  // the tile, Params, load_l2, store_rows, the host side (v4-v9's)
-#include "flash_bwd_tc.cuh"
+// A bug the tests caught: the first version kept v3's `64 * kLd` as the size of every tile, so V
+// started in the middle of the 128-row K tile and Q in the middle of V. Every ragged shape failed,
+// dV included (call1_ctest_v4_bug.log.gz in that folder); its timing was already this step's (the
+// same instructions).
+// Speed (H100 80GB HBM3, 2026-11-23): D 128 N 8192 bf16 210.3 TFLOP/s, v3_atomic_dq 206.2.
+#include "ch06_kv128.cuh"  // the tile, Params, the fragment loaders, the host side
 #include "mma.cuh"
 #include "registry.h"
 
@@ -344,8 +344,8 @@ __global__ void __launch_bounds__(kThreads, 1) dkdv_kernel(Params p) {
   store_rows<T, D, D>(dV, dv, k0 + kr0, 0, seq_k, 1.0f, lane);
 }
 
-struct V4 : KvRung {
-  static constexpr const char* kName = "06/v4_bc128_8warps";
+struct T04 : KvStep {
+  static constexpr const char* kName = "06/t04_bc128_8warps";
   template <class T, int D>
   static auto kernel() {
     return dkdv_kernel<T, D>;
@@ -355,8 +355,8 @@ struct V4 : KvRung {
 }  // namespace
 
 FA_REGISTER(AttentionBwdKernel,
-            {V4::kName,
-             kv128_backward<V4>,
+            {T04::kName,
+             kv128_backward<T04>,
              "v3 + FA2's tile: Bc = 128 keys and 8 warps a block (half the dQ atomics, barriers "
              "and Q/dO loads per key)",
              {fa::DType::BF16, fa::DType::F16},
