@@ -126,7 +126,7 @@ for stage in "$@"; do
     ch07)
       # Chapter 07 (Hopper) in one call, after `build`: its GPU tests (every forward test of the
       # 07/ kernels, long ones included), memcheck + racecheck of the small forward cases, the
-      # chapter program at D = 128 and 64, and the protocol sweep of 05/v3 and 07/ in bf16.
+      # chapter program at D = 128 and 64, and the protocol sweep of 05/v5 and 07/ in bf16.
       log "ch07: ctest -R 07_"
       ctest --test-dir "$BUILD" -R "07_" --output-on-failure --timeout 900 > "$OUT/ch07_ctest.log" 2>&1
       log "ch07 ctest rc=$?"; tail -25 "$OUT/ch07_ctest.log"
@@ -141,8 +141,8 @@ for stage in "$@"; do
       log "ch07 program rc=$?"; tail -30 "$OUT/ch07.log"
       "$BUILD/bin/ch07_flash_hopper" --head_dim=64 --big_seq=0 > "$OUT/ch07_d64.log" 2>&1
       log "ch07 program D=64 rc=$?"; tail -12 "$OUT/ch07_d64.log"
-      log "ch07: fa_bench attn_fwd (05/v3 and 07/, bf16)"
-      "$BUILD/bin/fa_bench" --benchmark_filter='attn_fwd/(05/v3|07/).*bf16.*' --benchmark_format=console \
+      log "ch07: fa_bench attn_fwd (05/v5 and 07/, bf16)"
+      "$BUILD/bin/fa_bench" --benchmark_filter='attn_fwd/(05/v5_fewer_instructions|07/).*bf16.*' --benchmark_format=console \
         --benchmark_out="$OUT/bench_ch07.json" --benchmark_out_format=json > "$OUT/bench_ch07.log" 2>&1
       log "ch07 fa_bench rc=$?"; grep -E "attn_fwd" "$OUT/bench_ch07.log" | head -60
       ;;
