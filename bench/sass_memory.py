@@ -10,8 +10,8 @@ Per kernel and memory opcode (LDGSTS = cp.async, LDSM = ldmatrix, LDS/STS, LDG/S
 instructions executed; shared-memory wavefronts, with the ideal count for the same bytes and
 threads (more than ideal: bank conflicts, or accesses split across 128-byte lines); L2 sectors
 asked for by the global side, with the ideal count (more than ideal: the same 32-byte sector
-asked for by more than one piece of one instruction). notes/08_decoding.md reads 08/v6 and
-08/v7 with it.
+asked for by more than one piece of one instruction). notes/08_decoding.md reads 08/t06 and
+08/v5 with it.
 """
 import collections
 import csv

@@ -146,7 +146,7 @@ TEST(SplitKvModel, SplittingAndMergingEqualsTheWholeRow) {
     }
 }
 
-// 08/v5 and v6: each warp's keys are every fourth 16-key slice of its split; the block folds its
+// 08/v4_block_stream and v5: each warp's keys are every fourth 16-key slice of its split; the block folds its
 // four warps, then the splits are merged. Ragged tails, splits shorter than a tile, warps that see
 // no key, causal rows.
 TEST(SplitKvModel, InterleavedWarpSlicesEqualTheWholeRow) {

@@ -2,7 +2,7 @@
 // tiles uses is computed once, before the loop, as a per-thread base; inside the loop an address
 // is that base plus a compile-time constant. bf16 / fp16 in, mma.sync m16n8k16, fp32 accumulate.
 // Not bitwise deterministic (dQ by atomics, as in v3 and t04). Chapter 08's
-// 08/v4_hoisted_addresses is the same idea in the decoding kernel.
+// 08/t04_hoisted_addresses is the same idea in the decoding kernel.
 //
 // Why. Nsight Compute's per-instruction counts of t04 (H100, bf16, D 128, N 8192, B 2, H 16;
 // notes/06_flash_backward.md, section 5c) put 2.89 G instructions on the dK/dV kernel against
