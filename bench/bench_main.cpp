@@ -187,30 +187,27 @@ void register_all() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::cerr << "fa_bench on " << fa::describe_gpu() << "\n";
   bool list_only = false;
+  std::filesystem::path out_folder;  // of --benchmark_out=build/bench.json: made below
   for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
+    const std::string arg = argv[i], out = "--benchmark_out=";
     list_only =
         list_only || arg == "--benchmark_list_tests" || arg == "--benchmark_list_tests=true";
-    // --benchmark_out=build/bench.json: make its folder, as the READMEs' commands expect.
-    const std::string out = "--benchmark_out=";
-    if (arg.rfind(out, 0) == 0) {
-      const std::filesystem::path folder =
-          std::filesystem::path(arg.substr(out.size())).parent_path();
-      std::error_code ignored;  // if it cannot be made, Google Benchmark says so
-      if (!folder.empty()) std::filesystem::create_directories(folder, ignored);
-    }
+    if (arg.rfind(out, 0) == 0)
+      out_folder = std::filesystem::path(arg.substr(out.size())).parent_path();
   }
   register_all();
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
   if (!fa::have_gpu() && !list_only) {
-    // Every row would be an error row; say it once (the CPU tests: ctest --test-dir build -L cpu).
-    std::cout << "fa_bench: no CUDA GPU found, so there is nothing to time "
-                 "(--benchmark_list_tests lists the benchmarks)\n";
+    // Every row would be an error row: say it once (the CPU tests are ctest -L cpu).
+    std::cout << "fa_bench on " << fa::describe_gpu()
+              << ": nothing to time (--benchmark_list_tests lists the benchmarks)\n";
     return 0;
   }
+  std::cerr << "fa_bench on " << fa::describe_gpu() << "\n";
+  std::error_code ignored;  // a folder that cannot be made: Google Benchmark says so
+  if (!out_folder.empty()) std::filesystem::create_directories(out_folder, ignored);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;
