@@ -35,7 +35,7 @@
 //               loaded (ch07_tiles.h), the diagonal tiles are masked, rows that see no key get
 //               O = 0 and L = -inf.
 //   fallback    pointers TMA cannot take (not 16-byte aligned), seq_k = 0 or sizes near 2^31 run
-//               05/v3 through the registry (which takes D <= 128).
+//               05/v5_fewer_instructions through the registry.
 //
 // Why it is not yet fast (the next rungs): the tensor cores sit idle during the softmax, because
 // one warpgroup does everything in sequence: wait for S, exponentiate (MUFU: 16 ex2 per clock
@@ -46,7 +46,7 @@
 // stream. v2 gives the loads to a producer warpgroup and uses two consumer warpgroups.
 // Measured (NVIDIA H100 80GB HBM3, 2026-11-23, fa_bench bf16 at N = 8192, B = 2, H = 2048/D;
 // notes/measured/h100-2026-11-23/bench_ch07.log): D 128: 404.4 TFLOP/s (causal 396.5); D 64:
-// 439.2 (causal 423.0). 05/v3 on the same run: 274.0 and 277.3. A second call the same day
+// 439.2 (causal 423.0). 05/t03 on the same run: 274.0 and 277.3. A second call the same day
 // (notes/measured/h100-2026-11-23b/bench.log): D 128 405.2 (causal 392.9), D 64 440.1 (386.6).
 // Tests on that GPU: every forward test passed (ragged shapes causal and not, non-default scale,
 // sizes past 2^31, more than 65535 heads, fresh inputs).
