@@ -97,7 +97,7 @@ __device__ __forceinline__ float ex2_approx(float x) {
 }
 
 // ROWS rows of a [seq, D] tensor from row0 into a padded shared tile, by the whole block
-// (common/attention_tiles.cuh; rows past seq are zero-filled).
+// (common/device/attention_tiles.cuh; rows past seq are zero-filled).
 template <int D, int ROWS, class T>
 __device__ __forceinline__ void load_tile_async(T* tile, const T* gmem, int64_t row0, int64_t seq,
                                                 int tid) {

@@ -18,8 +18,8 @@
 namespace fa::fwd_mma {
 
 // The Q tile (Tl::kBr rows), then K and V double-buffered (Tl::kBc rows each), padded rows of
-// D + 8 elements (common/attention_tiles.cuh), 16-bit elements. Tl::kSwizzle (t07): swizzled rows
-// of D elements instead (the same file), every tile at a 128-byte boundary.
+// D + 8 elements (common/device/attention_tiles.cuh), 16-bit elements. Tl::kSwizzle (t07):
+// swizzled rows of D elements instead (the same file), every tile at a 128-byte boundary.
 template <class Tl, int D>
 struct SmemFor {
   static constexpr bool kSwizzle = Tl::kSwizzle;
