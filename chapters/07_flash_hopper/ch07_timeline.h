@@ -149,4 +149,37 @@ inline std::vector<Row> to_rows(const std::vector<Event>& raw, int blocks, doubl
   return rows;
 }
 
+// The rows worth drawing: those of blocks 0 .. blocks-1, and of every other block that ran on
+// the same SM at the same time as one of them (at D 64, v1 fits three blocks on an SM, and
+// the timeline should show all three), with times again from the first row kept.
+inline std::vector<Row> keep_coresident(const std::vector<Row>& rows, int64_t blocks) {
+  struct Span {
+    double t0 = 1e300, t1 = -1e300;
+    uint32_t sm = 0;
+  };
+  std::vector<Span> span;
+  for (const Row& r : rows) {
+    if (r.block >= int64_t(span.size())) span.resize(size_t(r.block) + 1);
+    Span& s = span[size_t(r.block)];
+    s.t0 = std::min(s.t0, r.t_start_ns);
+    s.t1 = std::max(s.t1, r.t_end_ns);
+    s.sm = r.sm;
+  }
+  auto kept = [&](int64_t b) {
+    if (b < blocks) return true;
+    for (int64_t k = 0; k < blocks && k < int64_t(span.size()); ++k)
+      if (span[size_t(k)].t1 >= span[size_t(k)].t0 && span[size_t(k)].sm == span[size_t(b)].sm &&
+          span[size_t(k)].t0 < span[size_t(b)].t1 && span[size_t(b)].t0 < span[size_t(k)].t1)
+        return true;
+    return false;
+  };
+  std::vector<Row> out;
+  for (const Row& r : rows)
+    if (kept(r.block)) out.push_back(r);
+  double t0 = out.empty() ? 0.0 : out.front().t_start_ns;
+  for (const Row& r : out) t0 = std::min(t0, r.t_start_ns);
+  for (Row& r : out) r.t_start_ns -= t0, r.t_end_ns -= t0;
+  return out;
+}
+
 }  // namespace fa::ch07::timeline

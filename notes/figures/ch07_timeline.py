@@ -7,9 +7,10 @@ bash bench/device_run.sh timeline07) records, for the first few thread blocks of
 each rung at bf16 D 128 N 8192 (B 2, H 16), the start and end of every phase of every warpgroup
 (its leader thread read the SM's clock; chapters/07_flash_hopper/ch07_timeline.h). Its CSV,
 committed under notes/measured/<run>/ch07_timeline.csv, is what this script draws: one panel per
-rung, one row per warpgroup of the first two blocks, over the same few microseconds of the
-steady state (from the start of K/V tile FIRST_TILE of block 0's first consumer). Each row has two
-lanes:
+rung, one row per warpgroup of block 0 and of the blocks that shared its SM (v1 fits three on an
+SM at D 64, one at D 128; where block 0 was alone, block 1 is drawn beside it), over the same few
+microseconds of the steady state (from the start of K/V tile FIRST_TILE of block 0's first
+consumer). Each row has two lanes:
 
   upper  the tensor cores: a wgmma group of this warpgroup from its issue to the return of the
          wait for it (QK^T above, PV below: v4 has both in flight at once; v3's one group of
@@ -18,9 +19,9 @@ lanes:
          ping-pong turn (named barrier), at v1's __syncthreads, the producer's wait for a free slot.
 
 A gap in the lower lane under a bar in the upper lane is a warpgroup blocked in wgmma.wait. The
-panel's title gives the share of the window in which some warpgroup of block 0 had a wgmma group
-in flight: an upper bound of the tensor pipe's busy time for that block (a group may finish before
-its wait is reached).
+panel's title gives the share of the window in which some warpgroup on block 0's SM (of the blocks
+drawn) had a wgmma group in flight: an upper bound of the tensor pipe's busy time there (a group
+may finish before its wait is reached).
 
 Until the GPU run has committed the CSV, the script says so and draws nothing. A CSV of the
 program's D 64 run (ch07_timeline_d64.csv beside it) is drawn as ch07_timeline_d64.svg.
@@ -44,7 +45,7 @@ MEASURED = os.path.join(ROOT, "notes", "measured")
 FIGURES = [("ch07_timeline.csv", "ch07_timeline"), ("ch07_timeline_d64.csv", "ch07_timeline_d64")]
 
 RUNGS = ["07/v1_tma_wgmma", "07/v2_warp_specialized", "07/v3_pingpong", "07/v4_intra_overlap"]
-SHOW_BLOCKS = 2  # blocks drawn per rung (the program records more)
+SHOW_BLOCKS = 3  # at most: block 0 and those beside it on its SM (else blocks 0 and 1)
 FIRST_TILE = 8  # the window starts where block 0's first consumer starts this K/V tile
 WINDOW_US = 8.0  # and is this long
 
@@ -89,7 +90,7 @@ def read(path):
         rows.append({
             "kernel": r["kernel"], "block": int(r["block"]), "warpgroup": int(r["warpgroup"]),
             "phase": r["phase"], "t0": float(r["t_start_ns"]) / 1000.0,
-            "t1": float(r["t_end_ns"]) / 1000.0, "tile": int(r["tile"]),
+            "t1": float(r["t_end_ns"]) / 1000.0, "tile": int(r["tile"]), "sm": int(r["sm"]),
         })
     return [c[1:].strip() for c in comments], rows
 
@@ -107,10 +108,10 @@ def window_start(rows):
     return min(at) if at else min(r["t0"] for r in mine)
 
 
-def busy_share(rows, t0, t1):
-    """Share of [t0, t1] covered by the union of block 0's tensor-lane intervals."""
-    spans = sorted((max(r["t0"], t0), min(r["t1"], t1)) for r in rows
-                   if r["block"] == 0 and r["phase"] in TENSOR and r["t1"] > t0 and r["t0"] < t1)
+def busy_share(rows, t0, t1, blocks):
+    """Share of [t0, t1] covered by the union of the tensor-lane intervals of these blocks."""
+    spans = sorted((max(r["t0"], t0), min(r["t1"], t1)) for r in rows if r["block"] in blocks
+                   and r["phase"] in TENSOR and r["t1"] > t0 and r["t0"] < t1)
     covered, end = 0.0, t0
     for a, b in spans:
         if b <= end:
@@ -118,6 +119,21 @@ def busy_share(rows, t0, t1):
         covered += b - max(a, end)
         end = b
     return covered / (t1 - t0)
+
+
+def shown_blocks(rows):
+    """Block 0 and the blocks that ran on its SM at the same time (v1 at D 64 fits three); when it
+    had its SM to itself, blocks 0 and 1 (on two SMs)."""
+    span = {}
+    for r in rows:
+        t0, t1, sm = span.get(r["block"], (r["t0"], r["t1"], r["sm"]))
+        span[r["block"]] = (min(t0, r["t0"]), max(t1, r["t1"]), sm)
+    if 0 not in span:
+        return sorted(span)[:2]
+    a0, a1, sm0 = span[0]
+    beside = [b for b, (b0, b1, sm) in sorted(span.items())
+              if b != 0 and sm == sm0 and b0 < a1 and a0 < b1]
+    return [0] + beside[:SHOW_BLOCKS - 1] if beside else [b for b in sorted(span) if b <= 1]
 
 
 def role(kernel, wg):
@@ -135,9 +151,13 @@ def draw(path, out_dir, name):
     timing = {c.split(":", 1)[0]: c.split(":", 1)[1].split(",")[0].strip() for c in comments[1:]
               if ":" in c}
 
-    # Rows per panel: (block, warpgroup) of the first SHOW_BLOCKS blocks.
-    slots = {k: sorted({(r["block"], r["warpgroup"]) for r in rows if r["kernel"] == k
-                        and r["block"] < SHOW_BLOCKS}) for k in kernels}
+    # Rows per panel: (block, warpgroup) of the blocks shown.
+    slots, sm_of = {}, {}
+    for k in kernels:
+        mine = [r for r in rows if r["kernel"] == k]
+        shown = shown_blocks(mine)
+        slots[k] = sorted({(r["block"], r["warpgroup"]) for r in mine if r["block"] in shown})
+        sm_of.update({(k, r["block"]): r["sm"] for r in mine})
     row_h, gap, top, bottom, legend_h = 0.34, 0.55, 0.45, 0.55, 1.25
     height = top + bottom + legend_h + sum(len(s) * row_h + gap for s in slots.values())
     width = 11.0
@@ -155,7 +175,8 @@ def draw(path, out_dir, name):
         ax.set_xlim(0, WINDOW_US)
         ax.set_ylim(len(slots[k]), 0)
         ax.set_yticks([i + 0.5 for i in range(len(slots[k]))])
-        ax.set_yticklabels(["block %d %s" % (b, role(k, w)) for b, w in slots[k]], fontsize=7)
+        ax.set_yticklabels(["block %d (SM %d) %s" % (b, sm_of[(k, b)], role(k, w))
+                            for b, w in slots[k]], fontsize=7)
         ax.tick_params(axis="y", length=0)
         ax.tick_params(axis="x", labelsize=7)
         for i in range(1, len(slots[k])):
@@ -172,8 +193,9 @@ def draw(path, out_dir, name):
             else:
                 ax.add_patch(plt.Rectangle((x, i + 0.52), w, 0.40,
                                            color=WARPS.get(r["phase"], "black"), lw=0))
-        share = busy_share(mine, t0, t1)
-        ax.set_title("%s   (%s; block 0 has a wgmma group in flight %.0f%% of this window)"
+        on_sm0 = {b for b, _ in slots[k] if sm_of[(k, b)] == sm_of[(k, 0)]}
+        share = busy_share(mine, t0, t1, on_sm0)
+        ax.set_title("%s   (%s; on block 0's SM a wgmma group is in flight %.0f%% of this window)"
                      % (k, timing.get(k, "").replace(" recording", " for the launch"), 100 * share),
                      fontsize=8.5, loc="left", pad=3)
         if k == kernels[-1]:

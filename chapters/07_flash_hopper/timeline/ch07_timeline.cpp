@@ -1,9 +1,9 @@
 // ch07_timeline: chapter 07's measured timeline. Built only with the CMake option
 // FA_CH07_TIMELINE (default OFF), from the forward rungs v1-v4 compiled again with their phase
 // marks on (ch07_timeline.cuh). It runs each rung at one shape after warm-up, records what the
-// leader thread of every warpgroup of the first --blocks thread blocks did and when (TMA and
+// leader thread of every warpgroup of the first --pool thread blocks did and when (TMA and
 // barrier waits, QK^T, softmax, PV, the ping-pong's named-barrier waits), and writes one CSV row
-// per phase:
+// per phase of blocks 0 .. --blocks-1 and of the blocks that shared an SM with them at the time:
 //
 //   kernel,block,warpgroup,phase,t_start_ns,t_end_ns,tile,sm
 //
@@ -93,8 +93,18 @@ int check_conversion() {
         std::fabs(r.t_start_ns - want[i].start) > 1.0 || std::fabs(r.t_end_ns - want[i].end) > 1.0)
       ++failures;
   }
+  // Which blocks are written: block 0 and the block beside it on its SM, not the one on another
+  // SM nor the one that came to the same SM later.
+  const std::vector<tl::Row> spans = {{0, 0, tl::kQK, 0, 1, 1000.0, 2000.0},
+                                      {1, 0, tl::kQK, 0, 2, 1000.0, 2000.0},
+                                      {2, 0, tl::kQK, 0, 1, 1500.0, 2500.0},
+                                      {3, 0, tl::kQK, 0, 1, 3000.0, 4000.0}};
+  const std::vector<tl::Row> kept = tl::keep_coresident(spans, 1);
+  if (kept.size() != 2 || kept[0].block != 0 || kept[1].block != 2 || kept[0].t_start_ns != 0.0)
+    ++failures;
   std::printf(
-      "CPU check of the cycle-to-ns conversion (3 events, a wrap of the 32-bit clock): %s\n",
+      "CPU check of the cycle-to-ns conversion (a wrap of the 32-bit clock) and of the blocks "
+      "kept: %s\n",
       failures == 0 ? "ok" : "FAILED");
   return failures;
 }
@@ -128,14 +138,16 @@ int run(int argc, char** argv) {
   cli.option("out", "ch07_timeline.csv", "the CSV to write")
       .option("seq", "8192", "N (seq_q = seq_k); B = 16384 / N, H = 2048 / D")
       .option("head_dim", "128", "D: 64, 128 or 256")
-      .option("blocks", "4", "thread blocks recorded (blockIdx.x < blocks), at most 64")
+      .option("blocks", "4", "blocks written: 0 .. blocks-1, and those sharing an SM with them")
+      .option("pool", "512", "blocks recorded (blockIdx.x < pool): more than one wave")
       .option("warmup", "3", "unrecorded launches of each rung before the recorded one")
       .option("kernel", "all", "the rungs, comma-separated (default: 07/v1 to 07/v4)")
       .example("--head_dim=64 --out=ch07_timeline_d64.csv");
   std::vector<std::string> args(argv + 1, argv + argc);
   if (!cli.parse(args)) return cli.exit_code();
   const int64_t seq = cli.get_count("seq"), head_dim = cli.get_count("head_dim");
-  const int blocks = int(std::min<int64_t>(cli.get_count("blocks"), 64));
+  const int64_t blocks = cli.get_count("blocks");
+  const int pool = int(std::min<int64_t>(std::max(cli.get_count("pool"), blocks), 4096));
   const int64_t warmup = cli.get_count("warmup", 0);
   if (head_dim != 64 && head_dim != 128 && head_dim != 256)
     throw fa::UsageError("--head_dim: 64, 128 or 256");
@@ -170,7 +182,7 @@ int run(int argc, char** argv) {
   a.shape = shape;
   a.dtype = dtype;
 
-  const size_t slots = size_t(blocks) * tl::kMaxWarpgroups * tl::kSlotEvents;
+  const size_t slots = size_t(pool) * tl::kMaxWarpgroups * tl::kSlotEvents;
   fa::DeviceBuffer events(slots * sizeof(tl::Event));
   std::vector<tl::Event> raw(slots);
   std::vector<float> o_first;  // the first rung's O, which the others are compared with
@@ -186,7 +198,7 @@ int run(int argc, char** argv) {
     FA_CUDA_CHECK(cudaDeviceSynchronize());
     const float ms_off = elapsed_ms(*kern, a);
     events.zero();
-    tl::host_buffer() = tl::Buffer{events.as<tl::Event>(), blocks};
+    tl::host_buffer() = tl::Buffer{events.as<tl::Event>(), pool};
     const float ms_on = elapsed_ms(*kern, a);
     tl::host_buffer() = tl::Buffer{};
     events.download(raw.data(), slots * sizeof(tl::Event));
@@ -204,9 +216,10 @@ int run(int argc, char** argv) {
     failures += ok ? 0 : 1;
 
     double rate = 0;
-    const std::vector<tl::Row> rows = tl::to_rows(raw, blocks, fallback_ghz, &rate);
+    const std::vector<tl::Row> rows =
+        tl::keep_coresident(tl::to_rows(raw, pool, fallback_ghz, &rate), blocks);
     int overflow = 0;
-    for (int b = 0; b < blocks; ++b)
+    for (int b = 0; b < pool; ++b)
       for (int w = 0; w < tl::kMaxWarpgroups; ++w)
         overflow += tl::slot_header(raw, b, w).count > uint32_t(tl::kCapacity) ? 1 : 0;
     failures += rows.empty() || overflow > 0 ? 1 : 0;
@@ -220,7 +233,7 @@ int run(int argc, char** argv) {
     std::printf("%s\n", line);
     notes.push_back(line);
 
-    // Per phase: how many, and the median length, over the recorded blocks.
+    // Per phase: how many, and the median length, over the blocks written.
     std::map<uint32_t, std::vector<double>> lengths;
     for (const tl::Row& r : rows) lengths[r.phase].push_back(r.t_end_ns - r.t_start_ns);
     for (auto& [phase, len] : lengths) {
@@ -235,7 +248,7 @@ int run(int argc, char** argv) {
   if (!csv) throw fa::UsageError("--out: cannot write " + cli.get("out"));
   csv << "# ch07_timeline: " << gpu.name << ", " << today_utc() << ", bf16 D " << head_dim << " N "
       << seq << " B " << shape.batch << " H " << shape.heads << ", not causal, blocks 0-"
-      << blocks - 1 << "\n";
+      << blocks - 1 << " and those sharing an SM with them\n";
   for (const std::string& line : notes) csv << "# " << line << "\n";
   csv << "kernel,block,warpgroup,phase,t_start_ns,t_end_ns,tile,sm\n";
   char buf[256];
