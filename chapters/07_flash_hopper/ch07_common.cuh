@@ -96,7 +96,7 @@ __device__ __forceinline__ float ex2_approx(float x) {
 }
 
 // A negative scale would turn the max of scale * s into a min: flip S instead and use |scale|
-// (scale * s = |scale| * (-s)), as 05/v3 does.
+// (scale * s = |scale| * (-s)), as chapter 05's kernels do.
 template <int N>
 __device__ __forceinline__ void negate_if(float (&s)[N], bool negative) {
   if (negative) {

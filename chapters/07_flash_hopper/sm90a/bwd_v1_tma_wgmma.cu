@@ -1,7 +1,7 @@
 // 07/bwd_v1_tma_wgmma: the FlashAttention backward on Hopper (sm_90a: H100, H200), deterministic.
 // The algorithm is chapter 06's (06/v2_mma: D preprocess, a dK/dV kernel over key tiles, a
 // separate dQ kernel over query tiles, no atomics); what changed is how the tensor cores are fed,
-// as the forward's 07/v1 did for 05/v3: TMA brings 128-byte-swizzled tiles into shared memory and
+// as the forward's 07/v1 did for chapter 05: TMA brings 128-byte-swizzled tiles into shared memory and
 // wgmma multiplies 64 x N x 16 per warpgroup, B (and for two products A) read from shared memory.
 //
 // The three launches (one stream):
@@ -68,8 +68,7 @@
 //   before), each K/V (Q/dO) tile is read once rather than by two blocks, and both rings keep
 //   two stages. The idea holds for any D > 128 (parts of at most 128 columns keep the
 //   accumulators at D = 128's); as written, Split makes one 128-column part per warpgroup, which
-//   is D = 256 exactly, and static_asserts it. (06/v2_mma takes D = 256 too since commit
-//   51d9575.)
+//   is D = 256 exactly, and static_asserts it. (06/v2_mma, the fallback, takes D = 256 too.)
 //
 // Pipelines: one thread (thread 0) issues every TMA copy, as 07/v1. K/V (dkdv) or Q/dO (dq) are
 // loaded once with one mbarrier; the streamed tiles use a 2-stage ring, one mbarrier per stage
@@ -100,8 +99,7 @@
 // Offsets are 64-bit; batch*heads * tiles is on gridDim.x.
 //
 // Fallback: shapes TMA cannot load (unaligned pointers, seq_q or seq_k = 0, sizes near 2^31) run
-// 06/v2_mma through the registry, which takes D = 256 too since commit 51d9575 (before it, such
-// shapes at D = 256 were refused as unsupported).
+// 06/v2_mma through the registry, which takes every head dim of this kernel.
 //
 // Not yet here (next rungs): a producer warpgroup with setmaxnreg (the block-wide barrier per
 // tile goes), more stages, dQ accumulated in the dK/dV kernel through an fp32 workspace (with
@@ -109,19 +107,8 @@
 // tiles its 64 rows never see; at D = 256, one warpgroup computing S^T and the other dP^T and
 // exchanging them through shared memory (2 x 16 KiB of fp32 more, which still fits: 227 KiB),
 // which takes dkdv from 6 units back to 4 and dq from 5 to 3 at the price of a barrier per tile.
-// Measured (NVIDIA H100 80GB HBM3, 2026-11-23, fa_bench bf16 at N = 8192, B = 2, H = 2048/D,
-// 2.5x forward FLOPs), full (causal) TFLOP/s. Second call (notes/measured/h100-2026-11-23b/
-// bench.log): D 128: 413.2 (391.0), 06/v2_mma in the same run 186.4 (181.5); D 64: 324.9
-// (309.4), 06/v2_mma 154.9 (151.2). Third session, with PyTorch SDPA in the same call and the
-// read-only L2 flush (notes/measured/h100-2026-11-23c/call4_sdpa.log, call5_sdpa.log):
-// D 64: 323.1 (308.4), FA2 275.7 (249.0), cuDNN 433.1 (398.5); D 128: 411.8 (394.0), FA2 294.2
-// (274.4), cuDNN 530.8 (480.1); D 256: 292.2 (277.2), FA2 251.6 (235.0), cuDNN 351.1 (377.6),
-// 06/v2_mma 84.8 (85.5). Over N 1024 to 16384 and every head dim: 1.10-1.53x FA2, 0.73-0.96x
-// cuDNN. Tests on that GPU (third session, call3_ctest.log, call3_san_*.log): the default label
-// passed whole, for this kernel RaggedShapesCausalAndNot and NonDefaultScale at bf16 and fp16
-// and D 64, 128, 256, ManyHeadsBeyondGridLimit, BwdDeterminism (two runs bit for bit) and
-// TrainingStep.LossFollowsReferenceGradients; memcheck, racecheck, synccheck and initcheck
-// reported nothing at every dtype and head dim. (The long label has no backward test.)
+// Speed (H100 80GB HBM3, 2026-11-23): D 128 N 8192 bf16 411.8 TFLOP/s (2.5x forward FLOPs),
+// FlashAttention-2 294.2 (notes/measured/h100-2026-11-23c/call4_sdpa.log).
 #include <cuda.h>
 
 #include "ch07_bwd_common.cuh"

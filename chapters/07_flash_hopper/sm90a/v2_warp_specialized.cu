@@ -10,8 +10,8 @@
 //   can fill the gap: the tensor cores idle for the whole softmax (MUFU ex2 runs at 16 per clock per
 //   SM, wgmma at ~4096 dense 16-bit FLOPs per clock per SM, 989 TFLOP/s / (132 SMs x 1.83 GHz);
 //   for D = 128 a 64 x 128 tile is 4.2 M FLOPs of MMA, ~1 k clocks, and 8192 exponentials, ~0.5 k
-//   clocks of MUFU plus the FMAs, max and shuffles around them, so the softmax alone takes half as
-//   long again as the tile's MMAs, with the tensor cores idle throughout).
+//   clocks of MUFU plus the FMAs, max and shuffles around them; v1's measured rate puts a whole
+//   tile at ~2.5 k clocks, so ~1.5 k of them pass with the tensor cores idle).
 //   v2 is warp-specialised:
 //   * producer warpgroup (warpgroup 0): one thread loads Q once, then streams K and V tiles into a
 //     ring of kStages stages; before reusing a stage it waits on that stage's "empty" mbarrier,
@@ -38,12 +38,9 @@
 //   registers   producer 24, consumers 240 after setmaxnreg (compiled at 168)
 //   not done    a consumer whose 64 rows see none of a causal tile's keys still computes it (fully
 //               masked); the block-level range is v1's (ch07_tiles.h) with Br = 128
-// Measured (NVIDIA H100 80GB HBM3, 2026-11-23, fa_bench bf16 at N = 8192, B = 2, H = 2048/D):
-// D 128: 540.7 TFLOP/s (causal 524.5), D 64: 397.1 (394.8) in the first call
-// (notes/measured/h100-2026-11-23/bench_ch07.log); 548.2 (528.2) and 417.9 (390.6) in a second
-// call (notes/measured/h100-2026-11-23b/bench.log). Slower than v1 at D 64 (notes, section 4).
-// Tests on that GPU: every forward test passed (ragged shapes causal and not, non-default scale,
-// sizes past 2^31, more than 65535 heads, fresh inputs).
+// Speed (H100 80GB HBM3, 2026-11-23): D 128 N 8192 bf16 569.5 TFLOP/s, FlashAttention-2 341.7
+// (notes/measured/h100-2026-11-23c/call4_sdpa.log). At D 64 it is slower than v1 (notes/07,
+// section 4, "Why v2 loses to v1 at D = 64").
 #include <cuda.h>
 
 #include "ch07_common.cuh"

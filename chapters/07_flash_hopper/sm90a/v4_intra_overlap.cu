@@ -44,15 +44,8 @@
 //   barriers    named barriers 1 and 2 (consumer 0's and 1's turn), 256 threads each
 //   smem        as v3: D 64: 144 KiB, D 128: 160 KiB, D 256: 192 KiB
 //   registers   producer 24, consumers 240 after setmaxnreg (compiled at 168), no spills
-// Measured (NVIDIA H100 80GB HBM3, 2026-11-23, fa_bench bf16 at N = 8192, B = 2, H = 2048/D;
-// notes/measured/h100-2026-11-23b/bench.log): D 128: 592.8 TFLOP/s (causal 527.9), v3 in the same
-// run 577.9 (552.3); D 64: 438.8 (415.1). At N = 16384 causal: 595.8. The same kernel moved by up
-// to 11% between two calls that day, so a few percent between rungs is not settled
-// (notes/07_flash_hopper.md, section 5).
-// Tests on that GPU: ragged shapes causal and not, non-default scale, more than 65535 heads and
-// fresh inputs passed; later that day (notes/measured/h100-2026-11-23c/) the whole default label,
-// the tensor past 2^31 elements, and memcheck, racecheck, synccheck and initcheck on the small
-// ragged shapes passed too, clean.
+// Speed (H100 80GB HBM3, 2026-11-23): D 128 N 8192 bf16 592.7 TFLOP/s, FlashAttention-2 341.7
+// (notes/measured/h100-2026-11-23c/call4_sdpa.log).
 #include <cuda.h>
 
 #include <type_traits>

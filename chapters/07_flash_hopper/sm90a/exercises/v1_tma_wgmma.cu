@@ -3,13 +3,15 @@
 // project is configured with -DFA_BUILD_EXERCISES=ON (preset "exercises").
 // 07/v1_tma_wgmma: the smallest FlashAttention forward built from Hopper's own instructions
 // (sm_90a: H100, H200). The algorithm is chapter 05's (tiles of Q, K, V, online softmax, P kept in
-// registers); what changed vs 05/v3 is how the tensor cores are fed.
+// registers); what changed vs chapter 05 is how the tensor cores are fed.
 //
-// What changed vs 05/v3, and why it pays
-//   05/v3 runs on mma.sync, the Ampere instruction: a warp multiplies 16 x 8 x 16 at a time and
-//   every operand passes through registers (ldmatrix from shared memory first). On an H100 that
-//   path reaches about half of the tensor cores' rate (chapter 03 measured it for GEMM: v5 stalls
-//   near 260 TFLOP/s, v6 with wgmma reaches 700). Two Hopper instructions remove the detour:
+// What changed vs chapter 05, and why it pays
+//   Chapter 05's kernels run on mma.sync, the Ampere instruction: a warp multiplies 16 x 8 x 16 at
+//   a time and every operand passes through registers (ldmatrix from shared memory first), so the
+//   loads, their addresses and the MMAs share the same warps' issue slots. Its final rung,
+//   05/v5_fewer_instructions, reaches 381 TFLOP/s at bf16 D 128 N 8192 on an H100, 39% of the
+//   989 TFLOP/s dense peak and ahead of FlashAttention-2 on the same instruction (chapter 03's
+//   GEMM on mma.sync: 261 TFLOP/s; with wgmma: 701). Two Hopper instructions remove the detour:
 //   * wgmma: four warps (a warpgroup) issue one asynchronous 64 x N x 16 MMA that reads B (and
 //     optionally A) straight from shared memory through a 64-bit descriptor. S = Q K^T reads both
 //     Q and K from shared memory (K-major: a row of K is a column of K^T); O += P V takes P from
@@ -28,7 +30,7 @@
 //               One mbarrier per stage counts the K and V bytes.
 //   per tile    S = Q K^T (D/16 wgmma m64nBc k16, wait), mask (diagonal and ragged tiles only),
 //               online softmax in registers (m, l per row, exp2 with the scale in the FMA as in
-//               05/v3), O *= alpha, P -> bf16/fp16 A fragments, O += P V (Bc/16 wgmma m64nDk16,
+//               chapter 05), O *= alpha, P -> bf16/fp16 A fragments, O += P V (Bc/16 wgmma m64nDk16,
 //               wait)
 //   registers   S: Bc/2 fp32 per thread, O: D/2, P: Bc/4 (see ch07_common.cuh for the table)
 //   smem        Q 64 x D + 2 stages x (K + V) Bc x D, 16-bit, + 1 KiB alignment:
@@ -38,7 +40,7 @@
 //               loaded (ch07_tiles.h), the diagonal tiles are masked, rows that see no key get
 //               O = 0 and L = -inf.
 //   fallback    pointers TMA cannot take (not 16-byte aligned), seq_k = 0 or sizes near 2^31 run
-//               05/v5_fewer_instructions through the registry.
+//               05/v5_fewer_instructions through the registry (it takes every head dim of these).
 //
 // Why it is not yet fast (the next rungs): the tensor cores sit idle during the softmax, because
 // one warpgroup does everything in sequence: wait for S, exponentiate (MUFU: 16 ex2 per clock
@@ -47,12 +49,8 @@
 // clocks, but 64 * 128 = 8192 exponentials, ~0.5 k clocks, i.e. the exponentials take about
 // half the time the MMAs do), then P V. And the TMA issue sits in the same warps' instruction
 // stream. v2 gives the loads to a producer warpgroup and uses two consumer warpgroups.
-// Measured (NVIDIA H100 80GB HBM3, 2026-11-23, fa_bench bf16 at N = 8192, B = 2, H = 2048/D;
-// notes/measured/h100-2026-11-23/bench_ch07.log): D 128: 404.4 TFLOP/s (causal 396.5); D 64:
-// 439.2 (causal 423.0). 05/t03 on the same run: 274.0 and 277.3. A second call the same day
-// (notes/measured/h100-2026-11-23b/bench.log): D 128 405.2 (causal 392.9), D 64 440.1 (386.6).
-// Tests on that GPU: every forward test passed (ragged shapes causal and not, non-default scale,
-// sizes past 2^31, more than 65535 heads, fresh inputs).
+// Speed (H100 80GB HBM3, 2026-11-23): D 128 N 8192 bf16 404.4 TFLOP/s, FlashAttention-2 346.9
+// (notes/measured/h100-2026-11-23/sdpa_fwd_table.md).
 //
 // EXERCISE-KERNELS: 07/v1_tma_wgmma
 #include <cuda.h>
