@@ -343,14 +343,16 @@ void threads_and_blocks(int64_t n, int64_t rows, int64_t cols, uint64_t seed, Ch
   checks.expect(overwritten == oob, "every thread past the end wrote, exactly as predicted");
 }
 
-// Time a launch and return milliseconds (median), with the shared protocol of fa::time_gpu.
-double median_ms(const std::function<void(cudaStream_t)>& f, bool flush = true) {
+// Time a launch and return milliseconds (median of `repeats` runs), with the shared protocol of
+// fa::time_gpu.
+double median_ms(const std::function<void(cudaStream_t)>& f, int repeats, bool flush = true) {
   TimingOptions opt;
+  opt.repeats = repeats;
   opt.flush = flush ? Flush::Clean : Flush::None;
   return time_gpu(f, opt).median_ms;
 }
 
-void ceilings(int fma_iters, int gemm_n, Checks& checks) {
+void ceilings(int fma_iters, int gemm_n, int repeats, Checks& checks) {
   section("3. Measured ceilings");
   const GpuInfo& g = gpu_info();
   std::cout << "  Measuring the copy bandwidth (1 GiB each way), the FMA rate and cuBLAS ...\n";
@@ -364,7 +366,7 @@ void ceilings(int fma_iters, int gemm_n, Checks& checks) {
   const float a = 0.999f, b = 0.001f;
   double fma_ms = median_ms(
       [&](cudaStream_t s) { fma_rate(out.as<float>(), blocks, threads, fma_iters, a, b, s); },
-      false);  // pure arithmetic: the cache state does not matter
+      repeats, false);  // pure arithmetic: the cache state does not matter
   double fma_flops = 2.0 * double(total_threads) * fma_iters * kFmaChains;
   double fma_tflops = fma_flops / (fma_ms * 1e-3) / 1e12;
   std::vector<float> outs(static_cast<size_t>(total_threads));
@@ -420,7 +422,7 @@ void ceilings(int fma_iters, int gemm_n, Checks& checks) {
                 "every ceiling was measured");
 }
 
-void divergence_section(int iters, Checks& checks) {
+void divergence_section(int iters, int repeats, Checks& checks) {
   section("4. Control divergence");
   const GpuInfo& g = gpu_info();
   const int threads = 256;
@@ -431,10 +433,10 @@ void divergence_section(int iters, Checks& checks) {
   out_uni.poison();
   double t_div = median_ms(
       [&](cudaStream_t s) { divergence(out_div.as<float>(), blocks, threads, iters, true, s); },
-      false);
+      repeats, false);
   double t_uni = median_ms(
       [&](cudaStream_t s) { divergence(out_uni.as<float>(), blocks, threads, iters, false, s); },
-      false);
+      repeats, false);
   std::vector<float> hd(static_cast<size_t>(total)), hu(static_cast<size_t>(total));
   out_div.download(hd.data(), out_div.bytes());
   out_uni.download(hu.data(), out_uni.bytes());
@@ -460,7 +462,7 @@ void divergence_section(int iters, Checks& checks) {
                  "predicate the branch?\n";
 }
 
-void fusion_section(int64_t n, uint64_t seed, Checks& checks) {
+void fusion_section(int64_t n, uint64_t seed, int repeats, Checks& checks) {
   section("5. Operator fusion: y = relu(x * a + b)");
   const float a = 1.5f, b = -0.25f;
   std::vector<float> x = uniform_values(n, derive_seed(seed, 5));
@@ -492,7 +494,7 @@ void fusion_section(int64_t n, uint64_t seed, Checks& checks) {
   checks.expect(diff < 0, "three kernels and one kernel agree bit for bit",
                 diff < 0 ? "" : "first difference at i = " + std::to_string(diff));
 
-  double t3 = median_ms(unfused), t1 = median_ms(fused);
+  double t3 = median_ms(unfused, repeats), t1 = median_ms(fused, repeats);
   double bytes3 = 6.0 * 4.0 * double(n), bytes1 = 2.0 * 4.0 * double(n);
   double copy_gbps = copy_bandwidth_gbps();
   std::cout << "  n = " << n << " floats (" << mib(n * 4) << " per array, larger than L2)\n";
@@ -517,11 +519,13 @@ int run(const std::vector<std::string>& args) {
       .option("div_iters", "4096", "loop steps per thread in the divergence kernels")
       .option("fusion_n", "64M", "elements of the fusion example (k = 1024, M = 1024^2)")
       .option("gemm_n", "4096", "cuBLAS GEMM size n for the n x n x n ceilings")
+      .option("repeats", "20", "timed repeats of the FMA, divergence and fusion kernels (median)")
       .example(printed_command("ch00.help").args);
   if (!cli.parse(args)) return cli.exit_code();
   const int64_t n = cli.get_count("n"), rows = cli.get_count("rows"), cols = cli.get_count("cols");
   const int64_t fma_iters = cli.get_count("fma_iters"), div_iters = cli.get_count("div_iters");
   const int64_t fusion_n = cli.get_count("fusion_n"), gemm_n = cli.get_count("gemm_n", 16);
+  const int64_t repeats = cli.get_count("repeats");
   if (rows > 65535 * 8) throw UsageError("--rows: at most 524280 (gridDim.y is limited to 65535)");
   if (fma_iters % kFmaUnroll != 0 || fma_iters > (1 << 24))
     throw UsageError("--fma_iters must be a multiple of 16, at most 16M");
@@ -541,9 +545,9 @@ int run(const std::vector<std::string>& args) {
   }
   device_query(checks);
   threads_and_blocks(n, rows, cols, cli.seed(), checks);
-  ceilings(int(fma_iters), int(gemm_n), checks);
-  divergence_section(int(div_iters), checks);
-  fusion_section(fusion_n, cli.seed(), checks);
+  ceilings(int(fma_iters), int(gemm_n), int(repeats), checks);
+  divergence_section(int(div_iters), int(repeats), checks);
+  fusion_section(fusion_n, cli.seed(), int(repeats), checks);
   std::cout << "\nChapter 00: "
             << (checks.failed ? std::to_string(checks.failed) + " check(s) FAILED"
                               : std::string("all checks passed"))

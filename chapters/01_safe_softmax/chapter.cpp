@@ -139,7 +139,7 @@ int run(const std::vector<std::string>& args) {
       "ch01_safe_softmax",
       "Safe softmax: why the maximum is subtracted, and a ladder of kernels for its three passes.");
   fa::add_matrix_options(cli, "4096,16384", "4096,1024", "softmax input x");
-  fa::add_kernel_options(cli, "01/", 0);
+  fa::add_kernel_options(cli, "01/", 20);
   cli.section("kernels (name, dtype, oldest GPU, what it changes)",
               fa::kernels_help<fa::SoftmaxKernel>("01/"))
       .example(fa::printed_command("ch01.help").args);
@@ -156,6 +156,7 @@ int run(const std::vector<std::string>& args) {
   failures += gpu_demo();
   fa::RunOptions opt;
   opt.seed = cli.seed();
+  opt.timing.repeats = static_cast<int>(cli.get_count("repeats"));
   std::vector<fa::RunResult> results;
   for (const fa::SoftmaxShape& shape : shapes)
     for (const fa::SoftmaxKernel* k : kernels) results.push_back(fa::run_softmax(*k, shape, opt));

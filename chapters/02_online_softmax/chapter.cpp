@@ -136,7 +136,7 @@ int run(const std::vector<std::string>& args) {
   fa::Cli cli("ch02_online_softmax",
               "Online softmax: max and sum in one pass, the pair merge, and a one-read kernel.");
   fa::add_matrix_options(cli, "4096,16384", "4096,1024", "softmax input x");
-  fa::add_kernel_options(cli, "02/", 0);
+  fa::add_kernel_options(cli, "02/", 20);
   cli.section("kernels (name, dtype, oldest GPU, what it changes)",
               fa::kernels_help<fa::SoftmaxKernel>("02/"))
       .example(fa::printed_command("ch02.help").args);
@@ -152,6 +152,7 @@ int run(const std::vector<std::string>& args) {
   }
   fa::RunOptions opt;
   opt.seed = cli.seed();
+  opt.timing.repeats = static_cast<int>(cli.get_count("repeats"));
   std::vector<fa::RunResult> results;
   for (const fa::SoftmaxShape& s : shapes)
     for (const fa::SoftmaxKernel* k : kernels) results.push_back(fa::run_softmax(*k, s, opt));

@@ -9,6 +9,7 @@
 //                 numbers, written to --csv (plot with plot_mystery.py). Never part of the tour.
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
@@ -156,6 +157,10 @@ int sweep(std::ostream& os, const SweepRange& range, const std::string& csv_path
   os << "\n== Sweep " << range.start << ".." << range.stop << " step " << range.step
      << ": cuBLAS bf16 vs " << ours->name << " ==\n  " << machine_line(best) << "\n";
 
+  // --csv=build/mystery.csv: make the folder first, as the README's command expects.
+  const std::filesystem::path folder = std::filesystem::path(csv_path).parent_path();
+  std::error_code ignored;  // a folder that cannot be made fails the open below, which says so
+  if (!folder.empty()) std::filesystem::create_directories(folder, ignored);
   std::ofstream csv(csv_path);
   if (!csv) throw Error("cannot write --csv file '" + csv_path + "'");
   csv << "n,cublas_tflops,ours_tflops,tile_m,tile_n,tiles,sms,blocks_per_sm,waves,"
