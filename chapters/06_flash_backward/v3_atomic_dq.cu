@@ -214,10 +214,11 @@ __device__ __forceinline__ void store_a(T* s, const uint32_t (&a)[4], int m0, in
   *reinterpret_cast<uint32_t*>(p + 8) = a[2];
   *reinterpret_cast<uint32_t*>(p + 8 * LD + 8) = a[3];
 }
+constexpr float kLog2e = 1.4426950408889634f;  // exp(x) = exp2(x log2(e))
+
 // L in the form the loops want: L * log2(e), or +inf for a row that does not exist or sees no
 // key (L = -inf), which makes every P of that row exp2(finite - inf) = 0.
 __device__ __forceinline__ float load_l2(const float* lse, int64_t row, int64_t seq_q) {
-  constexpr float kLog2e = 1.4426950408889634f;
   if (row >= seq_q) return INFINITY;
   const float l = lse[row];
   return l == -INFINITY ? INFINITY : l * kLog2e;
@@ -247,7 +248,6 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kBr = 64;     // query rows per tile
 constexpr int kBc = 64;     // key rows per tile
 constexpr int kChunk = 32;  // columns of S^T held in registers at a time
-constexpr float kLog2e = 1.4426950408889634f;
 static_assert(kBr == kWarps * 16 && kBc == kWarps * 16, "one warp per 16 rows");
 static_assert(kBr % kChunk == 0 && kBc % kChunk == 0 && kChunk % 16 == 0, "chunking");
 

@@ -203,10 +203,11 @@ __device__ __forceinline__ float ex2_ftz(float x) {
   return y;
 }
 
+constexpr float kLog2e = 1.4426950408889634f;  // exp(x) = exp2(x log2(e))
+
 // L in the form the loops want: L * log2(e), or +inf for a row that does not exist or sees no
 // key (L = -inf), which makes every P of that row exp2(finite - inf) = 0.
 __device__ __forceinline__ float load_l2(const float* lse, int64_t row, int64_t seq_q) {
-  constexpr float kLog2e = 1.4426950408889634f;
   if (row >= seq_q) return INFINITY;
   const float l = lse[row];
   return l == -INFINITY ? INFINITY : l * kLog2e;
@@ -236,7 +237,6 @@ constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kBr = 64;   // query rows per tile
 constexpr int kBc = 128;  // key rows per tile
-constexpr float kLog2e = 1.4426950408889634f;
 constexpr int kLdS = kBr + kPad;  // row of the dS^T tile: kBr queries + padding
 static_assert(kBc == kWarps * 16, "one warp per 16 keys");
 
