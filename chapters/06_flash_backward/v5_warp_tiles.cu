@@ -235,8 +235,8 @@ __device__ __forceinline__ void store_rows(T* out, const float (&acc)[DC / 8][4]
 // ---- the tile ------------------------------------------------------------------------------
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
-constexpr int kBr = 64;   // query rows per tile
-constexpr int kBc = 128;  // key rows per tile
+constexpr int kBr = 64;           // query rows per tile
+constexpr int kBc = 128;          // key rows per tile
 constexpr int kLdS = kBr + kPad;  // row of the dS^T tile: kBr queries + padding
 static_assert(kBc == kWarps * 16, "one warp per 16 keys");
 
