@@ -14,9 +14,9 @@
 // that S, P and dP are computed twice (once in each kernel). The kernels are in
 // v1_fp32_common.cuh; 06/v1_fp32_atomic_dq is the one-kernel alternative with atomics.
 //
-// Scalar fp32 FMAs, no tensor cores: the later versions (v2, v3) are the fast ones.
-// Speed (H100, 2026-11-21): 12.8 TFLOP/s fp32 D128 N2048 (12.1 causal)
-// (fa_bench; notes/measured/h100-2026-11-21/bench.log).
+// Scalar fp32 FMAs, no tensor cores: the later rungs (v2 to v5) are the fast ones.
+// Speed (H100 80GB HBM3, 2026-11-21): D 128 N 2048 fp32 12.8 TFLOP/s, causal 12.1 (fa_bench,
+// notes/measured/h100-2026-11-21/bench.log).
 //
 // EXERCISE-KERNELS: 06/v1_fp32
 // (The exercise also covers v1_fp32_common.cuh: exercises/v1_fp32.cu includes the exercise copy
