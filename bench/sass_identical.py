@@ -11,8 +11,11 @@ kernel name). The verdict lists each kernel of A with the kernel of B that has b
 code, or "no match". Exit status 0 when every kernel of A has its twin in B (and B has no extra
 kernel unless --subset), 1 otherwise.
 
-    python3 bench/sass_identical.py chapters/05_flash_forward/v5_final.cu \\
-        chapters/05_flash_forward/tuning/t12_stmatrix_epilogue.cu [--arch sm_90] [--build build]
+    python3 bench/sass_identical.py chapters/05_flash_forward/v4_swizzled_pipelined.cu \\
+        old/chapters/05_flash_forward/v9_pipelined_fragment_loads.cu [--arch sm_90] [--build build]
+
+(a file outside the build, such as one of an older checkout, is compiled with the flags of a CUDA
+file of the build and its own folder first on the include path).
 
 --subset: B may hold more kernels than A (A's kernels are a subset of B's).
 --list FILE: print FILE's kernels (size, hash, name) and stop.
@@ -43,6 +46,14 @@ def compile_command(build, source):
             args = shlex.split(entry["command"])
             return [source if os.path.realpath(a) == os.path.realpath(entry["file"]) else a
                     for a in args], entry["directory"]
+    # A file of another tree (an older checkout kept for comparison): the flags of any CUDA file
+    # of this build, with the file's own folder first on the include path.
+    for entry in db:
+        if entry["file"].endswith(".cu"):
+            args = shlex.split(entry["command"])
+            args = [source if os.path.realpath(a) == os.path.realpath(entry["file"]) else a
+                    for a in args]
+            return [args[0], f"-I{folder}"] + args[1:], entry["directory"]
     sys.exit(f"{source}: not in {build}/compile_commands.json (run cmake first)")
 
 
