@@ -33,8 +33,8 @@
 //   tiles       Bc as v1 (128 for D = 64, 128; 64 for D = 256)
 //   pipeline    kStages-stage K/V ring (4 for D = 64, 2 for D = 128 and 256), full/empty mbarriers
 //               per stage; phase parity (use / kStages) & 1 as in 03/v6
-//   smem        Q 128 x D + kStages x (K + V) Bc x D + 1 KiB alignment:
-//               D 64: 144 KiB, D 128: 160 KiB, D 256: 192 KiB
+//   smem        Q 128 x D + kStages x (K + V) Bc x D: D 64: 144 KiB, D 128: 160 KiB, D 256:
+//               192 KiB of tiles, + 1 KiB for the mbarriers and the 1024-byte alignment
 //   registers   producer 24, consumers 240 after setmaxnreg (compiled at 168)
 //   not done    a consumer whose 64 rows see none of a causal tile's keys still computes it (fully
 //               masked); the block-level range is v1's (ch07_tiles.h) with Br = 128

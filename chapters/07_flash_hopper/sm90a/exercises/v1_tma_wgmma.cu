@@ -33,8 +33,9 @@
 //               chapter 05), O *= alpha, P -> bf16/fp16 A fragments, O += P V (Bc/16 wgmma m64nDk16,
 //               wait)
 //   registers   S: Bc/2 fp32 per thread, O: D/2, P: Bc/4 (see ch07_common.cuh for the table)
-//   smem        Q 64 x D + 2 stages x (K + V) Bc x D, 16-bit, + 1 KiB alignment:
-//               D 64: 72 KiB, D 128: 144 KiB, D 256: 160 KiB
+//   smem        Q 64 x D + 2 stages x (K + V) Bc x D, 16-bit: D 64: 72 KiB, D 128: 144 KiB,
+//               D 256: 160 KiB of tiles; the block asks for 1 KiB more (3 mbarriers and the
+//               slack of the 1024-byte alignment): 74,776 bytes, 73 KiB, at D 64
 //   ragged      TMA zero-fills rows past seq_q / seq_k; keys past seq_k are masked to -inf; O and
 //               L stores are predicated on the row. Causal: tiles above the diagonal are never
 //               loaded (ch07_tiles.h), the diagonal tiles are masked, rows that see no key get
