@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# device_run.sh: the whole GPU session in one script (configure, build, test, tour, benchmarks,
+# device_run.sh: everything a GPU run needs, in one script (configure, build, test, tour, benchmarks,
 # PyTorch SDPA comparison, sanitizers), every log under $OUT (default ./out).
 #
 #   bash bench/device_run.sh build test          # first call
@@ -176,7 +176,7 @@ for stage in "$@"; do
       log "ncu_decode ours rc=$?"
       log "ncu_decode: FlashAttention-2 (PyTorch SDPA)"
       # The split kernel only: "splitkv" alone also matches flash_fwd_splitkv_combine_kernel (the
-      # merge), which is what the first run of this stage profiled (notes/08, sixth session).
+      # merge), which is what the first run of this stage profiled (notes/08).
       ncu $SECTIONS --metrics "$M" -k regex:flash_fwd_splitkv_kernel -s 1 -c 1 -o "$OUT/ncu_decode_fa2" \
         python3 bench/profile_sdpa.py decode 8 32 8 32768 > /dev/null 2>&1
       log "ncu_decode fa2 rc=$?"
