@@ -285,6 +285,31 @@ for stage in "$@"; do
       "$TB/bin/ch07_timeline" --head_dim=64 --out="$OUT/ch07_timeline_d64.csv" >> "$OUT/timeline07.log" 2>&1
       log "timeline07 D 64 rc=$?"; cat "$OUT/timeline07.log"
       ;;
+    ladder)
+      # The main path of chapters 05-08 in one run, beside the peers measured in the same run: the
+      # chapter READMEs' ladder tables come from here. After `build`. fa_bench of the forward rungs
+      # (05/v0-v5, 07/v1-v4) and the backward rungs (06/v1-v5, 07/bwd_v1) at D LADDER_D (default
+      # 128) on the protocol shapes (B = 16384/N, H = 2048/D), then PyTorch SDPA (FlashAttention-2
+      # and cuDNN) on the same shapes; the decoding rungs 08/v1-v5 on the decode shapes with the
+      # copy ceiling, then PyTorch's decode peers. Logs and CSVs: ladder_{fwd,bwd,decode}*.
+      D=${LADDER_D:-128}
+      for part in fwd bwd decode; do
+        case $part in
+          fwd) F="attn_fwd/(05/v[0-5]|07/v[1-4])[^/]*/(bf16|fp32)/D$D/" ;;
+          bwd) F="attn_bwd/(06/v[1-5]|07/bwd_v1)[^/]*/bf16/D$D/" ;;
+          decode) F="ceiling/copy|attn_decode/08/v[1-5]" ;;
+        esac
+        log "ladder $part: fa_bench $F"
+        "$BUILD/bin/fa_bench" --benchmark_filter="$F" --benchmark_out="$OUT/ladder_$part.json" \
+          --benchmark_out_format=json > "$OUT/ladder_$part.log" 2>&1
+        log "ladder $part fa_bench rc=$?"
+        S=bench/compare_sdpa.py
+        [[ $part == decode ]] && S=bench/compare_decode.py
+        PYTHONUNBUFFERED=1 python3 "$S" "$OUT/ladder_$part.json" --out "$OUT/ladder_${part}_peers" \
+          > "$OUT/ladder_${part}_peers.log" 2>&1
+        log "ladder $part peers rc=$?"; grep -E "^\|" "$OUT/ladder_${part}_peers.log" | head -60
+      done
+      ;;
     rung)
       # One kernel version end to end, after `build`: RUNG (a registered name), BASE (optional,
       # the version it improves on). Its GPU tests (default label), compute-sanitizer on it (the
