@@ -7,7 +7,8 @@
 #
 # Stages: build, test, testlong, tour, bench, benchquick, sdpa, memdemo, sanitize, mystery, ch07,
 # python, ncu_decode, ncu_fwd, ncu_bwd, ncu_ch07, timeline07 (chapter 07's measured timeline, in a
-# build folder of its own), rung (one kernel version end to end: RUNG=name [BASE=name]),
+# build folder of its own), ladder (the main path of 05-08 in one run, with the
+# peers), rung (one kernel version end to end: RUNG=name [BASE=name]),
 # rounds (RUNG and BASE against PyTorch SDPA, several alternating rounds, medians), pack
 # (fold the logs into one archive: the device returns at most 8 files).
 #
