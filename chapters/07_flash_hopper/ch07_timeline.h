@@ -122,12 +122,17 @@ inline std::vector<Row> to_rows(const std::vector<Event>& raw, int blocks, doubl
   }
   if (rate_ghz != nullptr) *rate_ghz = rate;
 
+  // %globaltimer is ns since the epoch, ~1.8e18: a double holds that only to 256 ns. Times are
+  // taken from the earliest anchor in integers first, so the doubles stay small and exact.
+  uint64_t g_min = UINT64_MAX;
+  for (int b = 0; b < blocks; ++b)
+    if (seen[b]) g_min = std::min(g_min, ref_g[b]);
   std::vector<Row> rows;
   for (int b = 0; b < blocks; ++b) {
     if (!seen[b]) continue;
     const uint32_t c_lo = uint32_t(ref_c[b]);
     auto ns = [&](uint32_t cycles) {  // cycles come after the anchor: unwrap relative to it
-      return double(ref_g[b]) + double(uint32_t(cycles - c_lo)) / rate;
+      return double(ref_g[b] - g_min) + double(uint32_t(cycles - c_lo)) / rate;
     };
     for (int w = 0; w < kMaxWarpgroups; ++w) {
       const Header h = header(b, w);

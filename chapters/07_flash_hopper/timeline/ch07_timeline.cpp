@@ -52,9 +52,11 @@ const char* const kRungs[] = {"07/v1_tma_wgmma", "07/v2_warp_specialized", "07/v
 // ---- Without a GPU: the conversion on a launch made up here. Returns the number of failures. ---
 int check_conversion() {
   // One block, two warpgroups. The anchor's low 32 bits sit just below 2^32, so the events wrap.
+  // %globaltimer counts ns since the epoch (about 1.8e18 in 2026): a double holds such a number
+  // only to 256 ns, so the conversion must subtract before it converts.
   const int blocks = 1;
   std::vector<tl::Event> raw(size_t(blocks) * tl::kMaxWarpgroups * tl::kSlotEvents, tl::Event{});
-  const uint64_t g0 = 1000000, c0 = (uint64_t(5) << 32) - 1000;
+  const uint64_t g0 = 1795000000123456789ull, c0 = (uint64_t(5) << 32) - 1000;
   const double ghz = 1.5;  // cycles per ns
   auto slot = [&](int w) { return &raw[size_t(w) * tl::kSlotEvents]; };
   auto put = [&](int w, uint64_t start_anchor, std::vector<tl::Event> events) {
@@ -90,8 +92,12 @@ int check_conversion() {
   for (size_t i = 0; i < rows.size() && i < 3; ++i) {
     const tl::Row& r = rows[i];
     if (r.warpgroup != want[i].warpgroup || r.phase != want[i].phase || r.sm != 7 ||
-        std::fabs(r.t_start_ns - want[i].start) > 1.0 || std::fabs(r.t_end_ns - want[i].end) > 1.0)
+        std::fabs(r.t_start_ns - want[i].start) > 1.0 ||
+        std::fabs(r.t_end_ns - want[i].end) > 1.0) {
+      std::printf("  row %zu: warpgroup %d phase %u sm %u, %.1f-%.1f ns (expected %.1f-%.1f)\n", i,
+                  r.warpgroup, r.phase, r.sm, r.t_start_ns, r.t_end_ns, want[i].start, want[i].end);
       ++failures;
+    }
   }
   // Which blocks are written: block 0 and the block beside it on its SM, not the one on another
   // SM nor the one that came to the same SM later.
