@@ -162,8 +162,8 @@ def draw(path, out_dir, name):
     height = top + bottom + legend_h + sum(len(s) * row_h + gap for s in slots.values())
     width = 11.0
     fig = plt.figure(figsize=(width, height))
-    fig.text(0.01, 1 - 0.18 / height, "Chapter 07 forward, measured: %s" % title, fontsize=10,
-             va="top")
+    heading = "Chapter 07 forward, measured: %s" % title.replace(", blocks", ",\nblocks", 1)
+    fig.text(0.01, 1 - 0.18 / height, heading, fontsize=10, va="top")
     y = height - top
     for k in kernels:
         mine = [r for r in rows if r["kernel"] == k]
@@ -171,7 +171,7 @@ def draw(path, out_dir, name):
         t1 = t0 + WINDOW_US
         h = len(slots[k]) * row_h
         y -= h + gap
-        ax = fig.add_axes([1.45 / width, y / height, (width - 1.75) / width, h / height])
+        ax = fig.add_axes([1.85 / width, y / height, (width - 2.15) / width, h / height])
         ax.set_xlim(0, WINDOW_US)
         ax.set_ylim(len(slots[k]), 0)
         ax.set_yticks([i + 0.5 for i in range(len(slots[k]))])
