@@ -6,14 +6,18 @@ one idea. The README says which steps to show with a marker line per step:
 
     <!-- ladder-diff: v2_mma.cu v3_warp_layout.cu -->
 
-(paths relative to the chapter's folder). This script writes, after each marker, the unified diff
-of the two files in a collapsed block, with its size, up to the line
+(paths relative to the chapter's folder). This script writes the unified diff of the two files to
+the chapter's diffs/ folder (diffs/<a>--<b>.diff, which GitHub shows in colour) and, after each
+marker, a line with its size and a link to it, up to the line
 
     <!-- end ladder-diff -->
 
-so the diff a reader sees is always the diff of today's files. `--check` changes nothing and
-exits 1, naming the stale blocks, when a README is not what this script would write (the CPU test
-LadderDiffsInSync runs it); without it the READMEs are rewritten in place.
+A step of at most INLINE_LINES changed lines is also shown in the README itself, in a collapsed
+block; a longer one only through its link, so that the chapter stays readable. The diff a reader
+sees is always the diff of today's files: `--check` changes nothing and exits 1, naming what is
+stale (a README block, a diff file, a diff file no marker asks for), when the tree is not what
+this script would write (the CPU test LadderDiffsInSync runs it); without it the READMEs and the
+diffs/ folders are rewritten in place.
 
     python3 chapters/ladder_diffs.py            # regenerate every chapter README's diffs
     python3 chapters/ladder_diffs.py --check    # what CI runs
@@ -29,24 +33,42 @@ MARKER = re.compile(r"^<!-- ladder-diff: (\S+) (\S+) -->$")
 END = "<!-- end ladder-diff -->"
 
 
-def step_block(folder, a, b):
-    """The generated lines for the step a -> b (without the marker and end lines)."""
+INLINE_LINES = 80  # changed lines (added + removed) up to which a step is shown inline too
+
+
+def diff_name(a, b):
+    """diffs/<a>--<b>.diff for the step a -> b (a folder in a path becomes part of the name)."""
+    stem = lambda p: os.path.splitext(p)[0].replace("/", "_")
+    return f"diffs/{stem(a)}--{stem(b)}.diff"
+
+
+def step_diff(folder, a, b):
+    """The unified diff of the step a -> b, as lines."""
     pa, pb = os.path.join(folder, a), os.path.join(folder, b)
     for p in (pa, pb):
         if not os.path.isfile(p):
             raise SystemExit(f"{os.path.relpath(p, HERE)}: named by a ladder-diff marker, not found")
     with open(pa, encoding="utf-8") as fa, open(pb, encoding="utf-8") as fb:
         la, lb = fa.read().splitlines(), fb.read().splitlines()
-    diff = list(difflib.unified_diff(la, lb, fromfile=a, tofile=b, lineterm="", n=3))
+    return list(difflib.unified_diff(la, lb, fromfile=a, tofile=b, lineterm="", n=3)), len(lb)
+
+
+def step_block(folder, a, b):
+    """The generated README lines for the step a -> b (without the marker and end lines)."""
+    diff, total = step_diff(folder, a, b)
     added = sum(1 for d in diff if d.startswith("+") and not d.startswith("+++"))
     removed = sum(1 for d in diff if d.startswith("-") and not d.startswith("---"))
-    summary = (f"<details><summary><code>diff {a} {b}</code>: {added} lines added, "
-               f"{removed} removed (of {len(lb)})</summary>")
+    name = diff_name(a, b)
+    summary = (f"[`diff {a} {b}`]({name}): {added} lines added, {removed} removed "
+               f"(of {total})")
+    if added + removed > INLINE_LINES:
+        return [summary]
     # A line of the diff that is itself a fence would end the block early: fence with more
     # backticks than any line holds.
     longest = max([len(m) for d in diff for m in re.findall(r"`+", d)] + [2])
     fence = "`" * max(3, longest + 1)
-    return [summary, "", fence + "diff", *diff, fence, "", "</details>"]
+    return [f"<details><summary>{summary}</summary>", "", fence + "diff", *diff, fence, "",
+            "</details>"]
 
 
 def regenerate(text, folder):
@@ -71,6 +93,17 @@ def regenerate(text, folder):
     return "\n".join(out)
 
 
+def write_if_changed(path, text, check, stale):
+    """Record path as stale when its text differs; write it unless checking."""
+    old = open(path, encoding="utf-8").read() if os.path.isfile(path) else None
+    if old != text:
+        stale.append(os.path.relpath(path, os.path.dirname(HERE)))
+        if not check:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text)
+
+
 def main(argv):
     check = "--check" in argv
     stale, steps = [], 0
@@ -78,16 +111,23 @@ def main(argv):
         folder = os.path.dirname(readme)
         with open(readme, encoding="utf-8") as f:
             text = f.read()
-        new = regenerate(text, folder)
-        steps += sum(1 for line in text.split("\n") if MARKER.match(line.strip()))
-        if new != text:
-            stale.append(os.path.relpath(readme, os.path.dirname(HERE)))
-            if not check:
-                with open(readme, "w", encoding="utf-8") as f:
-                    f.write(new)
+        pairs = [MARKER.match(line.strip()).groups() for line in text.split("\n")
+                 if MARKER.match(line.strip())]
+        steps += len(pairs)
+        write_if_changed(readme, regenerate(text, folder), check, stale)
+        wanted = set()
+        for a, b in pairs:
+            name = os.path.join(folder, diff_name(a, b))
+            wanted.add(name)
+            write_if_changed(name, "\n".join(step_diff(folder, a, b)[0]) + "\n", check, stale)
+        for old in glob.glob(os.path.join(folder, "diffs", "*.diff")):
+            if old not in wanted:  # a step no marker asks for any more
+                stale.append(os.path.relpath(old, os.path.dirname(HERE)) + " (no marker)")
+                if not check:
+                    os.remove(old)
     if check and stale:
         print("stale ladder diffs in: " + ", ".join(stale))
-        print("run `python3 chapters/ladder_diffs.py` and commit the READMEs")
+        print("run `python3 chapters/ladder_diffs.py` and commit the READMEs and diffs/")
         return 1
     verb = "checked" if check else ("rewrote " + ", ".join(stale) if stale else "up to date")
     print(f"ladder diffs: {steps} steps, {verb}")
