@@ -101,3 +101,11 @@ void attn_bwd_delta_from_dout(const fa::AttentionBwdArgs& a, cudaStream_t st) {
 }
 
 }  // namespace mutants
+
+FA_REGISTER_MUTANT(AttentionBwdKernel, {"mutant/06_delta_from_dout",
+                                        mutants::attn_bwd_delta_from_dout,
+                                        "D = rowsum(dO * dO) instead of rowsum(dO * O)",
+                                        {fa::DType::F32},
+                                        {mutants::kHeadDim},
+                                        70,
+                                        /*deterministic=*/false});

@@ -140,3 +140,19 @@ void attn_fwd_skips_tail_rows(const fa::AttentionFwdArgs& a, cudaStream_t st) {
 }
 
 }  // namespace mutants
+
+FA_REGISTER_MUTANT(AttentionFwdKernel, {"mutant/05_causal_off_by_one",
+                                        mutants::attn_fwd_causal_off_by_one,
+                                        "causal mask: one key past the diagonal",
+                                        {fa::DType::F32, fa::DType::F16},
+                                        {mutants::kHeadDim}});
+FA_REGISTER_MUTANT(AttentionFwdKernel, {"mutant/05_half_accumulator",
+                                        mutants::attn_fwd_half_accumulator,
+                                        "O accumulated in fp16",
+                                        {fa::DType::F16},
+                                        {mutants::kHeadDim}});
+FA_REGISTER_MUTANT(AttentionFwdKernel, {"mutant/05_skips_tail_rows",
+                                        mutants::attn_fwd_skips_tail_rows,
+                                        "only full tiles of rows launched",
+                                        {fa::DType::F32, fa::DType::F16},
+                                        {mutants::kHeadDim}});

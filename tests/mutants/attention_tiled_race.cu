@@ -114,3 +114,9 @@ void attn_fwd_tiled_missing_sync(const fa::AttentionFwdArgs& a, cudaStream_t st)
 }
 
 }  // namespace mutants
+
+FA_REGISTER_MUTANT(AttentionFwdKernel, {"mutant/05_tiled_missing_sync",
+                                        mutants::attn_fwd_tiled_missing_sync,
+                                        "no __syncthreads after using a K/V tile (a race)",
+                                        {fa::DType::F32},
+                                        {mutants::kHeadDim}});

@@ -1,15 +1,63 @@
-// mutants.h: deliberately WRONG kernels, each with one classic mistake, and correct twins built
-// the same way. They are NOT registered (the chapter programs, the generic tests and the
-// benchmarks never see them): tests/gpu/test_mutants_gpu.cpp wraps each launcher in an ad-hoc
-// fa::SoftmaxKernel / AttentionFwdKernel / AttentionBwdKernel and hands it straight to the harness,
-// which must REJECT every mutant and accept every twin. If a mutant ever passes, the harness has a
-// blind spot: that is the point of mutation testing.
+// mutants.h: deliberately WRONG kernels, each with one classic mistake, and the registry that
+// holds them.
 //
-// Every attention launcher here takes head_dim 64 only (fa::Unsupported otherwise).
+// The mutants live in their OWN registry, never the main one (common/registry.h): the chapter
+// programs, the generic tests and the benchmarks iterate the main registry and never see a
+// mutant. A mutant registers itself next to its launcher with
+//
+//   FA_REGISTER_MUTANT(AttentionFwdKernel, {"mutant/07_wrong_barrier_parity", run, "...", ...});
+//
+// and a test or the grader finds it with fa::find_mutant<fa::AttentionFwdKernel>(name) and hands
+// it straight to the harness, which must REJECT it (FAIL, or a sanitizer report for a race). If a
+// mutant ever passes, the harness has a blind spot: that is the point of mutation testing.
+// Names are "mutant/<chapter>_<what>".
+//
+// The mutants of chapters 07 and 08 are the real rungs with exactly one line changed: CMake
+// generates their sources at configure time from the rung file (tests/mutants/CMakeLists.txt),
+// so a mutant is always today's rung plus one mistake, and its correct twin is the rung itself.
+// The older mutants below (one thread per row) are hand-written, each with a correct twin built
+// the same way.
 #pragma once
 #include <cuda_runtime_api.h>
 
+#include <string>
+#include <vector>
+
 #include "registry.h"
+
+namespace fa {
+
+// All registered mutants of one kernel type, in registration order.
+template <class K>
+std::vector<K>& mutants() {
+  static std::vector<K> entries;  // function-local: safe during static initialisation
+  return entries;
+}
+
+// The mutant named `name`, or nullptr.
+template <class K>
+const K* find_mutant(const std::string& name) {
+  for (const K& e : mutants<K>())
+    if (e.name == name) return &e;
+  return nullptr;
+}
+
+// Adds a mutant; a duplicate name is a bug in the mutant list: abort (static initialisation,
+// nobody can catch an exception yet).
+bool register_mutant_failed(const std::string& name);  // prints and aborts
+template <class K>
+bool register_mutant(const K& entry) {
+  if (find_mutant<K>(entry.name) != nullptr) return register_mutant_failed(entry.name);
+  mutants<K>().push_back(entry);
+  return true;
+}
+
+}  // namespace fa
+
+// FA_REGISTER_MUTANT(Type, {fields...}); at namespace scope, like FA_REGISTER (common/registry.h).
+#define FA_REGISTER_MUTANT(Type, ...)                                             \
+  static const bool FA_CONCAT(fa_registered_mutant_, __LINE__) [[maybe_unused]] = \
+      ::fa::register_mutant<::fa::Type>(::fa::Type __VA_ARGS__)
 
 namespace mutants {
 

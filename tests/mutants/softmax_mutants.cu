@@ -65,3 +65,10 @@ void softmax_online_no_rescale(const float* x, float* y, fa::SoftmaxShape s, cud
 }
 
 }  // namespace mutants
+
+FA_REGISTER_MUTANT(SoftmaxKernel,
+                   {"mutant/01_no_max_subtraction", mutants::softmax_no_max_subtraction,
+                    "exp(x) without subtracting the row max", 2});
+FA_REGISTER_MUTANT(SoftmaxKernel,
+                   {"mutant/02_online_no_rescale", mutants::softmax_online_no_rescale,
+                    "online softmax: l not rescaled when the max grows", 1});
