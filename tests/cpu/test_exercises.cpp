@@ -62,6 +62,10 @@ TEST(Exercises, EveryChapterHasAnExercise) {
 
 TEST(Exercises, ExercisesInSync) {
   namespace fs = std::filesystem;
+  // A student release (tests/course/make_release.py) holds the exercises in place of the
+  // solutions: there is nothing to generate them from.
+  if (fs::exists(fs::path(FA_SOURCE_DIR) / "STUDENT_RELEASE.md"))
+    GTEST_SKIP() << "a student release: the solutions are not here";
   for (const std::string& sol : fa::find_marked_solutions(FA_SOURCE_DIR)) {
     std::ifstream in(fs::path(FA_SOURCE_DIR) / sol, std::ios::binary);
     std::ostringstream text;
