@@ -73,7 +73,7 @@ __global__ void __launch_bounds__(kBlock)
     }
 
     // ---- this thread's (m_t, l_t); v becomes e^(v - m_t) ----
-    // EXERCISE(thread-stats): m_t = max of v[]; then v[j] = expf(v[j] - m_t) in place and l_t = their sum -- but subtract 0, not m_t, when m_t is -inf (all-padding thread), or -inf - -inf gives NaN
+    // EXERCISE(thread-stats): this thread's own online-softmax state over the values it holds: their maximum, the values turned in place into exponentials relative to it, and their sum; a thread that holds only -inf padding must come out as the empty state, without NaN
     float m_t = kNegInf;
 #pragma unroll
     for (int j = 0; j < kPerThread; ++j) m_t = fmaxf(m_t, v[j]);
@@ -95,7 +95,7 @@ __global__ void __launch_bounds__(kBlock)
     parity ^= 1;
 
     // ---- write: y = e^(v - m_t) * e^(m_t - m) / l. All -inf row (m = -inf, l = 0): zeros. ----
-    // EXERCISE(merge-scale): the merge rule once per thread: v holds e^(x - m_t), so y = v * e^(m_t - m) / l with (m, l) = s (use rescale(), it is 1 when m_t == m); scale = 0 for an all -inf row (s.m == -inf)
+    // EXERCISE(merge-scale): v holds exponentials relative to this thread's own maximum, but the output wants them relative to the row's maximum and divided by the row's sum (the state s): one factor per thread does both; an all -inf row writes zeros
     const float scale = (s.m == kNegInf) ? 0.0f : rescale(m_t, s.m) / s.l;
     // EXERCISE-PLACEHOLDER
     // const float scale = 0.0f * s.l;  // stand-in: writes zeros

@@ -26,7 +26,7 @@ __global__ void gemm_smem_kernel(const float* __restrict__ A, const float* __res
   const int64_t j = int64_t(blockIdx.x) * kTile + tx;
   float acc = 0.0f;
   for (int64_t k0 = 0; k0 < K; k0 += kTile) {
-    // EXERCISE(load-tiles): each thread stages ONE element of each tile: As[ty][tx] = A[i][k0 + tx], Bs[ty][tx] = B[k0 + ty][j] (row-major, tx along a row: coalesced), 0.0f outside M/N/K; then __syncthreads() before anyone reads a tile
+    // EXERCISE(load-tiles): stage this step's A and B tiles in shared memory, one element of each per thread, chosen so that neighbouring threads read neighbouring addresses; zeros outside the matrices; no thread may read a tile before every thread has written its part
     // Consecutive tx read consecutive addresses in both loads: coalesced.
     As[ty][tx] = (i < M && k0 + tx < K) ? A[i * K + k0 + tx] : 0.0f;
     Bs[ty][tx] = (k0 + ty < K && j < N) ? B[(k0 + ty) * N + j] : 0.0f;
@@ -35,7 +35,7 @@ __global__ void gemm_smem_kernel(const float* __restrict__ A, const float* __res
     // As[ty][tx] = 0.0f;  // stand-in: empty tiles
     // Bs[ty][tx] = 0.0f;
     // EXERCISE-END
-    // EXERCISE(tile-product): acc += As[ty][k] * Bs[k][tx] for k = 0 .. kTile-1 (row ty of the A tile times column tx of the B tile), then a second __syncthreads() so no thread overwrites a tile that others still read
+    // EXERCISE(tile-product): accumulate this thread's output element over the tile's k range, reading only shared memory; then no thread may start overwriting the tiles while others still read them
 #pragma unroll
     for (int k = 0; k < kTile; ++k) acc += As[ty][k] * Bs[k][tx];  // As: broadcast; Bs: a row
     __syncthreads();  // the next iteration overwrites the tiles

@@ -14,7 +14,7 @@ constexpr int kPad = 1;
 
 __global__ void transpose_padded_kernel(const float* __restrict__ in, float* __restrict__ out,
                                         int64_t rows, int64_t cols) {
-  // EXERCISE(padded-tile): declare the shared tile with kPad extra columns, [kTile][kTile + kPad]: a row stride of 33 words puts the column read tile[tx][y] in 32 different banks
+  // EXERCISE(padded-tile): declare the shared tile so that reading it down a column does not hit the same bank 32 times (the row stride in 4-byte words decides the bank)
   __shared__ float tile[kTile][kTile + kPad];
   // EXERCISE-PLACEHOLDER
   // __shared__ float tile[kTile][kTile];  // stand-in: unpadded, 32-way bank conflicts on the column read
@@ -31,7 +31,7 @@ __global__ void transpose_padded_kernel(const float* __restrict__ in, float* __r
   __syncthreads();
 #pragma unroll
   for (int p = 0; p < kPasses; ++p) {
-    // EXERCISE(transposed-write): the tile lands at the mirrored place: output row t.c0 + y, column t.r0 + tx of the cols x rows matrix (row stride rows), value tile[tx][y] -- the transpose happens in the shared read, so consecutive tx still write consecutive addresses
+    // EXERCISE(transposed-write): write the tile to its mirrored place in the transposed output so that consecutive threads still write consecutive addresses: the transposition happens in which element of the shared tile a thread reads
     const int y = ty + p * kRowsPerPass;
     const int64_t orow = t.c0 + y, ocol = t.r0 + tx;
     if (orow < cols && ocol < rows) out[orow * rows + ocol] = tile[tx][y];

@@ -16,7 +16,7 @@
 // same shared row the 4 distinct addresses sit in 4 consecutive banks (no bank conflicts).
 //
 // Everything is recomputed from the saved L: P_ij = exp(scale q_i.k_j - L_i), never stored.
-// EXERCISE-KERNELS: 06/v1_fp32
+// EXERCISE-KERNELS: 06/v1_fp32, 06/v1_fp32_atomic_dq
 #pragma once
 #include <cuda_runtime.h>
 
@@ -60,7 +60,7 @@ __device__ __forceinline__ float group_sum(float x) {
 // P_ij from the saved L_i, or 0 when j is masked, out of range, or the row sees no key (L = -inf:
 // exp(S - L) would be exp(-inf + inf) = NaN).
 __device__ __forceinline__ float prob(float s_scaled, float L, bool visible) {
-  // EXERCISE(recompute-p): P_ij = expf(s_scaled - L): the saved log-sum-exp normalises in one step; return 0 when !visible or L == -INFINITY (a row that saw no key: -inf - -inf is NaN)
+  // EXERCISE(recompute-p): rebuild the probability from the scaled score and the row's saved log-sum-exp, with no maximum or sum to recompute; masked entries and rows that saw no key give 0, never NaN
   return (visible && L != -INFINITY) ? expf(s_scaled - L) : 0.0f;
   // EXERCISE-PLACEHOLDER
   // return 0.0f;  // stand-in: P = 0
@@ -137,7 +137,7 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(BwdParams p) {
       const int64_t i = q0 + r;
       const bool visible = valid_j && (!p.causal || j <= causal_last_key(i, p.seq_q, p.seq_k));
       const float pij = prob(s * p.scale, L_s[r], visible);
-      // EXERCISE(ds-dkdv): ds = P o (dP - D): pij * (dp - D_s[r]); then for every owned column c: dv[c] += pij * dO[i] (from do_s[r]) and dk[c] += ds * q[i] (from q_s[r]); the scale of dK comes at the store
+      // EXERCISE(ds-dkdv): form dS for this (query, key) pair from P, dP and the row's D (the softmax's Jacobian); then add this query row's contributions to the key's dV and dK: differentiate O = P V with respect to V and S = Q K^T with respect to K (the softmax scale is applied once, at the store)
       const float ds = pij * (dp - D_s[r]);
 #pragma unroll
       for (int c = 0; c < kCols; ++c) {
@@ -220,7 +220,7 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(BwdParams p) {
       const int64_t j = k0 + cc;
       const bool visible = valid_i && (!p.causal || j <= causal_last_key(i, p.seq_q, p.seq_k));
       const float pij = prob(s * p.scale, Li, visible);
-      // EXERCISE(ds-dq): the same ds = pij * (dp - Di), here accumulated as dQ_i += ds * k_j: dq[c] += ds * k_s[cc][...] over the owned columns (dQ's scale comes at the store)
+      // EXERCISE(ds-dq): the same dS, seen from the query side: add this key's contribution to the query's dQ by differentiating S = Q K^T with respect to Q (the scale is applied at the store)
       const float ds = pij * (dp - Di);
 #pragma unroll
       for (int c = 0; c < kCols; ++c) dq[c] += ds * k_s[cc][g + kGroup * c];

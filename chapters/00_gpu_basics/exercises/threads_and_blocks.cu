@@ -23,7 +23,7 @@ namespace {
 
 __global__ void vector_add_kernel(const float* __restrict__ a, const float* __restrict__ b,
                                   float* __restrict__ c, int64_t n) {
-  // TODO(exercise vector-add-index): i = blockIdx.x * blockDim.x + threadIdx.x in int64_t (32-bit math wraps past 2^32), then add only where i < n: the grid is rounded up, so the last block has extra threads
+  // TODO(exercise vector-add-index): give each thread its own element: its global position counts the threads of every block before its own plus its place in its block (mind how wide that arithmetic must be); the grid is rounded up to whole blocks, so some threads have no element
   (void)a, (void)b, (void)c, (void)n;  // stand-in: nothing is written yet
 }
 
@@ -45,7 +45,7 @@ constexpr int kTileRows = 8;   // blockDim.y: 8 warps per block, 256 threads
 
 __global__ void matrix_add_kernel(const float* __restrict__ A, const float* __restrict__ B,
                                   float* __restrict__ C, int64_t rows, int64_t cols) {
-  // TODO(exercise matrix-add-index): column from the x dimension, row from y (threadIdx.x = consecutive columns keeps a warp coalesced); guard BOTH row < rows and col < cols, offset = row * cols + col
+  // TODO(exercise matrix-add-index): the same in two dimensions: which grid dimension should run along a row so that a warp touches consecutive addresses? Blocks can stick out past the matrix in both directions
   (void)A, (void)B, (void)C, (void)rows, (void)cols;  // stand-in: nothing is written yet
 }
 

@@ -40,12 +40,12 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr unsigned kFullMask = 0xffffffffu;
 
 __device__ __forceinline__ float warp_max(float v) {
-  // TODO(exercise warp-max): butterfly over offsets 16, 8, 4, 2, 1: v = fmaxf(v, __shfl_xor_sync(kFullMask, v, offset)); after 5 steps EVERY lane holds the warp's max
+  // TODO(exercise warp-max): combine the 32 lanes' values into the warp's maximum by exchanging registers between lanes (no shared memory), in log2(32) steps; afterwards EVERY lane must hold the result
   (void)kFullMask;  // stand-in: v is still only this lane's value
   return v;
 }
 __device__ __forceinline__ float warp_sum(float v) {
-  // TODO(exercise warp-sum): the same butterfly with + instead of fmaxf (xor, not down: a shfl_down tree leaves the sum in lane 0 only, and block_reduce needs it in every lane)
+  // TODO(exercise warp-sum): the same reduction for the sum; block_reduce needs the result in every lane, which decides which of the two shuffle patterns fits
   return v;
 }
 

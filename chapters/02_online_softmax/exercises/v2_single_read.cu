@@ -76,7 +76,7 @@ __global__ void __launch_bounds__(kBlock)
     }
 
     // ---- this thread's (m_t, l_t); v becomes e^(v - m_t) ----
-    // TODO(exercise thread-stats): m_t = max of v[]; then v[j] = expf(v[j] - m_t) in place and l_t = their sum -- but subtract 0, not m_t, when m_t is -inf (all-padding thread), or -inf - -inf gives NaN
+    // TODO(exercise thread-stats): this thread's own online-softmax state over the values it holds: their maximum, the values turned in place into exponentials relative to it, and their sum; a thread that holds only -inf padding must come out as the empty state, without NaN
     float m_t = kNegInf, l_t = 0.0f;  // stand-in: the empty state, v[] untouched
 
     // ---- the row's (m, l) ----
@@ -84,7 +84,7 @@ __global__ void __launch_bounds__(kBlock)
     parity ^= 1;
 
     // ---- write: y = e^(v - m_t) * e^(m_t - m) / l. All -inf row (m = -inf, l = 0): zeros. ----
-    // TODO(exercise merge-scale): the merge rule once per thread: v holds e^(x - m_t), so y = v * e^(m_t - m) / l with (m, l) = s (use rescale(), it is 1 when m_t == m); scale = 0 for an all -inf row (s.m == -inf)
+    // TODO(exercise merge-scale): v holds exponentials relative to this thread's own maximum, but the output wants them relative to the row's maximum and divided by the row's sum (the state s): one factor per thread does both; an all -inf row writes zeros
     const float scale = 0.0f * s.l;  // stand-in: writes zeros
     if constexpr (kVec4) {
       float4* y4 = reinterpret_cast<float4*>(yr);

@@ -29,10 +29,10 @@ __global__ void gemm_smem_kernel(const float* __restrict__ A, const float* __res
   const int64_t j = int64_t(blockIdx.x) * kTile + tx;
   float acc = 0.0f;
   for (int64_t k0 = 0; k0 < K; k0 += kTile) {
-    // TODO(exercise load-tiles): each thread stages ONE element of each tile: As[ty][tx] = A[i][k0 + tx], Bs[ty][tx] = B[k0 + ty][j] (row-major, tx along a row: coalesced), 0.0f outside M/N/K; then __syncthreads() before anyone reads a tile
+    // TODO(exercise load-tiles): stage this step's A and B tiles in shared memory, one element of each per thread, chosen so that neighbouring threads read neighbouring addresses; zeros outside the matrices; no thread may read a tile before every thread has written its part
     As[ty][tx] = 0.0f;  // stand-in: empty tiles
     Bs[ty][tx] = 0.0f;
-    // TODO(exercise tile-product): acc += As[ty][k] * Bs[k][tx] for k = 0 .. kTile-1 (row ty of the A tile times column tx of the B tile), then a second __syncthreads() so no thread overwrites a tile that others still read
+    // TODO(exercise tile-product): accumulate this thread's output element over the tile's k range, reading only shared memory; then no thread may start overwriting the tiles while others still read them
     acc += As[ty][tx] * Bs[ty][tx];  // stand-in: one product per tile instead of kTile
   }
   if (i < M && j < N) C[i * N + j] = acc;

@@ -17,7 +17,7 @@ constexpr int kPad = 1;
 
 __global__ void transpose_padded_kernel(const float* __restrict__ in, float* __restrict__ out,
                                         int64_t rows, int64_t cols) {
-  // TODO(exercise padded-tile): declare the shared tile with kPad extra columns, [kTile][kTile + kPad]: a row stride of 33 words puts the column read tile[tx][y] in 32 different banks
+  // TODO(exercise padded-tile): declare the shared tile so that reading it down a column does not hit the same bank 32 times (the row stride in 4-byte words decides the bank)
   __shared__ float tile[kTile][kTile];  // stand-in: unpadded, 32-way bank conflicts on the column read
   (void)kPad;
   const TileCoords t = tile_coords(cols);
@@ -31,7 +31,7 @@ __global__ void transpose_padded_kernel(const float* __restrict__ in, float* __r
   __syncthreads();
 #pragma unroll
   for (int p = 0; p < kPasses; ++p) {
-    // TODO(exercise transposed-write): the tile lands at the mirrored place: output row t.c0 + y, column t.r0 + tx of the cols x rows matrix (row stride rows), value tile[tx][y] -- the transpose happens in the shared read, so consecutive tx still write consecutive addresses
+    // TODO(exercise transposed-write): write the tile to its mirrored place in the transposed output so that consecutive threads still write consecutive addresses: the transposition happens in which element of the shared tile a thread reads
     const int y = ty + p * kRowsPerPass;  // stand-in: a plain copy, nothing is transposed
     const int64_t r = t.r0 + y, c = t.c0 + tx;
     if (r < rows && c < cols) out[r * cols + c] = tile[y][tx];

@@ -135,7 +135,7 @@ __global__ void __launch_bounds__(kThreads)
     }
 
     // ---- Online softmax: a new max rescales what was accumulated against the old one.
-    // TODO(exercise online-rescale): m_new = max(m, m_tile); skip the tile (continue) while m_new is still -inf; alpha = expf(m - m_new) rescales what was summed against the old max: multiply l AND every o[t] by it
+    // TODO(exercise online-rescale): this tile may raise the row's running maximum: everything summed so far (l and the O accumulator) was weighted against the old maximum and must be brought to the new one; a row that has seen no key yet must skip the tile without producing NaN
       const float m_new = m_tile;  // stand-in: forgets the running max, rescales nothing
 
       // ---- P = exp(S - m_new), l += rowsum(P), O += P V_tile (still unnormalised).
@@ -153,12 +153,12 @@ __global__ void __launch_bounds__(kThreads)
   // ---- Epilogue: divide by l once, and save L = m + log(l) for the backward pass. A row that
   // saw no key at all (causal, seq_q > seq_k) has l = 0: O = 0 and L = -inf by convention.
   if (!row_valid) return;
-  // TODO(exercise normalise): O = o / l, so inv_l = 1 / l -- but 0 when l == 0 (a causal row that saw no key), which makes O = 0 instead of NaN
+  // TODO(exercise normalise): the accumulator holds unnormalised sums: what turns them into O? A causal row that saw no key must give O = 0, not NaN
   const float inv_l = 1.0f;  // stand-in: O left unnormalised
   float* Oh = O + bh * seq_q * D;
 #pragma unroll
   for (int t = 0; t < kDimsPerThread; ++t) Oh[i * D + part + t * kThreadsPerRow] = o[t] * inv_l;
-  // TODO(exercise logsumexp): one thread of the row (part == 0) saves L = m + logf(l) to Lse[bh * seq_q + i] for the backward pass; -INFINITY when l == 0
+  // TODO(exercise logsumexp): the backward pass needs each row's log-sum-exp L (natural log), from the running maximum and sum; one thread of the row stores it, and a row that saw no key stores -inf
 }
 
 template <int D>

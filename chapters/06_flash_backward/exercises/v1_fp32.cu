@@ -72,7 +72,7 @@ void run_v1_fp32(const AttentionBwdArgs& a, cudaStream_t st) {
   const AttentionShape& s = a.shape;
   if (s.bh() == 0) return;
   const BwdParams p = make_params(a);
-  // TODO(exercise delta): first D_i = rowsum(dO_i o O_i) into a.delta (launch_delta_preprocess, ch06_preprocess.h): dS = P o (dP - D) needs it, and it is a cheap dot product instead of rowsum(P o dP)
+  // TODO(exercise delta): dS needs a per-row scalar D that the forward's output makes cheap to get; compute it before the dK/dV and dQ kernels run (the chapter already has a kernel for it)
   switch (s.head_dim) {
     case 32:
       launch_dkdv_dq<32>(p, s.bh(), st);

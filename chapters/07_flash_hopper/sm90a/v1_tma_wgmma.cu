@@ -140,7 +140,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int j = 0; j < n_tiles; ++j) {
     const int s = j % kStages;
     FA_TL_START(tl_kv);
-    // EXERCISE(kv-ring-parity): wait until stage s holds K and V of tile j: hopper::mbar_wait(&kv_full[s], parity). Stage s is filled for tiles s, s + kStages, s + 2 kStages, ...; each fill completes one phase of its mbarrier, and the wait names the parity (0, 1, 0, 1, ...) of the phase it waits for. A wrong parity returns at once (a race: S from a tile still in flight) or never (a hang)
+    // EXERCISE(kv-ring-parity): wait until stage s holds K and V of tile j. Every fill of a stage completes one phase of its mbarrier, and the wait names the parity of the phase it waits for: how many times was stage s filled before tile j? A wrong parity returns at once (a race: S from a tile still in flight) or never (a hang)
     hopper::mbar_wait(&kv_full[s], (j / kStages) & 1);
     // EXERCISE-END
     FA_TL_END(tl_kv, kWaitKV, j);
@@ -164,7 +164,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (j >= n_unmasked) mask_tile(sc, int64_t(j) * kBc, last_key, q);
     float alpha[2];
     online_softmax(sc, m, l, c, alpha);
-    // EXERCISE(rescale-and-pack-p): (1) O was summed against the old row max: multiply this thread's O accumulators by alpha of their row; in the wgmma accumulator fragment o[i] belongs to row g (alpha[0]) when i % 4 < 2 and to row g + 8 (alpha[1]) otherwise. (2) Turn P (fp32, in sc) into the register A fragments of O += P V without moving a value between threads: slice k (keys 16k .. 16k+15, k < Tl::kPSlices) needs pf[k][0] = row g, keys 16k+2q, +1; pf[k][1] = row g+8, the same keys; pf[k][2] = row g, keys 16k+8+2q, +1; pf[k][3] = row g+8, those keys; sc[4j .. 4j+3] hold rows g, g, g+8, g+8 at keys 8j+2q, 8j+2q+1. Pack two values with mma::pack2<T>(lower key, higher key)
+    // EXERCISE(rescale-and-pack-p): (1) O was accumulated against the old row maximum: bring this thread's O accumulators to the new one, each with the factor of its own row (which accumulator holds which row: the wgmma accumulator layout). (2) Turn P (fp32, in sc) into the 16-bit register A fragments of O += P V without moving a value between threads: the layouts are such that each thread already holds the values its fragments need. The two layouts: exercises/HINTS.md
     rescale(o, alpha);
     uint32_t pf[Tl::kPSlices][4];
     pack_p<T>(sc, pf);

@@ -328,7 +328,7 @@ __global__ void __launch_bounds__(kThreads) merge_splits_kernel(Params p) {
     const int64_t w = s * p.total_rows + row;
     const float2 ml = p.ws_ml[w];
     const Stats part{ml.x, ml.y};
-    // TODO(exercise pair-merge): fold split s into the running (acc, o) with chapter 02's pair merge: merged = ch02::gpu::merge(acc, part); each side's o is rescaled by the same factor as its l, rescale(acc.m, merged.m) for the running o and rescale(part.m, merged.m) for the split's o (p.ws_o[w * D + d], lane's columns d = lane + 32 * e); then acc = merged
+    // TODO(exercise pair-merge): fold split s's partial state (its maximum, sum and unnormalised o row in the workspace) into the running one with chapter 02's merge rule; each side's o is rescaled by exactly the factor that rescales its l
     (void)part;
   }
 #pragma unroll
