@@ -2,7 +2,9 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <iostream>
 #include <string>
+#include <vector>
 
 #include "gpu.h"
 #include "harness.h"
@@ -36,12 +38,89 @@ struct RegistryNamePrinter {
   }
 };
 
-// Expect a harness run to pass; an UNSUPPORTED run (the kernel refused the input with a clear
-// message) is a skip, not a failure.
-#define FA_EXPECT_PASS(result_expr)                                                               \
-  do {                                                                                            \
-    ::fa::RunResult fa_r_ = (result_expr);                                                        \
-    if (fa_r_.status == ::fa::Status::Unsupported || fa_r_.status == ::fa::Status::NoGpu)         \
-      GTEST_SKIP() << fa_r_.message << (fa_r_.status == ::fa::Status::NoGpu ? FA_SKIP_NOTE : ""); \
-    EXPECT_EQ(fa_r_.status, ::fa::Status::Pass) << fa_r_.report();                                \
+// Every variant of a test runs, whatever the others did. A variant is one harness run (a dtype,
+// head dim and shape); one the kernel or this GPU cannot take (UNSUPPORTED, e.g. a head dim that
+// needs more shared memory than an A100 has) is skipped alone, with its reason printed, and the
+// variants after it still run. At the end of the test the tally prints "ran N of M variants" and
+// the test is skipped only when none ran. A fixture that derives from VariantTest gets this; in
+// any other test FA_EXPECT_PASS skips the whole test at the first UNSUPPORTED run.
+class VariantTally {
+ public:
+  // The tally of the test running now, or nullptr outside a VariantTest.
+  static VariantTally*& current() {
+    static VariantTally* now = nullptr;
+    return now;
+  }
+  // Counts a run; false when it did not run (UNSUPPORTED), after recording why.
+  bool ran(const ::fa::RunResult& r) {
+    ++total_;
+    if (r.status != ::fa::Status::Unsupported) {
+      ++ran_;
+      return true;
+    }
+    for (Reason& w : reasons_)
+      if (w.message == r.message) {
+        ++w.runs;
+        return false;
+      }
+    reasons_.push_back({r.message, r.shape + " " + r.dtype, 1});
+    return false;
+  }
+  // Prints the count and the reasons; returns the skip message when no variant ran, else "".
+  std::string finish(const std::string& test) const {
+    if (total_ == 0) return "";
+    ::testing::Test::RecordProperty("variants", total_);
+    ::testing::Test::RecordProperty("variants_ran", ran_);
+    std::string why;
+    for (const Reason& w : reasons_) {
+      why += (why.empty() ? "" : "; ") + std::to_string(w.runs) + " x " + w.message;
+      std::cout << "[ variant  ] " << test << ": UNSUPPORTED " << w.runs << " run"
+                << (w.runs == 1 ? "" : "s") << " (first " << w.first << "): " << w.message << "\n";
+    }
+    if (!why.empty()) ::testing::Test::RecordProperty("unsupported", why);
+    std::cout << "[ variants ] " << test << ": ran " << ran_ << " of " << total_ << " variants\n";
+    if (ran_ > 0) return "";
+    return "ran none of its " + std::to_string(total_) + " variants: " + why + FA_SKIP_NOTE;
+  }
+
+ private:
+  struct Reason {
+    std::string message, first;
+    int runs = 0;
+  };
+  int total_ = 0, ran_ = 0;
+  std::vector<Reason> reasons_;
+};
+
+// A test over registered kernels (GetParam() is the registry name) whose FA_EXPECT_PASS runs are
+// tallied per variant.
+class VariantTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override { VariantTally::current() = &tally_; }
+  void TearDown() override {
+    VariantTally::current() = nullptr;
+    if (IsSkipped()) return;  // skipped before any variant (no GPU, not enough memory)
+    const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    const std::string why =
+        tally_.finish(std::string(info->test_suite_name()) + "." + info->name());
+    if (!why.empty()) GTEST_SKIP() << why;
+  }
+
+ private:
+  VariantTally tally_;
+};
+
+// Expect a harness run to pass. NoGpu skips the test at once. An UNSUPPORTED run (the kernel
+// refused the input with a clear message) skips that variant in a VariantTest (above), and the
+// whole test elsewhere; a FAIL is a failure either way.
+#define FA_EXPECT_PASS(result_expr)                                                         \
+  do {                                                                                      \
+    ::fa::RunResult fa_r_ = (result_expr);                                                  \
+    if (fa_r_.status == ::fa::Status::NoGpu) GTEST_SKIP() << fa_r_.message << FA_SKIP_NOTE; \
+    if (::VariantTally* fa_t_ = ::VariantTally::current()) {                                \
+      if (!fa_t_->ran(fa_r_)) break;                                                        \
+    } else if (fa_r_.status == ::fa::Status::Unsupported) {                                 \
+      GTEST_SKIP() << fa_r_.message;                                                        \
+    }                                                                                       \
+    EXPECT_EQ(fa_r_.status, ::fa::Status::Pass) << fa_r_.report();                          \
   } while (0)

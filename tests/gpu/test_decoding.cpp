@@ -25,7 +25,7 @@ std::vector<std::string> decoding_kernels() {
   return out;
 }
 
-class DecodingKernels : public ::testing::TestWithParam<std::string> {
+class DecodingKernels : public VariantTest {
  protected:
   const fa::AttentionFwdKernel& kernel() {
     return *fa::find_entry<fa::AttentionFwdKernel>(GetParam());

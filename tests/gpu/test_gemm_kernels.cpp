@@ -4,7 +4,7 @@
 
 namespace {
 
-class GemmKernels : public ::testing::TestWithParam<std::string> {
+class GemmKernels : public VariantTest {
  protected:
   const fa::GemmKernel& kernel() { return *fa::find_entry<fa::GemmKernel>(GetParam()); }
 };

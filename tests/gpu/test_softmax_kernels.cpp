@@ -7,7 +7,7 @@
 
 namespace {
 
-class SoftmaxKernels : public ::testing::TestWithParam<std::string> {
+class SoftmaxKernels : public VariantTest {
  protected:
   const fa::SoftmaxKernel& kernel() { return *fa::find_entry<fa::SoftmaxKernel>(GetParam()); }
 };

@@ -3,7 +3,7 @@
 
 namespace {
 
-class TransposeKernels : public ::testing::TestWithParam<std::string> {
+class TransposeKernels : public VariantTest {
  protected:
   const fa::TransposeKernel& kernel() { return *fa::find_entry<fa::TransposeKernel>(GetParam()); }
 };
