@@ -1,13 +1,31 @@
 // Mutation tests: the harness must catch wrong kernels. Each mutant in tests/mutants/ makes one
-// classic mistake; wrapped in an ad-hoc registry struct (never registered) and handed straight to
-// the harness, it must come back FAIL with a report that names the first mismatching element.
-// Each mutant has a correct twin, built the same way, that must PASS: so a rejection is caused by
-// the mistake, not by the wrapping. Shapes are ragged (113 x 203), causal where it matters.
+// classic mistake and sits in the mutant list (mutants.h, never the main registry); handed
+// straight to the harness, it must come back FAIL with a report that names the first mismatching
+// element, or, for the mistakes of chapter 07 that can deadlock, FAIL or hang (run in a child
+// process with a time limit). Each mutant has a correct twin that must PASS on the same shapes, so
+// a rejection is caused by the mistake: for the hand-written mutants a kernel built the same way
+// (wrapped in an ad-hoc registry struct), for those of chapters 07 and 08 the real rung the mutant
+// was generated from. Shapes are ragged, causal where it matters.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <iostream>
+#include <iterator>
+#include <sstream>
 #include <string>
+#include <type_traits>
+#include <vector>
 
 #include "mutants.h"
 #include "test_util.h"
+
+// Set by tests/mutants/CMakeLists.txt where chapter 07's (sm_90a) mutants are built.
+#ifndef FA_HAVE_SM90A_MUTANTS
+#define FA_HAVE_SM90A_MUTANTS 0
+#endif
 
 namespace {
 
@@ -38,6 +56,12 @@ fa::AttentionBwdKernel bwd(const std::string& name, fa::AttentionBwdFn fn) {
                                 70,
                                 false};
 }
+
+// A registered mutant (mutants.h), by name. Every name used here must be registered: a missing
+// one is a broken build, not a skip.
+#define FA_GET_MUTANT(var, Type, name)           \
+  const Type* var = fa::find_mutant<Type>(name); \
+  ASSERT_NE(var, nullptr) << (name) << " is not in the mutant list (tests/mutants/)"
 
 // A run that could not happen (UNSUPPORTED, e.g. no forward kernel registered to feed the
 // backward) skips the test instead of counting as a rejection.
@@ -73,10 +97,10 @@ TEST(MutantSoftmax, CorrectTwinPasses) {
 // (a) Lesson: exp(x) overflows past 88.7; subtracting the row max costs nothing and fixes it.
 TEST(MutantSoftmax, NoMaxSubtractionIsRejectedOnOffsetInputs) {
   FA_SKIP_WITHOUT_GPU(70);
+  FA_GET_MUTANT(mutant, fa::SoftmaxKernel, "mutant/01_no_max_subtraction");
   fa::RunOptions big = check_only(5);
   big.input_mean = 1e4f;  // the generic tests' InputsOffsetBy1e4 case
-  fa::RunResult r = fa::run_softmax(
-      softmax("softmax_no_max_subtraction", mutants::softmax_no_max_subtraction), {113, 203}, big);
+  fa::RunResult r = fa::run_softmax(*mutant, {113, 203}, big);
   FA_SKIP_IF_NOT_RUN(r);
   expect_rejected(r);
 }
@@ -84,9 +108,8 @@ TEST(MutantSoftmax, NoMaxSubtractionIsRejectedOnOffsetInputs) {
 // (b) Lesson: when the running max grows, the sum so far must be rescaled by exp(m_old - m_new).
 TEST(MutantSoftmax, OnlineWithoutRescaleIsRejected) {
   FA_SKIP_WITHOUT_GPU(70);
-  fa::RunResult r =
-      fa::run_softmax(softmax("softmax_online_no_rescale", mutants::softmax_online_no_rescale),
-                      {113, 203}, check_only());
+  FA_GET_MUTANT(mutant, fa::SoftmaxKernel, "mutant/02_online_no_rescale");
+  fa::RunResult r = fa::run_softmax(*mutant, {113, 203}, check_only());
   FA_SKIP_IF_NOT_RUN(r);
   expect_rejected(r);
 }
@@ -108,9 +131,8 @@ TEST(MutantAttentionFwd, CorrectTwinPasses) {
 // (c) Lesson: with bottom-right alignment query i sees keys j <= i + seq_k - seq_q, not one more.
 TEST(MutantAttentionFwd, CausalOffByOneIsRejected) {
   FA_SKIP_WITHOUT_GPU(70);
-  fa::RunResult r =
-      fa::run_attention_fwd(fwd("attn_fwd_causal_off_by_one", mutants::attn_fwd_causal_off_by_one),
-                            kRaggedCausal, DType::F32, check_only());
+  FA_GET_MUTANT(mutant, fa::AttentionFwdKernel, "mutant/05_causal_off_by_one");
+  fa::RunResult r = fa::run_attention_fwd(*mutant, kRaggedCausal, DType::F32, check_only());
   FA_SKIP_IF_NOT_RUN(r);
   expect_rejected(r);
 }
@@ -128,9 +150,8 @@ TEST(MutantAttentionFwd, Fp16InputsWithFp32AccumulatorPass) {
 
 TEST(MutantAttentionFwd, HalfAccumulatorIsRejectedOnLongSequences) {
   FA_SKIP_WITHOUT_GPU(70);
-  fa::RunResult r = fa::run_attention_fwd(
-      fwd("attn_fwd_half_accumulator", mutants::attn_fwd_half_accumulator, {DType::F16}), kLongF16,
-      DType::F16, check_only());
+  FA_GET_MUTANT(mutant, fa::AttentionFwdKernel, "mutant/05_half_accumulator");
+  fa::RunResult r = fa::run_attention_fwd(*mutant, kLongF16, DType::F16, check_only());
   FA_SKIP_IF_NOT_RUN(r);
   expect_rejected(r);
   EXPECT_NE(r.report().find("naive same-precision"), std::string::npos) << r.report();
@@ -139,9 +160,8 @@ TEST(MutantAttentionFwd, HalfAccumulatorIsRejectedOnLongSequences) {
 // (f) Lesson: launch ceil(n / tile) blocks and guard the tail, never floor(n / tile).
 TEST(MutantAttentionFwd, SkippedTailRowsAreRejectedAsPoison) {
   FA_SKIP_WITHOUT_GPU(70);
-  fa::RunResult r =
-      fa::run_attention_fwd(fwd("attn_fwd_skips_tail_rows", mutants::attn_fwd_skips_tail_rows),
-                            kRaggedCausal, DType::F32, check_only());
+  FA_GET_MUTANT(mutant, fa::AttentionFwdKernel, "mutant/05_skips_tail_rows");
+  fa::RunResult r = fa::run_attention_fwd(*mutant, kRaggedCausal, DType::F32, check_only());
   FA_SKIP_IF_NOT_RUN(r);
   expect_rejected(r);
   // Rows 64..112 of the first head are the first ones left unwritten.
@@ -163,8 +183,8 @@ TEST(MutantAttentionFwd, TiledWithBothBarriersPasses) {
 // which must report the hazard; here we only note whether the race showed up in the numbers.
 TEST(MutantRace, MissingSyncthreadsIsRejectedOrNoted) {
   FA_SKIP_WITHOUT_GPU(70);
-  fa::AttentionFwdKernel k =
-      fwd("attn_fwd_tiled_missing_sync", mutants::attn_fwd_tiled_missing_sync);
+  FA_GET_MUTANT(mutant, fa::AttentionFwdKernel, "mutant/05_tiled_missing_sync");
+  fa::AttentionFwdKernel k = *mutant;
   int rejected = 0;
   const int runs = 3;
   for (int run = 0; run < runs; ++run) {
@@ -196,12 +216,251 @@ TEST(MutantAttentionBwd, CorrectTwinPasses) {
 // (g) Lesson: D = rowsum(dO * O); the backward's preprocessing step reads O, the forward's output.
 TEST(MutantAttentionBwd, DeltaFromWrongTensorIsRejected) {
   FA_SKIP_WITHOUT_GPU(70);
-  fa::RunResult r =
-      fa::run_attention_bwd(bwd("attn_bwd_delta_from_dout", mutants::attn_bwd_delta_from_dout),
-                            kRaggedCausal, DType::F32, check_only());
+  FA_GET_MUTANT(mutant, fa::AttentionBwdKernel, "mutant/06_delta_from_dout");
+  fa::RunResult r = fa::run_attention_bwd(*mutant, kRaggedCausal, DType::F32, check_only());
   FA_SKIP_IF_NOT_RUN(r);
   expect_rejected(r);
   EXPECT_NE(r.report().find("D: FAIL"), std::string::npos) << r.report();
+}
+
+// ---- the mutant list ------------------------------------------------------------------------------
+// Every mutant is registered under its name, and none leaks into the main registry (which the
+// chapter programs, the generic tests and the benchmarks iterate). Runs without a GPU.
+TEST(MutantList, EveryMutantIsRegisteredAndNoneIsInTheMainRegistry) {
+  std::vector<std::string> fwd_names = {
+      "mutant/05_causal_off_by_one",  "mutant/05_half_accumulator", "mutant/05_skips_tail_rows",
+      "mutant/05_tiled_missing_sync", "mutant/08_merge_no_rescale", "mutant/08_lse_in_log2",
+      "mutant/08_gqa_wrong_kv_head"};
+#if FA_HAVE_SM90A_MUTANTS
+  for (const char* n : {"mutant/07_wrong_barrier_parity", "mutant/07_missing_turn_handover",
+                        "mutant/07_o_not_rescaled"})
+    fwd_names.push_back(n);
+#endif
+  for (const std::string& n : fwd_names)
+    EXPECT_NE(fa::find_mutant<fa::AttentionFwdKernel>(n), nullptr) << n;
+  for (const char* n : {"mutant/01_no_max_subtraction", "mutant/02_online_no_rescale"})
+    EXPECT_NE(fa::find_mutant<fa::SoftmaxKernel>(n), nullptr) << n;
+  EXPECT_NE(fa::find_mutant<fa::AttentionBwdKernel>("mutant/06_delta_from_dout"), nullptr);
+  EXPECT_EQ(fa::mutants<fa::AttentionFwdKernel>().size(), fwd_names.size());
+  auto none_in_main = [](const auto& list) {
+    for (const auto& m : list) {
+      EXPECT_EQ(m.name.rfind("mutant/", 0), 0u) << m.name;
+      EXPECT_EQ(fa::find_entry<std::decay_t<decltype(m)>>(m.name), nullptr) << m.name;
+    }
+  };
+  none_in_main(fa::mutants<fa::AttentionFwdKernel>());
+  none_in_main(fa::mutants<fa::SoftmaxKernel>());
+  none_in_main(fa::mutants<fa::AttentionBwdKernel>());
+  for (const fa::AttentionFwdKernel& k : fa::registry<fa::AttentionFwdKernel>())
+    EXPECT_NE(k.name.rfind("mutant/", 0), 0u) << k.name << " is in the main registry";
+}
+
+// ---- chapters 07 and 08: the rungs with one line changed ------------------------------------------
+// The correct twin of each is the real rung (main registry), run on the same shapes.
+const fa::AttentionFwdKernel* rung(const std::string& name) {
+  const fa::AttentionFwdKernel* k = fa::find_entry<fa::AttentionFwdKernel>(name);
+  EXPECT_NE(k, nullptr) << name << " is not registered";
+  return k;
+}
+
+// 08/v1_split_kv cuts 4096 keys of 2 heads into many splits (the merge runs); 100 keys of 2 heads
+// into one split (the split kernel writes O and L itself, no merge). 08/v3_mma_split on grouped
+// heads: 8 query heads over 2 K/V heads (a mistake in the head map is invisible with 1 K/V head or
+// group 1).
+const AttentionShape kDecodeSplits{1, 2, 1, 4096, 64, false, 0.0f, 2};
+const AttentionShape kDecodeOneSplit{1, 2, 3, 100, 64, true, 0.0f, 2};
+const AttentionShape kDecodeGrouped{2, 8, 3, 517, 64, true, 0.0f, 2};
+
+TEST(Mutant08, RungsPassWhereTheirMutantsAreRejected) {
+  FA_SKIP_WITHOUT_GPU(80);
+  const fa::AttentionFwdKernel* v1 = rung("08/v1_split_kv");
+  const fa::AttentionFwdKernel* v3 = rung("08/v3_mma_split");
+  ASSERT_TRUE(v1 != nullptr && v3 != nullptr);
+  for (DType t : {DType::F32, DType::F16}) {
+    FA_EXPECT_PASS(fa::run_attention_fwd(*v1, kDecodeSplits, t, check_only()));
+    FA_EXPECT_PASS(fa::run_attention_fwd(*v1, kDecodeOneSplit, t, check_only()));
+  }
+  FA_EXPECT_PASS(fa::run_attention_fwd(*v3, kDecodeGrouped, DType::F16, check_only()));
+}
+
+// Lesson: each split's o was summed against its own max; the merge rescales it by e^(m_s - M)
+// exactly as it rescales l. Adding the o's as they are is wrong as soon as two splits' maxima differ.
+TEST(Mutant08, MergeWithoutRescaleIsRejected) {
+  FA_SKIP_WITHOUT_GPU(80);
+  FA_GET_MUTANT(mutant, fa::AttentionFwdKernel, "mutant/08_merge_no_rescale");
+  for (DType t : {DType::F32, DType::F16}) {
+    fa::RunResult r = fa::run_attention_fwd(*mutant, kDecodeSplits, t, check_only());
+    FA_SKIP_IF_NOT_RUN(r);
+    expect_rejected(r);
+    EXPECT_NE(r.report().find("O: FAIL"), std::string::npos) << r.report();
+  }
+}
+
+// Lesson: the kernel keeps m in log2 units (exp2 with log2(e) folded into the scale); the L it
+// writes must be in natural-log units, (m + log2 l) * ln 2, as the backward reads it.
+TEST(Mutant08, LseLeftInLog2IsRejected) {
+  FA_SKIP_WITHOUT_GPU(80);
+  FA_GET_MUTANT(mutant, fa::AttentionFwdKernel, "mutant/08_lse_in_log2");
+  fa::RunResult r = fa::run_attention_fwd(*mutant, kDecodeOneSplit, DType::F32, check_only());
+  FA_SKIP_IF_NOT_RUN(r);
+  expect_rejected(r);
+  EXPECT_NE(r.report().find("L: FAIL"), std::string::npos) << r.report();
+}
+
+// Lesson: query head h reads K/V head h / group (the group's heads are consecutive), not h % H_kv.
+TEST(Mutant08, GqaWrongKvHeadIsRejected) {
+  FA_SKIP_WITHOUT_GPU(80);
+  FA_GET_MUTANT(mutant, fa::AttentionFwdKernel, "mutant/08_gqa_wrong_kv_head");
+  fa::RunResult r = fa::run_attention_fwd(*mutant, kDecodeGrouped, DType::F16, check_only());
+  FA_SKIP_IF_NOT_RUN(r);
+  expect_rejected(r);
+}
+
+// Chapter 07's mutants need an sm_90a build and a compute capability 9.0 GPU.
+#define FA_SKIP_WITHOUT_SM90A()                                                       \
+  do {                                                                                \
+    if (!FA_HAVE_SM90A_MUTANTS)                                                       \
+      GTEST_SKIP() << "chapter 07's mutants are built only for CUDA architecture 90"; \
+    FA_SKIP_WITHOUT_GPU(90);                                                          \
+  } while (0)
+
+// Several key tiles per block (Bc = 128): a mistake that shows only from the second tile on
+// (the rescale, the ring's second round) is visible. Causal and ragged too.
+const AttentionShape kHopper{1, 4, 640, 640, 64, false, 0.0f};
+const AttentionShape kHopperRaggedCausal{2, 2, 333, 517, 128, true, 0.0f};
+
+TEST(Mutant07, RungsPassWhereTheirMutantsAreRejected) {
+  FA_SKIP_WITHOUT_SM90A();
+  for (const char* name : {"07/v1_tma_wgmma", "07/v3_pingpong"}) {
+    const fa::AttentionFwdKernel* k = rung(name);
+    ASSERT_NE(k, nullptr);
+    for (const AttentionShape& s : {kHopper, kHopperRaggedCausal})
+      FA_EXPECT_PASS(fa::run_attention_fwd(*k, s, DType::BF16, check_only()));
+  }
+}
+
+// Lesson: the online softmax rescales l AND O by alpha = 2^(m_old - m_new) whenever the row max
+// moves; with one key tile the mistake is invisible (alpha multiplies zeros).
+TEST(Mutant07, ONotRescaledIsRejected) {
+  FA_SKIP_WITHOUT_SM90A();
+  FA_GET_MUTANT(mutant, fa::AttentionFwdKernel, "mutant/07_o_not_rescaled");
+  for (const AttentionShape& s : {kHopper, kHopperRaggedCausal}) {
+    fa::RunResult r = fa::run_attention_fwd(*mutant, s, DType::BF16, check_only());
+    FA_SKIP_IF_NOT_RUN(r);
+    expect_rejected(r);
+  }
+}
+
+// ---- mistakes that can deadlock: run in a child process with a time limit ------------------------
+// A wrong mbarrier parity returns before the data has landed (a race: FAIL, most likely) or waits
+// for a phase that only this tile's own release would start (a hang); a missing turn hand-over
+// leaves the other consumer waiting on its named barrier for ever. A hung kernel never returns to
+// the harness, so this program runs itself again (the same test, told by FA_MUTANT_CHILD which
+// kernel and shape to check) under `timeout`: exit 0 = PASS, 3 = FAIL, 4 = not run, 124 = hung.
+constexpr int kChildPass = 0, kChildFail = 3, kChildNotRun = 4, kChildTimedOut = 124;
+
+int child_seconds() {
+  const char* e = std::getenv("FA_MUTANT_TIMEOUT_S");
+  return e != nullptr && std::atoi(e) > 0 ? std::atoi(e) : 20;
+}
+
+// In the child: run `kernel` (a mutant or a registered rung) on the shape and exit with its code.
+// In the parent: nothing (returns false).
+bool run_as_child() {
+  const char* spec = std::getenv("FA_MUTANT_CHILD");
+  if (spec == nullptr) return false;
+  char name[128] = {0};
+  long long b = 0, h = 0, sq = 0, sk = 0, d = 0;
+  int causal = 0;
+  int code = kChildNotRun;
+  if (std::sscanf(spec, "%127[^,],%lld,%lld,%lld,%lld,%lld,%d", name, &b, &h, &sq, &sk, &d,
+                  &causal) == 7) {
+    const fa::AttentionFwdKernel* k = fa::find_mutant<fa::AttentionFwdKernel>(name);
+    if (k == nullptr) k = fa::find_entry<fa::AttentionFwdKernel>(name);
+    if (k != nullptr) {
+      const AttentionShape s{b, h, sq, sk, d, causal != 0, 0.0f};
+      const fa::RunResult r = fa::run_attention_fwd(*k, s, DType::BF16, check_only());
+      std::cout << "child: " << name << " " << fa::status_name(r.status) << "\n" << r.report();
+      code = r.status == fa::Status::Pass   ? kChildPass
+             : r.status == fa::Status::Fail ? kChildFail
+                                            : kChildNotRun;
+    } else {
+      std::cout << "child: no kernel named " << name << "\n";
+    }
+  }
+  std::cout.flush();
+  std::fflush(nullptr);
+  std::_Exit(code);
+}
+
+struct ChildRun {
+  int code = -1;
+  std::string output;
+};
+
+// Runs `kernel` on `s` (bf16) in a child process of this program, killed after child_seconds().
+ChildRun run_in_child(const std::string& kernel, const AttentionShape& s) {
+  ChildRun c;
+  char exe[4096] = {0};
+  const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  if (n <= 0) return c;
+  const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  const std::string filter = std::string(info->test_suite_name()) + "." + info->name();
+  const std::string log =
+      ::testing::TempDir() + "fa_mutant_child_" + std::to_string(getpid()) + ".log";
+  std::ostringstream cmd;
+  cmd << "FA_MUTANT_CHILD='" << kernel << "," << s.batch << "," << s.heads << "," << s.seq_q << ","
+      << s.seq_k << "," << s.head_dim << "," << (s.causal ? 1 : 0) << "' timeout -k 5 "
+      << child_seconds() << " '" << exe << "' --gtest_filter='" << filter << "' > '" << log
+      << "' 2>&1";
+  const int rc = std::system(cmd.str().c_str());
+  c.code = WIFEXITED(rc) ? WEXITSTATUS(rc) : 128 + (WIFSIGNALED(rc) ? WTERMSIG(rc) : 0);
+  std::ifstream in(log);
+  c.output.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  std::remove(log.c_str());
+  return c;
+}
+
+// The child mechanism itself: the real rung run in a child passes (so a child's FAIL or time-out
+// below is the mutant's doing).
+TEST(Mutant07, RungRunInAChildPasses) {
+  if (run_as_child()) return;
+  FA_SKIP_WITHOUT_SM90A();
+  if (std::system("timeout --version > /dev/null 2>&1") != 0)
+    GTEST_SKIP() << "no `timeout` command (coreutils): cannot bound a child's run";
+  const ChildRun c = run_in_child("07/v1_tma_wgmma", kHopper);
+  EXPECT_EQ(c.code, kChildPass) << c.output;
+}
+
+// Runs the mutant in a child and expects FAIL or a hang, never PASS.
+void expect_rejected_or_hung(const std::string& mutant, const AttentionShape& s) {
+  if (std::system("timeout --version > /dev/null 2>&1") != 0)
+    GTEST_SKIP() << "no `timeout` command (coreutils): cannot bound a child's run";
+  const ChildRun c = run_in_child(mutant, s);
+  if (c.code == kChildNotRun) GTEST_SKIP() << c.output;
+  EXPECT_NE(c.code, kChildPass) << "the harness ACCEPTED " << mutant << ":\n" << c.output;
+  if (c.code == kChildTimedOut || c.code == 128 + 9)
+    std::cout << "[ rejected ] " << mutant << " hung; killed after " << child_seconds() << " s\n";
+  else
+    std::cout << "[ rejected ] " << mutant << " (child exit " << c.code << "):\n" << c.output;
+}
+
+// Lesson: stage s is filled for tiles s, s + kStages, ...; the wait names the parity of the
+// stage's round, (j / kStages) & 1, not of the tile, j & 1.
+TEST(Mutant07, WrongBarrierParityIsRejectedOrHangs) {
+  if (run_as_child()) return;
+  FA_SKIP_WITHOUT_SM90A();
+  ASSERT_NE(fa::find_mutant<fa::AttentionFwdKernel>("mutant/07_wrong_barrier_parity"), nullptr);
+  expect_rejected_or_hung("mutant/07_wrong_barrier_parity", kHopper);
+}
+
+// Lesson: every bar.sync of the turn barrier needs its bar.arrive; without the hand-over the other
+// consumer waits for ever (the kernel hangs on every shape with a key tile).
+TEST(Mutant07, MissingTurnHandoverHangs) {
+  if (run_as_child()) return;
+  FA_SKIP_WITHOUT_SM90A();
+  ASSERT_NE(fa::find_mutant<fa::AttentionFwdKernel>("mutant/07_missing_turn_handover"), nullptr);
+  expect_rejected_or_hung("mutant/07_missing_turn_handover", kHopper);
 }
 
 }  // namespace
