@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "ch08_split_kv.h"
 #include "compare.h"
 #include "dtype.h"
 #include "random.h"
@@ -384,6 +385,274 @@ TEST(MutantsCpu, PassingReportsStillShowErrorsAndTolerance) {
   EXPECT_NEAR(f.naive_err, 1e-3, 1e-6);
   EXPECT_TRUE(contains(f.report(), "naive same-precision implementation's max error"))
       << f.report();
+}
+
+// =================================================================================================
+// Chapters 07 and 08: the rung mutants' mistakes (tests/mutants/CMakeLists.txt) on the CPU models.
+// Each is judged as the harness judges fp32 (allclose 1e-4 on O, 1e-4 / 1e-5 on L), and each is
+// invisible on some shapes: the tests pin down which shapes a GPU test needs to catch it.
+// =================================================================================================
+enum class MergeBug { None, NoRescale, LseInLog2 };
+
+// 08/v1_split_kv's arithmetic for one head: each row's keys cut into splits of split_len keys,
+// partials merged left to right (ch08_split_kv.h); with one split the kernel writes O and L itself.
+//   NoRescale  (mutant/08_merge_no_rescale): the merge adds the splits' o without e^(m_s - M)
+//   LseInLog2  (mutant/08_lse_in_log2): the one-split L written as m log2(e) + log2 l
+void split_kv_model(const fa::HeadView& h, int64_t split_len, MergeBug bug, float* O, float* L) {
+  const int64_t splits = fa::ceil_div(h.seq_k, split_len);
+  for (int64_t i = 0; i < h.seq_q; ++i) {
+    fa::ch08::Partial acc = fa::ch08::partial_over_keys(h, i, 0, 0);  // the identity
+    for (int64_t k0 = 0; k0 < h.seq_k; k0 += split_len) {
+      const fa::ch08::Partial part = fa::ch08::partial_over_keys(h, i, k0, k0 + split_len);
+      fa::ch08::Partial merged = fa::ch08::merge(acc, part);
+      if (bug == MergeBug::NoRescale)
+        for (int64_t d = 0; d < h.d; ++d) merged.o[d] = acc.o[d] + part.o[d];
+      acc = merged;
+    }
+    for (int64_t d = 0; d < h.d; ++d) O[i * h.d + d] = float(acc.l > 0 ? acc.o[d] / acc.l : 0.0);
+    double lse = acc.l > 0 ? acc.m + std::log(acc.l) : -INFINITY;
+    if (bug == MergeBug::LseInLog2 && splits == 1) lse /= std::log(2.0);
+    L[i] = float(lse);
+  }
+}
+
+// The whole tensor through split_kv_model; `kv_of(bh)` is the K/V head query head bh reads
+// (mutant/08_gqa_wrong_kv_head: bh's head h reads h % H_kv instead of h / group).
+template <class KvOf>
+std::pair<CompareResult, CompareResult> judge_decode(const AttentionShape& s, int64_t split_len,
+                                                     MergeBug bug, KvOf kv_of) {
+  AttnInputs in = draw_attention(s, DType::F32, 29);
+  std::vector<float> O(s.q_numel()), L(s.lse_numel());
+  std::vector<double> rO(s.q_numel()), rL(s.lse_numel());
+  for (int64_t bh = 0; bh < s.bh(); ++bh) {
+    fa::HeadView h = fa::head_view(s, in.q.data(), in.k.data(), in.v.data(), bh);
+    fa::attention_forward_ref_head(h, {}, rO.data() + bh * s.seq_q * s.head_dim,
+                                   rL.data() + bh * s.seq_q);
+    h.k = in.k.data() + kv_of(bh) * s.seq_k * s.head_dim;
+    h.v = in.v.data() + kv_of(bh) * s.seq_k * s.head_dim;
+    split_kv_model(h, split_len, bug, O.data() + bh * s.seq_q * s.head_dim,
+                   L.data() + bh * s.seq_q);
+  }
+  CompareResult cO = fa::compare_allclose("O", O.data(), rO.data(), O.size(), 1e-4, 1e-4);
+  CompareResult cL = fa::compare_allclose("L", L.data(), rL.data(), L.size(), 1e-4, 1e-5);
+  cO.dims = {s.batch, s.heads, s.seq_q, s.head_dim};
+  cO.names = {"b", "h", "i", "d"};
+  cL.dims = {s.batch, s.heads, s.seq_q};
+  cL.names = {"b", "h", "i"};
+  return {cO, cL};
+}
+
+const AttentionShape kDecode{1, 4, 2, 1000, 32, true, 0.0f, 2};
+
+TEST(MutantsCpu, Ch08SplitKvTwinAccepted) {
+  for (int64_t split_len : {int64_t(64), int64_t(1000)}) {
+    auto [cO, cL] = judge_decode(kDecode, split_len, MergeBug::None,
+                                 [&](int64_t bh) { return kDecode.kv_index(bh); });
+    EXPECT_TRUE(cO.ok) << cO.report();
+    EXPECT_TRUE(cL.ok) << cL.report();
+  }
+}
+
+// mutant/08_merge_no_rescale: caught once a row has two splits with different maxima; with one
+// split there is nothing to merge, and the mistake is invisible.
+TEST(MutantsCpu, Ch08MergeWithoutRescaleRejectedWithSeveralSplits) {
+  auto kv = [&](int64_t bh) { return kDecode.kv_index(bh); };
+  auto [cO, cL] = judge_decode(kDecode, 64, MergeBug::NoRescale, kv);
+  EXPECT_FALSE(cO.ok);
+  EXPECT_TRUE(cL.ok) << "l is merged correctly; only O is wrong\n" << cL.report();
+  std::cout << cO.report();
+  auto [oneO, oneL] = judge_decode(kDecode, 1000, MergeBug::NoRescale, kv);
+  EXPECT_TRUE(oneO.ok && oneL.ok) << "one split: the merge never runs";
+}
+
+// mutant/08_lse_in_log2: caught where the split kernel writes L itself (one split); with several
+// splits the merge writes L and the mistake is invisible.
+TEST(MutantsCpu, Ch08LseInLog2RejectedWithOneSplit) {
+  auto kv = [&](int64_t bh) { return kDecode.kv_index(bh); };
+  auto [cO, cL] = judge_decode(kDecode, 1000, MergeBug::LseInLog2, kv);
+  EXPECT_TRUE(cO.ok) << cO.report();
+  EXPECT_FALSE(cL.ok);
+  EXPECT_TRUE(contains(cL.report(), "first mismatch at [b=0, h=0, i=0")) << cL.report();
+  std::cout << cL.report();
+  auto [sO, sL] = judge_decode(kDecode, 64, MergeBug::LseInLog2, kv);
+  EXPECT_TRUE(sO.ok && sL.ok) << "several splits: the merge writes L";
+}
+
+// mutant/08_gqa_wrong_kv_head: caught with 2 or more K/V heads and groups of 2 or more; with one
+// K/V head (h % 1 = h / H = 0) or no grouping (h % H = h / 1 = h) the two maps agree.
+TEST(MutantsCpu, Ch08GqaWrongKvHeadRejectedOnlyOnGroupedShapes) {
+  auto wrong = [](const AttentionShape& s) {
+    return
+        [s](int64_t bh) { return (bh / s.heads) * s.kv_heads() + (bh % s.heads) % s.kv_heads(); };
+  };
+  auto [cO, cL] = judge_decode(kDecode, 64, MergeBug::None, wrong(kDecode));
+  EXPECT_FALSE(cO.ok);
+  std::cout << cO.report();
+  for (int64_t hkv : {int64_t(1), int64_t(4)}) {
+    AttentionShape s = kDecode;
+    s.heads_kv = hkv;
+    auto [gO, gL] = judge_decode(s, 64, MergeBug::None, wrong(s));
+    EXPECT_TRUE(gO.ok && gL.ok) << "H_kv " << hkv << ": the wrong map is the right one here";
+  }
+}
+
+// mutant/07_o_not_rescaled: 07/v1's online softmax over key tiles of Bc = 128 with O not rescaled
+// by alpha when the row max moves. Caught from the second key tile on; with one tile alpha only
+// ever multiplies zeros.
+FwdOut tiled_no_rescale_model(const AttnInputs& in, const AttentionShape& s, bool rescale_o) {
+  constexpr int64_t kBc = 128;
+  const int64_t D = s.head_dim;
+  FwdOut out;
+  out.O.assign(s.q_numel(), 0.0f);
+  out.L.assign(s.lse_numel(), 0.0f);
+  for (int64_t bh = 0; bh < s.bh(); ++bh) {
+    const fa::HeadView h = fa::head_view(s, in.q.data(), in.k.data(), in.v.data(), bh);
+    for (int64_t i = 0; i < s.seq_q; ++i) {
+      const int64_t last = s.causal ? fa::causal_last_key(i, s.seq_q, s.seq_k) : s.seq_k - 1;
+      double m = -INFINITY, l = 0;
+      std::vector<double> o(D, 0.0);
+      for (int64_t j0 = 0; j0 <= last; j0 += kBc) {
+        const int64_t j1 = std::min(last + 1, j0 + kBc);
+        std::vector<double> sc(j1 - j0);
+        double m_new = m;
+        for (int64_t j = j0; j < j1; ++j) {
+          double dot = 0;
+          for (int64_t d = 0; d < D; ++d) dot += double(h.q[i * D + d]) * h.k[j * D + d];
+          sc[j - j0] = dot * h.scale;
+          m_new = std::max(m_new, sc[j - j0]);
+        }
+        const double alpha = m == -INFINITY ? 0.0 : std::exp(m - m_new);
+        l *= alpha;
+        if (rescale_o)
+          for (double& x : o) x *= alpha;
+        for (int64_t j = j0; j < j1; ++j) {
+          const double p = std::exp(sc[j - j0] - m_new);
+          l += p;
+          for (int64_t d = 0; d < D; ++d) o[d] += p * h.v[j * D + d];
+        }
+        m = m_new;
+      }
+      for (int64_t d = 0; d < D; ++d)
+        out.O[(bh * s.seq_q + i) * D + d] = float(l > 0 ? o[d] / l : 0.0);
+      out.L[bh * s.seq_q + i] = float(l > 0 ? m + std::log(l) : -INFINITY);
+    }
+  }
+  return out;
+}
+
+TEST(MutantsCpu, Ch07ONotRescaledRejectedFromTheSecondKeyTile) {
+  for (int64_t seq_k : {int64_t(128), int64_t(517)}) {
+    const AttentionShape s{1, 2, 65, seq_k, 32, false, 0.0f};
+    AttnInputs in = draw_attention(s, DType::F32, 31);
+    fa::AttentionFwdRef ref = fa::attention_forward_ref(in.q.data(), in.k.data(), in.v.data(), s);
+    auto [tO, tL] = judge_fp32(tiled_no_rescale_model(in, s, true), ref, s);
+    EXPECT_TRUE(tO.ok && tL.ok) << "the twin, seq_k " << seq_k << "\n" << tO.report();
+    auto [cO, cL] = judge_fp32(tiled_no_rescale_model(in, s, false), ref, s);
+    EXPECT_TRUE(cL.ok) << "l is rescaled inside the softmax; only O is wrong";
+    if (seq_k <= 128) {
+      EXPECT_TRUE(cO.ok) << "one key tile: the mistake is invisible";
+    } else {
+      EXPECT_FALSE(cO.ok);
+      std::cout << cO.report();
+    }
+  }
+}
+
+// mutant/07_wrong_barrier_parity: a model of 07/v1's K/V ring. An mbarrier counts completed
+// phases; try_wait.parity(P) returns once the phase of parity P before the current one has
+// completed, i.e. when (completed & 1) != P (a fresh barrier: P = 1 returns at once). Tile j uses
+// stage j % kStages for the (j / kStages)-th time; when the consumer waits, that fill is in flight
+// (completed = round) or landed (round + 1), and the next fill is requested only after tile j.
+enum class WaitOutcome { Correct, Race, Hang };
+WaitOutcome ring_wait(int64_t round, bool landed, int parity) {
+  int64_t completed = landed ? round + 1 : round;
+  auto returns = [&] { return (completed & 1) != parity; };
+  if (returns()) return landed ? WaitOutcome::Correct : WaitOutcome::Race;
+  if (!landed) {
+    completed = round + 1;  // the fill lands while the consumer waits
+    if (returns()) return WaitOutcome::Correct;
+  }
+  return WaitOutcome::Hang;  // waits for a fill that is requested only after this tile
+}
+
+TEST(MutantsCpu, Ch07WrongBarrierParityRacesOrHangsFromTheSecondTile) {
+  constexpr int64_t kStages = 2;  // 07/v1's ring
+  for (int64_t j = 0; j < 16; ++j) {
+    const int64_t round = j / kStages;
+    for (bool landed : {false, true}) {
+      EXPECT_EQ(ring_wait(round, landed, int(round & 1)), WaitOutcome::Correct) << j;
+      const WaitOutcome mutant = ring_wait(round, landed, int(j & 1));
+      if ((j & 1) == (round & 1))
+        EXPECT_EQ(mutant, WaitOutcome::Correct) << j;
+      else  // j = 1, 2, 5, 6, ...: before the data (a race) or never (a hang)
+        EXPECT_EQ(mutant, landed ? WaitOutcome::Hang : WaitOutcome::Race) << j;
+    }
+  }
+}
+
+// mutant/07_missing_turn_handover: a model of 07/v3's ping-pong token. Named barrier b completes
+// when two warpgroups have come (the giver's bar.arrive and the taker's bar.sync); consumer c syncs
+// on barrier c before each turn and (the hand-over) arrives on barrier 1 - c after it. Returns the
+// order of the turns taken and whether both consumers finished (false: a deadlock).
+struct PingPong {
+  bool finished = false;
+  std::vector<int> order;  // the consumer of each turn taken, in order
+};
+PingPong pingpong_turns(int n_tiles, bool handover) {
+  const int n_turns = n_tiles > 0 ? n_tiles + 1 : 0;
+  enum Op { Arrive, Sync, Turn };
+  std::vector<std::pair<Op, int>> prog[2];
+  if (n_turns > 0) prog[1].push_back({Arrive, 0});  // consumer 1 hands consumer 0 the first token
+  for (int c = 0; c < 2; ++c)
+    for (int j = 0; j < n_turns; ++j) {
+      prog[c].push_back({Sync, c});
+      prog[c].push_back({Turn, j});
+      if (handover && (c == 0 || j + 1 < n_turns)) prog[c].push_back({Arrive, 1 - c});
+    }
+  int count[2] = {0, 0};
+  size_t pc[2] = {0, 0};
+  bool waiting[2] = {false, false};
+  PingPong r;
+  auto come = [&](int b) {
+    if (++count[b] < 2) return;
+    count[b] = 0;
+    for (int c = 0; c < 2; ++c)
+      if (waiting[c] && prog[c][pc[c]].second == b) waiting[c] = false, ++pc[c];
+  };
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int c = 0; c < 2; ++c) {
+      if (waiting[c] || pc[c] == prog[c].size()) continue;
+      const auto [op, arg] = prog[c][pc[c]];
+      progress = true;
+      if (op == Turn) {
+        r.order.push_back(c);
+        ++pc[c];
+      } else if (op == Arrive) {
+        ++pc[c];
+        come(arg);
+      } else {
+        waiting[c] = true;
+        come(arg);
+      }
+    }
+  }
+  r.finished = pc[0] == prog[0].size() && pc[1] == prog[1].size();
+  return r;
+}
+
+TEST(MutantsCpu, Ch07MissingTurnHandoverDeadlocks) {
+  for (int n_tiles : {1, 2, 5}) {
+    const PingPong twin = pingpong_turns(n_tiles, true);
+    EXPECT_TRUE(twin.finished);
+    ASSERT_EQ(twin.order.size(), size_t(2 * (n_tiles + 1)));
+    for (size_t t = 0; t < twin.order.size(); ++t)
+      EXPECT_EQ(twin.order[t], int(t % 2)) << "turns alternate 0, 1, 0, 1, ...";
+    const PingPong mutant = pingpong_turns(n_tiles, false);
+    EXPECT_FALSE(mutant.finished) << "without the hand-over: a deadlock";
+    EXPECT_EQ(mutant.order, std::vector<int>({0})) << "after consumer 0's first turn";
+  }
+  EXPECT_TRUE(pingpong_turns(0, false).finished);  // no key tile, no turn: nothing to hand over
 }
 
 }  // namespace
