@@ -69,6 +69,7 @@ class Runner:
     """Runs test binaries of one build and returns each test's status and output."""
 
     def __init__(self, build, hide_gpu=False, substitute="", verbose=False, timeout=1200):
+        self.build = build
         self.bin = os.path.join(build, "bin")
         self.timeout = timeout  # seconds per test program: a hung kernel fails its check
         self.hide_gpu = hide_gpu
@@ -270,8 +271,17 @@ def grade(args, rubric, runner, gpu_present, only=None, assignment_as=None, assi
                 if entry["output"].startswith("passed"):
                     entry["score"] = chk["points"]
             else:
-                kmap = {a["kernel"]: as_kernel} if as_kernel else None
-                s, m, out = grade_check(runner, chk, gpu_present, kmap)
+                # A registered kernel graded as the submission: the public tests select it by its
+                # own name, the hidden suite runs it under the assignment's (FA_GRADE_SUBSTITUTE).
+                kmap, arunner = None, runner
+                if as_kernel and chk["binary"] == "fa_hidden_tests":
+                    arunner = Runner(runner.build, runner.hide_gpu,
+                                     ",".join(x for x in (runner.substitute,
+                                                          f"{a['kernel']}={as_kernel}") if x),
+                                     runner.verbose, runner.timeout)
+                elif as_kernel:
+                    kmap = {a["kernel"]: as_kernel}
+                s, m, out = grade_check(arunner, chk, gpu_present, kmap)
                 entry.update(score=s, output=out)
                 passed_all = passed_all and s == m
                 progress(name, s, m, None)
@@ -374,11 +384,45 @@ def test_without_gpu(args, rubric):
             errors.append("results.json lacks tests or their name/score/max_score/output")
         if res["score"] >= res["max_score"]:
             errors.append("full marks without a GPU")
+    errors += check_substitution_and_mutants(args, rubric, runner)
     for e in errors:
         print("ERROR:", e)
     print("grader without a GPU:", "FAILED" if errors else "ok",
           f"({len(tests)} checks, {'exercise' if exercises else 'solution'} build)")
     return 1 if errors else 0
+
+
+def mutant_exercise(rubric, mtype, mname):
+    """The exercise a mutant imitates: its chapter (mutant/<chapter>_...) and kernel type."""
+    chapter = mname.split("/", 1)[-1][:2]
+    return next((e for e in rubric["exercises"]
+                 if e["id"] == chapter and e.get("type") == mtype), None)
+
+
+def check_substitution_and_mutants(args, rubric, runner):
+    """Without a GPU: substitution selects the hidden tests, and every mutant has its exercise."""
+    errors = []
+    mutants = list_mutants(runner)
+    if not mutants:
+        errors.append("fa_hidden_tests --fa_list_mutants listed no mutant")
+    for mtype, mname in mutants:
+        if mname not in rubric.get("mutants_not_graded", {}) and not mutant_exercise(
+                rubric, mtype, mname):
+            errors.append(f"{mname} ({mtype}): no exercise of its chapter and type in the rubric")
+    graded = next((m for t, m in mutants if t == "attn_fwd" and mutant_exercise(rubric, t, m)),
+                  None)
+    if graded:
+        ex = mutant_exercise(rubric, "attn_fwd", graded)
+        a = next(x for x in rubric["assignments"] if x["chapter"] == "05")
+        sub = f"{ex['kernels'][0]}={graded},{a['kernel']}={a['reference']}"
+        env = dict(os.environ, FA_GRADE_SUBSTITUTE=sub, CUDA_VISIBLE_DEVICES="")
+        p = subprocess.run([os.path.join(runner.bin, "fa_hidden_tests"), "--gtest_list_tests"],
+                           capture_output=True, text=True, env=env, timeout=300)
+        for want in (param_name(a["kernel"]), param_name(ex["kernels"][0])):
+            if want not in p.stdout:
+                errors.append(f"FA_GRADE_SUBSTITUTE={sub}: no hidden test of {want}")
+    print(f"mutants: {len(mutants)} listed, each with its exercise; substitution selects its tests")
+    return errors
 
 
 def list_mutants(runner):
@@ -411,11 +455,9 @@ def self_test(args, rubric):
         if mname in skip:
             print(f"{mname:<40} not graded here: {skip[mname]}")
             continue
-        chapter = mname.split("/", 1)[-1][:2]
-        ex = next((e for e in rubric["exercises"] if e["id"] == chapter and e.get("type") == mtype),
-                  None)
+        ex = mutant_exercise(rubric, mtype, mname)
         if ex is None:
-            errors.append(f"{mname}: no exercise of chapter {chapter} takes a {mtype} kernel")
+            errors.append(f"{mname}: no exercise of its chapter takes a {mtype} kernel")
             continue
         sub = ",".join(f"{k}={mname}" for k in ex["kernels"])
         # A mutant that hangs (a missing barrier arrive) is killed after args.mutant_timeout s.
