@@ -17,7 +17,16 @@
 // "TODO in chapters/01_safe_softmax/exercises/v3_warp_shuffle_vec4.cu: not implemented".
 // Generated files live in chapters/NN_*/exercises/; `cmake --build build --target exercises`
 // regenerates them, and the CPU test ExercisesInSync fails when one is stale.
+//
+// CPU exercises (the CPU models of chapters 02, 05, 06 and 08) are marked the same way; their
+// EXERCISE-KERNELS line names the exercise ("cpu/02_pair_merge") instead of a kernel, and their
+// placeholder is a stand-in that throws, so a test of an unfinished model fails and says where:
+//   // EXERCISE-PLACEHOLDER
+//   // return fa::exercise_todo<MaxSum>("cpu/02_pair_merge", "pair-merge");
 #pragma once
+#include <functional>
+#include <iosfwd>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -40,5 +49,23 @@ std::vector<std::string> find_marked_solutions(const std::string& repo_root);
 
 // chapters/01_x/v3.cu -> chapters/01_x/exercises/v3.cu
 std::string exercise_path_for(const std::string& solution_path);
+
+// What the stand-in of an unfinished CPU exercise throws: "TODO in <exercise file>: not
+// implemented (TODO(exercise <block>) ...)". The file comes from the exercise's registration.
+struct ExerciseTodo : std::logic_error {
+  using std::logic_error::logic_error;
+};
+[[noreturn]] void throw_exercise_todo(const std::string& exercise, const std::string& block);
+// The stand-in itself, usable where a value of type T is expected.
+template <class T = void>
+T exercise_todo(const std::string& exercise, const std::string& block) {
+  throw_exercise_todo(exercise, block);
+}
+
+// A chapter program's CPU checks, where they call a CPU exercise: `checks` returns its number of
+// failures; an unfinished exercise (ExerciseTodo) is reported on `os` as not checked and counts
+// as none, so that the exercise build's programs go on to their GPU part. The exercise's own
+// tests (label cpu-exercise) are what fail until it is written.
+int unless_exercise_todo(const std::function<int()>& checks, std::ostream& os);
 
 }  // namespace fa

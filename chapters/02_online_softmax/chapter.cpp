@@ -16,6 +16,7 @@
 #include "chapter.h"
 #include "check.h"
 #include "cli.h"
+#include "exercise.h"
 #include "gpu.h"
 #include "harness.h"
 #include "random.h"
@@ -145,7 +146,7 @@ int run(const std::vector<std::string>& args) {
   const auto kernels = fa::select_kernels<fa::SoftmaxKernel>("02/", cli.get("kernel"));
   fa::print_chapter_header(std::cout, "02", "online softmax", cli);
 
-  int failures = cpu_tier();
+  int failures = fa::unless_exercise_todo(cpu_tier, std::cout);  // the CPU exercise, if unfinished
   if (!fa::have_gpu()) {
     fa::print_no_gpu(std::cout, "the kernel ladder");
     return failures ? 1 : 0;

@@ -1,9 +1,12 @@
 // online_cpu.cpp: the CPU model of online softmax (see ch02_online_cpu.h).
+// A CPU exercise (notes/coursework.md): the pair merge, which everything below is built from.
+// EXERCISE-KERNELS: cpu/02_pair_merge
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
 #include "ch02_online_cpu.h"
+#include "exercise.h"
 
 namespace ch02 {
 
@@ -21,8 +24,12 @@ MaxSum empty_state() {
 }
 
 MaxSum merge(MaxSum a, MaxSum b) {
+  // EXERCISE(pair-merge): the merged max is the larger of the two; each side's sum was taken relative to its own max, so bring it to the merged one with its own factor (the helper above, which is exactly 1 when nothing moved) before adding
   const double m = std::max(a.m, b.m);
   return {m, a.l * rescale(a.m, m) + b.l * rescale(b.m, m)};
+  // EXERCISE-PLACEHOLDER
+  // return fa::exercise_todo<MaxSum>("cpu/02_pair_merge", "pair-merge");
+  // EXERCISE-END
 }
 
 MaxSum online_step(MaxSum s, double x) {

@@ -1,5 +1,7 @@
 // ch05_cpu_model.cpp: the tiled FlashAttention-2 forward pass on the CPU (see ch05_cpu_model.h).
 // Every loop below has a counterpart in v1_scalar_fp32.cu; the names are the paper's.
+// A CPU exercise (notes/coursework.md): the causal tile classes and the online rescale.
+// EXERCISE-KERNELS: cpu/05_tiled_forward
 #include "ch05_cpu_model.h"
 
 #include <algorithm>
@@ -7,6 +9,7 @@
 #include <limits>
 
 #include "check.h"
+#include "exercise.h"
 
 namespace fa::ch05 {
 
@@ -31,10 +34,14 @@ void flash_forward_head(const HeadView& h, int64_t Br, int64_t Bc, double* O, do
     std::fill(l.begin(), l.end(), Acc(0));
     std::fill(acc.begin(), acc.end(), Acc(0));
 
+    const int64_t last_row = row0 + rows - 1;
+    // EXERCISE(tile-skip): where the key loop of this Q tile may stop: past some key no row of the tile sees anything, so the tiles after it are never loaded (without causal masking, every key is seen); stay within the sequence
     // Causal: the last key any row of this tile may see belongs to its last row. Tiles that start
     // after it are entirely above the diagonal: the loop simply stops before them.
-    const int64_t last_row = row0 + rows - 1;
     const int64_t kv_end = h.causal ? std::clamp<int64_t>(last_key(last_row) + 1, 0, Nk) : Nk;
+    // EXERCISE-PLACEHOLDER
+    // const int64_t kv_end = fa::exercise_todo<int64_t>("cpu/05_tiled_forward", "tile-skip");
+    // EXERCISE-END
     if (counts != nullptr) {
       const int64_t all_tiles = ceil_div(Nk, Bc), visited = ceil_div(kv_end, Bc);
       counts->skipped += all_tiles - visited;
@@ -43,10 +50,15 @@ void flash_forward_head(const HeadView& h, int64_t Br, int64_t Bc, double* O, do
     // ---- The inner loop: K/V tiles of Bc keys.
     for (int64_t col0 = 0; col0 < kv_end; col0 += Bc) {
       const int64_t cols = std::min(Bc, Nk - col0);
-      // A tile needs the element-wise mask when the diagonal crosses it: its last key is past
-      // what the FIRST row of the Q tile may see. (Ragged ends need no mask here: the loops stop
-      // at `cols`. The GPU kernel pads the tile and must mask them.)
+      // Ragged ends need no mask here: the loops stop at `cols` (the GPU kernel pads the tile and
+      // must mask them).
+      // EXERCISE(tile-mask): does this tile need the element-wise causal mask? Only when some row of the Q tile must not see some key of it; ask which row sees the fewest keys
+      // The diagonal crosses the tile: its last key is past what the FIRST row of the Q tile may
+      // see.
       const bool diagonal = h.causal && (col0 + cols - 1) > last_key(row0);
+      // EXERCISE-PLACEHOLDER
+      // const bool diagonal = fa::exercise_todo<bool>("cpu/05_tiled_forward", "tile-mask");
+      // EXERCISE-END
       if (counts != nullptr) (diagonal || cols < Bc ? counts->masked : counts->full) += 1;
 
       for (int64_t r = 0; r < rows; ++r) {
@@ -68,6 +80,7 @@ void flash_forward_head(const HeadView& h, int64_t Br, int64_t Bc, double* O, do
         }
         // The new running max. If it is still -inf, this row has seen no key yet: nothing to add
         // (and exp(-inf - (-inf)) would be NaN).
+        // EXERCISE(online-rescale): take the new running max of the row (skip the row while it is still -inf); rescale what l and the O accumulator hold by the factor that moves them from the old max to the new one; then add this tile's unnormalised probabilities to l and their weighted rows of V to the accumulator, and remember the new max
         const Acc m_new = std::max(m[r], m_tile);
         if (m_new == kNegInf) continue;
         // Everything accumulated so far was computed relative to m_old: bring it to m_new.
@@ -83,6 +96,9 @@ void flash_forward_head(const HeadView& h, int64_t Br, int64_t Bc, double* O, do
           for (int64_t d = 0; d < D; ++d) o[d] += p * Acc(vj[d]);
         }
         m[r] = m_new;
+        // EXERCISE-PLACEHOLDER
+        // fa::exercise_todo("cpu/05_tiled_forward", "online-rescale");
+        // EXERCISE-END
       }
     }
 

@@ -1,4 +1,6 @@
 // ch06_cpu_model.cpp: the backward derivation as plain loops (see ch06_cpu_model.h).
+// A CPU exercise (notes/coursework.md): flash_backward_tiled's D_i and dS.
+// EXERCISE-KERNELS: cpu/06_tiled_backward
 #include "ch06_cpu_model.h"
 
 #include <algorithm>
@@ -9,6 +11,7 @@
 
 #include "buffer.h"
 #include "check.h"
+#include "exercise.h"
 #include "random.h"
 #include "reference.h"
 #include "registry.h"
@@ -147,8 +150,12 @@ Grads flash_backward_tiled(const float* q, const float* k, const float* v, const
           // A row with no visible key has L = -inf: its P is 0, not exp(-inf + inf) = NaN.
           if (Li != kNegInf) {
             p = std::exp(scale * dot(Q + i * d, K + j * d, d) - Li);
+            // EXERCISE(dS): dS is the softmax Jacobian applied to this element's dP (the dot product of the row of dO and the row of V that meet here); the row's D_i, from the preprocess, stands in for the sum over the whole row that the Jacobian needs
             const double dp = dot(dOh + i * d, V + j * d, d);
             ds = p * (dp - g.D[bh * nq + i]);
+            // EXERCISE-PLACEHOLDER
+            // ds = fa::exercise_todo<double>("cpu/06_tiled_backward", "dS");
+            // EXERCISE-END
           }
         }
         P[r * Bc + c] = p;
@@ -157,13 +164,17 @@ Grads flash_backward_tiled(const float* q, const float* k, const float* v, const
   };
 
   for (int64_t bh = 0; bh < s.bh(); ++bh) {
-    // Preprocess: D_i = rowsum(dO_i o O_i), one pass over O and dO.
+    // Preprocess: D_i, one pass over O and dO.
+    // EXERCISE(delta): D_i for every query row of this head, from the forward's output O and the incoming dO alone (no P, no K, no V): it equals the row sum of P o dP that dS needs, at the cost of one dot product of length d
     for (int64_t i = 0; i < nq; ++i) {
       double acc = 0;
       for (int64_t x = 0; x < d; ++x)
         acc += double(dO[(bh * nq + i) * d + x]) * O[(bh * nq + i) * d + x];
       g.D[bh * nq + i] = acc;
     }
+    // EXERCISE-PLACEHOLDER
+    // fa::exercise_todo("cpu/06_tiled_backward", "delta");
+    // EXERCISE-END
     const float* Q = q + bh * nq * d;
     const float* K = k + bh * nk * d;
     const float* dOh = dO + bh * nq * d;

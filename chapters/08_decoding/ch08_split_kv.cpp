@@ -1,8 +1,13 @@
+// ch08_split_kv.cpp: the split-KV launch plan and the CPU model of its arithmetic (see
+// ch08_split_kv.h). A CPU exercise (notes/coursework.md): the merge of two partial states.
+// EXERCISE-KERNELS: cpu/08_split_merge
 #include "ch08_split_kv.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
+
+#include "exercise.h"
 
 namespace fa {
 namespace ch08 {
@@ -67,11 +72,15 @@ Partial partial_over_keys(const HeadView& h, int64_t row, int64_t k0, int64_t k1
 
 Partial merge(const Partial& a, const Partial& b) {
   Partial r;
+  // EXERCISE(split-merge): chapter 02's (m, l) merge, with o carried along: o was summed relative to the same max as l, so each side's o takes exactly the factor its l takes (the helper above, exactly 1 when nothing moved)
   r.m = std::max(a.m, b.m);
   const double fa = factor(a.m, r.m), fb = factor(b.m, r.m);
   r.l = a.l * fa + b.l * fb;
   r.o.resize(a.o.size());
   for (size_t d = 0; d < a.o.size(); ++d) r.o[d] = a.o[d] * fa + b.o[d] * fb;
+  // EXERCISE-PLACEHOLDER
+  // fa::exercise_todo("cpu/08_split_merge", "split-merge");
+  // EXERCISE-END
   return r;
 }
 

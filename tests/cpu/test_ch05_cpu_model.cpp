@@ -2,6 +2,8 @@
 // float64 reference: ragged lengths, tiles that divide nothing, seq_q != seq_k both ways, causal
 // bottom-right alignment with rows that see no key, a non-default scale. In double the tiling and
 // the online softmax must be exact up to rounding (1e-12); in float, what a GPU kernel would do.
+// The model is a CPU exercise: the tests that run it are in CpuExercise* suites (label
+// cpu-exercise, notes/coursework.md).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -43,7 +45,7 @@ const std::vector<ModelCase> kCases = {
     {100, 1, 8, 8},     {1, 100, 8, 8},
 };
 
-TEST(Ch05CpuModel, DoubleMatchesReferenceOnRaggedShapes) {
+TEST(CpuExerciseCh05Model, DoubleMatchesReferenceOnRaggedShapes) {
   for (const ModelCase& c : kCases)
     for (bool causal : {false, true})
       for (int64_t d : {16, 32}) {
@@ -59,7 +61,7 @@ TEST(Ch05CpuModel, DoubleMatchesReferenceOnRaggedShapes) {
       }
 }
 
-TEST(Ch05CpuModel, FloatMatchesReferenceLikeAKernelWould) {
+TEST(CpuExerciseCh05Model, FloatMatchesReferenceLikeAKernelWould) {
   for (const ModelCase& c : kCases)
     for (bool causal : {false, true}) {
       AttentionShape s{1, 3, c.seq_q, c.seq_k, 64, causal, 0.0f};
@@ -73,7 +75,7 @@ TEST(Ch05CpuModel, FloatMatchesReferenceLikeAKernelWould) {
     }
 }
 
-TEST(Ch05CpuModel, NonDefaultScaleAndLargeScores) {
+TEST(CpuExerciseCh05Model, NonDefaultScaleAndLargeScores) {
   AttentionShape s{1, 2, 300, 257, 32, true, 0.37f};
   Inputs in = draw(s, 11);
   for (float& x : in.q) x *= 5.0f;  // scores ~25x larger: without the running max, exp overflows
@@ -84,7 +86,7 @@ TEST(Ch05CpuModel, NonDefaultScaleAndLargeScores) {
   expect_close(got.L, ref.L, 1e-11, "L");
 }
 
-TEST(Ch05CpuModel, RowsThatSeeNoKeyGiveZeroAndMinusInfinity) {
+TEST(CpuExerciseCh05Model, RowsThatSeeNoKeyGiveZeroAndMinusInfinity) {
   // seq_q > seq_k, causal bottom-right: the first seq_q - seq_k queries see no key.
   AttentionShape s{1, 1, 50, 20, 16, true, 0.0f};
   Inputs in = draw(s, 3);
@@ -97,7 +99,7 @@ TEST(Ch05CpuModel, RowsThatSeeNoKeyGiveZeroAndMinusInfinity) {
   for (int64_t i = 30; i < 50; ++i) EXPECT_TRUE(std::isfinite(got.L[i])) << i;
 }
 
-TEST(Ch05CpuModel, CausalTileClassification) {
+TEST(CpuExerciseCh05Model, CausalTileClassification) {
   // Square, tiles of 64 over N = 256: 4 Q tiles x 4 K tiles. Diagonal tiles: 4 (masked); below:
   // 6 (full); above: 6 (skipped, never visited).
   AttentionShape s{1, 1, 256, 256, 16, true, 0.0f};

@@ -1,7 +1,8 @@
 // test_ch06_backward_model.cpp: chapter 06's CPU tier. The tiled FlashAttention-2 backward
 // (ch06_cpu_model.cpp) against the float64 reference on ragged shapes, the D_i identity, and a
 // few steps of gradient descent driven by each. (The reference itself is checked against finite
-// differences in test_references.cpp.)
+// differences in test_references.cpp.) The tiled backward's D_i and dS are a CPU exercise: the
+// tests that run it are in a CpuExercise* suite (label cpu-exercise, notes/coursework.md).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -84,7 +85,7 @@ TEST(Ch06Model, StandardBackwardMatchesReference) {
     }
 }
 
-TEST(Ch06Model, TiledBackwardMatchesReferenceOnRaggedShapes) {
+TEST(CpuExerciseCh06Tiled, TiledBackwardMatchesReferenceOnRaggedShapes) {
   for (bool causal : {false, true})
     for (ShapeCase c : kShapes)
       for (ch06::TileSizes t : kTiles) {
@@ -105,7 +106,7 @@ TEST(Ch06Model, TiledBackwardMatchesReferenceOnRaggedShapes) {
       }
 }
 
-TEST(Ch06Model, NonDefaultScale) {
+TEST(CpuExerciseCh06Tiled, NonDefaultScale) {
   AttentionShape s{1, 3, 45, 70, 32, true, 0.71f};
   Inputs in = draw(s, 3);
   std::vector<double> O, L;
@@ -121,7 +122,7 @@ TEST(Ch06Model, NonDefaultScale) {
 
 // Causal with seq_q > seq_k: the first seq_q - seq_k queries see no key (L = -inf). Their P must
 // be 0, not NaN: their dQ and D are exactly 0 and they add nothing to dK, dV.
-TEST(Ch06Model, RowsWithNoKeyGiveZeroNotNaN) {
+TEST(CpuExerciseCh06Tiled, RowsWithNoKeyGiveZeroNotNaN) {
   AttentionShape s{1, 1, 37, 9, 8, true, 0.0f};
   Inputs in = draw(s, 4);
   std::vector<double> O, L;
@@ -161,7 +162,7 @@ TEST(Ch06Model, DeltaIdentityRowsumDoOEqualsRowsumPdP) {
 
 // A training step: learn one head's Q, K, V to fit a target output, with gradients from the tiled
 // model and from the reference. The two loss trajectories must agree, and the loss must fall.
-TEST(Ch06Model, TrainingStepsWithTiledGradientsMatchReference) {
+TEST(CpuExerciseCh06Tiled, TrainingStepsWithTiledGradientsMatchReference) {
   ch06::ToyProblem p;  // N = 8, D = 4, 20 steps
   std::vector<double> tiled = ch06::train_toy(p, ch06::grads_from_tiled);
   std::vector<double> ref = ch06::train_toy(p, ch06::grads_from_reference);

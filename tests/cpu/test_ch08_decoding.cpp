@@ -1,6 +1,7 @@
 // Chapter 08 on the CPU: grouped-query attention in the float64 reference (against a brute-force
 // loop and against repeated K/V heads), the split-KV model (splitting a row's keys and merging the
-// (m, l, o) partials equals the whole row), and the launch plan.
+// (m, l, o) partials equals the whole row), and the launch plan. The merge is a CPU exercise: the
+// split-KV model's tests are in a CpuExercise* suite (label cpu-exercise, notes/coursework.md).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -127,7 +128,7 @@ TEST(GroupedQueryReference, BackwardRefusesGroupedHeads) {
 }
 
 // ---- The split-KV model ------------------------------------------------------------------------
-TEST(SplitKvModel, SplittingAndMergingEqualsTheWholeRow) {
+TEST(CpuExerciseCh08SplitKv, SplittingAndMergingEqualsTheWholeRow) {
   for (AttentionShape s : {AttentionShape{1, 4, 1, 1000, 16, false, 0.0f, 1},
                            AttentionShape{1, 8, 2, 1000, 16, true, 0.0f, 2},
                            AttentionShape{1, 2, 16, 17, 16, true, 0.0f, 0},
@@ -149,7 +150,7 @@ TEST(SplitKvModel, SplittingAndMergingEqualsTheWholeRow) {
 // 08/v4_block_stream and v5: each warp's keys are every fourth 16-key slice of its split; the block folds its
 // four warps, then the splits are merged. Ragged tails, splits shorter than a tile, warps that see
 // no key, causal rows.
-TEST(SplitKvModel, InterleavedWarpSlicesEqualTheWholeRow) {
+TEST(CpuExerciseCh08SplitKv, InterleavedWarpSlicesEqualTheWholeRow) {
   for (AttentionShape s : {AttentionShape{1, 4, 1, 1000, 16, false, 0.0f, 1},
                            AttentionShape{1, 8, 2, 1000, 16, true, 0.0f, 2},
                            AttentionShape{1, 2, 16, 17, 16, true, 0.0f, 0},
@@ -169,7 +170,7 @@ TEST(SplitKvModel, InterleavedWarpSlicesEqualTheWholeRow) {
     }
 }
 
-TEST(SplitKvModel, MergeIsAssociativeWithAnEmptyIdentity) {
+TEST(CpuExerciseCh08SplitKv, MergeIsAssociativeWithAnEmptyIdentity) {
   AttentionShape s{1, 1, 1, 90, 8, false, 0.0f};
   Inputs in = draw(s, 80);
   fa::HeadView h = fa::head_view(s, in.q.data(), in.k.data(), in.v.data(), 0);
