@@ -409,6 +409,8 @@ def check_substitution_and_mutants(args, rubric, runner):
         if mname not in rubric.get("mutants_not_graded", {}) and not mutant_exercise(
                 rubric, mtype, mname):
             errors.append(f"{mname} ({mtype}): no exercise of its chapter and type in the rubric")
+    if not os.path.isfile(os.path.join(runner.bin, "fa_hidden_tests")):
+        return errors + ["fa_hidden_tests is not built"]
     graded = next((m for t, m in mutants if t == "attn_fwd" and mutant_exercise(rubric, t, m)),
                   None)
     if graded:
@@ -427,6 +429,8 @@ def check_substitution_and_mutants(args, rubric, runner):
 
 def list_mutants(runner):
     exe = os.path.join(runner.bin, "fa_hidden_tests")
+    if not os.path.isfile(exe):
+        return []
     p = subprocess.run([exe, "--fa_list_mutants"], capture_output=True, text=True, timeout=300)
     return [tuple(line.split(None, 1)) for line in p.stdout.splitlines() if line.strip()]
 
