@@ -49,6 +49,20 @@ TEST(Exercises, GeneratorRefusesBrokenMarkers) {
       << "an END without a block";
 }
 
+// A CPU exercise's stand-in throws, naming the exercise (its file, once the exercise file has
+// registered itself) and the block left to write.
+TEST(Exercises, CpuStandInThrowsAndNamesItsTodo) {
+  try {
+    fa::exercise_todo<int>("cpu/99_demo", "square");
+    FAIL() << "the stand-in returned";
+  } catch (const fa::ExerciseTodo& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("TODO in cpu/99_demo: not implemented (TODO(exercise square)"),
+        std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Exercises, EveryChapterHasAnExercise) {
   std::vector<std::string> solutions = fa::find_marked_solutions(FA_SOURCE_DIR);
   for (const char* chapter :
