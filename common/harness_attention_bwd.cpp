@@ -42,6 +42,8 @@ RunResult run_attention_bwd(const AttentionBwdKernel& k, AttentionShape s, DType
   if (!gpu_ready(r, k.min_sm)) return r;
   r.message = missing_version(k.dtypes, k.head_dims, t, s.head_dim);
   if (r.message.empty()) r.message = grouped_heads_refusal(s, false);  // no backward takes GQA
+  if (r.message.empty() && s.has_window())
+    r.message = "a sliding window is chapter 09's: this kernel takes causal or full attention only";
   if (!r.message.empty()) {
     r.status = Status::Unsupported;
     return r;

@@ -20,11 +20,9 @@ MatD to_double(const float* p, int64_t rows, int64_t cols) {
   return ConstMapF(p, rows, cols).cast<double>();
 }
 
-// Number of keys query row i may see: all of them, or (causal) keys 0..i+seq_k-seq_q.
-int64_t visible_keys(const HeadView& h, int64_t i) {
-  if (!h.causal) return h.seq_k;
-  int64_t last = causal_last_key(i, h.seq_q, h.seq_k);
-  return last < 0 ? 0 : std::min(h.seq_k, last + 1);
+// The keys query row i may see: all of them, keys 0..i+seq_k-seq_q (causal), or a band (window).
+KeyRange visible_keys(const HeadView& h, int64_t i) {
+  return visible_key_range(i, h.seq_q, h.seq_k, h.causal, h.window_left, h.window_right);
 }
 
 std::vector<int64_t> all_rows_if_empty(const std::vector<int64_t>& rows, int64_t n) {
@@ -40,12 +38,13 @@ MatD probabilities(const HeadView& h, const MatD& Q, const MatD& K, std::vector<
   MatD P = MatD::Zero(S.rows(), S.cols());
   if (L) L->assign(S.rows(), kNegInf);
   for (int64_t i = 0; i < S.rows(); ++i) {
-    int64_t n = visible_keys(h, i);
+    const KeyRange kr = visible_keys(h, i);
+    const int64_t n = kr.count();
     if (n == 0) continue;  // no visible key: P row stays 0, L stays -inf
-    double m = S.row(i).head(n).maxCoeff();
-    Eigen::RowVectorXd e = (S.row(i).head(n).array() - m).exp().matrix();
+    double m = S.row(i).segment(kr.first, n).maxCoeff();
+    Eigen::RowVectorXd e = (S.row(i).segment(kr.first, n).array() - m).exp().matrix();
     double l = e.sum();
-    P.row(i).head(n) = e / l;
+    P.row(i).segment(kr.first, n) = e / l;
     if (L) (*L)[i] = m + std::log(l);
   }
   return P;
@@ -103,6 +102,8 @@ HeadView head_view(const AttentionShape& s, const float* q, const float* k, cons
   h.d = s.head_dim;
   h.causal = s.causal;
   h.scale = s.softmax_scale();
+  h.window_left = s.window_left;
+  h.window_right = s.window_right;
   return h;
 }
 
@@ -120,17 +121,18 @@ void attention_forward_ref_head(const HeadView& h, const std::vector<int64_t>& r
       Q.row(r) = ConstMapF(h.q + rows[b0 + r] * h.d, 1, h.d).cast<double>();
     MatD S = (Q * K.transpose()) * h.scale;
     for (int64_t r = 0; r < nb; ++r) {
-      int64_t nk = visible_keys(h, rows[b0 + r]);
+      const KeyRange kr = visible_keys(h, rows[b0 + r]);
+      const int64_t nk = kr.count();
       Eigen::Map<Eigen::RowVectorXd> o(O + (b0 + r) * h.d, h.d);
       if (nk == 0) {
         o.setZero();
         L[b0 + r] = kNegInf;
         continue;
       }
-      double m = S.row(r).head(nk).maxCoeff();
-      Eigen::RowVectorXd e = (S.row(r).head(nk).array() - m).exp().matrix();
+      double m = S.row(r).segment(kr.first, nk).maxCoeff();
+      Eigen::RowVectorXd e = (S.row(r).segment(kr.first, nk).array() - m).exp().matrix();
       double l = e.sum();
-      o = (e * V.topRows(nk)) / l;
+      o = (e * V.middleRows(kr.first, nk)) / l;
       L[b0 + r] = m + std::log(l);
     }
   }
@@ -141,7 +143,8 @@ void attention_forward_lowp_head(const HeadView& h, DType t, const std::vector<i
   std::vector<int64_t> rows = all_rows_if_empty(rows_in, h.seq_q);
   MatF K = ConstMapF(h.k, h.seq_k, h.d), V = ConstMapF(h.v, h.seq_k, h.d);
   for (size_t r = 0; r < rows.size(); ++r) {
-    int64_t nk = visible_keys(h, rows[r]);
+    const KeyRange kr = visible_keys(h, rows[r]);
+    const int64_t nk = kr.count();
     Eigen::Map<Eigen::RowVectorXf> o(O + r * h.d, h.d);
     if (nk == 0) {
       o.setZero();
@@ -149,13 +152,14 @@ void attention_forward_lowp_head(const HeadView& h, DType t, const std::vector<i
       continue;
     }
     Eigen::RowVectorXf q = ConstMapF(h.q + rows[r] * h.d, 1, h.d);
-    Eigen::RowVectorXf s = (q * K.topRows(nk).transpose()) * static_cast<float>(h.scale);
+    Eigen::RowVectorXf s =
+        (q * K.middleRows(kr.first, nk).transpose()) * static_cast<float>(h.scale);
     s = s.unaryExpr([t](float x) { return round_to(t, x); });
     float m = s.maxCoeff();
     Eigen::RowVectorXf e = (s.array() - m).exp().matrix();
     float l = e.sum();
     Eigen::RowVectorXf p = (e / l).unaryExpr([t](float x) { return round_to(t, x); });
-    o = (p * V.topRows(nk)).unaryExpr([t](float x) { return round_to(t, x); });
+    o = (p * V.middleRows(kr.first, nk)).unaryExpr([t](float x) { return round_to(t, x); });
     L[r] = m + std::log(l);
   }
 }
@@ -189,11 +193,12 @@ void attention_backward_lowp_head(const HeadView& h, const float* dO_p, DType t,
   MatF S = round_mat(t, (Q * K.transpose()) * static_cast<float>(h.scale));
   MatF P = MatF::Zero(h.seq_q, h.seq_k);
   for (int64_t i = 0; i < h.seq_q; ++i) {
-    int64_t nk = visible_keys(h, i);
+    const KeyRange kr = visible_keys(h, i);
+    const int64_t nk = kr.count();
     if (nk == 0) continue;
-    float m = S.row(i).head(nk).maxCoeff();
-    Eigen::RowVectorXf e = (S.row(i).head(nk).array() - m).exp().matrix();
-    P.row(i).head(nk) = e / e.sum();
+    float m = S.row(i).segment(kr.first, nk).maxCoeff();
+    Eigen::RowVectorXf e = (S.row(i).segment(kr.first, nk).array() - m).exp().matrix();
+    P.row(i).segment(kr.first, nk) = e / e.sum();
   }
   P = round_mat(t, P);
   MatF O = round_mat(t, P * V);

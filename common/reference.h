@@ -30,6 +30,7 @@ struct HeadView {
   int64_t seq_q = 0, seq_k = 0, d = 0;
   bool causal = false;
   double scale = 1.0;
+  int64_t window_left = -1, window_right = -1;  // the sliding window of shapes.h (-1: none)
 };
 // The view of query head bh = b * heads + h: its Q slice and the K/V slice of the K/V head it
 // reads (s.kv_index(bh); the same head unless heads_kv < heads, see shapes.h).

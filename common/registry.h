@@ -123,6 +123,116 @@ struct AttentionBwdPreprocessKernel {
   int min_sm = 70;
 };
 
+// ---- Chapter 09: variable-length batches (VarlenShape in shapes.h), with an optional window. ---
+// q, k, v, o, lse as VarlenShape lays them out; cu_seqlens_q and cu_seqlens_k are the batch + 1
+// cumulative offsets on the device (int32, starting at 0). The launcher sizes its grid from
+// shape.max_seq_q() and reads the lengths on the device, as FlashAttention's varlen functions do.
+struct VarlenFwdArgs {
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  void* o = nullptr;
+  float* lse = nullptr;
+  const int32_t* cu_seqlens_q = nullptr;
+  const int32_t* cu_seqlens_k = nullptr;
+  VarlenShape shape;
+  DType dtype = DType::BF16;
+};
+using VarlenFwdFn = void (*)(const VarlenFwdArgs& args, cudaStream_t stream);
+struct VarlenFwdKernel {
+  std::string name;
+  VarlenFwdFn run = nullptr;
+  std::string about;
+  std::vector<DType> dtypes = {DType::F16, DType::BF16};
+  std::vector<int> head_dims = {64, 128};
+  int min_sm = 80;
+  bool gqa = false;     // takes heads_kv < heads
+  bool window = false;  // takes window_left / window_right (shape.has_window())
+};
+
+// The backward of a variable-length batch: inputs as the forward's plus o, dout (like q) and lse;
+// outputs dq (like q), dk, dv (like k), delta (fp32, like lse). `workspace` is fp32 scratch of
+// q_numel() floats, zeroed before every call. Like chapter 06, heads_kv == heads only.
+struct VarlenBwdArgs {
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  const void* o = nullptr;
+  const void* dout = nullptr;
+  const float* lse = nullptr;
+  void* dq = nullptr;
+  void* dk = nullptr;
+  void* dv = nullptr;
+  float* delta = nullptr;
+  float* workspace = nullptr;
+  const int32_t* cu_seqlens_q = nullptr;
+  const int32_t* cu_seqlens_k = nullptr;
+  VarlenShape shape;
+  DType dtype = DType::BF16;
+};
+using VarlenBwdFn = void (*)(const VarlenBwdArgs& args, cudaStream_t stream);
+struct VarlenBwdKernel {
+  std::string name;
+  VarlenBwdFn run = nullptr;
+  std::string about;
+  std::vector<DType> dtypes = {DType::F16, DType::BF16};
+  std::vector<int> head_dims = {64, 128};
+  int min_sm = 80;
+  bool window = false;
+  bool deterministic = true;
+  std::string forward;  // the VarlenFwdKernel that makes O and L for it
+};
+
+// ---- Chapter 09: attention over a paged KV cache (PagedShape in shapes.h). ---------------------
+// q [batch, heads, seq_q, D], k_pages and v_pages [num_pages, heads_kv, page_size, D], o like q,
+// lse fp32 [batch, heads, seq_q]; block_table [batch, max_pages] and seqlens_k [batch], int32,
+// on the device.
+struct PagedFwdArgs {
+  const void* q = nullptr;
+  const void* k_pages = nullptr;
+  const void* v_pages = nullptr;
+  void* o = nullptr;
+  float* lse = nullptr;
+  const int32_t* block_table = nullptr;
+  const int32_t* seqlens_k = nullptr;
+  PagedShape shape;
+  DType dtype = DType::BF16;
+};
+using PagedFwdFn = void (*)(const PagedFwdArgs& args, cudaStream_t stream);
+struct PagedFwdKernel {
+  std::string name;
+  PagedFwdFn run = nullptr;
+  std::string about;
+  std::vector<DType> dtypes = {DType::F16, DType::BF16};
+  std::vector<int> head_dims = {64, 128};
+  std::vector<int> page_sizes = {16, 64, 256};
+  int min_sm = 80;
+  bool decoding = false;  // written for seq_q <= kDecodeSeqQ (harness.h); correct for every seq_q
+};
+
+// Appending the new tokens' keys and values to the pages: k_new and v_new are
+// [batch, heads_kv, seq_q, D] (seq_q new tokens per sequence); they become keys
+// seqlens_k[b] - seq_q .. seqlens_k[b] - 1 of sequence b (seqlens_k counts them already, as the
+// attention that follows reads it). Nothing else in the pages may change.
+struct PagedAppendArgs {
+  const void* k_new = nullptr;
+  const void* v_new = nullptr;
+  void* k_pages = nullptr;
+  void* v_pages = nullptr;
+  const int32_t* block_table = nullptr;
+  const int32_t* seqlens_k = nullptr;
+  PagedShape shape;
+  DType dtype = DType::BF16;
+};
+using PagedAppendFn = void (*)(const PagedAppendArgs& args, cudaStream_t stream);
+struct PagedAppendKernel {
+  std::string name;
+  PagedAppendFn run = nullptr;
+  std::string about;
+  std::vector<DType> dtypes = {DType::F16, DType::BF16};
+  int min_sm = 70;
+};
+
 // ---- Chapters: each chapter program registers its body so the tour can run them in order. ----
 using ChapterFn = int (*)(const std::vector<std::string>& args);
 struct Chapter {
