@@ -68,6 +68,31 @@ RunResult run_attention_fwd(const AttentionFwdKernel& k, AttentionShape s, DType
 RunResult run_attention_bwd(const AttentionBwdKernel& k, AttentionShape s, DType t,
                             const RunOptions& opt = {});
 
+// ---- Chapter 09 (harness_serving.cpp) ----------------------------------------------------------
+// Varlen: every sequence checked against the float64 reference of that sequence alone (the
+// FlashAttention rule against the naive same-precision implementation for fp16/bf16); TFLOP/s
+// counted on the visible pairs of all sequences. The backward runs the kernel's `forward` first.
+RunResult run_varlen_fwd(const VarlenFwdKernel& k, const VarlenShape& s, DType t,
+                         const RunOptions& opt = {});
+RunResult run_varlen_bwd(const VarlenBwdKernel& k, const VarlenShape& s, DType t,
+                         const RunOptions& opt = {});
+// What serving a varlen batch with a fixed-length kernel costs, timed only (no check), TFLOP/s on
+// the varlen problem's visible pairs: the batch padded to its longest sequence (one call on
+// s.padded()), or one call per sequence.
+RunResult time_varlen_padded(const AttentionFwdKernel& k, const VarlenShape& s, DType t,
+                             const RunOptions& opt = {});
+RunResult time_varlen_per_sequence(const AttentionFwdKernel& k, const VarlenShape& s, DType t,
+                                   const RunOptions& opt = {});
+// Paged: the pages of every sequence drawn in a shuffled order (no sequence's pages contiguous or
+// ascending), spare pages poisoned; checked per sequence against the float64 reference; GB/s of
+// PagedShape::min_bytes against the copy ceiling, and TFLOP/s.
+RunResult run_paged_fwd(const PagedFwdKernel& k, const PagedShape& s, DType t,
+                        const RunOptions& opt = {});
+// Append: every element of both page pools compared exactly (the new keys where they belong,
+// everything else unchanged); GB/s of the bytes appended (read once, written once).
+RunResult run_paged_append(const PagedAppendKernel& k, const PagedShape& s, DType t,
+                           const RunOptions& opt = {});
+
 // True when the kernel lists this dtype / head dim (the harness reports UNSUPPORTED otherwise).
 // In an exercise build, for a kernel (registry name, e.g. "00/vector_add") whose file is still
 // the generated exercise: "TODO in <file>: not implemented? ...". Otherwise "". Reports and tests
