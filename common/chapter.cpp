@@ -34,6 +34,8 @@ const std::vector<PrintedCommand>& printed_commands() {
       {"ch07.help", "ch07_flash_hopper", "--seq_q=4096 --head_dim=64 --causal"},
       {"ch08.help", "ch08_decoding",
        "--batch=8 --heads=32 --heads_kv=8 --seq_q=1 --seq_k=32768 --head_dim=128 --causal"},
+      {"ch09.help", "ch09_serving",
+       "--lengths=0,1,17,1000,4096 --window=255,0 --window_seq=4096 --page_size=64 --seq_k=8192"},
       {"tour.help", "tour", "01 05"},
   };
   return all;
@@ -153,6 +155,27 @@ std::string describe_kernel(const AttentionFwdKernel& k) {
 }
 std::string describe_kernel(const AttentionBwdKernel& k) {
   return kernel_line(k.name, dtype_list(k.dtypes), k.head_dims, k.min_sm, k.about);
+}
+std::string describe_kernel(const VarlenFwdKernel& k) {
+  std::string tags = std::string(k.gqa ? "[GQA] " : "") + (k.window ? "[window] " : "");
+  return kernel_line(k.name, dtype_list(k.dtypes), k.head_dims, k.min_sm, tags + k.about);
+}
+std::string describe_kernel(const VarlenBwdKernel& k) {
+  std::string tags = std::string(k.window ? "[window] " : "") +
+                     (k.deterministic ? "" : "[atomics] ") +
+                     (k.forward.empty() ? "" : "[forward " + k.forward + "] ");
+  return kernel_line(k.name, dtype_list(k.dtypes), k.head_dims, k.min_sm, tags + k.about);
+}
+std::string describe_kernel(const PagedFwdKernel& k) {
+  std::string pages = "[pages ";
+  for (size_t i = 0; i < k.page_sizes.size(); ++i)
+    pages += (i ? "," : "") + std::to_string(k.page_sizes[i]);
+  pages += "] ";
+  return kernel_line(k.name, dtype_list(k.dtypes), k.head_dims, k.min_sm,
+                     pages + (k.decoding ? "[decoding] " : "") + k.about);
+}
+std::string describe_kernel(const PagedAppendKernel& k) {
+  return kernel_line(k.name, dtype_list(k.dtypes), {}, k.min_sm, k.about);
 }
 
 std::vector<DType> read_dtypes(const Cli& cli) {

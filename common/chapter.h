@@ -69,6 +69,12 @@ std::string describe_kernel(const GemmKernel& k);
 std::string describe_kernel(const TransposeKernel& k);
 std::string describe_kernel(const AttentionFwdKernel& k);
 std::string describe_kernel(const AttentionBwdKernel& k);
+// Chapter 09: the tags in front of `about` say what the kernel takes beyond the plain problem
+// (GQA, a window, the page sizes of a paged kernel).
+std::string describe_kernel(const VarlenFwdKernel& k);
+std::string describe_kernel(const VarlenBwdKernel& k);
+std::string describe_kernel(const PagedFwdKernel& k);
+std::string describe_kernel(const PagedAppendKernel& k);
 
 // The --help section of the kernels a program can run (read from the registry: no GPU needed).
 template <class K>
