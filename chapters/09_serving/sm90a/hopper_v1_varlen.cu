@@ -44,7 +44,7 @@
 //   Grouped-query attention costs one division: query head h reads K/V head h / (heads /
 //   heads_kv), the third TMA coordinate. Head dims 64, 128, 256 as 07/v4; the few extra
 //   registers (the offsets, read once, and the epilogue's base) leave every instantiation within
-//   setmaxnreg's 240 without spills (-Xptxas -v).
+//   setmaxnreg's 240 without spills (-Xptxas -v, CUDA 13.0), D = 256 needing 225..232 as in 07/v4.
 //
 //   A zero-length K (seq_k = 0) visits no tile: the consumers store O = 0 and L = -inf, as 07's
 //   epilogue does for a row that saw no key. A batch whose every K is empty (total_k = 0) has no

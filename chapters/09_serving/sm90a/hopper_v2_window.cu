@@ -1,0 +1,391 @@
+// 09/hopper_v2_window: 09/hopper_v1_varlen with a sliding window (local attention), in the
+// window's FlashAttention meaning (AttentionShape, common/shapes.h): query i of a sequence sees
+// keys d(i) - window_left .. d(i) + window_right, d(i) = i + seq_k - seq_q its bottom-right
+// diagonal, -1 leaving a side unlimited; causal is window_right = 0. Read v1 first
+// (hopper_v1_varlen.cu): the offset table, the producer, the ring, the turns and the epilogue are
+// its own, unchanged.
+//
+// What changed vs v1, and why
+//   One idea: the band of ch09_band.h in place of chapter 07's causal diagonal. 07 (and v1) let a
+//   Q tile visit key tiles 0 .. visit - 1 (kv_tiles, ch07_tiles.h): everything left of the
+//   diagonal, nothing right of it. A window also cuts on the left, so a Q tile of rows
+//   [q0, q0 + Br) visits the key tiles [begin, end) of fa::ch09::key_tiles: from the tile of the
+//   first row's first key to the tile of the last row's last key (both ends of a row's keys grow
+//   by one per row, so the keys of consecutive rows are one interval). The tile loop is v1's
+//   with j counting visited tiles from 0, so that the ring's stages and phases are v1's, and
+//   key tile begin + j loaded and masked as tile j of it. Tiles left of the band are skipped, not
+//   masked: a window of W keys costs O(W) per row, whatever seq_k.
+//
+//   The mask generalises 07's diagonal: there a tile needed a mask from the first tile the
+//   diagonal (or seq_k) crosses to the end; here the band has two edges, so masked tiles sit at
+//   both ends of the range, and fa::ch09::tile_needs_mask decides per tile (a few integer
+//   operations a turn). Its rows are the real ones, [q0, min(q0 + Br, seq_q)): rows past seq_q
+//   belong to the next sequence and are never stored (v1's header), as 07's kv_tiles counts only
+//   real rows. A masked tile keeps, of each row, keys first_key .. last_key of its Band (the
+//   band clipped to 0 .. seq_k - 1): exactly Band::visible, written as two bounds per row so the
+//   loop over a thread's accumulators compares ints, as 07's mask_tile does with one. Keys past
+//   seq_k, read by boxes that run into the next sequence, are outside every row's last_key, so
+//   v1's argument stands: masked in S, and their V rows meet P = 0.
+//
+//   A row whose keys all lie outside a tile (left of its band in a tile another row needs) gets
+//   a row of -inf: online_softmax keeps m and multiplies O by 1, and a row that has seen no key
+//   yet keeps m = -inf without a NaN (ch07_common.cuh). A row that sees no key at all (seq_k = 0,
+//   or the first rows when seq_q > seq_k) ends with O = 0 and L = -inf, as before.
+//
+//   Registers: one more pair of 64-bit bounds (first_key) than v1, and the band. Every
+//   instantiation fits setmaxnreg's 240 without spills (-Xptxas -v, CUDA 13.0); lowering
+//   kConsumerRegs shows D = 256 now needs 233..240 (v1 and 07/v4: 225..232), so D = 256 has no
+//   register to spare.
+//
+// Map of the kernel (as v1 and 07/v4)
+//   block       3 warpgroups (384 threads): producer + 2 consumers; Br = 128
+//   tiles       Bc = 128 for D = 64, 128; 64 for D = 256
+//   pipeline    kStages K slots and kStages V slots (4 / 2 / 2 for D = 64 / 128 / 256)
+//   smem        D 64: 144 KiB, D 128: 160 KiB, D 256: 192 KiB
+//   registers   producer 24, consumers 240 after setmaxnreg (compiled at 168), no spills
+// Speed: measured in chapters/09_serving/README.md
+#include <cuda.h>
+
+#include <climits>
+#include <string>
+#include <type_traits>
+
+#include "../../07_flash_hopper/ch07_common.cuh"
+#include "../ch09_band.h"
+#include "gpu.h"
+
+namespace fa::ch09 {
+namespace {
+
+using namespace fa::ch07;  // Tiles, descriptors, online softmax, epilogue, tensor maps
+
+constexpr int kConsumers = 2;                           // warpgroups that compute
+constexpr int kThreads = 128 * (1 + kConsumers);        // + the producer warpgroup
+constexpr int kBr = kConsumers * kRowsPerWarpgroup;     // 128 query rows per block
+constexpr int kProducerRegs = 24, kConsumerRegs = 240;  // 24 + 2 x 240 = 3 x 168
+constexpr int kTurnBar = 1;            // named barriers 1, 2: consumer 0's, 1's turn
+constexpr int kTurnThreads = 2 * 128;  // the giver's arrive + the taker's sync
+template <int D>
+constexpr int stages() {
+  return D == 64 ? 4 : 2;
+}
+
+template <int D>
+struct V4Smem {
+  static constexpr int kStages = stages<D>();
+  static constexpr int kQBytes = kBr * D * 2;
+  static constexpr int kKVBytes = Tiles<D>::kKVBytes;
+  static constexpr int kKOffset = kQBytes;                       // K stage s at + s * kKVBytes
+  static constexpr int kVOffset = kQBytes + kStages * kKVBytes;  // V stage s at + s * kKVBytes
+  static constexpr int kBarOffset = kVOffset + kStages * kKVBytes;
+  static constexpr int kBytes = kBarOffset + (1 + 4 * kStages) * 8 + kAtomBytes;  // + alignment
+  static_assert(kQBytes % kAtomBytes == 0 && kKVBytes % kAtomBytes == 0, "atoms stay aligned");
+  static_assert(kBytes <= 227 * 1024, "fits the 227 KiB a block may opt in to");
+};
+
+// 07's Params with the lengths replaced by the offset table: they are per sequence now.
+struct VarlenParams {
+  void* o;
+  float* lse;
+  const int32_t* cu_seqlens_q;  // batch + 1 offsets into the packed rows, on the device
+  const int32_t* cu_seqlens_k;
+  int64_t total_q;   // rows of one head's slab of Q, O and L
+  int heads, group;  // query heads; query heads per K/V head
+  int num_q_tiles;   // ceil(max_seq_q / Br): Q tiles per (sequence, head)
+  bool causal;
+  int64_t window_left, window_right;  // -1: unlimited (shapes.h)
+  float scale_log2;  // softmax_scale * log2(e); its absolute value is used (see negate_if)
+};
+
+// 07's mask_tile with the band's left edge as well: of the tile of keys k0 .. k0 + 2N - 1, row h
+// of this thread keeps keys first_key[h] .. last_key[h] (Band::visible), the rest become -inf.
+template <int N>
+__device__ __forceinline__ void mask_band(float (&s)[N], int64_t k0, const int64_t (&first_key)[2],
+                                          const int64_t (&last_key)[2], int q) {
+  int lo[2], hi[2];  // first and last visible column of each row, relative to the tile, clamped
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t f = first_key[h] - k0, r = last_key[h] - k0;
+    lo[h] = int(f < 0 ? 0 : (f > 2 * N ? 2 * N : f));
+    hi[h] = int(r < -1 ? -1 : (r > 2 * N ? 2 * N : r));
+  }
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    const int col = 8 * (i / 4) + 2 * q + (i % 2), h = (i / 2) % 2;
+    if (col < lo[h] || col > hi[h]) s[i] = -INFINITY;
+  }
+}
+
+template <class T, int D>
+__global__ void __launch_bounds__(kThreads, 1)
+    flash_varlen_fwd_kernel(const __grid_constant__ CUtensorMap tm_q,
+                            const __grid_constant__ CUtensorMap tm_k,
+                            const __grid_constant__ CUtensorMap tm_v, const VarlenParams p) {
+  using Tl = Tiles<D>;
+  using Sm = V4Smem<D>;
+  constexpr int kBc = Tl::kBc;
+  constexpr int kStages = Sm::kStages;
+
+  // ---- The offset table: which sequence, head and Q tile this block is, and where they lie.
+  const int64_t seq_head = blockIdx.x / p.num_q_tiles;  // sequence * heads + head
+  const int q_tile = p.num_q_tiles - 1 - int(blockIdx.x % p.num_q_tiles);
+  const int b = int(seq_head / p.heads), h = int(seq_head % p.heads), h_kv = h / p.group;
+  const int q_start = p.cu_seqlens_q[b], k_start = p.cu_seqlens_k[b];  // first packed row
+  const int64_t seq_q = p.cu_seqlens_q[b + 1] - q_start, seq_k = p.cu_seqlens_k[b + 1] - k_start;
+  const int64_t q0 = int64_t(q_tile) * kBr;
+  if (q0 >= seq_q) return;  // past this sequence's queries: the whole block, before any barrier
+  // The band's key tiles: tile j of the loop is key tile first_tile + j.
+  const Band band = Band::make(seq_q, seq_k, p.causal, p.window_left, p.window_right);
+  const int64_t q1 = q0 + kBr < seq_q ? q0 + kBr : seq_q;  // past the real rows: not stored
+  const TileRange range = key_tiles(band, q0, q1, kBc);
+  const int first_tile = int(range.begin);
+  const int n_tiles = range.end > range.begin ? int(range.end - range.begin) : 0;
+
+  extern __shared__ unsigned char smem_raw[];
+  // The 128-byte swizzle repeats every 1024 bytes and the descriptors assume atoms start there.
+  const uint32_t raw = mma::smem_addr(smem_raw);
+  unsigned char* smem = smem_raw + ((kAtomBytes - raw % kAtomBytes) % kAtomBytes);
+  unsigned char* sQ = smem;
+  auto sK = [&](int s) { return smem + Sm::kKOffset + s * Sm::kKVBytes; };
+  auto sV = [&](int s) { return smem + Sm::kVOffset + s * Sm::kKVBytes; };
+  uint64_t* q_full = reinterpret_cast<uint64_t*>(smem + Sm::kBarOffset);
+  uint64_t* full_k = q_full + 1;          // per stage: the K tile has landed
+  uint64_t* full_v = full_k + kStages;    // per stage: the V tile has landed
+  uint64_t* empty_k = full_v + kStages;   // per stage: both consumers are done reading K
+  uint64_t* empty_v = empty_k + kStages;  // per stage: both consumers are done reading V
+
+  const int warpgroup = threadIdx.x / 128, t = threadIdx.x % 128, q = t % 4;
+
+  if (threadIdx.x == 0) {
+    hopper::mbar_init(q_full, 1);
+    for (int s = 0; s < kStages; ++s) {
+      hopper::mbar_init(&full_k[s], 1);  // the producer's expect_tx arrival
+      hopper::mbar_init(&full_v[s], 1);
+      hopper::mbar_init(&empty_k[s], 128 * kConsumers);  // every consumer thread, once per use
+      hopper::mbar_init(&empty_v[s], 128 * kConsumers);
+    }
+    hopper::mbar_fence_init();
+  }
+  __syncthreads();  // the barriers are initialised before anyone waits on them
+
+  if (warpgroup == 0) {
+    // ---- Producer: gives its registers away, then one thread keeps the ring full. Rows are
+    // packed rows: the sequence's offset plus the tile's first row (boxes may run into the next
+    // sequence, see the header).
+    hopper::setmaxnreg_dec<kProducerRegs>();
+    if (t == 0) {
+      hopper::mbar_arrive_expect_tx(q_full, Sm::kQBytes);
+      for (int c = 0; c < Tl::kStrips; ++c)
+        hopper::tma_load_3d(sQ + c * kBr * 128, &tm_q, q_full, c * kSwizzleCols, q_start + int(q0),
+                            h);
+      for (int j = 0; j < n_tiles; ++j) {
+        const int s = j % kStages, use = j / kStages;
+        if (use > 0) hopper::mbar_wait(&empty_k[s], (use - 1) & 1);  // both consumers freed it
+        hopper::mbar_arrive_expect_tx(&full_k[s], Sm::kKVBytes);
+        for (int c = 0; c < Tl::kStrips; ++c)
+          hopper::tma_load_3d(sK(s) + c * kBc * 128, &tm_k, &full_k[s], c * kSwizzleCols,
+                              k_start + (first_tile + j) * kBc, h_kv);
+        if (use > 0) hopper::mbar_wait(&empty_v[s], (use - 1) & 1);  // freed a turn after K
+        hopper::mbar_arrive_expect_tx(&full_v[s], Sm::kKVBytes);
+        for (int c = 0; c < Tl::kStrips; ++c)
+          hopper::tma_load_3d(sV(s) + c * kBc * 128, &tm_v, &full_v[s], c * kSwizzleCols,
+                              k_start + (first_tile + j) * kBc, h_kv);
+      }
+    }
+    return;
+  }
+
+  // ---- Consumers: take the registers, then compute exactly as 07/v4 on their 64 rows.
+  hopper::setmaxnreg_inc<kConsumerRegs>();
+  const int consumer = warpgroup - 1;
+  const unsigned char* sQc = sQ + consumer * kRowsPerWarpgroup * 128;  // its rows in each strip
+  const int64_t wg_row0 = q0 + consumer * kRowsPerWarpgroup;
+
+  // This thread's two rows (of this sequence) and the first and last key each may see.
+  const int64_t row0 = wg_row0 + 16 * (t / 32) + (t % 32) / 4;
+  const int64_t first_key[2] = {band.first_key(row0), band.first_key(row0 + 8)};
+  const int64_t last_key[2] = {band.last_key(row0), band.last_key(row0 + 8)};
+  const float c = fabsf(p.scale_log2);
+
+  float o[Tl::kOAcc];
+#pragma unroll
+  for (int i = 0; i < Tl::kOAcc; ++i) o[i] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+
+  uint32_t pf[Tl::kPSlices][4];  // P_{j-1}: written by the softmax of turn j - 1, read in turn j
+  const int n_turns = n_tiles > 0 ? n_tiles + 1 : 0;
+
+  // Turn j. kS: it has an S (j < n_tiles), kPV: it has a P V (j > 0); compile-time, so that no
+  // wgmma sits on a run-time branch (ptxas would serialise them).
+  auto turn = [&](int j, auto k_s, auto k_pv) {
+    constexpr bool kS = decltype(k_s)::value, kPV = decltype(k_pv)::value;
+    const int s = j % kStages, sp = (j + kStages - 1) % kStages;  // stages of tile j and j - 1
+    if constexpr (kS) hopper::mbar_wait(&full_k[s], (j / kStages) & 1);
+    if constexpr (kPV) hopper::mbar_wait(&full_v[sp], ((j - 1) / kStages) & 1);
+
+    // ---- This consumer's turn: S_j = Q K_j^T, then O += P_{j-1} V_{j-1}, two commit groups.
+    hopper::named_bar_sync(kTurnBar + consumer, kTurnThreads);
+    float sc[Tl::kSAcc];
+    hopper::fence_registers(o);
+    hopper::wgmma_fence();
+    if constexpr (kS) {
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk)
+        hopper::wgmma_ss<kBc, T, 0>(sc, desc_k_major<kBr>(sQc, kk), desc_k_major<kBc>(sK(s), kk),
+                                    kk > 0);
+      hopper::wgmma_commit();  // the older group: S_j
+    }
+    if constexpr (kPV) {
+#pragma unroll
+      for (int kk = 0; kk < Tl::kPSlices; ++kk)
+        hopper::wgmma_rs<D, T, 1>(o, pf[kk], desc_v<D>(sV(sp), kk), 1);
+      hopper::wgmma_commit();  // the newer group: P_{j-1} V_{j-1}
+    }
+    // ---- The other consumer's turn may start now (consumer 1 hands over nothing after its last).
+    if (consumer == 0 || j + 1 < n_turns)
+      hopper::named_bar_arrive(kTurnBar + 1 - consumer, kTurnThreads);
+
+    // ---- Softmax of S_j as soon as S_j is done, while P_{j-1} V_{j-1} still runs.
+    float alpha[2];
+    if constexpr (kS) {
+      if constexpr (kPV)
+        hopper::wgmma_wait<1>();  // all but the newest group done: S_j is
+      else
+        hopper::wgmma_wait<0>();
+      hopper::fence_registers(sc);
+      hopper::mbar_arrive(&empty_k[s]);  // done with K_j
+      negate_if(sc, p.scale_log2 < 0.0f);
+      // The band's edges, and keys past seq_k (the next sequence's, read by the box), fall in
+      // these tiles: masked here.
+      const int64_t k0 = int64_t(first_tile + j) * kBc;
+      if (tile_needs_mask(band, q0, q1, k0, k0 + kBc)) mask_band(sc, k0, first_key, last_key, q);
+      online_softmax(sc, m, l, c, alpha);
+      hopper::fence_registers(sc);  // the exponentials are computed before the wait below
+    }
+    if constexpr (kPV) {
+      hopper::wgmma_wait<0>();
+      hopper::fence_registers(o);
+#pragma unroll
+      for (int kk = 0; kk < Tl::kPSlices; ++kk) hopper::fence_registers(pf[kk]);
+      hopper::mbar_arrive(&empty_v[sp]);  // done with V_{j-1}
+    }
+    // ---- O now holds P_{j-1} V_{j-1}: rescale it for tile j, and P_j replaces P_{j-1}.
+    if constexpr (kS) {
+      rescale(o, alpha);
+      pack_p<T>(sc, pf);
+    }
+  };
+  using Yes = std::true_type;
+  using No = std::false_type;
+
+  hopper::mbar_wait(q_full, 0);
+  // Consumer 0 takes the first turn. Every bar.arrive meets exactly one bar.sync (07/v3).
+  if (consumer == 1 && n_turns > 0) hopper::named_bar_arrive(kTurnBar, kTurnThreads);
+  if (n_turns > 0) {
+    turn(0, Yes{}, No{});  // S_0 only
+    for (int j = 1; j < n_tiles; ++j) turn(j, Yes{}, Yes{});
+    turn(n_tiles, No{}, Yes{});  // P_{n-1} V_{n-1} only
+  }
+
+  // Rows 0 .. seq_q - 1 of this sequence and head only: store_o_l skips rows at or past seq_q,
+  // which belong to the next sequence.
+  const int64_t first_row = int64_t(h) * p.total_q + q_start;  // in the [heads, total_q] slabs
+  store_o_l<T, D>(o, m, l, c, static_cast<T*>(p.o) + first_row * D, p.lse + first_row, wg_row0,
+                  seq_q, t);
+}
+
+// ---- Host side: 07's checks and launch (ch07_launch.cuh), for the packed layout.
+constexpr const char* kName = "09/hopper_v2_window";
+
+template <class T, int D>
+void launch(const VarlenFwdArgs& a, cudaStream_t stream) {
+  constexpr auto kKernel = flash_varlen_fwd_kernel<T, D>;
+  constexpr int kSmemBytes = V4Smem<D>::kBytes;
+  const VarlenShape& s = a.shape;
+  const int64_t num_q_tiles = ceil_div(s.max_seq_q(), kBr);
+  const int64_t blocks = num_q_tiles * s.batch() * s.heads;
+  FA_UNSUPPORTED_IF(blocks > INT_MAX, std::string(kName) + ": more than 2^31-1 thread blocks");
+  set_smem_limit_once<kKernel, kSmemBytes>();
+  // [heads][total][D]: a head's slab is the 07 map's [seq] axis; the packed offsets select rows.
+  const CUtensorMap tm_q = make_tmap(a.q, s.heads, s.total_q(), D, kBr, a.dtype);
+  CUtensorMap tm_k = tm_q, tm_v = tm_q;  // every K empty: no block loads a K/V tile (header)
+  if (s.total_k() > 0) {
+    tm_k = make_tmap(a.k, s.kv_heads(), s.total_k(), D, Tiles<D>::kBc, a.dtype);
+    tm_v = make_tmap(a.v, s.kv_heads(), s.total_k(), D, Tiles<D>::kBc, a.dtype);
+  }
+  VarlenParams p;
+  p.o = a.o;
+  p.lse = a.lse;
+  p.cu_seqlens_q = a.cu_seqlens_q;
+  p.cu_seqlens_k = a.cu_seqlens_k;
+  p.total_q = s.total_q();
+  p.heads = int(s.heads);
+  p.group = int(s.heads / s.kv_heads());
+  p.num_q_tiles = int(num_q_tiles);
+  p.causal = s.causal;
+  p.window_left = s.window_left;
+  p.window_right = s.window_right;
+  p.scale_log2 = s.sequence(0).softmax_scale() * 1.4426950408889634f;  // log2(e)
+  kKernel<<<unsigned(blocks), kThreads, kSmemBytes, stream>>>(tm_q, tm_k, tm_v, p);
+  FA_CHECK_LAUNCH();
+}
+
+template <class T>
+void dispatch_head_dim(const VarlenFwdArgs& a, cudaStream_t stream) {
+  switch (a.shape.head_dim) {
+    case 64:
+      return launch<T, 64>(a, stream);
+    case 128:
+      return launch<T, 128>(a, stream);
+    case 256:
+      return launch<T, 256>(a, stream);
+    default:
+      FA_UNSUPPORTED_IF(true, std::string(kName) + ": head_dim " +
+                                  std::to_string(a.shape.head_dim) +
+                                  " not instantiated (64, 128, 256)");
+  }
+}
+
+// 07's refusals (run_fwd_rung), less its fallback: a misaligned tensor is refused, not rerouted
+// (no varlen kernel of another chapter to hand it to).
+void varlen_fwd(const VarlenFwdArgs& a, cudaStream_t stream) {
+  const VarlenShape& s = a.shape;
+  FA_REQUIRE(s.heads >= 0 && s.heads_kv >= 0, "negative head count");
+  FA_REQUIRE(s.seqlens_k.size() == s.seqlens_q.size(), "seqlens_q and seqlens_k differ in length");
+  for (size_t b = 0; b < s.seqlens_q.size(); ++b)
+    FA_REQUIRE(s.seqlens_q[b] >= 0 && s.seqlens_k[b] >= 0, "negative sequence length");
+  FA_UNSUPPORTED_IF(a.dtype != DType::BF16 && a.dtype != DType::F16,
+                    std::string(kName) + " takes bf16 and fp16 only");
+  FA_REQUIRE(s.heads == 0 || s.heads % s.kv_heads() == 0, "heads must be a multiple of heads_kv");
+  FA_UNSUPPORTED_IF(gpu_info().sm != 90,
+                    std::string(kName) +
+                        " uses sm_90a instructions (wgmma, TMA): it runs on compute capability "
+                        "9.0 (H100, H200) only");
+  if (s.batch() == 0 || s.heads == 0 || s.total_q() == 0) return;  // nothing to write
+  // TMA's rules (ch07_common.cuh, tma_can_load) and int32 box coordinates: a sequence's last box
+  // starts below total and reaches at most 128 rows past it.
+  FA_UNSUPPORTED_IF(!aligned(a.q, 16) || !aligned(a.k, 16) || !aligned(a.v, 16) || !aligned(a.o, 4),
+                    std::string(kName) + ": TMA needs 16-byte aligned Q, K, V (O: 4 bytes)");
+  FA_UNSUPPORTED_IF(
+      s.total_q() >= INT_MAX - 512 || s.total_k() >= INT_MAX - 512 || s.heads >= INT_MAX,
+      std::string(kName) + ": packed rows or heads past int32 TMA coordinates");
+  if (a.dtype == DType::BF16)
+    dispatch_head_dim<__nv_bfloat16>(a, stream);
+  else
+    dispatch_head_dim<__half>(a, stream);
+}
+
+}  // namespace
+
+FA_REGISTER(VarlenFwdKernel,
+            {kName,
+             varlen_fwd,
+             "v1 + a sliding window: the Q tile visits the band's key tiles (ch09_band.h), both "
+             "of the band's edges masked, tiles outside it skipped",
+             {DType::F16, DType::BF16},
+             {64, 128, 256},
+             /*min_sm=*/90,
+             /*gqa=*/true,
+             /*window=*/true});
+
+}  // namespace fa::ch09
