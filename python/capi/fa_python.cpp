@@ -11,9 +11,12 @@
 #include <cuda_runtime_api.h>
 
 #include <cmath>
+#include <climits>
+#include <cstdint>
 #include <exception>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "chapter.h"  // describe_kernel, dtype_list, throw_unknown_kernel
 #include "check.h"
@@ -138,6 +141,145 @@ std::string head_dims_list(const std::vector<int>& dims) {
   return out;
 }
 
+// ---- Grouped heads, windows, pages: the refusals, in the harness's words ------------------------
+
+constexpr const char* kNoGqa =
+    "this kernel takes heads_kv == heads only (no grouped-query attention)";
+constexpr const char* kNoWindowFixed =
+    "a sliding window is chapter 09's: this kernel takes causal or full attention only";
+constexpr const char* kNoWindow =
+    "this kernel takes no sliding window (causal or full attention only)";
+
+// heads_kv (0 = heads) must divide heads; returns it as the shapes store it.
+int64_t read_heads_kv(int64_t heads, int64_t heads_kv) {
+  if (heads_kv < 0 || heads_kv > heads || (heads_kv > 0 && heads % heads_kv != 0))
+    throw fa::UsageError("heads (" + std::to_string(heads) + ") must be a multiple of heads_kv (" +
+                         std::to_string(heads_kv) + ")");
+  return heads_kv;
+}
+
+void check_scale(float scale) {
+  if (!std::isfinite(scale) || scale < 0.0f)  // NaN, inf or negative: refuse rather than guess
+    throw fa::UsageError("scale must be a finite number > 0 (0 means 1/sqrt(head_dim))");
+}
+
+void check_window(int64_t window_left, int64_t window_right) {
+  if (window_left < -1 || window_right < -1)
+    throw fa::UsageError("window_left and window_right must be >= 0, or -1 for unlimited (got " +
+                         std::to_string(window_left) + ", " + std::to_string(window_right) + ")");
+}
+
+// The GPU check of require_runnable, for the append kernel (which has no head dims).
+void require_gpu(int min_sm) {
+  const std::string why = fa::gpu_skip_reason(min_sm);
+  if (why.empty()) return;
+  if (!fa::have_gpu()) throw NoGpu(why);
+  throw fa::Unsupported(why);
+}
+
+void require_page_size(const fa::PagedFwdKernel& k, int64_t page_size) {
+  for (int p : k.page_sizes)
+    if (p == page_size) return;
+  throw fa::Unsupported("this kernel has no version for pages of " + std::to_string(page_size) +
+                        " keys (it takes " + head_dims_list(k.page_sizes) + ")");
+}
+
+void require_append_dtype(const fa::PagedAppendKernel& k, fa::DType t) {
+  if (!fa::supports(k.dtypes, t))
+    throw fa::Unsupported("this kernel has no " + std::string(fa::dtype_name(t)) + " version");
+}
+
+// Lengths from the host copy of the cumulative offsets: batch + 1 entries, starting at 0, never
+// decreasing, the last below 2^31 (the kernels read them as int32).
+std::vector<int64_t> read_lengths(const int64_t* cu, int64_t batch, const char* what) {
+  require_pointer(cu, what);
+  const std::string w(what);
+  if (cu[0] != 0) throw fa::UsageError(w + "[0] must be 0 (got " + std::to_string(cu[0]) + ")");
+  std::vector<int64_t> lengths(static_cast<size_t>(batch));
+  for (int64_t b = 0; b < batch; ++b) {
+    if (cu[b + 1] < cu[b])
+      throw fa::UsageError(w + " must not decrease (entry " + std::to_string(b + 1) + " is " +
+                           std::to_string(cu[b + 1]) + " after " + std::to_string(cu[b]) + ")");
+    lengths[static_cast<size_t>(b)] = cu[b + 1] - cu[b];
+  }
+  if (cu[batch] > INT32_MAX)
+    throw fa::UsageError(w + ": " + std::to_string(cu[batch]) +
+                         " tokens in all; the offsets are int32, at most 2^31 - 1");
+  return lengths;
+}
+
+fa::VarlenShape read_varlen_shape(const int64_t* host_cu_q, const int64_t* host_cu_k, int64_t batch,
+                                  int64_t heads, int64_t heads_kv, int64_t head_dim, float scale,
+                                  int causal, int64_t window_left, int64_t window_right) {
+  if (batch < 1 || heads < 1 || head_dim < 1) {
+    std::ostringstream os;
+    os << "batch, heads and head_dim must be at least 1 (got " << batch << ", " << heads << ", "
+       << head_dim << ")";
+    throw fa::UsageError(os.str());
+  }
+  check_scale(scale);
+  check_window(window_left, window_right);
+  fa::VarlenShape s;
+  s.seqlens_q = read_lengths(host_cu_q, batch, "host_cu_seqlens_q");
+  s.seqlens_k = read_lengths(host_cu_k, batch, "host_cu_seqlens_k");
+  s.heads = heads;
+  s.heads_kv = read_heads_kv(heads, heads_kv);
+  s.head_dim = head_dim;
+  s.causal = causal != 0;
+  s.scale = scale;
+  s.window_left = window_left;
+  s.window_right = window_right;
+  return s;
+}
+
+fa::PagedShape read_paged_shape(const int64_t* host_seqlens_k, int64_t batch, int64_t heads,
+                                int64_t heads_kv, int64_t seq_q, int64_t head_dim,
+                                int64_t page_size, int64_t num_pages, int64_t max_pages,
+                                float scale, int causal) {
+  if (batch < 1 || heads < 1 || seq_q < 1 || head_dim < 1 || page_size < 1 || num_pages < 1 ||
+      max_pages < 1) {
+    std::ostringstream os;
+    os << "batch, heads, seq_q, head_dim, page_size, num_pages and max_pages must be at least 1 "
+          "(got "
+       << batch << ", " << heads << ", " << seq_q << ", " << head_dim << ", " << page_size << ", "
+       << num_pages << ", " << max_pages << ")";
+    throw fa::UsageError(os.str());
+  }
+  check_scale(scale);
+  require_pointer(host_seqlens_k, "host_seqlens_k");
+  fa::PagedShape s;
+  s.seqlens_k.assign(host_seqlens_k, host_seqlens_k + batch);
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t n = s.seqlens_k[static_cast<size_t>(b)];
+    if (n < 0 || n > max_pages * page_size || n > INT32_MAX)
+      throw fa::UsageError("seqlens_k[" + std::to_string(b) + "] = " + std::to_string(n) +
+                           " does not fit a block table row of " + std::to_string(max_pages) +
+                           " pages of " + std::to_string(page_size) + " keys");
+  }
+  s.heads = heads;
+  s.heads_kv = read_heads_kv(heads, heads_kv);
+  s.head_dim = head_dim;
+  s.seq_q = seq_q;
+  s.page_size = page_size;
+  s.num_pages = num_pages;
+  s.max_pages = max_pages;
+  s.causal = causal != 0;
+  s.scale = scale;
+  return s;
+}
+
+std::string serving_flags(bool gqa, bool window, bool decoding, bool deterministic) {
+  std::string out;
+  auto add = [&](bool on, const char* f) {
+    if (on) out += (out.empty() ? "" : ",") + std::string(f);
+  };
+  add(gqa, "gqa");
+  add(window, "window");
+  add(decoding, "decoding");
+  add(!deterministic, "nondeterministic");
+  return out;
+}
+
 }  // namespace
 
 extern "C" {
@@ -244,6 +386,276 @@ int fa_py_attention_bwd(const char* name, const void* q, const void* k, const vo
     a.dv = dv;
     a.delta = delta;
     a.workspace = workspace;
+    a.dtype = t;
+    DeviceGuard guard(device);
+    kernel.run(a, static_cast<cudaStream_t>(stream));
+  });
+}
+
+int fa_py_attention_fwd_gqa(const char* name, const void* q, const void* k, const void* v, void* o,
+                            float* lse, int64_t batch, int64_t heads, int64_t heads_kv,
+                            int64_t seq_q, int64_t seq_k, int64_t head_dim, const char* dtype,
+                            float scale, int causal, int device, void* stream) {
+  return guarded([&] {
+    const fa::AttentionFwdKernel& kernel = find_kernel<fa::AttentionFwdKernel>(name);
+    const fa::DType t = read_dtype(dtype);
+    fa::AttentionFwdArgs a;
+    a.shape = read_shape(batch, heads, seq_q, seq_k, head_dim, scale, causal);
+    a.shape.heads_kv = read_heads_kv(heads, heads_kv);
+    require_pointer(q, "q");
+    require_pointer(k, "k");
+    require_pointer(v, "v");
+    require_pointer(o, "o");
+    require_pointer(lse, "lse");
+    require_runnable(kernel, t, head_dim);
+    if (a.shape.is_gqa() && !kernel.gqa) throw fa::Unsupported(kNoGqa);
+    a.q = q;
+    a.k = k;
+    a.v = v;
+    a.o = o;
+    a.lse = lse;
+    a.dtype = t;
+    DeviceGuard guard(device);
+    kernel.run(a, static_cast<cudaStream_t>(stream));
+  });
+}
+
+const char* fa_py_list_serving_kernels(void) {
+  static const std::string table = [] {
+    std::ostringstream os;
+    for (const fa::VarlenFwdKernel* k : fa::entries_with_prefix<fa::VarlenFwdKernel>(""))
+      os << "varlen_fwd\t" << k->name << "\t" << fa::dtype_list(k->dtypes) << "\t"
+         << head_dims_list(k->head_dims) << "\t" << k->min_sm << "\t"
+         << serving_flags(k->gqa, k->window, false, true) << "\t\t\t" << k->about << "\n";
+    for (const fa::VarlenBwdKernel* k : fa::entries_with_prefix<fa::VarlenBwdKernel>(""))
+      os << "varlen_bwd\t" << k->name << "\t" << fa::dtype_list(k->dtypes) << "\t"
+         << head_dims_list(k->head_dims) << "\t" << k->min_sm << "\t"
+         << serving_flags(false, k->window, false, k->deterministic) << "\t\t" << k->forward << "\t"
+         << k->about << "\n";
+    for (const fa::PagedFwdKernel* k : fa::entries_with_prefix<fa::PagedFwdKernel>(""))
+      os << "paged_fwd\t" << k->name << "\t" << fa::dtype_list(k->dtypes) << "\t"
+         << head_dims_list(k->head_dims) << "\t" << k->min_sm << "\t"
+         << serving_flags(true, false, k->decoding, true) << "\t" << head_dims_list(k->page_sizes)
+         << "\t\t" << k->about << "\n";
+    for (const fa::PagedAppendKernel* k : fa::entries_with_prefix<fa::PagedAppendKernel>(""))
+      os << "append\t" << k->name << "\t" << fa::dtype_list(k->dtypes) << "\t\t" << k->min_sm
+         << "\t\t\t\t" << k->about << "\n";
+    return os.str();
+  }();
+  return table.c_str();
+}
+
+int fa_py_supported_ex(const char* kind, const char* name, const char* dtype, int64_t head_dim,
+                       int gqa, int window, int64_t page_size) {
+  return guarded([&] {
+    const std::string k = str_or_empty(kind);
+    // The kernel first, then the dtype: the order (and so the message) of fa_py_supported.
+    auto t = [&] { return read_dtype(dtype); };
+    if (k == "fwd") {
+      const auto& kernel = find_kernel<fa::AttentionFwdKernel>(name);
+      require_runnable(kernel, t(), head_dim);
+      if (gqa && !kernel.gqa) throw fa::Unsupported(kNoGqa);
+      if (window) throw fa::Unsupported(kNoWindowFixed);
+    } else if (k == "bwd") {
+      const auto& kernel = find_kernel<fa::AttentionBwdKernel>(name);
+      require_runnable(kernel, t(), head_dim);
+      if (gqa) throw fa::Unsupported(kNoGqa);  // no backward takes grouped heads
+      if (window) throw fa::Unsupported(kNoWindowFixed);
+    } else if (k == "varlen_fwd") {
+      const auto& kernel = find_kernel<fa::VarlenFwdKernel>(name);
+      require_runnable(kernel, t(), head_dim);
+      if (gqa && !kernel.gqa) throw fa::Unsupported(kNoGqa);
+      if (window && !kernel.window) throw fa::Unsupported(kNoWindow);
+    } else if (k == "varlen_bwd") {
+      const auto& kernel = find_kernel<fa::VarlenBwdKernel>(name);
+      require_runnable(kernel, t(), head_dim);
+      if (gqa) throw fa::Unsupported(kNoGqa);
+      if (window && !kernel.window) throw fa::Unsupported(kNoWindow);
+    } else if (k == "paged_fwd") {
+      const auto& kernel = find_kernel<fa::PagedFwdKernel>(name);
+      require_runnable(kernel, t(), head_dim);
+      if (window) throw fa::Unsupported(kNoWindow);
+      if (page_size != 0) require_page_size(kernel, page_size);
+    } else if (k == "append") {
+      const auto& kernel = find_kernel<fa::PagedAppendKernel>(name);
+      require_gpu(kernel.min_sm);
+      require_append_dtype(kernel, t());
+    } else {
+      throw fa::UsageError(
+          "kind must be fwd, bwd, varlen_fwd, varlen_bwd, paged_fwd or append, not \"" + k + "\"");
+    }
+  });
+}
+
+int fa_py_varlen_fwd(const char* name, const void* q, const void* k, const void* v, void* o,
+                     float* lse, const int32_t* cu_seqlens_q, const int32_t* cu_seqlens_k,
+                     const int64_t* host_cu_seqlens_q, const int64_t* host_cu_seqlens_k,
+                     int64_t batch, int64_t heads, int64_t heads_kv, int64_t head_dim,
+                     const char* dtype, float scale, int causal, int64_t window_left,
+                     int64_t window_right, int device, void* stream) {
+  return guarded([&] {
+    const fa::VarlenFwdKernel& kernel = find_kernel<fa::VarlenFwdKernel>(name);
+    const fa::DType t = read_dtype(dtype);
+    fa::VarlenFwdArgs a;
+    a.shape = read_varlen_shape(host_cu_seqlens_q, host_cu_seqlens_k, batch, heads, heads_kv,
+                                head_dim, scale, causal, window_left, window_right);
+    require_pointer(cu_seqlens_q, "cu_seqlens_q");
+    require_pointer(cu_seqlens_k, "cu_seqlens_k");
+    // An empty tensor may have no storage: pointers are required only where there are rows.
+    if (a.shape.total_q() > 0) {
+      require_pointer(q, "q");
+      require_pointer(o, "o");
+      require_pointer(lse, "lse");
+    }
+    if (a.shape.total_k() > 0) {
+      require_pointer(k, "k");
+      require_pointer(v, "v");
+    }
+    require_runnable(kernel, t, head_dim);
+    if (a.shape.is_gqa() && !kernel.gqa) throw fa::Unsupported(kNoGqa);
+    if (a.shape.has_window() && !kernel.window) throw fa::Unsupported(kNoWindow);
+    if (a.shape.total_q() == 0) return;  // no query row: nothing to compute
+    a.q = q;
+    a.k = k;
+    a.v = v;
+    a.o = o;
+    a.lse = lse;
+    a.cu_seqlens_q = cu_seqlens_q;
+    a.cu_seqlens_k = cu_seqlens_k;
+    a.dtype = t;
+    DeviceGuard guard(device);
+    kernel.run(a, static_cast<cudaStream_t>(stream));
+  });
+}
+
+int fa_py_varlen_bwd(const char* name, const void* q, const void* k, const void* v, const void* o,
+                     const void* dout, const float* lse, void* dq, void* dk, void* dv, float* delta,
+                     float* workspace, const int32_t* cu_seqlens_q, const int32_t* cu_seqlens_k,
+                     const int64_t* host_cu_seqlens_q, const int64_t* host_cu_seqlens_k,
+                     int64_t batch, int64_t heads, int64_t heads_kv, int64_t head_dim,
+                     const char* dtype, float scale, int causal, int64_t window_left,
+                     int64_t window_right, int device, void* stream) {
+  return guarded([&] {
+    const fa::VarlenBwdKernel& kernel = find_kernel<fa::VarlenBwdKernel>(name);
+    const fa::DType t = read_dtype(dtype);
+    fa::VarlenBwdArgs a;
+    a.shape = read_varlen_shape(host_cu_seqlens_q, host_cu_seqlens_k, batch, heads, heads_kv,
+                                head_dim, scale, causal, window_left, window_right);
+    require_pointer(cu_seqlens_q, "cu_seqlens_q");
+    require_pointer(cu_seqlens_k, "cu_seqlens_k");
+    if (a.shape.total_q() > 0) {
+      require_pointer(q, "q");
+      require_pointer(o, "o");
+      require_pointer(dout, "dout");
+      require_pointer(lse, "lse");
+      require_pointer(dq, "dq");
+      require_pointer(delta, "delta");
+      require_pointer(workspace, "workspace");
+    }
+    if (a.shape.total_k() > 0) {
+      require_pointer(k, "k");
+      require_pointer(v, "v");
+      require_pointer(dk, "dk");
+      require_pointer(dv, "dv");
+    }
+    require_runnable(kernel, t, head_dim);
+    if (a.shape.is_gqa()) throw fa::Unsupported(kNoGqa);  // like chapter 06: no grouped heads
+    if (a.shape.has_window() && !kernel.window) throw fa::Unsupported(kNoWindow);
+    DeviceGuard guard(device);
+    const cudaStream_t st = static_cast<cudaStream_t>(stream);
+    if (a.shape.total_q() ==
+        0) {  // no query: every key's gradient is 0 (all-zero bits in fp16/bf16)
+      const size_t bytes = static_cast<size_t>(a.shape.k_numel()) * fa::dtype_size(t);
+      if (bytes > 0) {
+        FA_CUDA_CHECK(cudaMemsetAsync(dk, 0, bytes, st));
+        FA_CUDA_CHECK(cudaMemsetAsync(dv, 0, bytes, st));
+      }
+      return;
+    }
+    a.q = q;
+    a.k = k;
+    a.v = v;
+    a.o = o;
+    a.dout = dout;
+    a.lse = lse;
+    a.dq = dq;
+    a.dk = dk;
+    a.dv = dv;
+    a.delta = delta;
+    a.workspace = workspace;
+    a.cu_seqlens_q = cu_seqlens_q;
+    a.cu_seqlens_k = cu_seqlens_k;
+    a.dtype = t;
+    kernel.run(a, st);
+  });
+}
+
+int fa_py_paged_fwd(const char* name, const void* q, const void* k_pages, const void* v_pages,
+                    void* o, float* lse, const int32_t* block_table, const int32_t* seqlens_k,
+                    const int64_t* host_seqlens_k, int64_t batch, int64_t heads, int64_t heads_kv,
+                    int64_t seq_q, int64_t head_dim, int64_t page_size, int64_t num_pages,
+                    int64_t max_pages, const char* dtype, float scale, int causal, int device,
+                    void* stream) {
+  return guarded([&] {
+    const fa::PagedFwdKernel& kernel = find_kernel<fa::PagedFwdKernel>(name);
+    const fa::DType t = read_dtype(dtype);
+    fa::PagedFwdArgs a;
+    a.shape = read_paged_shape(host_seqlens_k, batch, heads, heads_kv, seq_q, head_dim, page_size,
+                               num_pages, max_pages, scale, causal);
+    require_pointer(q, "q");
+    require_pointer(k_pages, "k_pages");
+    require_pointer(v_pages, "v_pages");
+    require_pointer(o, "o");
+    require_pointer(lse, "lse");
+    require_pointer(block_table, "block_table");
+    require_pointer(seqlens_k, "seqlens_k");
+    require_runnable(kernel, t, head_dim);
+    require_page_size(kernel, page_size);
+    a.q = q;
+    a.k_pages = k_pages;
+    a.v_pages = v_pages;
+    a.o = o;
+    a.lse = lse;
+    a.block_table = block_table;
+    a.seqlens_k = seqlens_k;
+    a.dtype = t;
+    DeviceGuard guard(device);
+    kernel.run(a, static_cast<cudaStream_t>(stream));
+  });
+}
+
+int fa_py_paged_append(const char* name, const void* k_new, const void* v_new, void* k_pages,
+                       void* v_pages, const int32_t* block_table, const int32_t* seqlens_k,
+                       const int64_t* host_seqlens_k, int64_t batch, int64_t heads_kv,
+                       int64_t seq_q, int64_t head_dim, int64_t page_size, int64_t num_pages,
+                       int64_t max_pages, const char* dtype, int device, void* stream) {
+  return guarded([&] {
+    const fa::PagedAppendKernel& kernel = find_kernel<fa::PagedAppendKernel>(name);
+    const fa::DType t = read_dtype(dtype);
+    fa::PagedAppendArgs a;
+    // The cache's shape with heads = heads_kv: appending knows no query heads.
+    a.shape = read_paged_shape(host_seqlens_k, batch, heads_kv, heads_kv, seq_q, head_dim,
+                               page_size, num_pages, max_pages, 0.0f, 0);
+    for (int64_t b = 0; b < batch; ++b)
+      if (a.shape.seqlens_k[static_cast<size_t>(b)] < seq_q)
+        throw fa::UsageError("seqlens_k[" + std::to_string(b) +
+                             "] = " + std::to_string(a.shape.seqlens_k[static_cast<size_t>(b)]) +
+                             " is less than the " + std::to_string(seq_q) +
+                             " new keys (seqlens_k counts them already)");
+    require_pointer(k_new, "k_new");
+    require_pointer(v_new, "v_new");
+    require_pointer(k_pages, "k_pages");
+    require_pointer(v_pages, "v_pages");
+    require_pointer(block_table, "block_table");
+    require_pointer(seqlens_k, "seqlens_k");
+    require_gpu(kernel.min_sm);
+    require_append_dtype(kernel, t);
+    a.k_new = k_new;
+    a.v_new = v_new;
+    a.k_pages = k_pages;
+    a.v_pages = v_pages;
+    a.block_table = block_table;
+    a.seqlens_k = seqlens_k;
     a.dtype = t;
     DeviceGuard guard(device);
     kernel.run(a, static_cast<cudaStream_t>(stream));

@@ -18,7 +18,7 @@
 extern "C" {
 #endif
 
-#define FA_PY_API_VERSION 1
+#define FA_PY_API_VERSION 2  // 2: chapter 09 (varlen, paged, append) and grouped K/V heads
 
 enum {
   FA_PY_OK = 0,
@@ -58,6 +58,77 @@ int fa_py_attention_bwd(const char* name, const void* q, const void* k, const vo
                         void* dv, float* delta, float* workspace, int64_t batch, int64_t heads,
                         int64_t seq_q, int64_t seq_k, int64_t head_dim, const char* dtype,
                         float scale, int causal, int device, void* stream);
+
+// ---- Grouped-query attention with the fixed-length forward kernels ------------------------------
+// As fa_py_attention_fwd, with K and V of `heads_kv` heads ([batch, heads_kv, seq_k, D]); heads
+// must be a multiple of heads_kv, and the kernel must take grouped heads (chapter 08's do).
+int fa_py_attention_fwd_gqa(const char* name, const void* q, const void* k, const void* v, void* o,
+                            float* lse, int64_t batch, int64_t heads, int64_t heads_kv,
+                            int64_t seq_q, int64_t seq_k, int64_t head_dim, const char* dtype,
+                            float scale, int causal, int device, void* stream);
+
+// ---- Chapter 09: serving ----------------------------------------------------------------------
+// The chapter 09 kernels, one per line, fields separated by tabs:
+//   kind  name  dtypes  head dims  min_sm  flags  page sizes  forward  about
+// kind is varlen_fwd, varlen_bwd, paged_fwd or append; flags a comma list of gqa, window,
+// decoding, nondeterministic ("" for none); page sizes ("16,64,256") for paged_fwd, forward (the
+// varlen forward that makes O and L) for varlen_bwd, "" elsewhere; append has no head dims.
+const char* fa_py_list_serving_kernels(void);
+
+// Whether kernel `name` of `kind` (fwd, bwd, varlen_fwd, varlen_bwd, paged_fwd, append) runs
+// `dtype` at `head_dim` here, and, when asked (nonzero), grouped K/V heads, a sliding window and
+// pages of `page_size` keys: FA_PY_OK, or the code and message the launch would fail with.
+// fa_py_supported(kind, ...) is this with gqa = window = page_size = 0.
+int fa_py_supported_ex(const char* kind, const char* name, const char* dtype, int64_t head_dim,
+                       int gqa, int window, int64_t page_size);
+
+// Variable-length batches (common/shapes.h, VarlenShape): head-major packed Q, O
+// [heads, total_q, D], K, V [heads_kv, total_k, D], L fp32 [heads, total_q]. cu_seqlens_q/_k are
+// the batch + 1 cumulative offsets twice: int32 on the device for the kernel, and int64 on the
+// host (host_cu_seqlens_q/_k, read during the call) for the lengths the launcher sizes its grid
+// from; they must be the same numbers. Offsets start at 0 and never decrease (a sequence may be
+// empty); total_q = host_cu_seqlens_q[batch] < 2^31. window_left / window_right: -1 unlimited,
+// FlashAttention's meaning (AttentionShape); heads_kv 0 means heads. With total_q = 0 nothing is
+// launched.
+int fa_py_varlen_fwd(const char* name, const void* q, const void* k, const void* v, void* o,
+                     float* lse, const int32_t* cu_seqlens_q, const int32_t* cu_seqlens_k,
+                     const int64_t* host_cu_seqlens_q, const int64_t* host_cu_seqlens_k,
+                     int64_t batch, int64_t heads, int64_t heads_kv, int64_t head_dim,
+                     const char* dtype, float scale, int causal, int64_t window_left,
+                     int64_t window_right, int device, void* stream);
+
+// Its backward: dQ (like q), dK, dV (like k) and delta (fp32, like lse) from Q, K, V, O, dO and
+// L. `workspace` is fp32 scratch of heads * total_q * head_dim floats, zeroed by the caller
+// before each call. No backward takes grouped heads (heads_kv must be 0 or heads). With total_q
+// = 0, dK and dV are zeroed (no query, no gradient) and no kernel runs.
+int fa_py_varlen_bwd(const char* name, const void* q, const void* k, const void* v, const void* o,
+                     const void* dout, const float* lse, void* dq, void* dk, void* dv, float* delta,
+                     float* workspace, const int32_t* cu_seqlens_q, const int32_t* cu_seqlens_k,
+                     const int64_t* host_cu_seqlens_q, const int64_t* host_cu_seqlens_k,
+                     int64_t batch, int64_t heads, int64_t heads_kv, int64_t head_dim,
+                     const char* dtype, float scale, int causal, int64_t window_left,
+                     int64_t window_right, int device, void* stream);
+
+// A paged KV cache (common/shapes.h, PagedShape): Q, O [batch, heads, seq_q, D], L fp32
+// [batch, heads, seq_q], pages [num_pages, heads_kv, page_size, D], block_table int32
+// [batch, max_pages] and seqlens_k int32 [batch] on the device; host_seqlens_k the same lengths
+// as int64 on the host (read during the call). Every seqlens_k[b] must fit its block table row
+// (<= max_pages * page_size); the block table's entries are the caller's to keep in range.
+int fa_py_paged_fwd(const char* name, const void* q, const void* k_pages, const void* v_pages,
+                    void* o, float* lse, const int32_t* block_table, const int32_t* seqlens_k,
+                    const int64_t* host_seqlens_k, int64_t batch, int64_t heads, int64_t heads_kv,
+                    int64_t seq_q, int64_t head_dim, int64_t page_size, int64_t num_pages,
+                    int64_t max_pages, const char* dtype, float scale, int causal, int device,
+                    void* stream);
+
+// Appends seq_q new keys and values per sequence, k_new and v_new [batch, heads_kv, seq_q, D],
+// into the pages, in place: they become keys seqlens_k[b] - seq_q .. seqlens_k[b] - 1 of
+// sequence b (seqlens_k counts them already, so each must be >= seq_q).
+int fa_py_paged_append(const char* name, const void* k_new, const void* v_new, void* k_pages,
+                       void* v_pages, const int32_t* block_table, const int32_t* seqlens_k,
+                       const int64_t* host_seqlens_k, int64_t batch, int64_t heads_kv,
+                       int64_t seq_q, int64_t head_dim, int64_t page_size, int64_t num_pages,
+                       int64_t max_pages, const char* dtype, int device, void* stream);
 
 #ifdef __cplusplus
 }

@@ -8,7 +8,7 @@ import glob
 import os
 from collections import namedtuple
 
-API_VERSION = 1  # FA_PY_API_VERSION
+API_VERSION = 2  # FA_PY_API_VERSION
 
 # Return codes of the C ABI.
 OK, USAGE, UNSUPPORTED, NO_GPU, ERROR = 0, 1, 2, 3, 4
@@ -36,6 +36,16 @@ class LibraryNotFound(FlashError):
 Kernel = namedtuple("Kernel", "kind name dtypes head_dims min_sm deterministic about")
 Kernel.__doc__ = ("A registered attention kernel: kind 'fwd' or 'bwd', dtypes like ('fp32',), "
                   "head_dims like (32, 64), min_sm 80 for sm_80, deterministic (no atomics).")
+
+ServingKernel = namedtuple("ServingKernel", "kind name dtypes head_dims min_sm gqa window decoding "
+                                            "deterministic page_sizes forward about")
+ServingKernel.__doc__ = (
+    "A registered chapter 09 kernel: kind 'varlen_fwd', 'varlen_bwd', 'paged_fwd' or 'append'; "
+    "gqa (takes fewer K/V heads), window (takes a sliding window), decoding (written for short "
+    "seq_q), deterministic, page_sizes (paged_fwd: the page sizes it has versions for), forward "
+    "(varlen_bwd: the forward kernel it pairs with).")
+
+SERVING_KINDS = ("varlen_fwd", "varlen_bwd", "paged_fwd", "append")
 
 
 def candidate_paths():
@@ -79,6 +89,11 @@ def lib():
     c_str, i64, vp, fp = ctypes.c_char_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p
     handle.fa_py_api_version.restype = ctypes.c_int
     handle.fa_py_api_version.argtypes = []
+    # Checked first: an older library lacks the newer entry points declared below.
+    version = handle.fa_py_api_version()
+    if version != API_VERSION:
+        raise LibraryNotFound("%s has C ABI version %d, this package expects %d: rebuild it"
+                              % (path, version, API_VERSION))
     handle.fa_py_last_error.restype = c_str
     handle.fa_py_last_error.argtypes = []
     handle.fa_py_list_kernels.restype = c_str
@@ -93,10 +108,29 @@ def lib():
     handle.fa_py_attention_bwd.restype = ctypes.c_int
     handle.fa_py_attention_bwd.argtypes = [c_str, vp, vp, vp, vp, vp, fp, vp, vp, vp, fp, fp
                                            ] + shape
-    version = handle.fa_py_api_version()
-    if version != API_VERSION:
-        raise LibraryNotFound("%s has C ABI version %d, this package expects %d: rebuild it"
-                              % (path, version, API_VERSION))
+    handle.fa_py_attention_fwd_gqa.restype = ctypes.c_int
+    handle.fa_py_attention_fwd_gqa.argtypes = [c_str, vp, vp, vp, vp, fp, i64, i64, i64, i64, i64,
+                                               i64, c_str, ctypes.c_float, ctypes.c_int,
+                                               ctypes.c_int, vp]
+    handle.fa_py_list_serving_kernels.restype = c_str
+    handle.fa_py_list_serving_kernels.argtypes = []
+    handle.fa_py_supported_ex.restype = ctypes.c_int
+    handle.fa_py_supported_ex.argtypes = [c_str, c_str, c_str, i64, ctypes.c_int, ctypes.c_int, i64]
+    # Host arrays go in as c_void_p (the address of a ctypes int64 array), like device pointers.
+    varlen_tail = [vp, vp, vp, vp, i64, i64, i64, i64, c_str, ctypes.c_float, ctypes.c_int, i64,
+                   i64, ctypes.c_int, vp]
+    handle.fa_py_varlen_fwd.restype = ctypes.c_int
+    handle.fa_py_varlen_fwd.argtypes = [c_str, vp, vp, vp, vp, fp] + varlen_tail
+    handle.fa_py_varlen_bwd.restype = ctypes.c_int
+    handle.fa_py_varlen_bwd.argtypes = [c_str, vp, vp, vp, vp, vp, fp, vp, vp, vp, fp, fp
+                                        ] + varlen_tail
+    handle.fa_py_paged_fwd.restype = ctypes.c_int
+    handle.fa_py_paged_fwd.argtypes = [c_str, vp, vp, vp, vp, fp, vp, vp, vp, i64, i64, i64, i64,
+                                       i64, i64, i64, i64, c_str, ctypes.c_float, ctypes.c_int,
+                                       ctypes.c_int, vp]
+    handle.fa_py_paged_append.restype = ctypes.c_int
+    handle.fa_py_paged_append.argtypes = [c_str, vp, vp, vp, vp, vp, vp, vp, i64, i64, i64, i64,
+                                          i64, i64, i64, c_str, ctypes.c_int, vp]
     handle.path = path
     _lib = handle
     return _lib
@@ -134,16 +168,48 @@ def describe_gpu():
     return lib().fa_py_describe_gpu().decode("utf-8", "replace")
 
 
-def supported(kind, name, dtype, head_dim):
-    """None when kernel `name` can run dtype ('fp32', 'fp16', 'bf16') at head_dim on this
-    machine; otherwise the exception a launch would raise (not raised)."""
-    code = lib().fa_py_supported(kind.encode(), name.encode(), dtype.encode(), int(head_dim))
+def list_serving_kernels():
+    """Every registered chapter 09 kernel (ServingKernel): varlen forward and backward, paged
+    forward, append; [] when none is registered in this build."""
+    out = []
+    for line in lib().fa_py_list_serving_kernels().decode("utf-8").splitlines():
+        kind, name, dtypes, dims, min_sm, flags, pages, forward, about = line.split("\t", 8)
+        flags = set(f for f in flags.split(",") if f)
+        out.append(ServingKernel(kind, name, tuple(dtypes.split(",")),
+                                 tuple(int(d) for d in dims.split(",") if d), int(min_sm),
+                                 "gqa" in flags, "window" in flags, "decoding" in flags,
+                                 "nondeterministic" not in flags,
+                                 tuple(int(p) for p in pages.split(",") if p), forward, about))
+    return out
+
+
+def supported(kind, name, dtype, head_dim, gqa=False, window=False, page_size=0):
+    """None when kernel `name` of `kind` ('fwd', 'bwd', 'varlen_fwd', 'varlen_bwd', 'paged_fwd',
+    'append') can run dtype ('fp32', 'fp16', 'bf16') at head_dim on this machine, with grouped
+    K/V heads (gqa), a sliding window (window) and pages of page_size keys when those are asked
+    for; otherwise the exception a launch would raise (not raised)."""
+    code = lib().fa_py_supported_ex(kind.encode(), name.encode(), dtype.encode(), int(head_dim),
+                                    int(bool(gqa)), int(bool(window)), int(page_size))
     if code == OK:
         return None
     try:
         raise_for(code, name)
     except Exception as e:  # returned, not raised
         return e
+
+
+class HostInt64:
+    """An int64 array in host memory for the C ABI's host_* arguments (kept alive by this
+    object; .ptr is its address)."""
+
+    def __init__(self, values):
+        values = [int(x) for x in values]
+        self.values = values
+        self.array = (ctypes.c_int64 * max(len(values), 1))(*values)
+        self.ptr = ctypes.addressof(self.array)
+
+    def __len__(self):
+        return len(self.values)
 
 
 def attention_fwd(name, q, k, v, o, lse, batch, heads, seq_q, seq_k, head_dim, dtype, scale,
@@ -162,4 +228,60 @@ def attention_bwd(name, q, k, v, o, dout, lse, dq, dk, dv, delta, workspace, bat
                                      workspace, batch, heads, seq_q, seq_k, head_dim,
                                      dtype.encode(), float(scale), int(bool(causal)), int(device),
                                      stream)
+    raise_for(code, name)
+
+
+def attention_fwd_gqa(name, q, k, v, o, lse, batch, heads, heads_kv, seq_q, seq_k, head_dim,
+                      dtype, scale, causal, device, stream):
+    """Launches fixed-length forward kernel `name` with K/V of heads_kv heads; raises on refusal."""
+    code = lib().fa_py_attention_fwd_gqa(name.encode(), q, k, v, o, lse, batch, heads, heads_kv,
+                                         seq_q, seq_k, head_dim, dtype.encode(), float(scale),
+                                         int(bool(causal)), int(device), stream)
+    raise_for(code, name)
+
+
+def varlen_fwd(name, q, k, v, o, lse, cu_q, cu_k, host_cu_q, host_cu_k, heads, heads_kv,
+               head_dim, dtype, scale, causal, window_left, window_right, device, stream):
+    """Launches varlen forward kernel `name`: device pointers (ints), host_cu_q / host_cu_k
+    HostInt64 of batch + 1 offsets; raises on refusal."""
+    code = lib().fa_py_varlen_fwd(name.encode(), q, k, v, o, lse, cu_q, cu_k, host_cu_q.ptr,
+                                  host_cu_k.ptr, len(host_cu_q) - 1, heads, heads_kv, head_dim,
+                                  dtype.encode(), float(scale), int(bool(causal)),
+                                  int(window_left), int(window_right), int(device), stream)
+    raise_for(code, name)
+
+
+def varlen_bwd(name, q, k, v, o, dout, lse, dq, dk, dv, delta, workspace, cu_q, cu_k, host_cu_q,
+               host_cu_k, heads, heads_kv, head_dim, dtype, scale, causal, window_left,
+               window_right, device, stream):
+    """Launches varlen backward kernel `name` (workspace zeroed by the caller); raises on
+    refusal."""
+    code = lib().fa_py_varlen_bwd(name.encode(), q, k, v, o, dout, lse, dq, dk, dv, delta,
+                                  workspace, cu_q, cu_k, host_cu_q.ptr, host_cu_k.ptr,
+                                  len(host_cu_q) - 1, heads, heads_kv, head_dim, dtype.encode(),
+                                  float(scale), int(bool(causal)), int(window_left),
+                                  int(window_right), int(device), stream)
+    raise_for(code, name)
+
+
+def paged_fwd(name, q, k_pages, v_pages, o, lse, block_table, seqlens_k, host_seqlens_k, heads,
+              heads_kv, seq_q, head_dim, page_size, num_pages, max_pages, dtype, scale, causal,
+              device, stream):
+    """Launches paged forward kernel `name`; host_seqlens_k a HostInt64 of batch lengths."""
+    code = lib().fa_py_paged_fwd(name.encode(), q, k_pages, v_pages, o, lse, block_table,
+                                 seqlens_k, host_seqlens_k.ptr, len(host_seqlens_k), heads,
+                                 heads_kv, seq_q, head_dim, page_size, num_pages, max_pages,
+                                 dtype.encode(), float(scale), int(bool(causal)), int(device),
+                                 stream)
+    raise_for(code, name)
+
+
+def paged_append(name, k_new, v_new, k_pages, v_pages, block_table, seqlens_k, host_seqlens_k,
+                 heads_kv, seq_q, head_dim, page_size, num_pages, max_pages, dtype, device,
+                 stream):
+    """Launches append kernel `name` (in place on the pages); raises on refusal."""
+    code = lib().fa_py_paged_append(name.encode(), k_new, v_new, k_pages, v_pages, block_table,
+                                    seqlens_k, host_seqlens_k.ptr, len(host_seqlens_k), heads_kv,
+                                    seq_q, head_dim, page_size, num_pages, max_pages,
+                                    dtype.encode(), int(device), stream)
     raise_for(code, name)
