@@ -1,0 +1,715 @@
+// 09/paged_v1_decode: 08/v5_swizzled_ring (chapter 08's last split-KV decoding rung) over a paged
+// KV cache. One idea: the ring's loader finds each key row through the block table instead of at
+// kbase + j * D. fp16 and bf16, D 64 and 128, grouped-query attention, page sizes 16, 64 and 256
+// (any power of two from 16 up), one length per sequence.
+//
+// The paged cache (shapes.h, PagedShape). K and V are pools of pages [num_pages, heads_kv,
+// page_size, D] (FlashInfer's HND layout: one head's keys of one page are page_size contiguous
+// rows of D elements), and key j of sequence b is row j % page_size of page
+//   page = block_table[b * max_pages + j / page_size],
+// at element ((page * heads_kv + kvh) * page_size + j % page_size) * D of the pool, in 64 bits. A
+// server hands out pages as sequences grow and takes them back when they end, so one sequence's
+// pages lie anywhere in the pool, in any order; the table is the only way to them. Sequence b
+// holds seqlens_k[b] keys; its table entries past its last page are -1 and are never read.
+//
+// What changed vs 08/v5, and why
+//   1. The loader (PagedRingCopy, was RingCopy). In 08/v5 a thread copies rows cp_row +
+//      kRowsPerPass i (8 i at D 128, 16 i at D 64) of every 64-key step, each a compile-time offset
+//      from one base. Here a step's 64 keys are cut into runs of kRun keys that lie in one page:
+//      a split starts at a multiple of 64 keys (whole steps) and a page holds a power of two keys,
+//      so kRun = 64 where pages hold 64 keys or more (the step lies in one page: one base, and
+//      every copy is 08/v5's), and kRun = 16 at page size 16 (four pages, four bases). kRun is a
+//      template parameter and a multiple of kRowsPerPass, so each pass's run and its row in the
+//      run are constants, and a copy is still a base plus a constant. New per step and thread: one
+//      table entry and one 64-bit offset per run (PagedRingCopy::issue).
+//   2. Where the table is read. A thread's rows are kRowsPerPass apart, so every thread copies
+//      rows of every run of a step and needs all of the step's pages: 1 at page 64 and 256, 4 at
+//      page 16. Each thread loads them itself (__ldg) one step ahead, into registers (page[]):
+//      the 32 lanes of a warp read the same entry (one transaction; a 128-byte line of the table
+//      holds the pages of 32 steps at page 64, of 8 at page 16, so most are L1 hits), the load's
+//      latency hides behind a step of arithmetic, and the next step's copies go out right after
+//      the barrier, as in 08/v5. A table in shared memory would save nothing: someone still loads
+//      each entry from global memory, a barrier must come between that and the reads (the ring's
+//      one barrier per step could carry it, a step early), and every thread still reads kRuns
+//      entries. One load per row (per pass) would be kPasses entries and 64-bit offsets per step
+//      and thread (8 at D 128) where kRuns (1 or 4) do.
+//   3. What page size 16 costs against 64. At 64 and 256 a step reads K (and V) as one piece of
+//      64 rows, 16 KB at D 128, exactly as 08/v5 reads a contiguous cache: 1 entry and 1 offset
+//      per step. At 16 the step is four pieces of 16 rows (4 KB at D 128, 2 KB at D 64) at
+//      unrelated addresses, with 4 entries and 4 offsets; each piece is still whole 128-byte lines
+//      (the .L2::128B hint stays right). Registers (ptxas, CUDA 13.0, sm_90): 186 at D 128 and 135
+//      at D 64 for pages of 64 and more, 175 and 127 at page 16, no spills; 08/v5 takes 214 and
+//      137 (it also kept the two 64-bit bases of its last-step loader). Chapter 08's lesson 7
+//      found 16 KB bursts faster than 4 KB ones: whether the smaller pieces cost bandwidth here is
+//      what the README measures.
+//   4. Lengths per sequence. Each block reads seqlens_k[b] on the device; mma_rows and mma_keys
+//      take it where they took p.seq_k (causal bottom-right per sequence). The split plan is made
+//      on the host for the longest sequence (make_params sets p.seq_k to it, and the kernel no
+//      longer reads it); a split past a sequence's end has no step, and its block still writes
+//      its rows' partials as (m, l, o) = (-inf, 0, 0): merge_warps of four empty states gives
+//      that, and the merge (08's, unchanged) folds it in with factor 0, exactly (o is 0, not
+//      garbage). A row that sees no key in any split ends with O = 0 and L = -inf, as in 08/v5.
+//      What a ragged batch costs: the grid is the longest sequence's, so in a batch of one long
+//      and many short sequences most of the short ones' blocks only write empty partials, and
+//      the merge reads every split of every row.
+//   5. Why page sizes are powers of two: j / page_size and j % page_size become a shift and a
+//      mask (page_shift). A division by a number known only at run time is a sequence of ~20
+//      instructions on the GPU (there is no divide unit; 64-bit division is a call), and it would
+//      sit in every step's address work.
+// Unchanged: the ring and its swizzle, the step (mma_step), the epilogue (merge_warps), the merge
+// kernel. The block's grid, its (sequence, K/V head, row tile, split) and the plan are 08/v5's.
+//
+// The file, top to bottom: PagedTable (the cache's kernel parameters); mma_tile, mma_rows,
+// mma_keys (the block's tile, each lane's rows and Q fragments, the block's keys); Ring (the
+// shared-memory stages) and PagedRingCopy (the copies into them, through the table); mma_step
+// (one 16-key step of one warp); quad_sum and merge_warps (the epilogue); mma_split_kernel;
+// launch_split_kv; v2's merge (parallel_merge_kernel, launch_merge); forward and the dtype /
+// head-dim / page-size dispatch; the registration.
+//
+// Speed: measured in chapters/09_serving/README.md.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "../02_online_softmax/ch02_softmax_device.cuh"  // Stats, merge, rescale: the pair merge
+#include "../08_decoding/ch08_common.cuh"  // Params, Traits, workspace, occupancy, make_params
+#include "../08_decoding/ch08_split_kv.h"  // the split plan
+#include "attention_tiles.cuh"             // the swizzled tile
+#include "check.h"
+#include "mma.cuh"
+#include "registry.h"
+
+namespace {
+
+constexpr const char* kName = "09/paged_v1_decode";
+constexpr int kWarp = 32;      // threads per warp
+constexpr int kTileRows = 16;  // query rows per block: one m16 tile
+constexpr int kKeys = 16;      // keys per warp per step: two n8 tiles of S, one k16 slice of P V
+constexpr int kWarps = 4;      // warps per block, each its own kKeys of every tile
+constexpr int kThreads = kWarps * kWarp;  // threads per block
+constexpr int kTile = kWarps * kKeys;     // keys per block per step: one 16 KB burst of K at D 128
+constexpr int kStages = 2;                // shared-memory stages per block (one in flight)
+constexpr int kSmallRun = 16;  // keys of a step in one page at page size 16 (the header's kRun)
+
+// The paged cache's side of the kernel parameters; Params (ch08_common.cuh) carries the rest, with
+// k and v the page pools and seq_k the longest sequence (the plan's length, not read here).
+struct PagedTable {
+  const int32_t* block_table;  // [batch, max_pages]: key j of sequence b is in page [b][j >> shift]
+  const int32_t* seqlens_k;    // [batch]: keys per sequence
+  int64_t max_pages;           // the table's width
+  int64_t rows_per_page;       // heads_kv * page_size: rows of D from one page to the next
+  int page_shift;              // log2(page_size)
+};
+
+struct MmaTile {
+  int64_t split;   // which split of the keys
+  int64_t r0;      // first row of the tile among the group * seq_q rows of the K/V head
+  int64_t bkv;     // b * heads_kv + kv head
+  int64_t b, kvh;  // sequence, K/V head
+  int nrows;       // real rows in the tile (<= 16); the rest is padding
+};
+
+// Which (sequence, K/V head), row tile and split block `bid` owns (64-bit, as in v1).
+__device__ __forceinline__ MmaTile mma_tile(const Params& p, int64_t bid) {
+  MmaTile t;
+  t.split = bid % p.num_splits;
+  const int64_t rest = bid / p.num_splits;
+  t.r0 = (rest % p.row_tiles) * kTileRows;
+  t.bkv = rest / p.row_tiles;
+  t.b = t.bkv / p.heads_kv;
+  t.kvh = t.bkv % p.heads_kv;
+  t.nrows = int(imin(kTileRows, p.rows_per_kv - t.r0));
+  return t;
+}
+
+// This lane's two rows: r0 + r = i * group + gq is query i of query head kvh * group + gq, which
+// sees keys up to last (seq_k: the sequence's length). Rows past the group's (padding) see no key
+// (last = -1) and are never written. Then Q as A fragments, straight from global memory (mma.cuh:
+// a[0] = A[g][2t, 2t+1], a[1] = A[g+8][2t, 2t+1], a[2] = A[g][2t+8, 2t+9], a[3] = A[g+8][2t+8,
+// 2t+9] of each k16 slice), zero in padding rows, kept for the whole kernel (Q is read once, a few
+// KB against megabytes of K/V).
+template <class T, int D>
+__device__ __forceinline__ void mma_rows(const Params& p, const MmaTile& t, int64_t seq_k, int g,
+                                         int t4, int64_t (&out_row)[2], int64_t (&last)[2],
+                                         uint32_t (&qf)[D / 16][4]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = g + 8 * h;
+    const int64_t rr = t.r0 + r;
+    const int64_t i = rr / p.group, qh = t.kvh * p.group + rr % p.group;
+    out_row[h] = (t.b * p.heads + qh) * p.seq_q + i;
+    last[h] = r >= t.nrows ? -1 : p.causal ? i + (seq_k - p.seq_q) : seq_k - 1;
+  }
+  const T* q = static_cast<const T*>(p.q);
+  const uint32_t* qrow[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+    qrow[h] = g + 8 * h < t.nrows ? reinterpret_cast<const uint32_t*>(q + out_row[h] * D) : nullptr;
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const uint32_t* src = qrow[j & 1];
+      const int col = kk * 16 + 8 * (j / 2) + 2 * t4;  // even: one 32-bit word, two elements
+      qf[kk][j] = src != nullptr ? __ldg(src + col / 2) : 0u;
+    }
+}
+
+// The block's keys [k_begin, k_end): its split, cut at the sequence's end (seq_k) and at the last
+// key any of its rows sees. Empty (k_end <= k_begin) for a split past the sequence's end.
+__device__ __forceinline__ void mma_keys(const Params& p, const MmaTile& t, int64_t seq_k,
+                                         int64_t& k_begin, int64_t& k_end) {
+  k_begin = t.split * p.split_len;
+  k_end = imin(seq_k, k_begin + p.split_len);
+  if (p.causal) {
+    const int64_t last_i = (t.r0 + t.nrows - 1) / p.group;
+    k_end = imin(k_end, last_i + (seq_k - p.seq_q) + 1);
+  }
+}
+
+// The ring: kStages stages, each kRows keys of K in swizzled rows of D elements (no padding: 16-byte
+// chunk c of row r at chunk c ^ (r % 8) of its 128-byte group, fa::tiles::swizzled_offset), then
+// kRows of V.
+template <int D, int kRows, int kStages>
+struct Ring {
+  static constexpr int kPitch = D;                                    // elements per row
+  static constexpr int kStageElems = 2 * kRows * kPitch;              // K rows, then V rows
+  static constexpr size_t kSmem = size_t(kStages) * kStageElems * 2;  // 16-bit elements
+  static constexpr uint32_t kStageBytes = kStageElems * 2, kVBytes = kRows * kPitch * 2;
+};
+
+// 2 stages x (K + V) x 64 keys x D x 2 B = 65536 B at D 128: past the 48 KiB default, so
+// the launcher opts in (sm_80 and later allow it).
+template <int D>
+using MmaLayout = Ring<D, kTile, kStages>;
+
+// The copies, planned once per thread, through the block table (the header tells why). A step's K
+// (and V) is kRows rows of kChunks 16-byte chunks; thread tid of kThreads copies chunk cp_col / 8
+// of rows cp_row + kRowsPerPass * i, i < kPasses, as in 08/v5. The step's keys k0 .. k0 + kRows - 1
+// are kRuns runs of kRun keys, each inside one page: run u starts at row
+//   (page[u] * heads_kv + kvh) * page_size + (k0 + u kRun) % page_size
+// of the pool (rows of D elements); off[u] is that times D without kvh's part, which k_src and
+// v_src hold with the thread's own row and column. Pass i's row cp_row + kRowsPerPass i
+// is row (kRowsPerPass i) % kRun + cp_row of run (kRowsPerPass i) / kRun (cp_row < kRowsPerPass,
+// which divides kRun): both constants, so a copy is a run's base plus a constant, and only kRuns
+// offsets are computed per step. page[] holds the next step's pages, loaded a step ahead. Only the
+// split's last step, which may hold fewer than kRows keys, tests each row: rows past k_end are
+// zero-filled (cp.async with src-size 0, from k_src, a row of the pool, so no table entry past the
+// sequence is ever read and no pointer leaves the pool).
+template <class T, int D, int kRows, int kStages, int kThreads, int kRun>
+struct PagedRingCopy {
+  using R = Ring<D, kRows, kStages>;
+  static constexpr int kChunks = D / 8;
+  static constexpr int kRowsPerPass = kThreads / kChunks;
+  static constexpr int kPasses = kRows / kRowsPerPass;
+  static constexpr int kRuns = kRows / kRun;  // pages one step spans
+  static_assert(kThreads % kChunks == 0 && kRows % kRowsPerPass == 0, "chunks must tile");
+  static_assert(kRows % kRun == 0 && kRun % kRowsPerPass == 0, "a pass's rows lie in one run");
+
+  const T *k_src, *v_src;  // this thread's chunk in row cp_row of K/V head kvh of page 0
+  const int32_t* table;    // the sequence's row of the block table
+  int64_t rows_per_page;   // heads_kv * page_size
+  int64_t k_begin, k_end, nsteps;
+  int page_shift;
+  int cp_row;
+  uint32_t dst;         // this thread's first chunk in stage 0 (32-bit shared address)
+  int32_t page[kRuns];  // the pages of the runs of the next step to issue
+
+  __device__ __forceinline__ PagedRingCopy(T* stages, const T* k_pool, const T* v_pool,
+                                           const PagedTable& pt, const MmaTile& t, int64_t k_begin_,
+                                           int64_t k_end_, int64_t nsteps_, int tid)
+      : table(pt.block_table + t.b * pt.max_pages),
+        rows_per_page(pt.rows_per_page),
+        k_begin(k_begin_),
+        k_end(k_end_),
+        nsteps(nsteps_),
+        page_shift(pt.page_shift) {
+    cp_row = tid / kChunks;
+    const int cp_col = (tid % kChunks) * 8;
+    // The chunk moves within its row by cp_row % 8, the same for every pass (kRowsPerPass is a
+    // multiple of 8), so the per-pass offsets stay constants.
+    static_assert(kRowsPerPass % fa::tiles::kSwizzleRows == 0, "one XOR for all passes");
+    const int cp_at = fa::tiles::swizzled_offset<D>(cp_row, cp_col / 8);
+    dst = fa::mma::smem_addr(stages) + uint32_t(cp_at) * 2;
+    // Row cp_row (< kRowsPerPass <= 16 <= page_size) of K/V head kvh of page 0: inside the pool.
+    const int64_t head_row = (t.kvh << page_shift) + cp_row;
+    k_src = k_pool + head_row * D + cp_col;
+    v_src = v_pool + head_row * D + cp_col;
+    if (nsteps > 0) fetch(k_begin);
+  }
+
+  // The pages of the step starting at key k0: one table entry per run, every lane of the warp
+  // reading the same one. A run past the split's end (its last step only) takes the page of the
+  // split's last key instead (its rows are zero-filled, but its offset is still computed): the
+  // entry read is always one of the sequence's, never a -1 past its end.
+  __device__ __forceinline__ void fetch(int64_t k0) {
+#pragma unroll
+    for (int u = 0; u < kRuns; ++u)
+      page[u] = __ldg(table + (imin(k0 + u * kRun, k_end - 1) >> page_shift));
+  }
+
+  // Step `st` into stage st % kStages; one commit group per step, an empty one past the last
+  // step, so that "wait until kStages - 1 groups are pending" always means "step st has landed".
+  // Steps are issued in order (0, 1, 2, ...): page[] holds step st's pages on entry, st + 1's on
+  // return.
+  __device__ __forceinline__ void issue(int64_t st) {
+    if (st < nsteps) {
+      const uint32_t d = dst + uint32_t(st % kStages) * R::kStageBytes;
+      const int64_t k0 = k_begin + st * kRows;  // a multiple of kRows, so of kRun
+      const int64_t in_page = (int64_t(1) << page_shift) - 1;
+      int64_t off[kRuns];  // each run's first row in the pool, in elements (K and V alike)
+#pragma unroll
+      for (int u = 0; u < kRuns; ++u)
+        off[u] = (int64_t(page[u]) * rows_per_page + ((k0 + u * kRun) & in_page)) * D;
+      if (st + 1 < nsteps) fetch(k0 + kRows);  // in flight while this step is computed
+      const int64_t left = k_end - k0;         // keys of the split from this step on
+      if (left >= kRows) {
+#pragma unroll
+        for (int i = 0; i < kPasses; ++i) {
+          const int u = i * kRowsPerPass / kRun, r = i * kRowsPerPass % kRun;
+          fa::mma::cp_async_16_l2_128(d + i * kRowsPerPass * R::kPitch * 2, k_src + off[u] + r * D);
+          fa::mma::cp_async_16_l2_128(d + R::kVBytes + i * kRowsPerPass * R::kPitch * 2,
+                                      v_src + off[u] + r * D);
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < kPasses; ++i) {
+          const int u = i * kRowsPerPass / kRun, r = i * kRowsPerPass % kRun;
+          const bool in = cp_row + i * kRowsPerPass < left;
+          fa::mma::cp_async_16(d + i * kRowsPerPass * R::kPitch * 2,
+                               in ? k_src + off[u] + r * D : k_src, in);
+          fa::mma::cp_async_16(d + R::kVBytes + i * kRowsPerPass * R::kPitch * 2,
+                               in ? v_src + off[u] + r * D : v_src, in);
+        }
+      }
+    }
+    fa::mma::cp_async_commit();
+  }
+};
+
+// One step over keys [k0, k0 + 16) for the warp's 16 rows. k_ld and v_ld are this lane's 32-bit
+// shared addresses (bytes) of its ldmatrix rows in the step's K and V tiles (rows of kPitch
+// elements): K by ldmatrix x4 = keys 0-7 / 8-15 times columns 0-7 / 8-15 of a k16 slice
+// (b of n8 tiles 0 and 1); V by ldmatrix x4 .trans = keys 0-7 / 8-15 times columns 0-7 / 8-15 of
+// a 16-wide slice of D (b of n8 tiles 2dp and 2dp + 1). m (log2 units) and l are the running max
+// and this lane's share of the running sum of its two rows; o the accumulator tiles.
+// The tiles are swizzled: k_ld and v_ld are the addresses the lane would read without the
+// swizzle, and each read goes to that address ^ swz (fa::tiles::swizzle_xor of the lane's rows,
+// which all have the same row % 8).
+template <class T, int D>
+__device__ __forceinline__ void mma_step(const uint32_t (&qf)[D / 16][4], uint32_t k_ld,
+                                         uint32_t v_ld, int64_t k0, int64_t k_end,
+                                         const int64_t (&last)[2], float scale_log2, int t4,
+                                         float (&m)[2], float (&l)[2], float (&o)[D / 8][4],
+                                         uint32_t swz) {
+  constexpr float kNegInf = -INFINITY;
+  // S = Q K^T: 16 rows x 16 keys, two n8 accumulator tiles.
+  float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    uint32_t kb[4];
+    fa::mma::ldmatrix_x4(kb, (k_ld + kk * 16 * 2) ^ swz);
+    const uint32_t b_lo[2] = {kb[0], kb[1]}, b_hi[2] = {kb[2], kb[3]};
+    fa::mma::mma_16816<T>(s[0], qf[kk], b_lo);
+    fa::mma::mma_16816<T>(s[1], qf[kk], b_hi);
+  }
+
+  // Scale to log2 units and mask: s[nt][e] is row g + 8 (e / 2), key 8 nt + 2 t4 + e % 2.
+#pragma unroll
+  for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int64_t key = k0 + 8 * nt + 2 * t4 + (e & 1);
+      s[nt][e] = (key < k_end && key <= last[e / 2]) ? s[nt][e] * scale_log2 : kNegInf;
+    }
+
+  // The online softmax of both rows over this step: the quad's 4 lanes hold a row's 16 keys.
+  float m_use[2], alpha[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float mx = fmaxf(
+        m[h], fmaxf(fmaxf(s[0][2 * h], s[0][2 * h + 1]), fmaxf(s[1][2 * h], s[1][2 * h + 1])));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    m_use[h] = mx == kNegInf ? 0.0f : mx;  // nothing seen yet: no -inf - -inf
+    alpha[h] = exp2f(m[h] - m_use[h]);
+    m[h] = mx;
+  }
+#pragma unroll
+  for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[nt][e] = exp2f(s[nt][e] - m_use[e / 2]);  // masked: 0
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+    l[h] = l[h] * alpha[h] + ((s[0][2 * h] + s[0][2 * h + 1]) + (s[1][2 * h] + s[1][2 * h + 1]));
+
+    // O = alpha O + P V: P packed to 16 bits is the A fragment of this k16 slice of keys.
+#pragma unroll
+  for (int dn = 0; dn < D / 8; ++dn) {
+    o[dn][0] *= alpha[0];
+    o[dn][1] *= alpha[0];
+    o[dn][2] *= alpha[1];
+    o[dn][3] *= alpha[1];
+  }
+  const uint32_t pa[4] = {fa::mma::pack2<T>(s[0][0], s[0][1]), fa::mma::pack2<T>(s[0][2], s[0][3]),
+                          fa::mma::pack2<T>(s[1][0], s[1][1]), fa::mma::pack2<T>(s[1][2], s[1][3])};
+#pragma unroll
+  for (int dp = 0; dp < D / 16; ++dp) {
+    uint32_t vb[4];
+    fa::mma::ldmatrix_x4_trans(vb, (v_ld + dp * 16 * 2) ^ swz);
+    const uint32_t b_lo[2] = {vb[0], vb[1]}, b_hi[2] = {vb[2], vb[3]};
+    fa::mma::mma_16816<T>(o[2 * dp], pa, b_lo);
+    fa::mma::mma_16816<T>(o[2 * dp + 1], pa, b_hi);
+  }
+}
+
+// The row sums over the quad: afterwards every lane of a quad holds its two rows' whole l.
+__device__ __forceinline__ void quad_sum(float (&l)[2]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+  }
+}
+
+// The kWarps warps of the block each hold the state (m, l, o) of the tile's 16 rows over
+// their share of the keys; chapter 02's pair merge folds them into one per row, through `smem`
+// (at least kWarps * 16 * (D + 2) floats, free: nothing in flight, and the barrier below waits
+// for every warp's last read of it), and the block writes one partial per row and split, or O and
+// L with a single split, as write_rows does. l must hold whole rows (quad_sum) already.
+template <class T, int D, int kWarps>
+__device__ __forceinline__ void merge_warps(const Params& p, const MmaTile& t, unsigned char* smem,
+                                            int tid, int g, int t4, const float (&m)[2],
+                                            const float (&l)[2], const float (&o)[D / 8][4]) {
+  constexpr float kNegInf = -INFINITY;
+  constexpr int kBlockThreads = kWarps * kWarp;
+  const int warp = tid / kWarp;
+  using ch02::gpu::Stats;
+  float* const red_o = reinterpret_cast<float*>(smem);  // [kWarps][kTileRows][D]
+  Stats* const red_ml = reinterpret_cast<Stats*>(red_o + kWarps * kTileRows * D);
+  __syncthreads();
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = warp * kTileRows + g + 8 * h;
+#pragma unroll
+    for (int dn = 0; dn < D / 8; ++dn)
+      *reinterpret_cast<float2*>(red_o + r * D + dn * 8 + 2 * t4) =
+          make_float2(o[dn][2 * h], o[dn][2 * h + 1]);
+    if (t4 == 0) red_ml[r] = Stats{m[h] == kNegInf ? kNegInf : m[h] * kLn2, l[h]};  // natural log
+  }
+  __syncthreads();
+
+  // Thread tid folds row tid / kPerRow, columns [c0, c0 + kCols): 8 threads per row.
+  constexpr int kPerRow = kBlockThreads / kTileRows, kCols = D / kPerRow;
+  static_assert(kCols % 4 == 0, "float4 columns");
+  const int r = tid / kPerRow, c0 = (tid % kPerRow) * kCols;
+  if (r >= t.nrows) return;  // padding rows write nothing
+  Stats acc = ch02::gpu::empty_stats();
+  for (int w = 0; w < kWarps; ++w) acc = ch02::gpu::merge(acc, red_ml[w * kTileRows + r]);
+  float f[kWarps];  // each warp's o rescaled by the factor that rescaled its l
+  for (int w = 0; w < kWarps; ++w) f[w] = ch02::gpu::rescale(red_ml[w * kTileRows + r].m, acc.m);
+  const int64_t rr = t.r0 + r;
+  const int64_t row =
+      (t.b * p.heads + t.kvh * p.group + rr % p.group) * p.seq_q + rr / p.group;  // as mma_rows
+  const float inv = acc.l > 0.0f ? 1.0f / acc.l : 0.0f;
+#pragma unroll
+  for (int c = c0; c < c0 + kCols; c += 4) {
+    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float4 x = *reinterpret_cast<const float4*>(red_o + (w * kTileRows + r) * D + c);
+      v.x += f[w] * x.x;
+      v.y += f[w] * x.y;
+      v.z += f[w] * x.z;
+      v.w += f[w] * x.w;
+    }
+    if (p.num_splits == 1) {
+      uint32_t* const out = reinterpret_cast<uint32_t*>(static_cast<T*>(p.o) + row * D + c);
+      out[0] = fa::mma::pack2<T>(v.x * inv, v.y * inv);  // 4-byte stores: O need only be 4-byte
+      out[1] = fa::mma::pack2<T>(v.z * inv, v.w * inv);  // aligned, as in v3
+    } else {
+      *reinterpret_cast<float4*>(p.ws_o + (t.split * p.total_rows + row) * D + c) = v;
+    }
+  }
+  if (tid % kPerRow == 0) {
+    if (p.num_splits == 1)
+      p.lse[row] = acc.l > 0.0f ? acc.m + logf(acc.l) : kNegInf;
+    else
+      p.ws_ml[t.split * p.total_rows + row] = make_float2(acc.m, acc.l);
+  }
+}
+
+template <class T, int D, int kRun>
+__global__ void __launch_bounds__(kThreads, 2) mma_split_kernel(Params p, PagedTable pt) {
+  using Lay = MmaLayout<D>;
+  constexpr int kPitch = Lay::kPitch;
+  constexpr float kNegInf = -INFINITY;
+  // Swizzled rows must start at 128-byte boundaries (fa::tiles::swizzled_offset).
+  extern __shared__ __align__(128) unsigned char smem[];
+  T* const stages = reinterpret_cast<T*>(smem);
+
+  const int tid = threadIdx.x, lane = tid % kWarp, warp = tid / kWarp;
+  const int g = lane / 4, t4 = lane % 4;  // this lane holds rows g and g + 8 of every fragment
+
+  // Which (sequence, K/V head), row tile and split this block owns; the sequence's length; this
+  // lane's two rows and Q fragments; the block's keys (none for a split past the sequence's end:
+  // the block then writes empty partials).
+  const MmaTile t = mma_tile(p, blockIdx.x);
+  const int64_t seq_k = __ldg(pt.seqlens_k + t.b);
+  int64_t out_row[2], last[2];
+  uint32_t qf[D / 16][4];
+  mma_rows<T, D>(p, t, seq_k, g, t4, out_row, last, qf);
+  int64_t k_begin, k_end;
+  mma_keys(p, t, seq_k, k_begin, k_end);
+  const int64_t nsteps = k_end > k_begin ? (k_end - k_begin + kTile - 1) / kTile : 0;
+
+  // The copies, planned once per thread (PagedRingCopy), by the whole block: kTile rows per step,
+  // found through the sequence's row of the block table.
+  PagedRingCopy<T, D, kTile, kStages, kThreads, kRun> copy(stages, static_cast<const T*>(p.k),
+                                                           static_cast<const T*>(p.v), pt, t,
+                                                           k_begin, k_end, nsteps, tid);
+#pragma unroll
+  for (int st = 0; st < kStages - 1; ++st) copy.issue(st);
+
+  // ldmatrix lane offsets, as in chapter 05. K: x4 = keys 0-7 / 8-15 times
+  // columns 0-7 / 8-15 of a k16 slice (b of n8 tiles 0 and 1). V (.trans): x4 = keys 0-7 / 8-15
+  // times columns 0-7 / 8-15 of a 16-wide slice of D (b of n8 tiles 2dp and 2dp + 1).
+  // As 32-bit shared addresses of stage 0, in bytes: a step adds its stage's offset, a fragment a
+  // compile-time constant. Warp w reads keys [w * kKeys, (w + 1) * kKeys) of each tile.
+  const int k_ld_row = (lane % 8) + 8 * (lane / 16), k_ld_col = 8 * ((lane / 8) & 1);
+  const int v_ld_row = (lane % 8) + 8 * ((lane / 8) & 1), v_ld_col = 8 * (lane / 16);
+  const uint32_t k_ld =
+      fa::mma::smem_addr(stages) + uint32_t((warp * kKeys + k_ld_row) * kPitch + k_ld_col) * 2;
+  const uint32_t v_ld = fa::mma::smem_addr(stages) + Lay::kVBytes +
+                        uint32_t((warp * kKeys + v_ld_row) * kPitch + v_ld_col) * 2;
+  // Those are the unswizzled addresses; every row this lane reads is lane % 8 modulo 8.
+  const uint32_t swz = fa::tiles::swizzle_xor(lane);
+
+  float o[D / 8][4];
+#pragma unroll
+  for (int dn = 0; dn < D / 8; ++dn)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[dn][e] = 0.0f;
+  float m[2] = {kNegInf, kNegInf};  // running max, log2 units (rows g, g + 8)
+  float l[2] = {0.0f, 0.0f};        // this lane's share of the running sum (its columns)
+
+  for (int64_t st = 0; st < nsteps; ++st) {
+    fa::mma::cp_async_wait<kStages - 2>();  // this thread's copies of step st have landed
+    __syncthreads();  // everyone's have, and every warp is done with the stage of step st - 1
+    copy.issue(st + kStages - 1);  // into that stage: in flight while step st is computed
+    const uint32_t stage = uint32_t(st % kStages) * Lay::kStageBytes;
+
+    const int64_t k0 = k_begin + st * kTile + warp * kKeys;  // this warp's first key
+    mma_step<T, D>(qf, k_ld + stage, v_ld + stage, k0, k_end, last, p.scale_log2, t4, m, l, o, swz);
+  }
+  fa::mma::cp_async_wait<0>();  // nothing of this thread's left in flight (empty groups only)
+
+  // Epilogue. Each warp holds the state (m, l, o) of the 16 rows over its quarter of the block's
+  // keys; chapter 02's pair merge folds the four into one per row, through shared memory (the ring
+  // is free now), and the block writes one partial per row and split, as v3 did, or with a single
+  // split O and L (merge_warps).
+  quad_sum(l);
+  static_assert(kWarps * kTileRows * (D + 2) * 4 <= Lay::kSmem, "the fold fits in the ring");
+  merge_warps<T, D, kWarps>(p, t, smem, tid, g, t4, m, l, o);
+}
+
+// The paged problem as the attention problem the split plan and make_params know: the pools as K
+// and V, and every sequence as long as the longest (the kernel reads each one's own length).
+AttentionFwdArgs as_attention(const fa::PagedFwdArgs& a) {
+  const fa::PagedShape& s = a.shape;
+  AttentionFwdArgs f;
+  f.q = a.q;
+  f.k = a.k_pages;
+  f.v = a.v_pages;
+  f.o = a.o;
+  f.lse = a.lse;
+  f.dtype = a.dtype;
+  f.shape.batch = s.batch();
+  f.shape.heads = s.heads;
+  f.shape.heads_kv = s.heads_kv;
+  f.shape.seq_q = s.seq_q;
+  f.shape.seq_k = s.max_seq_k();
+  f.shape.head_dim = s.head_dim;
+  f.shape.causal = s.causal;
+  f.shape.scale = s.scale;
+  return f;
+}
+
+// Opts in to the shared memory, plans the splits for kTile-key steps and the kernel's residency
+// (2 blocks per SM on an H100: registers) for the longest sequence, launches the split kernel;
+// returns the parameters, which the merge takes when p.num_splits > 1.
+template <class T, int D, int kRun>
+Params launch_split_kv(const fa::PagedFwdArgs& a, cudaStream_t stream) {
+  using Lay = MmaLayout<D>;
+  auto kernel = mma_split_kernel<T, D, kRun>;
+  FA_CUDA_CHECK(cudaFuncSetAttribute((const void*)kernel,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, int(Lay::kSmem)));
+  const AttentionFwdArgs f = as_attention(a);
+  const fa::ch08::SplitPlan plan = fa::ch08::plan_split_kv(
+      f.shape, kTile, resident_blocks((const void*)kernel, kThreads, Lay::kSmem));
+  // The plan tiles group * seq_q rows by at most 16 (kMaxRows): one m16 tile per tile.
+  FA_REQUIRE(plan.row_tiles == fa::ceil_div(f.shape.group() * f.shape.seq_q, kTileRows),
+             "internal: the plan's row tiles and the kernel's m16 tiles disagree");
+  // Splits are whole steps, so a step's first key is a multiple of kTile, hence of kRun.
+  FA_REQUIRE(plan.split_len % kTile == 0, "internal: a split that is not whole steps");
+  FA_UNSUPPORTED_IF(plan.blocks > 0x7fffffff, "more than 2^31 - 1 blocks");
+  const Params p = make_params(f, plan);
+  PagedTable pt;
+  pt.block_table = a.block_table;
+  pt.seqlens_k = a.seqlens_k;
+  pt.max_pages = a.shape.max_pages;
+  pt.rows_per_page = a.shape.kv_heads() * a.shape.page_size;
+  pt.page_shift = 0;
+  while ((int64_t(1) << pt.page_shift) < a.shape.page_size) ++pt.page_shift;
+  kernel<<<unsigned(plan.blocks), kThreads, Lay::kSmem, stream>>>(p, pt);
+  FA_CHECK_LAUNCH();
+  return p;
+}
+
+constexpr int kMergeThreads = 256;
+constexpr int kBatch = 8;  // splits whose loads one thread issues before folding any
+
+template <class T, int D>
+__global__ void __launch_bounds__(kMergeThreads) parallel_merge_kernel(Params p) {
+  using ch02::gpu::Stats;
+  constexpr int kChunks = D / 4;                    // float4 chunks of a row of o
+  constexpr int kGroups = kMergeThreads / kChunks;  // split groups
+  static_assert(D % 4 == 0 && kMergeThreads % kChunks == 0 && D <= kMergeThreads,
+                "a row must split into float4 chunks over the block");
+  __shared__ float4 red_o[kGroups][kChunks];
+  __shared__ Stats red_ml[kGroups];
+
+  const int64_t row = blockIdx.x;  // < total_rows: the grid has one block per row
+  const int tid = threadIdx.x;
+  const int c = tid % kChunks, g = tid / kChunks;
+
+  Stats acc = ch02::gpu::empty_stats();
+  float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  for (int64_t s0 = g; s0 < p.num_splits; s0 += int64_t(kGroups) * kBatch) {
+    // Issue every load of the batch first: none depends on another or on the arithmetic below.
+    float2 ml[kBatch];
+    float4 part[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int64_t s = s0 + int64_t(kGroups) * u;
+      if (s < p.num_splits) {
+        const int64_t w = s * p.total_rows + row;
+        ml[u] = __ldg(p.ws_ml + w);
+        part[u] = __ldg(reinterpret_cast<const float4*>(p.ws_o + w * D) + c);
+      } else {
+        ml[u] = make_float2(-INFINITY, 0.0f);  // the identity (-inf, 0, 0): changes nothing
+        part[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+    }
+    // Then fold them: chapter 02's pair merge, o rescaled by the same factors as l.
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const Stats s{ml[u].x, ml[u].y};
+      const Stats merged = ch02::gpu::merge(acc, s);
+      const float fa = ch02::gpu::rescale(acc.m, merged.m);
+      const float fb = ch02::gpu::rescale(s.m, merged.m);
+      o.x = o.x * fa + part[u].x * fb;
+      o.y = o.y * fa + part[u].y * fb;
+      o.z = o.z * fa + part[u].z * fb;
+      o.w = o.w * fa + part[u].w * fb;
+      acc = merged;
+    }
+  }
+
+  // The groups' states: every thread of group g holds the same (m, l) (same splits, same order).
+  red_o[g][c] = o;
+  if (c == 0) red_ml[g] = acc;
+  __syncthreads();
+  if (tid >= D) return;
+  const int d = tid;
+  Stats tot = ch02::gpu::empty_stats();
+  float od = 0.0f;
+#pragma unroll
+  for (int gg = 0; gg < kGroups; ++gg) {
+    const Stats s = red_ml[gg];
+    const Stats merged = ch02::gpu::merge(tot, s);
+    const float x = reinterpret_cast<const float*>(&red_o[gg][0])[d];
+    od = od * ch02::gpu::rescale(tot.m, merged.m) + x * ch02::gpu::rescale(s.m, merged.m);
+    tot = merged;
+  }
+  // A row that saw no key in any split: l = 0, O = 0 and L = -inf.
+  static_cast<T*>(p.o)[row * D + d] = Traits<T>::from_float(tot.l > 0.0f ? od / tot.l : 0.0f);
+  if (d == 0) p.lse[row] = tot.l > 0.0f ? tot.m + logf(tot.l) : -INFINITY;
+}
+
+// One block per output row; a no-op with a single split (the split kernel wrote O and L).
+template <class T, int D>
+void launch_merge(const Params& p, cudaStream_t stream) {
+  if (p.num_splits <= 1) return;
+  FA_UNSUPPORTED_IF(p.total_rows > 0x7fffffff, "more than 2^31 - 1 merge blocks");
+  parallel_merge_kernel<T, D><<<unsigned(p.total_rows), kMergeThreads, 0, stream>>>(p);
+  FA_CHECK_LAUNCH();
+}
+
+// The forward for the dtype, the head dim (64, 128) and the page size: the split kernel, then the
+// merge. Pages of 64 keys or more hold a whole step (kRun = kTile); smaller ones (16, and 32,
+// which the same code takes) hold runs of 16.
+template <class T, int D>
+void forward(const fa::PagedFwdArgs& a, cudaStream_t stream) {
+  if (a.shape.page_size >= kTile)
+    launch_merge<T, D>(launch_split_kv<T, D, kTile>(a, stream), stream);
+  else
+    launch_merge<T, D>(launch_split_kv<T, D, kSmallRun>(a, stream), stream);
+}
+
+template <class T>
+void dispatch_dim(const fa::PagedFwdArgs& a, cudaStream_t stream) {
+  switch (a.shape.head_dim) {
+    case 64:
+      return forward<T, 64>(a, stream);
+    case 128:
+      return forward<T, 128>(a, stream);
+    default:
+      FA_UNSUPPORTED_IF(true, std::string(kName) + " takes head dims 64 and 128");
+  }
+}
+
+void paged_decode_forward(const fa::PagedFwdArgs& a, cudaStream_t stream) {
+  const fa::PagedShape& s = a.shape;
+  FA_REQUIRE(s.seq_q >= 0 && s.heads >= 0 && s.heads_kv >= 0, "negative size");
+  if (s.batch() == 0 || s.seq_q == 0 || s.heads == 0) return;  // no row to write
+  FA_UNSUPPORTED_IF(s.heads % s.kv_heads() != 0, "heads must be a multiple of heads_kv");
+  FA_UNSUPPORTED_IF(s.page_size < kSmallRun || (s.page_size & (s.page_size - 1)) != 0,
+                    std::string(kName) + " takes page sizes that are powers of two from " +
+                        std::to_string(kSmallRun) + " up, not " + std::to_string(s.page_size));
+  FA_REQUIRE(s.max_pages * s.page_size >= s.max_seq_k(),
+             "the block table is narrower than the longest sequence");
+  FA_UNSUPPORTED_IF(
+      !ch02::gpu::aligned16(a.k_pages) || !ch02::gpu::aligned16(a.v_pages),
+      std::string(kName) + " copies K and V 16 bytes at a time: they must be 16-byte aligned");
+  FA_UNSUPPORTED_IF(!aligned4(a.q) || !aligned4(a.o),
+                    std::string(kName) +
+                        " reads Q and writes O two elements at a time: they must be 4-byte "
+                        "aligned");
+  switch (a.dtype) {
+    case DType::F32:
+      FA_UNSUPPORTED_IF(true, std::string(kName) + " runs on tensor cores: fp16 and bf16 only");
+      return;
+    case DType::F16:
+      return dispatch_dim<__half>(a, stream);
+    case DType::BF16:
+      return dispatch_dim<__nv_bfloat16>(a, stream);
+  }
+}
+
+}  // namespace
+
+FA_REGISTER(PagedFwdKernel,
+            {kName,
+             paged_decode_forward,
+             "08/v5 over a paged cache: the ring's copies go through the block table (one entry "
+             "per page a step spans, read a step ahead), each sequence its own length",
+             {DType::F16, DType::BF16},
+             {64, 128},
+             {16, 64, 256},
+             /*min_sm=*/80,
+             /*decoding=*/true});
