@@ -4,7 +4,9 @@
 //
 //   fa_bench                                   everything
 //   fa_bench --benchmark_filter=attn_fwd       one family (softmax, gemm, transpose, attn_fwd, attn_bwd,
-//                                              attn_decode, bwd_preprocess)
+//                                              attn_decode, bwd_preprocess, and chapter 09's
+//                                              attn_varlen, attn_window, attn_paged, each with
+//                                              its _bwd or _append rows)
 //   fa_bench --benchmark_format=json --benchmark_out=bench.json   for bench/compare_sdpa.py
 //
 // Each benchmark runs one "iteration" whose manual time is the harness's median over many timed
@@ -106,6 +108,162 @@ void add_decode_shapes() {
     }
 }
 
+// ---- Chapter 09: attention as it is served ----------------------------------------------------
+// One fixed mixed batch, written out so every run and bench/compare_serving.py see the same
+// lengths: 14 sequences, 16384 tokens, the ragged extremes 0 and 1 among them, the longest 4096.
+// The square batch has as many sequences of the mean length (1170: 16380 tokens).
+const std::vector<int64_t> kMixedLengths = {0,    1,    17,  127,  129,  1000, 4096,
+                                            2048, 3000, 513, 2600, 1950, 400,  503};
+
+fa::VarlenShape varlen_batch(bool square, int d, bool causal) {
+  fa::VarlenShape s;
+  s.seqlens_q = kMixedLengths;
+  if (square) {
+    int64_t total = 0;
+    for (int64_t len : kMixedLengths) total += len;
+    s.seqlens_q.assign(kMixedLengths.size(), total / int64_t(kMixedLengths.size()));
+  }
+  s.seqlens_k = s.seqlens_q;
+  s.heads = 2048 / d;  // the protocol's hidden size 2048
+  s.head_dim = d;
+  s.causal = causal;
+  return s;
+}
+
+// attn_varlen/<kernel>/bf16/D<d>/<causal|full>/<mixed|square>: every varlen forward on both
+// batches, and the fixed-length forwards serving the mixed batch padded to its longest sequence
+// (mixed_padded) or called once per sequence (mixed_per_sequence). TFLOP/s on the visible pairs
+// of the varlen problem. attn_varlen_bwd/: the varlen backwards on the same batches.
+void add_varlen_shapes() {
+  const fa::DType t = fa::DType::BF16;
+  for (int d : {64, 128})
+    for (bool causal : {false, true}) {
+      const std::string tail =
+          std::string("/bf16/D") + std::to_string(d) + (causal ? "/causal/" : "/full/");
+      for (bool square : {false, true}) {
+        const fa::VarlenShape s = varlen_batch(square, d, causal);
+        const std::string batch = square ? "square" : "mixed";
+        for (const fa::VarlenFwdKernel* k : fa::entries_with_prefix<fa::VarlenFwdKernel>("")) {
+          if (!fa::supports(k->dtypes, t) || !fa::supports(k->head_dims, d)) continue;
+          add("attn_varlen/" + k->name + tail + batch, [k, s, t](benchmark::State& st) {
+            report(st, fa::run_varlen_fwd(*k, s, t, timing_only()));
+          });
+        }
+        for (const fa::VarlenBwdKernel* k : fa::entries_with_prefix<fa::VarlenBwdKernel>("")) {
+          if (!fa::supports(k->dtypes, t) || !fa::supports(k->head_dims, d)) continue;
+          add("attn_varlen_bwd/" + k->name + tail + batch, [k, s, t](benchmark::State& st) {
+            report(st, fa::run_varlen_bwd(*k, s, t, timing_only()));
+          });
+        }
+      }
+      const fa::VarlenShape s = varlen_batch(false, d, causal);
+      for (const char* name : {"05/v5_fewer_instructions", "07/v4_intra_overlap"}) {
+        const fa::AttentionFwdKernel* k = fa::find_entry<fa::AttentionFwdKernel>(name);
+        if (k == nullptr || !fa::supports(k->dtypes, t) || !fa::supports(k->head_dims, d)) continue;
+        add("attn_varlen/" + k->name + tail + "mixed_padded", [k, s, t](benchmark::State& st) {
+          report(st, fa::time_varlen_padded(*k, s, t, timing_only()));
+        });
+        add("attn_varlen/" + k->name + tail + "mixed_per_sequence",
+            [k, s, t](benchmark::State& st) {
+              report(st, fa::time_varlen_per_sequence(*k, s, t, timing_only()));
+            });
+      }
+    }
+}
+
+// attn_window/<kernel>/bf16/D128/N32768/<causal_W4096|causal>: one sequence of 32768 tokens,
+// H 16, causal, each query seeing its 4096 most recent keys (window_left 4095), and the same
+// kernel without the window; the fixed-length forwards on the full causal problem beside them.
+// attn_window_bwd/: the window backwards, the same two problems.
+void add_window_shapes() {
+  const fa::DType t = fa::DType::BF16;
+  const int64_t n = 32768, d = 128;
+  fa::VarlenShape full;
+  full.seqlens_q = full.seqlens_k = {n};
+  full.heads = 16;
+  full.head_dim = d;
+  full.causal = true;
+  fa::VarlenShape win = full;
+  win.window_left = 4095;
+  const std::string tail = "/bf16/D128/N" + std::to_string(n) + "/";
+  for (const fa::VarlenFwdKernel* k : fa::entries_with_prefix<fa::VarlenFwdKernel>("")) {
+    if (!k->window || !fa::supports(k->dtypes, t) || !fa::supports(k->head_dims, int(d))) continue;
+    for (const fa::VarlenShape& s : {win, full})
+      add("attn_window/" + k->name + tail + (s.has_window() ? "causal_W4096" : "causal"),
+          [k, s, t](benchmark::State& st) {
+            report(st, fa::run_varlen_fwd(*k, s, t, timing_only()));
+          });
+  }
+  for (const fa::VarlenBwdKernel* k : fa::entries_with_prefix<fa::VarlenBwdKernel>("")) {
+    if (!k->window || !fa::supports(k->dtypes, t) || !fa::supports(k->head_dims, int(d))) continue;
+    for (const fa::VarlenShape& s : {win, full})
+      add("attn_window_bwd/" + k->name + tail + (s.has_window() ? "causal_W4096" : "causal"),
+          [k, s, t](benchmark::State& st) {
+            report(st, fa::run_varlen_bwd(*k, s, t, timing_only()));
+          });
+  }
+  for (const char* name : {"05/v5_fewer_instructions", "07/v4_intra_overlap"}) {
+    const fa::AttentionFwdKernel* k = fa::find_entry<fa::AttentionFwdKernel>(name);
+    if (k == nullptr || !fa::supports(k->dtypes, t) || !fa::supports(k->head_dims, int(d)))
+      continue;
+    const fa::AttentionShape s = full.sequence(0);
+    add("attn_window/" + k->name + tail + "causal", [k, s, t](benchmark::State& st) {
+      report(st, fa::run_attention_fwd(*k, s, t, timing_only()));
+    });
+  }
+}
+
+// attn_paged/<kernel>/bf16/D128/B8_H32_Hkv8/Nq<1|512>/Nk32768/page<16|64|256>: every paged forward
+// at each page size it takes, on attn_decode's GQA shape (one query row; GB/s and % of copy) and
+// on a chunked prefill of 512 new tokens (causal; TFLOP/s); .../contiguous: chapter 08's best on
+// the same cache stored contiguously. attn_paged_append/: writing the new tokens' K and V.
+void add_paged_shapes() {
+  const fa::DType t = fa::DType::BF16;
+  const int64_t batch = 8, heads = 32, heads_kv = 8, seq_k = 32768, d = 128;
+  const fa::AttentionFwdKernel* contiguous =
+      fa::find_entry<fa::AttentionFwdKernel>("08/v5_swizzled_ring");
+  for (int64_t seq_q : {int64_t(1), int64_t(512)}) {
+    const std::string shape =
+        "/bf16/D128/B8_H32_Hkv8/Nq" + std::to_string(seq_q) + "/Nk" + std::to_string(seq_k) + "/";
+    for (int page : {16, 64, 256}) {
+      fa::PagedShape s;
+      s.seqlens_k.assign(batch, seq_k);
+      s.heads = heads;
+      s.heads_kv = heads_kv;
+      s.head_dim = d;
+      s.seq_q = seq_q;
+      s.causal = seq_q > 1;  // the chunk's rows are the sequence's last tokens
+      s.page_size = page;
+      s.max_pages = fa::ceil_div(seq_k, page);
+      s.num_pages = batch * s.max_pages + batch;  // a few spare pages, as a real pool has
+      for (const fa::PagedFwdKernel* k : fa::entries_with_prefix<fa::PagedFwdKernel>("")) {
+        if (!fa::supports(k->dtypes, t) || !fa::supports(k->head_dims, int(d)) ||
+            !fa::supports(k->page_sizes, page))
+          continue;
+        add("attn_paged/" + k->name + shape + "page" + std::to_string(page),
+            [k, s, t](benchmark::State& st) {
+              report(st, fa::run_paged_fwd(*k, s, t, timing_only()));
+            });
+      }
+      for (const fa::PagedAppendKernel* k : fa::entries_with_prefix<fa::PagedAppendKernel>("")) {
+        if (!fa::supports(k->dtypes, t)) continue;
+        add("attn_paged_append/" + k->name + shape + "page" + std::to_string(page),
+            [k, s, t](benchmark::State& st) {
+              report(st, fa::run_paged_append(*k, s, t, timing_only()));
+            });
+      }
+    }
+    if (contiguous != nullptr && fa::supports(contiguous->dtypes, t) &&
+        fa::supports(contiguous->head_dims, int(d))) {
+      const fa::AttentionShape s{batch, heads, seq_q, seq_k, d, seq_q > 1, 0.0f, heads_kv};
+      add("attn_paged/" + contiguous->name + shape + "contiguous",
+          [contiguous, s, t](benchmark::State& st) {
+            report(st, fa::run_attention_fwd(*contiguous, s, t, timing_only()));
+          });
+    }
+  }
+}
+
 void register_all() {
   // Ceilings first: every percentage elsewhere is of these.
   add("ceiling/copy_bandwidth", [](benchmark::State& st) {
@@ -143,6 +301,10 @@ void register_all() {
   add_attention_protocol<fa::AttentionFwdKernel>("attn_fwd/", fa::run_attention_fwd);
   add_attention_protocol<fa::AttentionBwdKernel>("attn_bwd/", fa::run_attention_bwd);
   add_decode_shapes();
+  // Chapter 09: variable-length batches, sliding windows, the paged KV cache.
+  add_varlen_shapes();
+  add_window_shapes();
+  add_paged_shapes();
 
   // The backward's preprocess, D_i = rowsum(dO_i o O_i), every registered one (chapter 06's):
   // memory-bound, so GB/s against the copy ceiling (bytes: O and dO read once, D written once in

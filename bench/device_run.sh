@@ -8,7 +8,7 @@
 # Stages: build, test, testlong, tour, bench, benchquick, sdpa, memdemo, sanitize, mystery, ch07,
 # python, ncu_decode, ncu_fwd, ncu_bwd, ncu_ch07, timeline07 (chapter 07's measured timeline, in a
 # build folder of its own), ladder (the main path of 05-08 in one run, with the
-# peers), rung (one kernel version end to end: RUNG=name [BASE=name]),
+# peers), serving (chapter 09: its program, the serving benchmarks, PyTorch's peers), rung (one kernel version end to end: RUNG=name [BASE=name]),
 # rounds (RUNG and BASE against PyTorch SDPA, several alternating rounds, medians), pack
 # (fold the logs into one archive: the device returns at most 8 files).
 #
@@ -364,6 +364,31 @@ for stage in "$@"; do
       done
       python3 bench/rounds_summary.py "$OUT"/round*/ > "$OUT/rounds_D$D.md" 2>&1
       log "rounds summary rc=$?"; cat "$OUT/rounds_D$D.md"
+      ;;
+    serving)
+      # Chapter 09 after `build`: the chapter program (its default run, then --full: the window
+      # problem at N 32768, 4095 keys to the left), fa_bench of the serving families with the
+      # copy ceiling (attn_varlen, attn_window, attn_paged and their _bwd/_append rows) to
+      # serving_bench.json, then bench/compare_serving.py (PyTorch's peers on the same shapes)
+      # when it is there. Logs: serving_*.
+      log "serving: ch09_serving"
+      "$BUILD/bin/ch09_serving" > "$OUT/serving_ch09.log" 2>&1
+      log "serving ch09 rc=$?"; tail -40 "$OUT/serving_ch09.log"
+      log "serving: ch09_serving --full"
+      "$BUILD/bin/ch09_serving" --full --parts=window,backward > "$OUT/serving_ch09_full.log" 2>&1
+      log "serving ch09 --full rc=$?"; tail -20 "$OUT/serving_ch09_full.log"
+      log "serving: fa_bench attn_varlen|attn_window|attn_paged|ceiling"
+      "$BUILD/bin/fa_bench" --benchmark_filter='attn_varlen|attn_window|attn_paged|ceiling' \
+        --benchmark_format=console --benchmark_out="$OUT/serving_bench.json" \
+        --benchmark_out_format=json > "$OUT/serving_bench.log" 2>&1
+      log "serving fa_bench rc=$?"; grep -E "attn_(varlen|window|paged)" "$OUT/serving_bench.log" | head -80
+      if [[ -f bench/compare_serving.py ]]; then
+        PYTHONUNBUFFERED=1 python3 bench/compare_serving.py "$OUT/serving_bench.json" --out "$OUT" \
+          > "$OUT/serving_peers.log" 2>&1
+        log "serving compare_serving rc=$?"; grep -E "^\|" "$OUT/serving_peers.log" | head -60
+      else
+        log "serving: bench/compare_serving.py not in this tree, peers skipped"
+      fi
       ;;
     pack)
       # The device returns at most 8 files per call: fold every log of this call into one archive
