@@ -342,13 +342,15 @@ void varlen_fwd(const VarlenFwdArgs& a, cudaStream_t stream) {
     FA_REQUIRE(s.seqlens_q[b] >= 0 && s.seqlens_k[b] >= 0, "negative sequence length");
   FA_UNSUPPORTED_IF(a.dtype != DType::BF16 && a.dtype != DType::F16,
                     std::string(kName) + " takes bf16 and fp16 only");
-  FA_UNSUPPORTED_IF(s.has_window(), std::string(kName) + " takes no sliding window");
+  FA_UNSUPPORTED_IF(s.has_window(),
+                    std::string(kName) + ": no sliding window (09/hopper_v2_window takes one)");
   FA_REQUIRE(s.heads == 0 || s.heads % s.kv_heads() == 0, "heads must be a multiple of heads_kv");
   FA_UNSUPPORTED_IF(gpu_info().sm != 90,
                     std::string(kName) +
                         " uses sm_90a instructions (wgmma, TMA): it runs on compute capability "
                         "9.0 (H100, H200) only");
   if (s.batch() == 0 || s.heads == 0 || s.total_q() == 0) return;  // nothing to write
+  FA_REQUIRE(a.cu_seqlens_q != nullptr && a.cu_seqlens_k != nullptr, "cu_seqlens on the device");
   // TMA's rules (ch07_common.cuh, tma_can_load) and int32 box coordinates: a sequence's last box
   // starts below total and reaches at most 128 rows past it.
   FA_UNSUPPORTED_IF(!aligned(a.q, 16) || !aligned(a.k, 16) || !aligned(a.v, 16) || !aligned(a.o, 4),

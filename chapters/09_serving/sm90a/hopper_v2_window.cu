@@ -362,6 +362,7 @@ void varlen_fwd(const VarlenFwdArgs& a, cudaStream_t stream) {
                         " uses sm_90a instructions (wgmma, TMA): it runs on compute capability "
                         "9.0 (H100, H200) only");
   if (s.batch() == 0 || s.heads == 0 || s.total_q() == 0) return;  // nothing to write
+  FA_REQUIRE(a.cu_seqlens_q != nullptr && a.cu_seqlens_k != nullptr, "cu_seqlens on the device");
   // TMA's rules (ch07_common.cuh, tma_can_load) and int32 box coordinates: a sequence's last box
   // starts below total and reaches at most 128 rows past it.
   FA_UNSUPPORTED_IF(!aligned(a.q, 16) || !aligned(a.k, 16) || !aligned(a.v, 16) || !aligned(a.o, 4),
