@@ -62,14 +62,15 @@ void band_forward_head(const HeadView& h, int64_t Br, int64_t Bc, double* O, dou
     std::fill(m.begin(), m.end(), kNegInf);
     std::fill(l.begin(), l.end(), 0.0);
     std::fill(acc.begin(), acc.end(), 0.0);
-    // The kernel's block covers rows i0 .. i0 + Br - 1 whether they exist or not: key_tiles clips
-    // them, tile_needs_mask masks a block that runs past the sequence's end.
-    const TileRange tiles = key_tiles(band, i0, i0 + Br, Bc);
+    // Only the rows that exist decide which tiles are visited and which are masked (the Hopper
+    // forward passes them so; a kernel that passes the whole block, i0 + Br, masks its last block
+    // always, which costs time, never correctness).
+    const TileRange tiles = key_tiles(band, i0, i1, Bc);
     const int64_t visited = std::max<int64_t>(0, tiles.end - tiles.begin);
     if (counts) counts->skipped += tiles_per_row_block - visited;
     for (int64_t t = tiles.begin; t < tiles.end; ++t) {
       const int64_t j0 = t * Bc, j1 = j0 + Bc;
-      const bool mask = tile_needs_mask(band, i0, i0 + Br, j0, j1);
+      const bool mask = tile_needs_mask(band, i0, i1, j0, j1);
       if (counts) (mask ? counts->masked : counts->full) += 1;
       for (int64_t i = i0; i < i1; ++i) {
         const int64_t r = i - i0;

@@ -231,10 +231,11 @@ void print_problems(const VarlenShape& mixed, const VarlenShape& square, const V
     const fa::ch09::Band band =
         fa::ch09::Band::make(one.seq_q, one.seq_k, one.causal, one.window_left, one.window_right);
     for (int64_t i0 = 0; i0 < one.seq_q; i0 += 128) {
-      const fa::ch09::TileRange r = fa::ch09::key_tiles(band, i0, i0 + 128, 128);
+      const int64_t i1 = std::min(i0 + 128, one.seq_q);
+      const fa::ch09::TileRange r = fa::ch09::key_tiles(band, i0, i1, 128);
       for (int64_t t = r.begin; t < r.end; ++t) {
         ++visited;
-        masked += fa::ch09::tile_needs_mask(band, i0, i0 + 128, t * 128, t * 128 + 128) ? 1 : 0;
+        masked += fa::ch09::tile_needs_mask(band, i0, i1, t * 128, t * 128 + 128) ? 1 : 0;
       }
     }
   };
