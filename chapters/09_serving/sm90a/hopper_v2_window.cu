@@ -11,10 +11,10 @@
 //   diagonal, nothing right of it. A window also cuts on the left, so a Q tile of rows
 //   [q0, q0 + Br) visits the key tiles [begin, end) of fa::ch09::key_tiles: from the tile of the
 //   first row's first key to the tile of the last row's last key (both ends of a row's keys grow
-//   by one per row, so the keys of consecutive rows are one interval). The tile loop is v1's
-//   with j counting visited tiles from 0, so that the ring's stages and phases are v1's, and
-//   key tile begin + j loaded and masked as tile j of it. Tiles left of the band are skipped, not
-//   masked: a window of W keys costs O(W) per row, whatever seq_k.
+//   by one per row, so the keys of consecutive rows are one interval). The tile loop is v1's,
+//   its j counting visited tiles from 0 so that the ring's stages and phases stay v1's: turn j
+//   loads and masks key tile begin + j. Tiles left of the band are skipped, not masked: a window
+//   of W keys costs O(W) per row, whatever seq_k.
 //
 //   The mask generalises 07's diagonal: there a tile needed a mask from the first tile the
 //   diagonal (or seq_k) crosses to the end; here the band has two edges, so masked tiles sit at
@@ -27,8 +27,8 @@
 //   seq_k, read by boxes that run into the next sequence, are outside every row's last_key, so
 //   v1's argument stands: masked in S, and their V rows meet P = 0.
 //
-//   A row whose keys all lie outside a tile (left of its band in a tile another row needs) gets
-//   a row of -inf: online_softmax keeps m and multiplies O by 1, and a row that has seen no key
+//   A row whose keys all lie outside a tile that other rows need (the tile is left or right of
+//   its band) gets a row of -inf: online_softmax keeps m and multiplies O by 1, and a row that has seen no key
 //   yet keeps m = -inf without a NaN (ch07_common.cuh). A row that sees no key at all (seq_k = 0,
 //   or the first rows when seq_q > seq_k) ends with O = 0 and L = -inf, as before.
 //
