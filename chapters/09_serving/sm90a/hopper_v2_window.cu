@@ -28,9 +28,9 @@
 //   v1's argument stands: masked in S, and their V rows meet P = 0.
 //
 //   A row whose keys all lie outside a tile that other rows need (the tile is left or right of
-//   its band) gets a row of -inf: online_softmax keeps m and multiplies O by 1, and a row that has seen no key
-//   yet keeps m = -inf without a NaN (ch07_common.cuh). A row that sees no key at all (seq_k = 0,
-//   or the first rows when seq_q > seq_k) ends with O = 0 and L = -inf, as before.
+//   its band) gets a row of -inf: online_softmax keeps m and multiplies O by 1, and a row that
+//   has seen no key yet keeps m = -inf without a NaN (ch07_common.cuh). A row that sees no key at
+//   all (seq_k = 0, or the first rows when seq_q > seq_k) ends with O = 0 and L = -inf, as before.
 //
 //   Registers: one more pair of 64-bit bounds (first_key) than v1, and the band. Every
 //   instantiation fits setmaxnreg's 240 without spills (-Xptxas -v, CUDA 13.0); lowering
