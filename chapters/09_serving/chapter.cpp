@@ -22,6 +22,7 @@
 #include <iostream>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ch09_band.h"
@@ -311,16 +312,16 @@ bool takes(const K& k, DType t, int64_t head_dim) {
   return fa::supports(k.dtypes, t) && fa::supports(k.head_dims, int(head_dim));
 }
 
-// "09/v1_varlen: the mixed batch at 0.97x the square batch's TFLOP/s": each kernel's pair of
-// rows (mixed first, square second), in the order they were run.
-void print_ratios(const std::vector<RunResult>& rows, const std::string& first,
+// "09/v1_varlen bf16: the mixed batch at 0.97x the TFLOP/s of the square batch", for each pair
+// of rows (index of the first, index of the second) that `pairs` lists.
+using Pairs = std::vector<std::pair<size_t, size_t>>;
+void print_ratios(const std::vector<RunResult>& rows, const Pairs& pairs, const std::string& first,
                   const std::string& second) {
-  for (size_t i = 0; i + 1 < rows.size(); ++i) {
-    const RunResult &a = rows[i], &b = rows[i + 1];
-    if (a.kernel != b.kernel || a.dtype != b.dtype || a.tflops <= 0 || b.tflops <= 0) continue;
+  for (const auto& [i, j] : pairs) {
+    const RunResult &a = rows[i], &b = rows[j];
+    if (a.tflops <= 0 || b.tflops <= 0) continue;  // failed, unsupported or not timed
     std::printf("  %s %s: %s at %.2fx the TFLOP/s of %s\n", a.kernel.c_str(), a.dtype.c_str(),
                 first.c_str(), a.tflops / b.tflops, second.c_str());
-    ++i;
   }
 }
 
@@ -382,6 +383,7 @@ int run(const std::vector<std::string>& args) {
         fa::ch09::mixed_lengths(fa::derive_seed(cli.seed(), 1), cli.get_count("tokens"), 4096);
   int64_t total = 0;
   for (int64_t len : lengths) total += len;
+  if (total == 0) throw fa::UsageError("--lengths: the batch holds no token");
   if (total >= (int64_t(1) << 31))
     throw fa::UsageError("--lengths: the batch's tokens must stay below 2^31 (int32 cu_seqlens)");
   std::vector<int64_t> window = cli.get_int_list("window");
@@ -476,8 +478,10 @@ int run(const std::vector<std::string>& args) {
     all.insert(all.end(), rows.begin(), rows.end());
   };
 
+  Pairs pairs;  // rows compared in the lines under a table
   if (wants(parts, "varlen")) {
     rows.clear();
+    pairs.clear();
     for (DType t : dtypes)
       for (bool causal : causal_list) {
         VarlenShape m = mixed, sq = square;
@@ -485,7 +489,9 @@ int run(const std::vector<std::string>& args) {
         for (const VarlenFwdKernel* k : kernels.fwd) {
           if (!takes(*k, t, head_dim)) continue;
           rows.push_back(fa::run_varlen_fwd(*k, m, t, opt));
-          if (sq.batch() > 0) rows.push_back(fa::run_varlen_fwd(*k, sq, t, opt));
+          if (sq.batch() == 0) continue;
+          rows.push_back(fa::run_varlen_fwd(*k, sq, t, opt));
+          pairs.emplace_back(rows.size() - 2, rows.size() - 1);
         }
         for (const char* name : kFixedLength) {
           const AttentionFwdKernel* k = fa::find_entry<AttentionFwdKernel>(name);
@@ -498,16 +504,18 @@ int run(const std::vector<std::string>& args) {
     table(
         "09: varlen forward, TFLOP/s on the visible pairs (the mixed batch, then a square batch "
         "of as many tokens; fixed-length kernels padded or once per sequence)");
-    print_ratios(rows, "the mixed batch", "the square batch");
+    print_ratios(rows, pairs, "the mixed batch", "the square batch");
   }
 
   if (wants(parts, "window")) {
     rows.clear();
+    pairs.clear();
     for (DType t : dtypes) {
       for (const VarlenFwdKernel* k : kernels.fwd) {
         if (!k->window || !takes(*k, t, head_dim)) continue;
         rows.push_back(fa::run_varlen_fwd(*k, win, t, opt));
         rows.push_back(fa::run_varlen_fwd(*k, full, t, opt));
+        pairs.emplace_back(rows.size() - 2, rows.size() - 1);
       }
       const AttentionFwdKernel* k = fa::find_entry<AttentionFwdKernel>(kFixedLength[0]);
       if (k != nullptr && takes(*k, t, head_dim))
@@ -516,7 +524,7 @@ int run(const std::vector<std::string>& args) {
     table(
         "09: sliding window, TFLOP/s on the visible pairs (the window, then the same kernel "
         "without it)");
-    print_ratios(rows, "the window", "no window");
+    print_ratios(rows, pairs, "the window", "no window");
   }
 
   if (wants(parts, "backward")) {
