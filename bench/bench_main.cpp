@@ -234,8 +234,8 @@ void add_paged_shapes() {
       s.seq_q = seq_q;
       s.causal = seq_q > 1;  // the chunk's rows are the sequence's last tokens
       s.page_size = page;
-      s.max_pages = fa::ceil_div(seq_k, page);
-      s.num_pages = batch * s.max_pages + batch;  // a few spare pages, as a real pool has
+      // num_pages and max_pages left 0: the harness sizes the pool (spare pages included) and
+      // the block table (a column wider than needed).
       for (const fa::PagedFwdKernel* k : fa::entries_with_prefix<fa::PagedFwdKernel>("")) {
         if (!fa::supports(k->dtypes, t) || !fa::supports(k->head_dims, int(d)) ||
             !fa::supports(k->page_sizes, page))

@@ -562,16 +562,15 @@ int run(const std::vector<std::string>& args) {
         s.causal = chunk_len > 1;  // the chunk's rows are the sequence's last tokens
         if (s.seq_q > seq_k) continue;
         for (int64_t page : page_sizes) {
-          s.page_size = page;
-          const PagedShape sized = fa::ch09::with_page_counts(s, batch);
+          s.page_size = page;  // num_pages, max_pages left 0: the harness sizes the pool
           if (wants(parts, "paged"))
             for (const PagedFwdKernel* k : kernels.paged)
               if (takes(*k, t, head_dim) && fa::supports(k->page_sizes, int(page)))
-                rows.push_back(fa::run_paged_fwd(*k, sized, t, opt));
+                rows.push_back(fa::run_paged_fwd(*k, s, t, opt));
           if (wants(parts, "append"))
             for (const PagedAppendKernel* k : kernels.append)
               if (fa::supports(k->dtypes, t))
-                appends.push_back(fa::run_paged_append(*k, sized, t, opt));
+                appends.push_back(fa::run_paged_append(*k, s, t, opt));
         }
         if (wants(parts, "paged") && contiguous != nullptr && takes(*contiguous, t, head_dim)) {
           AttentionShape c{batch,    decode_heads, chunk_len, seq_k,
@@ -581,10 +580,9 @@ int run(const std::vector<std::string>& args) {
       }
       if (wants(parts, "paged") && !page_sizes.empty()) {
         ragged.page_size = page_sizes.front();
-        const PagedShape sized = fa::ch09::with_page_counts(ragged, batch);
         for (const PagedFwdKernel* k : kernels.paged)
           if (takes(*k, t, head_dim) && fa::supports(k->page_sizes, int(ragged.page_size)))
-            rows.push_back(fa::run_paged_fwd(*k, sized, t, opt));
+            rows.push_back(fa::run_paged_fwd(*k, ragged, t, opt));
       }
     }
     if (wants(parts, "paged")) {
