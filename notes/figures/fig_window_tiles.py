@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """fig_window_tiles.svg: chapter 09's sliding window seen by tiles. N = 1024 queries and keys in
-tiles of Br = Bc = 64 (16 x 16 tiles of S), causal, left: a window of W = 256 keys before the
-diagonal (FlashAttention's window_left = 256: query i sees keys i - 256 .. i, common/shapes.h
-visible_key_range); right: causal alone, for comparison.
+tiles of Br = Bc = 64 (16 x 16 tiles of S), causal, left: a window of W = 256 keys, the row's own
+included (FlashAttention's window_left = W - 1 = 255: query i sees keys i - 255 .. i,
+common/shapes.h visible_key_range); right: causal alone, for comparison.
 
 Per tile, as chapters/09_serving/ch09_band.h classifies them:
   full     every row of the Q tile sees every key of the K tile: no mask;
@@ -15,7 +15,8 @@ import figstyle as fs
 
 N = 1024
 B = 64  # Br = Bc
-LEFT = 256
+W = 256  # keys a row sees, its own included
+LEFT = W - 1  # window_left
 SCALE = 0.052  # drawing units per row or key
 
 FULL = fs.tint(fs.GREEN, 0.55)
@@ -92,9 +93,9 @@ def main(out_dir):
     fs.text(ax, 75, 85.0, "A sliding window by tile class: N = %d, tiles of %d × %d, causal"
             % (N, B, B), size=12, ha="center", weight="bold")
     top = 70.0
-    win = draw_grid(ax, 10.0, top, LEFT, "Causal, window W = %d (query i sees keys i − %d … i)"
-                    % (LEFT, LEFT), "per query block, once the window is full: W/Bc − 1 = %d full "
-                    "tiles and 2 masked" % (LEFT // B - 1))
+    win = draw_grid(ax, 10.0, top, LEFT, "Causal, a window of W = %d keys (row i sees i − %d … i)"
+                    % (W, LEFT), "per query block, once the window is full: W/Bc − 1 = %d full "
+                    "tiles and 2 masked" % (W // B - 1))
     causal = draw_grid(ax, 84.0, top, None, "Causal alone (query i sees keys 0 … i)",
                        "query block q visits q + 1 tiles: N²/2 work")
     ly = 5.0
@@ -105,7 +106,7 @@ def main(out_dir):
     ax.plot([10.0, 12.0], [ly - 2.6, ly - 2.6], color=fs.VERMILLION, lw=1.3)
     fs.text(ax, 12.8, ly - 2.6, "j = i (the diagonal)", size=8)
     ax.plot([32.0, 34.0], [ly - 2.6, ly - 2.6], color=fs.BLUE, lw=1.3)
-    fs.text(ax, 34.8, ly - 2.6, "j = i − W (the window's far edge)", size=8)
+    fs.text(ax, 34.8, ly - 2.6, "j = i − (W − 1) (the window's far edge)", size=8)
     fs.text(ax, 84.0, ly - 2.6, "Tiles visited: %d with the window, %d causal: cost ∝ N·W, not N²"
             % (win["full"] + win["masked"], causal["full"] + causal["masked"]), size=8)
     fs.save(fig, out_dir, "fig_window_tiles")
