@@ -1,0 +1,349 @@
+// Chapter 09 on the GPU: every registered varlen forward and backward, paged attention and
+// append kernel ("09/...") in each dtype and head dim it lists, against the float64 reference of
+// each sequence alone (harness_serving.cpp). Varlen batches mix lengths that are no multiple of
+// any tile (1, 17, 127, 129, 1000, 5000) with empty sequences, seq_k equal to and different from
+// seq_q, causal and not, sliding windows for the kernels that take one, grouped K/V heads for the
+// kernels that take them, more than 65535 heads, and (label long) a packed Q past 2^31 elements.
+// Paged: shuffled pages of 16, 64 and 256 keys, ragged caches (an empty one too), decoding and a
+// chunk of 200 queries. Append: every element of both pools compared bit for bit. A variant the
+// kernel or this GPU cannot take (UNSUPPORTED) is skipped alone; each test prints "ran N of M".
+#include <algorithm>
+
+#include "test_util.h"
+
+namespace {
+
+using fa::DType;
+using fa::PagedShape;
+using fa::VarlenShape;
+
+fa::RunOptions check_only(uint64_t seed, int64_t heads = 0) {
+  fa::RunOptions o;
+  o.seed = seed;
+  o.time = false;
+  o.check_heads = heads;
+  return o;
+}
+
+template <class K>
+std::vector<std::string> chapter09() {
+  std::vector<std::string> out;
+  for (const K* k : fa::entries_with_prefix<K>("09/")) out.push_back(k->name);
+  return out;
+}
+
+template <class K>
+std::vector<std::pair<DType, int>> variants(const K& k) {
+  std::vector<std::pair<DType, int>> out;
+  for (DType t : k.dtypes)
+    for (int d : k.head_dims) out.push_back({t, d});
+  return out;
+}
+
+VarlenShape varlen(std::vector<int64_t> q, std::vector<int64_t> k, int64_t heads, int64_t d,
+                   bool causal, int64_t left = -1, int64_t right = -1, int64_t heads_kv = 0) {
+  VarlenShape s;
+  s.seqlens_q = std::move(q);
+  s.seqlens_k = std::move(k);
+  s.heads = heads;
+  s.heads_kv = heads_kv;
+  s.head_dim = d;
+  s.causal = causal;
+  s.window_left = left;
+  s.window_right = right;
+  return s;
+}
+
+// Ragged batches: equal query and key lengths (self-attention of a packed batch, an empty
+// sequence among them), and key lengths other than the query lengths (a prefix cache: seq_k >
+// seq_q, and seq_q > seq_k, whose causal rows partly see no key).
+const std::vector<int64_t> kMixed = {1, 17, 0, 127, 129, 1000, 5000};
+const std::vector<int64_t> kMixedShort = {1, 17, 0, 127, 129, 1000};
+const std::vector<int64_t> kQ = {1, 17, 129, 0}, kK = {1000, 17, 300, 5};
+
+// The windows of FlashAttention's (left, right), with and without causal masking.
+struct Window {
+  int64_t left, right;
+  bool causal;
+};
+const std::vector<Window> kWindows = {
+    {-1, -1, true}, {0, 0, false}, {16, -1, true}, {100, 50, false}, {127, 0, false}};
+
+// ---------------------------------------------------------------------------------------------
+class VarlenFwdKernels : public VariantTest {
+ protected:
+  const fa::VarlenFwdKernel& kernel() { return *fa::find_entry<fa::VarlenFwdKernel>(GetParam()); }
+};
+
+TEST_P(VarlenFwdKernels, MixedLengthsCausalAndNot) {
+  FA_SKIP_WITHOUT_GPU(kernel().min_sm);
+  for (auto [t, d] : variants(kernel()))
+    for (bool causal : {false, true}) {
+      for (const VarlenShape& s :
+           {varlen(kMixed, kMixed, 4, d, causal), varlen(kQ, kK, 4, d, causal)}) {
+        SCOPED_TRACE(s.str() + " " + fa::dtype_name(t));
+        FA_EXPECT_PASS(fa::run_varlen_fwd(kernel(), s, t, check_only(s.total_q() + causal)));
+      }
+    }
+}
+
+TEST_P(VarlenFwdKernels, SlidingWindows) {
+  FA_SKIP_WITHOUT_GPU(kernel().min_sm);
+  for (auto [t, d] : variants(kernel()))
+    for (const Window& w : kWindows)
+      for (const VarlenShape& s :
+           {varlen(kMixedShort, kMixedShort, 4, d, w.causal, w.left, w.right),
+            varlen(kQ, kK, 4, d, w.causal, w.left, w.right)}) {
+        SCOPED_TRACE(s.str() + " " + fa::dtype_name(t));
+        fa::RunResult r = fa::run_varlen_fwd(kernel(), s, t, check_only(w.left + 7 * w.right));
+        if (!kernel().window && s.has_window()) {  // must refuse, never run
+          if (r.status == fa::Status::NoGpu) GTEST_SKIP() << r.message;
+          EXPECT_EQ(r.status, fa::Status::Unsupported) << r.report();
+          continue;
+        }
+        FA_EXPECT_PASS(r);
+      }
+}
+
+TEST_P(VarlenFwdKernels, GroupedKvHeads) {
+  FA_SKIP_WITHOUT_GPU(kernel().min_sm);
+  for (auto [t, d] : variants(kernel()))
+    for (bool causal : {false, true}) {
+      const int64_t left = kernel().window ? 100 : -1;  // one windowed case where it takes one
+      for (const VarlenShape& s : {varlen(kMixedShort, kMixedShort, 8, d, causal, -1, -1, 2),
+                                   varlen(kQ, kK, 8, d, causal, left, -1, 2)}) {
+        SCOPED_TRACE(s.str() + " " + fa::dtype_name(t));
+        fa::RunResult r = fa::run_varlen_fwd(kernel(), s, t, check_only(31 + causal));
+        if (!kernel().gqa) {
+          if (r.status == fa::Status::NoGpu) GTEST_SKIP() << r.message;
+          EXPECT_EQ(r.status, fa::Status::Unsupported) << r.report();
+          continue;
+        }
+        FA_EXPECT_PASS(r);
+      }
+    }
+}
+
+// More heads than a grid's y or z dimension holds (65535): the first, middle and last checked.
+TEST_P(VarlenFwdKernels, ManyHeadsBeyondGridLimit) {
+  FA_SKIP_WITHOUT_GPU(kernel().min_sm);
+  auto [t, d] = variants(kernel()).front();
+  const VarlenShape s = varlen({17, 1}, {17, 5}, 70000, d, true);
+  FA_EXPECT_PASS(fa::run_varlen_fwd(kernel(), s, t, check_only(41, 3)));
+}
+
+TEST_P(VarlenFwdKernels, FreshInputsEveryRun) {
+  FA_SKIP_WITHOUT_GPU(kernel().min_sm);
+  auto [t, d] = variants(kernel()).back();
+  for (uint64_t seed = 1; seed <= 3; ++seed)
+    FA_EXPECT_PASS(fa::run_varlen_fwd(kernel(),
+                                      varlen({513, 1025, 3}, {513, 1025, 3}, 2, d, seed == 2), t,
+                                      check_only(100 + seed)));
+}
+
+// A packed Q (and O) past 2^31 elements: 32 heads x D x four sequences of about 2^31 / (32 D) / 4
+// tokens; the keys stay short so that the reference of the sampled rows stays cheap. The last
+// head's rows start past 2^31: a 32-bit offset breaks them.
+TEST_P(VarlenFwdKernels, LongPackedBatchPast2to31Elements) {
+  FA_SKIP_WITHOUT_GPU(kernel().min_sm);
+  auto [t, d] = variants(kernel()).back();
+  const int64_t heads = 32, len = (int64_t(1) << 31) / (heads * d) / 4 + 1000;
+  for (bool causal : {false, true}) {
+    const VarlenShape s = varlen({len, len, len, len}, {1024, 1000, 1, 4096}, heads, d, causal);
+    ASSERT_GT(s.q_numel(), int64_t(1) << 31);
+    if (fa::gpu_info().global_mem < size_t(3) * s.q_numel() * fa::dtype_size(t))
+      GTEST_SKIP() << "not enough GPU memory for a packed Q past 2^31 elements";
+    SCOPED_TRACE(s.str());
+    FA_EXPECT_PASS(fa::run_varlen_fwd(kernel(), s, t, check_only(51 + causal, 2)));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Registered, VarlenFwdKernels,
+                         ::testing::ValuesIn(chapter09<fa::VarlenFwdKernel>()),
+                         RegistryNamePrinter());
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(VarlenFwdKernels);
+
+// ---------------------------------------------------------------------------------------------
+class VarlenBwdKernels : public VariantTest {
+ protected:
+  const fa::VarlenBwdKernel& kernel() { return *fa::find_entry<fa::VarlenBwdKernel>(GetParam()); }
+};
+
+// Smaller than the forward's: the backward's reference computes every row of a checked sequence.
+const std::vector<int64_t> kBwd = {1, 17, 0, 127, 129, 513};
+const std::vector<int64_t> kBwdQ = {1, 17, 129, 0, 200}, kBwdK = {300, 17, 129, 5, 0};
+
+TEST_P(VarlenBwdKernels, MixedLengthsCausalAndNot) {
+  FA_SKIP_WITHOUT_GPU(kernel().min_sm);
+  for (auto [t, d] : variants(kernel()))
+    for (bool causal : {false, true})
+      for (const VarlenShape& s :
+           {varlen(kBwd, kBwd, 2, d, causal), varlen(kBwdQ, kBwdK, 2, d, causal)}) {
+        SCOPED_TRACE(s.str() + " " + fa::dtype_name(t));
+        FA_EXPECT_PASS(fa::run_varlen_bwd(kernel(), s, t, check_only(s.total_k() + causal)));
+      }
+}
+
+TEST_P(VarlenBwdKernels, SlidingWindows) {
+  FA_SKIP_WITHOUT_GPU(kernel().min_sm);
+  for (auto [t, d] : variants(kernel()))
+    for (const Window& w : kWindows)
+      for (const VarlenShape& s : {varlen(kBwd, kBwd, 2, d, w.causal, w.left, w.right),
+                                   varlen(kBwdQ, kBwdK, 2, d, w.causal, w.left, w.right)}) {
+        SCOPED_TRACE(s.str() + " " + fa::dtype_name(t));
+        fa::RunResult r = fa::run_varlen_bwd(kernel(), s, t, check_only(w.left + 5 * w.right));
+        if (!kernel().window && s.has_window()) {
+          if (r.status == fa::Status::NoGpu) GTEST_SKIP() << r.message;
+          EXPECT_EQ(r.status, fa::Status::Unsupported) << r.report();
+          continue;
+        }
+        FA_EXPECT_PASS(r);
+      }
+}
+
+TEST_P(VarlenBwdKernels, GroupedKvHeadsAreRefused) {
+  FA_SKIP_WITHOUT_GPU(kernel().min_sm);
+  auto [t, d] = variants(kernel()).front();
+  fa::RunResult r =
+      fa::run_varlen_bwd(kernel(), varlen({17}, {17}, 4, d, false, -1, -1, 2), t, check_only(61));
+  EXPECT_EQ(r.status, fa::Status::Unsupported) << r.report();
+}
+
+TEST_P(VarlenBwdKernels, ManyHeadsBeyondGridLimit) {
+  FA_SKIP_WITHOUT_GPU(kernel().min_sm);
+  auto [t, d] = variants(kernel()).front();
+  FA_EXPECT_PASS(
+      fa::run_varlen_bwd(kernel(), varlen({17, 1}, {17, 5}, 70000, d, true), t, check_only(62, 3)));
+}
+
+INSTANTIATE_TEST_SUITE_P(Registered, VarlenBwdKernels,
+                         ::testing::ValuesIn(chapter09<fa::VarlenBwdKernel>()),
+                         RegistryNamePrinter());
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(VarlenBwdKernels);
+
+// ---------------------------------------------------------------------------------------------
+PagedShape paged(std::vector<int64_t> lens, int64_t heads, int64_t heads_kv, int64_t d,
+                 int64_t seq_q, int64_t page, bool causal) {
+  PagedShape s;
+  s.seqlens_k = std::move(lens);
+  s.heads = heads;
+  s.heads_kv = heads_kv;
+  s.head_dim = d;
+  s.seq_q = seq_q;
+  s.page_size = page;
+  s.causal = causal;
+  return s;
+}
+
+// Ragged caches: one key, a partial page, a page boundary plus one, one past a power of two, and
+// an empty cache (its rows see no key: O = 0, L = -inf).
+const std::vector<int64_t> kCache = {1, 17, 1000, 0, 129, 4097};
+
+class PagedFwdKernels : public VariantTest {
+ protected:
+  const fa::PagedFwdKernel& kernel() { return *fa::find_entry<fa::PagedFwdKernel>(GetParam()); }
+  std::vector<int64_t> page_sizes() {
+    std::vector<int64_t> out;
+    for (int64_t p : {16, 64, 256})
+      if (std::find(kernel().page_sizes.begin(), kernel().page_sizes.end(), p) !=
+          kernel().page_sizes.end())
+        out.push_back(p);
+    return out;
+  }
+};
+
+TEST_P(PagedFwdKernels, DecodingOverShuffledPages) {
+  FA_SKIP_WITHOUT_GPU(kernel().min_sm);
+  for (auto [t, d] : variants(kernel()))
+    for (int64_t page : page_sizes())
+      for (int64_t hkv : {2, 8})
+        for (int64_t nq : {1, 4})
+          for (bool causal : {false, true}) {
+            const PagedShape s = paged(kCache, 8, hkv, d, nq, page, causal);
+            SCOPED_TRACE(s.str() + " " + fa::dtype_name(t));
+            FA_EXPECT_PASS(fa::run_paged_fwd(kernel(), s, t, check_only(page + nq * 3 + hkv)));
+          }
+}
+
+// A chunked prefill: 200 new queries per sequence against its cache (the first of them see no
+// key in the shorter caches when causal).
+TEST_P(PagedFwdKernels, ChunkOfQueries) {
+  FA_SKIP_WITHOUT_GPU(kernel().min_sm);
+  for (auto [t, d] : variants(kernel()))
+    for (int64_t page : page_sizes())
+      for (bool causal : {false, true}) {
+        const PagedShape s = paged(kCache, 8, 2, d, 200, page, causal);
+        SCOPED_TRACE(s.str() + " " + fa::dtype_name(t));
+        FA_EXPECT_PASS(fa::run_paged_fwd(kernel(), s, t, check_only(page + causal)));
+      }
+}
+
+TEST_P(PagedFwdKernels, UnlistedPageSizeIsRefused) {
+  FA_SKIP_WITHOUT_GPU(kernel().min_sm);
+  auto [t, d] = variants(kernel()).front();
+  int64_t odd = 48;
+  while (std::find(kernel().page_sizes.begin(), kernel().page_sizes.end(), odd) !=
+         kernel().page_sizes.end())
+    ++odd;
+  fa::RunResult r =
+      fa::run_paged_fwd(kernel(), paged({100}, 4, 4, d, 1, odd, false), t, check_only(71));
+  EXPECT_EQ(r.status, fa::Status::Unsupported) << r.report();
+}
+
+INSTANTIATE_TEST_SUITE_P(Registered, PagedFwdKernels,
+                         ::testing::ValuesIn(chapter09<fa::PagedFwdKernel>()),
+                         RegistryNamePrinter());
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(PagedFwdKernels);
+
+// ---------------------------------------------------------------------------------------------
+class PagedAppendKernels : public VariantTest {
+ protected:
+  const fa::PagedAppendKernel& kernel() {
+    return *fa::find_entry<fa::PagedAppendKernel>(GetParam());
+  }
+};
+
+// New keys that fill a page exactly (64), cross a page boundary (7 new keys ending at 17 with
+// pages of 16), start a page, or are the whole sequence (7 of 7).
+TEST_P(PagedAppendKernels, EveryElementExact) {
+  FA_SKIP_WITHOUT_GPU(kernel().min_sm);
+  for (DType t : kernel().dtypes)
+    for (int64_t d : {64, 128})
+      for (int64_t page : {16, 64})
+        for (int64_t hkv : {2, 8})
+          for (int64_t nq : {1, 7}) {
+            const PagedShape s = paged({7, 17, 1000, 64, 129, 4097}, 8, hkv, d, nq, page, false);
+            SCOPED_TRACE(s.str() + " " + fa::dtype_name(t));
+            FA_EXPECT_PASS(fa::run_paged_append(kernel(), s, t, check_only(page + nq + hkv)));
+          }
+}
+
+INSTANTIATE_TEST_SUITE_P(Registered, PagedAppendKernels,
+                         ::testing::ValuesIn(chapter09<fa::PagedAppendKernel>()),
+                         RegistryNamePrinter());
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(PagedAppendKernels);
+
+// ---------------------------------------------------------------------------------------------
+// The fixed-length kernels on a varlen batch (timed only): both runners run and report a rate,
+// and a windowed batch is refused (no fixed-length kernel takes a window).
+TEST(VarlenWithFixedLengthKernels, PaddedAndPerSequenceRun) {
+  FA_SKIP_WITHOUT_GPU(80);
+  const fa::AttentionFwdKernel* k = fa::best_forward_kernel(DType::BF16, 128);
+  if (k == nullptr) GTEST_SKIP() << "no chapter 05 forward takes bf16 D=128 on this GPU";
+  fa::RunOptions o;
+  o.check = false;
+  o.timing.warmup = 1;
+  o.timing.repeats = 3;
+  const VarlenShape s = varlen(kMixed, kMixed, 4, 128, true);
+  for (fa::RunResult r : {fa::time_varlen_padded(*k, s, DType::BF16, o),
+                          fa::time_varlen_per_sequence(*k, s, DType::BF16, o)}) {
+    EXPECT_EQ(r.status, fa::Status::Pass) << r.report();
+    EXPECT_GT(r.ms, 0) << r.report();
+    EXPECT_GT(r.tflops, 0) << r.report();
+  }
+  const VarlenShape w = varlen(kMixed, kMixed, 4, 128, true, 64);
+  EXPECT_EQ(fa::time_varlen_padded(*k, w, DType::BF16, o).status, fa::Status::Unsupported);
+  EXPECT_EQ(fa::time_varlen_per_sequence(*k, w, DType::BF16, o).status, fa::Status::Unsupported);
+}
+
+}  // namespace
