@@ -1,0 +1,877 @@
+// v2_window.cu: v1 (v1_varlen.cu) with a sliding window: each Q tile visits only the key tiles
+// its rows' windows reach, and masks only the tiles the window's edges cross.
+//
+// What changed vs v1, and why
+//   Local (sliding-window) attention: query i sees keys j with d(i) - left <= j <= d(i) + right,
+//   d(i) = i + seq_k - seq_q the bottom-right diagonal (shapes.h; -1 leaves a side unlimited;
+//   causal is right = 0). A row sees at most left + right + 1 keys, so a Q tile of Br rows needs
+//   about (Br + left + right) / Bc key tiles whatever seq_k is: the work grows as seq_q x window,
+//   not seq_q x seq_k. Since both ends of a row's window move by one key per row, the keys of
+//   consecutive rows form one interval, and so do the tiles (ch09_band.h):
+//     * the key loop runs over key_tiles(band, q0, q0 + Br, Bc) = [first row's first key / Bc,
+//       last row's last key / Bc] and nothing else: tiles before or after it are never loaded;
+//     * a warp skips a tile outside key_tiles of its own 32 rows (05/v5 skipped the tiles after the
+//       causal diagonal; the window adds those before the left edge);
+//     * a tile is masked only where some pair of it is hidden, tile_needs_mask of the warp's rows
+//       (the window's left or right edge, or the end of seq_k, crosses it; 05/v5's "diagonal
+//       tile" class is its right = 0 case). Those tiles are the two ends of the warp's range: the
+//       tiles between, inside every row's window, are one interval, whose two ends the warp
+//       works out once. In a masked tile element (i, j) is kept iff band.visible(i, j), i.e.
+//       first_key(i) <= j <= last_key(i), tested in 32 bits against the window's edges of the
+//       thread's first row (registers: the band's 64-bit values kept for the loop spilled).
+//   A row that sees no key at all (seq_q > seq_k at the top under causal masking, or a window right
+//   edge before key 0) is masked in every tile it meets, or meets none: l = 0, so O = 0 and
+//   L = -inf, as before. The rest (offset table, copies, softmax, epilogue) is v1's.
+//
+// Map of the kernel (per block: one Q tile of Br = 128 rows of one (sequence, head); per warp:
+// 32 rows, the thread owns rows g and g + 8 of each of its two m16 tiles)
+//   offsets    sequence b's lengths and base pointers from cu_seqlens; return if q0 >= seq_q
+//   band       the window of this sequence (ch09_band.h): the block's key tiles, each warp's
+//              tiles and unmasked tiles, the window's edges of each thread's first row
+//   prologue   cp.async Q tile and the block's first K/V tile; wait; Q fragments (D 64)
+//   loop j     over the block's key tiles only
+//              wait; __syncthreads; cp.async K/V tile j + 1 (the copy plan) into the other buffer
+//              skip if tile j is outside this warp's key tiles
+//     (1) S = Q K_j^T: for each k16 slice, each K fragment -> 2 MMAs per m16 tile
+//     (2) mask (only tiles the window's edges or the end of seq_k cross)
+//     (3) online softmax of each m16 tile's two rows per thread, the scale in the exp2 FFMA
+//     (4) O = alpha O + P V_j (O rescaled only where a max moved, D 128)
+//   epilogue   O / l through stmatrix (sm_90; each m16 tile through its rows of sQ on older GPUs),
+//              rows below seq_q only; then L
+//
+// Speed: measured in chapters/09_serving/README.md
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "ch09_band.h"
+#include "check.h"
+#include "gpu.h"
+#include "mma.cuh"
+#include "registry.h"
+
+namespace fa {
+namespace {
+
+constexpr const char* kName = "09/v2_window";  // the registered name
+
+constexpr int kM16Rows = 16;  // rows of one m16 tile (mma.sync m16n8k16)
+
+// The tiles of head dim D (64 or 128): 4 warps of 2 m16 tiles each.
+template <int D>
+struct Tiles {
+  static_assert(D == 64 || D == 128, "this file instantiates head dims 64 and 128");
+  static constexpr int kM = 2;  // m16 tiles per warp
+  static constexpr int kRowsPerWarp = kM16Rows * kM;
+  static constexpr int kWarps = 4;
+  static constexpr int kThreads = kWarps * 32;       // two blocks per SM at up to 255 registers
+  static constexpr int kBr = kWarps * kRowsPerWarp;  // query rows per block: 128
+  static constexpr int kBc = 64;                     // keys per K/V tile
+  static constexpr int kSTiles = kBc / 8;            // n8 tiles of S per m16 tile
+  static constexpr bool kQInRegs = kM * D <= 128;    // 32 rows x D x 2 B / 32 lanes <= 32 regs
+  static constexpr int kQRegSlices = kQInRegs ? D / 16 : 1;
+  // O is rescaled only where some row's max moved, at D 128: with Bc = 64 ptxas spills 100 bytes
+  // without the skip (05/v5's header).
+  static constexpr bool kSkipRescale = D >= 96;
+  static_assert(kBc % 16 == 0, "P V takes the keys 16 at a time");
+};
+
+// The swizzled tile: rows of D elements with no padding, each row's 16-byte chunks permuted
+// within their 128-byte group: logical chunk c of row r is stored at chunk c ^ (r % 8). Every row
+// starts at a 128-byte boundary (so a warp's cp.async of whole rows fills whole lines), and the
+// eight rows of an ldmatrix 8x8 matrix (same logical chunk, rows r .. r + 7) still land in eight
+// different chunks of the group: no bank conflicts either. Rows of at least 8 chunks (D a multiple
+// of 64); the tile must start at a 128-byte boundary.
+constexpr int kSwizzleRows = 8;  // the permutation repeats every 8 rows
+
+// Element offset of logical chunk `chunk` (8 elements) of row `row` in a swizzled tile.
+template <int D>
+__device__ __forceinline__ int swizzled_offset(int row, int chunk) {
+  static_assert(D % 64 == 0, "a swizzled row holds whole 128-byte groups of 8 chunks");
+  return row * D + (chunk ^ (row % kSwizzleRows)) * 8;
+}
+
+// The same for a reader's 32-bit shared address (ldmatrix). If `plain` is where logical chunk c of
+// row r would be without the swizzle (tile + (r * D + 8 c) * 2 bytes, tile 128-byte aligned), its
+// bits 4-6 are c % 8, so plain ^ swizzle_xor(r) is where it is stored. Every row a lane reads in
+// this kernel is lane % 8 modulo 8 (tiles of 16 rows, each lane at row lane % 8 of an 8-row
+// matrix), so one XOR pattern serves all of its reads.
+__device__ __forceinline__ uint32_t swizzle_xor(int row) {
+  return uint32_t(row % kSwizzleRows) * 16;
+}
+
+// A lane's ldmatrix address into a swizzled tile, as 32-bit shared-memory addresses, for reads at
+// (row offset, 16-element column step j): `rows` is a byte offset of whole rows (a multiple of 8
+// rows, so row % 8 stays the lane's), j the 16-column step (32 bytes). XORing each read with
+// swizzle_xor would cost an instruction per read (two: the add is no longer folded). But the XOR
+// touches bits 4-6 only, and adding a multiple of 128 leaves those bits alone, so
+// (plain + 32 j) ^ xor = ((plain + 32 (j % 4)) ^ xor) + 128 (j / 4): four bases, computed once,
+// and each read is a base plus a constant, which ptxas folds into the instruction. (`rows` is a
+// multiple of 128 bytes as well.)
+struct LaneAddr {
+  uint32_t base[4];
+  __device__ __forceinline__ LaneAddr(uint32_t plain, uint32_t xor_bits) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) base[i] = (plain + 32 * i) ^ xor_bits;
+  }
+  // The same lane in a tile `offset` bytes further (a multiple of 128: another buffer).
+  __device__ __forceinline__ LaneAddr(const LaneAddr& a, uint32_t offset) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) base[i] = a.base[i] + offset;
+  }
+  __device__ __forceinline__ uint32_t at(uint32_t rows, int j) const {
+    return base[j % 4] + rows + 128 * (j / 4);
+  }
+};
+
+// Shared memory: the Q tile, then K and V double-buffered, 16-bit elements, swizzled rows of D
+// elements (a row holds whole 128-byte groups at D 64 and 128), every tile at a 128-byte boundary.
+template <int D>
+struct SmemLayout {
+  static constexpr int kPitch = D;  // elements between consecutive rows
+  static constexpr int kQElems = Tiles<D>::kBr * kPitch;
+  static constexpr int kKVElems = Tiles<D>::kBc * kPitch;     // one K (or V) buffer
+  static constexpr int kTotalElems = kQElems + 4 * kKVElems;  // Q, K[2], V[2]
+  static constexpr size_t kBytes = size_t(kTotalElems) * 2;
+  static_assert((kQElems * 2) % 128 == 0 && (kKVElems * 2) % 128 == 0,
+                "swizzled tiles start at 128-byte boundaries");
+  using Lane = LaneAddr;
+};
+
+// Row `row` of a shared tile: the ldmatrix lane addresses (unswizzled: LaneAddr makes the lane's
+// read addresses from it) and the epilogue start from it.
+template <int D, class T>
+__device__ __forceinline__ T* tile_row(T* tile, int row) {
+  return tile + row * SmemLayout<D>::kPitch;
+}
+
+// Element offset of 16-byte chunk ch (8 elements) of row r in a shared tile, where the copies
+// write and the 16-byte reads of the epilogue read.
+template <int D>
+__device__ __forceinline__ int chunk_at(int r, int ch) {
+  return swizzled_offset<D>(r, ch);
+}
+
+struct Params {
+  const void* q;
+  const void* k;
+  const void* v;
+  void* o;
+  float* lse;
+  const int32_t* cu_seqlens_q;  // batch + 1 offsets: sequence b is rows cu[b] .. cu[b + 1] - 1
+  const int32_t* cu_seqlens_k;
+  int64_t total_q, total_k;  // rows of one head's slab of Q (O) and of K (V)
+  int heads;                 // query heads
+  int group;                 // query heads per K/V head (heads / heads_kv)
+  int num_q_tiles;           // Q tiles per (sequence, head): ceil(max_seq_q / Br)
+  bool causal;
+  int64_t window_left, window_right;  // the window of shapes.h, -1: unlimited
+  float scale_log2;                   // softmax_scale * log2(e)
+};
+
+__device__ __forceinline__ float ex2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Copy rows [row0, row0 + ROWS) of the row-major [seq, D] matrix `gmem` into the shared tile
+// `tile`, one 16-byte cp.async per chunk, the block's threads splitting the ROWS * D / 8 chunks
+// evenly. Rows at or past `seq` are zero-filled: cp.async with src-size 0 reads nothing (an
+// in-range pointer is still passed: the matrix's first row). The copies are only issued; the
+// caller commits and waits (mma::cp_async_commit / cp_async_wait) before reading the tile.
+template <int D, int ROWS, class T>
+__device__ __forceinline__ void load_tile_async(T* tile, const T* gmem, int64_t row0, int64_t seq,
+                                                int tid) {
+  static_assert(sizeof(T) == 2, "16-bit elements: 8 per 16-byte chunk");
+  constexpr int kThreads = Tiles<D>::kThreads;
+  constexpr int kChunks = D / 8;  // 16-byte chunks per row
+  static_assert((ROWS * kChunks) % kThreads == 0, "the tile must split evenly over the block");
+#pragma unroll
+  for (int i = 0; i < ROWS * kChunks / kThreads; ++i) {
+    const int c = tid + i * kThreads;
+    const int r = c / kChunks, ch = c % kChunks;
+    const int64_t grow = row0 + r;
+    const bool valid = grow < seq;
+    const T* src = gmem + (valid ? grow * D + ch * 8 : 0);
+    mma::cp_async_16(tile + swizzled_offset<D>(r, ch), src, valid);
+  }
+}
+
+// The copies of K/V tile j, planned once per thread. Working out every 16-byte chunk's row,
+// column, 64-bit source, bounds test and destination from scratch (load_tile_async) costs about
+// 100 instructions per tile and warp at D 128, between the barrier and the first ldmatrix of each
+// step. The plan is fixed: with kChunks = D / 8 chunks per row, thread tid copies chunk
+// tid % kChunks of rows tid / kChunks + kRowsPerPass * i, i < kPasses. Pass i's source and
+// destination are the thread's first ones plus compile-time constants (folded into the cp.async),
+// tile j's source is kBc * D * j elements further, buffer b's destination b tiles further. The
+// plan is two registers (a shared address and an offset into a tile; K and V are laid out alike),
+// since D 64 and 128 have none to spare. Only a tile that ends past seq_k (the last one, when
+// seq_k % kBc != 0) tests its rows, one comparison per pass.
+template <class T, int D>
+struct KVCopyPlan {
+  using Sm = SmemLayout<D>;
+  using Tl = Tiles<D>;
+  static constexpr int kChunks = D / 8;
+  static constexpr int kRowsPerPass = Tl::kThreads / kChunks;
+  static_assert(Tl::kThreads % kChunks == 0 && Tl::kBc % kRowsPerPass == 0 &&
+                    kRowsPerPass % kSwizzleRows == 0,
+                "the block copies whole rows per pass, and every pass sees the same swizzle");
+  static constexpr int kPasses = Tl::kBc / kRowsPerPass;
+  static constexpr uint32_t kTileBytes = Sm::kKVElems * 2;  // one K (or V) buffer
+  static constexpr uint32_t kVBytes = 2 * kTileBytes;       // V buffer 0 from K buffer 0
+  static constexpr uint32_t kPassBytes = kRowsPerPass * Sm::kPitch * 2;  // pass i to i + 1
+
+  uint32_t dst;  // this thread's first chunk in K buffer 0 (32-bit shared address)
+  uint32_t src;  // ... and its element offset in a tile of K or V (below 2^31: Bc x D)
+
+  __device__ __forceinline__ KVCopyPlan(T* sK, int tid) {
+    const int row = tid / kChunks, chunk = tid % kChunks;
+    dst = mma::smem_addr(sK) + uint32_t(chunk_at<D>(row, chunk)) * 2;
+    src = uint32_t(row * D + 8 * chunk);
+  }
+
+  // Tile j of K and V (rows j Bc ... of the sequence's [seq_k, D] matrices) into buffer buf. A
+  // tile that ends past seq_k (rows_left = seq_k - j Bc < Bc) zero-fills the rows past the end:
+  // cp.async with src-size 0, from the tile's first row (in range) rather than past the end. Those
+  // rows are the next sequence's, or past the end of the tensor: never read.
+  __device__ __forceinline__ void issue(const T* K, const T* V, int j, int buf, int rows_left,
+                                        int tid) const {
+    const uint32_t d = dst + uint32_t(buf) * kTileBytes;
+    const int64_t tile = int64_t(j) * (Tl::kBc * D);
+    const T* k = K + tile + src;
+    const T* v = V + tile + src;
+    if (rows_left >= Tl::kBc) {
+#pragma unroll
+      for (int i = 0; i < kPasses; ++i)
+        mma::cp_async_16(d + i * kPassBytes, k + i * kRowsPerPass * D);
+#pragma unroll
+      for (int i = 0; i < kPasses; ++i)
+        mma::cp_async_16(d + kVBytes + i * kPassBytes, v + i * kRowsPerPass * D);
+    } else {
+      const int row = tid / kChunks;
+#pragma unroll
+      for (int i = 0; i < kPasses; ++i) {
+        const bool in = row + i * kRowsPerPass < rows_left;
+        mma::cp_async_16(d + i * kPassBytes, in ? k + i * kRowsPerPass * D : K + tile, in);
+        mma::cp_async_16(d + kVBytes + i * kPassBytes, in ? v + i * kRowsPerPass * D : V + tile,
+                         in);
+      }
+    }
+  }
+};
+
+// This lane's ldmatrix.x4 address for the A fragment of k16 slice 0 of the 16 Q rows of m16 tile
+// `slab` of the block (slice kk is kk * 16 elements further along). Lane l addresses row l % 8 of
+// matrix l / 8; the four 8x8 matrices are
+//   m0 = rows 0-7, cols 0-7   -> a[0]      m1 = rows 8-15, cols 0-7  -> a[1]
+//   m2 = rows 0-7, cols 8-15  -> a[2]      m3 = rows 8-15, cols 8-15 -> a[3]
+// (cols relative to the slice), exactly the A fragment order of mma.cuh.
+template <int D, class T>
+__device__ __forceinline__ const T* q_lane_ptr(const T* sQ, int slab, int lane) {
+  const int row = slab * kM16Rows + (lane % 8) + 8 * ((lane / 8) & 1);
+  const int col = 8 * (lane / 16);
+  return sQ + row * SmemLayout<D>::kPitch + col;
+}
+
+// S = 0 for the warp's kM m16 tiles (the accumulators of S = Q K_j^T).
+template <int D>
+__device__ __forceinline__ void zero_s_m(float (&s)[Tiles<D>::kM][Tiles<D>::kSTiles][4]) {
+#pragma unroll
+  for (int m = 0; m < Tiles<D>::kM; ++m)
+#pragma unroll
+    for (int nt = 0; nt < Tiles<D>::kSTiles; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[m][nt][e] = 0.0f;
+}
+
+// S = Q K_j^T for the warp's kM m16 tiles. Each K fragment (ldmatrix.x4: two n8 tiles, one k16
+// slice) is loaded once and used by every m16 tile. Q comes from q_frag where Tiles<D>::kQInRegs,
+// else from shared memory at q (m16 tile m is 16 rows further per m); k: this lane's ldmatrix
+// address in the K buffer. The fragment loads are software-pipelined: the Q and K fragments of
+// k16 slice kk + 1 are loaded into a second set of registers before the MMAs of slice kk are
+// issued, so that those MMAs never wait for a load issued just before them. The loop is unrolled
+// in full (the two register sets are indexed by kk % 2 at compile time).
+template <class T, int D>
+__device__ __forceinline__ void compute_s_m(
+    float (&s)[Tiles<D>::kM][Tiles<D>::kSTiles][4],
+    const uint32_t (&q_frag)[Tiles<D>::kM][Tiles<D>::kQRegSlices][4],
+    const typename SmemLayout<D>::Lane& q, const typename SmemLayout<D>::Lane& k) {
+  using Tl = Tiles<D>;
+  constexpr int kRowBytes = SmemLayout<D>::kPitch * 2;
+  constexpr int kSlices = D / 16;
+  constexpr int kPairs = Tl::kSTiles / 2;
+  uint32_t qa[2][Tl::kM][4], kb[2][kPairs][4];  // slice kk lives in set kk % 2
+  auto load_slice = [&](int kk, int set) {
+#pragma unroll
+    for (int m = 0; m < Tl::kM; ++m) {
+      if constexpr (Tl::kQInRegs) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) qa[set][m][r] = q_frag[m][kk][r];
+      } else {
+        mma::ldmatrix_x4(qa[set][m], q.at(kM16Rows * kRowBytes * m, kk));
+      }
+    }
+#pragma unroll
+    for (int np = 0; np < kPairs; ++np)
+      mma::ldmatrix_x4(kb[set][np], k.at(16 * kRowBytes * np, kk));
+  };
+  zero_s_m<D>(s);
+  load_slice(0, 0);
+#pragma unroll
+  for (int kk = 0; kk < kSlices; ++kk) {
+    const int cur = kk % 2;
+    if (kk + 1 < kSlices) load_slice(kk + 1, cur ^ 1);
+#pragma unroll
+    for (int np = 0; np < kPairs; ++np) {
+      const uint32_t b_lo[2] = {kb[cur][np][0], kb[cur][np][1]};
+      const uint32_t b_hi[2] = {kb[cur][np][2], kb[cur][np][3]};
+#pragma unroll
+      for (int m = 0; m < Tl::kM; ++m) {
+        mma::mma_16816<T>(s[m][2 * np], qa[cur][m], b_lo);
+        mma::mma_16816<T>(s[m][2 * np + 1], qa[cur][m], b_hi);
+      }
+    }
+  }
+}
+
+// O *= alpha for the m16 tiles m where rescale[m] (a tile is skipped when every alpha of it is
+// exactly 1).
+template <int D>
+__device__ __forceinline__ void rescale_o_m(float (&o_acc)[Tiles<D>::kM][D / 8][4],
+                                            const float (&alpha)[Tiles<D>::kM][2],
+                                            const bool (&rescale)[Tiles<D>::kM]) {
+#pragma unroll
+  for (int m = 0; m < Tiles<D>::kM; ++m) {
+    if (!rescale[m]) continue;  // warp-uniform: the kernel's vote
+#pragma unroll
+    for (int dn = 0; dn < D / 8; ++dn) {
+      o_acc[m][dn][0] *= alpha[m][0];
+      o_acc[m][dn][1] *= alpha[m][0];
+      o_acc[m][dn][2] *= alpha[m][1];
+      o_acc[m][dn][3] *= alpha[m][1];
+    }
+  }
+}
+
+// O = alpha O + P V_j for the warp's kM m16 tiles; each V fragment is loaded once for all of them.
+// The rescale of m16 tile m runs only where rescale[m]; v: this lane's ldmatrix .trans address in
+// the V buffer. The V fragment loads are software-pipelined as in compute_s_m: the Bc / 16 x D / 16
+// fragments of the tile are one sequence, and fragment i + 1 is loaded into a second set of
+// registers before the MMAs of fragment i are issued. The P fragments of every k16 slice are
+// packed first.
+template <class T, int D>
+__device__ __forceinline__ void rescale_o_add_pv_m(
+    float (&o_acc)[Tiles<D>::kM][D / 8][4], const float (&s)[Tiles<D>::kM][Tiles<D>::kSTiles][4],
+    const float (&alpha)[Tiles<D>::kM][2], const bool (&rescale)[Tiles<D>::kM],
+    const typename SmemLayout<D>::Lane& v) {
+  using Tl = Tiles<D>;
+  constexpr int kRowBytes = SmemLayout<D>::kPitch * 2;
+  constexpr int kSlices = Tl::kBc / 16, kPairs = D / 16, kSteps = kSlices * kPairs;
+  uint32_t vb[2][4];  // fragment i lives in set i % 2
+  mma::ldmatrix_x4_trans(vb[0], v.at(0, 0));
+  rescale_o_m<D>(o_acc, alpha, rescale);
+  uint32_t p_frag[kSlices][Tl::kM][4];  // two S tiles of one m16 tile are one A fragment (05/v2)
+#pragma unroll
+  for (int kk = 0; kk < kSlices; ++kk)
+#pragma unroll
+    for (int m = 0; m < Tl::kM; ++m) {
+      p_frag[kk][m][0] = mma::pack2<T>(s[m][2 * kk][0], s[m][2 * kk][1]);
+      p_frag[kk][m][1] = mma::pack2<T>(s[m][2 * kk][2], s[m][2 * kk][3]);
+      p_frag[kk][m][2] = mma::pack2<T>(s[m][2 * kk + 1][0], s[m][2 * kk + 1][1]);
+      p_frag[kk][m][3] = mma::pack2<T>(s[m][2 * kk + 1][2], s[m][2 * kk + 1][3]);
+    }
+#pragma unroll
+  for (int i = 0; i < kSteps; ++i) {
+    const int kk = i / kPairs, dp = i % kPairs, cur = i % 2;
+    if (i + 1 < kSteps)
+      mma::ldmatrix_x4_trans(vb[cur ^ 1],
+                             v.at(16 * kRowBytes * ((i + 1) / kPairs), (i + 1) % kPairs));
+    const uint32_t b_lo[2] = {vb[cur][0], vb[cur][1]};
+    const uint32_t b_hi[2] = {vb[cur][2], vb[cur][3]};
+#pragma unroll
+    for (int m = 0; m < Tl::kM; ++m) {
+      mma::mma_16816<T>(o_acc[m][2 * dp], p_frag[kk][m], b_lo);
+      mma::mma_16816<T>(o_acc[m][2 * dp + 1], p_frag[kk][m], b_hi);
+    }
+  }
+}
+
+// Write the 16 rows of m16 tile `slab` of O = o_acc * inv_l (16-bit) to global memory (its first
+// row is row0), rows at or past seq_q not at all: they are the next sequence's. O is staged in the
+// same 16 rows of sQ: only this warp ever read them (its Q fragments), and no cp.async targets sQ
+// any more, so a warp-level sync is enough. Each thread writes 4 bytes at (row g or g+8, col
+// 8dn + 2t): in a swizzled tile these 32 writes fall in 32 different banks (chunk dn of row g at
+// dn ^ g). Then each lane copies 16-byte chunks of whole rows to global memory, read back through
+// the same layout. (The epilogue of builds for GPUs without stmatrix.)
+template <class T, int D>
+__device__ __forceinline__ void store_o_tile(T* O, const float (&o_acc)[D / 8][4],
+                                             const float (&inv_l)[2], T* sQ, int slab, int lane,
+                                             int64_t row0, int64_t seq_q) {
+  const int g = lane / 4, t = lane % 4;
+  // Lanes of a warp may drift apart (independent thread scheduling): make sure every lane's
+  // ldmatrix reads of these rows are done before any lane overwrites them (racecheck caught this).
+  __syncwarp();
+  T* const sO = sQ + slab * kM16Rows * SmemLayout<D>::kPitch;
+  // Chunk ch (8 elements) of row r of those 16 rows (their first row is a multiple of 8).
+  const auto chunk = [sO](int r, int ch) { return sO + swizzled_offset<D>(r, ch); };
+#pragma unroll
+  for (int dn = 0; dn < D / 8; ++dn) {
+    *reinterpret_cast<uint32_t*>(chunk(g, dn) + 2 * t) =
+        mma::pack2<T>(o_acc[dn][0] * inv_l[0], o_acc[dn][1] * inv_l[0]);
+    *reinterpret_cast<uint32_t*>(chunk(g + 8, dn) + 2 * t) =
+        mma::pack2<T>(o_acc[dn][2] * inv_l[1], o_acc[dn][3] * inv_l[1]);
+  }
+  __syncwarp();
+  constexpr int kChunks = D / 8;
+  static_assert((kM16Rows * kChunks) % 32 == 0, "O rows must split evenly over the warp");
+#pragma unroll
+  for (int i = 0; i < kM16Rows * kChunks / 32; ++i) {
+    const int c = lane + 32 * i;
+    const int r = c / kChunks, ch = c % kChunks;
+    const int64_t grow = row0 + r;
+    if (grow < seq_q)
+      *reinterpret_cast<uint4*>(O + grow * D + ch * 8) =
+          *reinterpret_cast<const uint4*>(chunk(r, ch));
+  }
+}
+
+// The warp's kM x 16 rows of O = o_acc * inv_l (16-bit) to global memory at O_warp (its first
+// row), rows_left = seq_q - that row (the rows at or past seq_q, the next sequence's, are not
+// written), with no address arithmetic per element.
+// * Into shared memory: two n8 accumulator tiles, packed to 16 bits, are an A fragment (the layout
+//   P V relies on), so stmatrix (the inverse of ldmatrix) stores them at the lane addresses Q was
+//   read through: q_addr.at(...) is a base plus a constant, 8 stores of 16 columns per m16 tile.
+//   The rows are this warp's own slabs of sQ (only it ever read them, and no copy targets sQ any
+//   more), so __syncwarp is the only barrier.
+// * Into global memory: the warp's rows are contiguous there, so its chunk c (16 bytes, row-major
+//   over its rows) lies at O_warp + 8 c, and lane l copies chunks l + 32 i: a base plus a
+//   constant again. Chunk c belongs to row c / (D / 8), so c < rows_left * D / 8 is exactly "its
+//   row is below seq_q" (rows_left <= 0: nothing). All shared loads are issued before the first
+//   global store.
+template <class T, int D>
+__device__ __forceinline__ void store_o_m(T* O_warp, int64_t rows_left,
+                                          const float (&o_acc)[Tiles<D>::kM][D / 8][4],
+                                          const float (&inv_l)[Tiles<D>::kM][2],
+                                          const typename SmemLayout<D>::Lane& q_addr,
+                                          const T* sQ_warp, int lane) {
+  using Tl = Tiles<D>;
+  constexpr int kRowBytes = SmemLayout<D>::kPitch * 2;
+  constexpr int kChunks = D / 8;                             // 16-byte chunks per row
+  constexpr int kPerLane = Tl::kRowsPerWarp * kChunks / 32;  // chunks each lane copies
+  static_assert(Tl::kRowsPerWarp * kChunks % 32 == 0, "the warp's chunks split evenly");
+  __syncwarp();  // every lane's ldmatrix reads of these rows (Q) are done
+#pragma unroll
+  for (int m = 0; m < Tl::kM; ++m)
+#pragma unroll
+    for (int j = 0; j < D / 16; ++j) {
+      const uint32_t a[4] = {
+          mma::pack2<T>(o_acc[m][2 * j][0] * inv_l[m][0], o_acc[m][2 * j][1] * inv_l[m][0]),
+          mma::pack2<T>(o_acc[m][2 * j][2] * inv_l[m][1], o_acc[m][2 * j][3] * inv_l[m][1]),
+          mma::pack2<T>(o_acc[m][2 * j + 1][0] * inv_l[m][0], o_acc[m][2 * j + 1][1] * inv_l[m][0]),
+          mma::pack2<T>(o_acc[m][2 * j + 1][2] * inv_l[m][1],
+                        o_acc[m][2 * j + 1][3] * inv_l[m][1])};
+      mma::stmatrix_x4(q_addr.at(16 * kRowBytes * m, j), a);
+    }
+  __syncwarp();
+  uint4 chunk[kPerLane];
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    const int c = lane + 32 * i, r = c / kChunks, ch = c % kChunks;
+    chunk[i] = *reinterpret_cast<const uint4*>(sQ_warp + chunk_at<D>(r, ch));
+  }
+  // __stwb is a plain (write-back) 16-byte store. Assigning chunk[i] through a uint4 pointer
+  // compiled to four 32-bit stores (nvcc 13.0: the values live in registers by then), four times
+  // the L2 sectors in Nsight Compute.
+  const int64_t valid = rows_left * kChunks;  // chunks of rows before seq_q
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i)
+    if (lane + 32 * i < valid)
+      __stwb(reinterpret_cast<uint4*>(O_warp + 8 * (lane + 32 * i)), chunk[i]);
+}
+
+// L = ln(sum_j exp(s_j)) of rows row0 + g and row0 + g + 8 of one m16 tile (l, m: this lane's
+// row sums, already reduced over the quad, and raw-score maxima), written by the quad's first lane
+// (t = 0); rows at or past seq_q (the next sequence's) are not.
+__device__ __forceinline__ void write_lse(float* Lse, const float (&l)[2], const float (&m)[2],
+                                          float c, int64_t row0, int64_t seq_q, int g, int t) {
+  if (t == 0) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t row = row0 + g + 8 * h;
+      if (row < seq_q)
+        Lse[row] = l[h] > 0.0f ? (m[h] * c + log2f(l[h])) * 0.6931471805599453f : -INFINITY;
+    }
+  }
+}
+
+template <class T, int D>
+__global__ void __launch_bounds__(Tiles<D>::kThreads, 2) flash_fwd_varlen_kernel(const Params p) {
+  using Sm = SmemLayout<D>;
+  constexpr int kM = Tiles<D>::kM;            // m16 tiles per warp
+  constexpr int kBr = Tiles<D>::kBr;          // query rows per block
+  constexpr int kBc = Tiles<D>::kBc;          // keys per K/V tile
+  constexpr int kSTiles = Tiles<D>::kSTiles;  // n8 tiles of S per m16 tile
+  constexpr int kOTiles = D / 8;              // n8 tiles of O
+  constexpr float kNegInf = -INFINITY;
+
+  // Swizzled tiles must start at 128-byte boundaries; so must the block's shared memory.
+  extern __shared__ __align__(128) unsigned char smem[];
+  T* sQ = reinterpret_cast<T*>(smem);
+  T* sK = sQ + Sm::kQElems;  // buffer b at sK + b * kKVElems
+  T* sV = sK + 2 * Sm::kKVElems;
+
+  const int tid = threadIdx.x;
+  const int warp = tid / 32, lane = tid % 32;
+  const int g = lane / 4, t = lane % 4;
+
+  // ---- Which (sequence, head) and which Q tile: all on blockIdx.x (gridDim.y/z stop at 65535,
+  // and sequences x heads may pass that). The Q tiles of one (sequence, head) are consecutive
+  // blocks, and so are the heads of one sequence (K/V of that sequence stay hot in L2; with GQA
+  // consecutive query heads read the same K/V head), last tile first (under causal masking the
+  // last Q tiles have the most work; starting them first evens the tail).
+  const int bh = int(blockIdx.x / unsigned(p.num_q_tiles));  // b * heads + head
+  const int q_tile = p.num_q_tiles - 1 - int(blockIdx.x % unsigned(p.num_q_tiles));
+  const int b = bh / p.heads, head = bh % p.heads;
+  const int64_t q0 = int64_t(q_tile) * kBr;
+
+  // ---- The offset table: sequence b's lengths, and where its rows start in the packed tensors.
+  // A tile at or past the end of the sequence is padding: no work, nothing to write.
+  const int64_t q_start = p.cu_seqlens_q[b], k_start = p.cu_seqlens_k[b];
+  const int64_t seq_q = p.cu_seqlens_q[b + 1] - q_start;
+  const int64_t seq_k = p.cu_seqlens_k[b + 1] - k_start;
+  if (q0 >= seq_q) return;  // the whole block: before any barrier
+
+  const int64_t kv_head = head / p.group;  // the K/V head this query head reads (GQA)
+  const T* Q = static_cast<const T*>(p.q) + (int64_t(head) * p.total_q + q_start) * D;
+  const T* K = static_cast<const T*>(p.k) + (kv_head * p.total_k + k_start) * D;
+  const T* V = static_cast<const T*>(p.v) + (kv_head * p.total_k + k_start) * D;
+
+  // ---- The window of this sequence, and the K/V tiles this Q tile needs: from its first row's
+  // first key to its last real row's last key (ch09_band.h). Tiles outside are never loaded.
+  const ch09::Band band = ch09::Band::make(seq_q, seq_k, p.causal, p.window_left, p.window_right);
+  const ch09::TileRange tiles = ch09::key_tiles(band, q0, q0 + kBr, kBc);
+
+  // This thread's rows are g and g + 8 of each of the warp's kM m16 tiles: rows warp_row0 + 16 m +
+  // g + 8 h.
+  const int64_t warp_row0 = q0 + warp * Tiles<D>::kRowsPerWarp;
+  // The warp's real rows end at warp_row1: the rows past seq_q are never stored, so they need no
+  // mask, and a warp with none skips every tile.
+  const int64_t warp_row1 =
+      warp_row0 + Tiles<D>::kRowsPerWarp < seq_q ? warp_row0 + Tiles<D>::kRowsPerWarp : seq_q;
+  // The key tiles some row of the warp sees: a tile outside them is invisible to the whole warp,
+  // which then skips it.
+  const ch09::TileRange warp_tiles = ch09::key_tiles(band, warp_row0, warp_row1, kBc);
+  const int warp_first_tile = int(warp_tiles.begin), warp_end_tile = int(warp_tiles.end);
+  // The tiles that need no mask for any row of the warp (tile_needs_mask false) are one interval:
+  // tile j is free of the mask iff its first key is at or after the last row's first key and its
+  // last key at or before the first row's last key (which is at most seq_k - 1). Its two ends are
+  // kept rather than the band: calling tile_needs_mask per tile held the band's 64-bit values in
+  // registers across the loop, 44 bytes of spills at D 128.
+  const int64_t free_first_key = band.first_key(warp_row1 - 1),
+                free_last_key = band.last_key(warp_row0);
+  const int free_first_tile = int((free_first_key + kBc - 1) / kBc);
+  const int free_end_tile = max(int((free_last_key + 1) / kBc), free_first_tile);  // empty: none
+  // The window's edges of this thread's first row (row warp_row0 + g), unclipped, in 32 bits: the
+  // thread's row warp_row0 + g + o (o = 16 m + 8 h <= 24) sees key j iff
+  // row_first + o <= j <= row_last + o and j < seq_k (band.visible, clipped to keys >= 0 by
+  // j itself). Clamping both to [-32, seq_k] changes no answer for keys 0 .. seq_k - 1 (an edge
+  // below -32 stays below 0 after + 24, one past seq_k stays past every key), and keeps them, and
+  // the arithmetic on them, in 32 bits (an unlimited side is a distance of 2^40). Recomputed from
+  // the band in each masked tile, they pushed D 128 into spills.
+  const int64_t diagonal0 = band.diagonal(warp_row0 + g);
+  const int64_t edge_first = diagonal0 - band.left, edge_last = diagonal0 + band.right;
+  const int row_first = int(edge_first < -32 ? -32 : (edge_first > seq_k ? seq_k : edge_first));
+  const int row_last = int(edge_last < -32 ? -32 : (edge_last > seq_k ? seq_k : edge_last));
+
+  // This thread's K/V copies, planned once.
+  const KVCopyPlan<T, D> plan(sK, tid);
+
+  // ---- Prologue: Q tile (group 0) and the first K/V tile (group 1) in flight together. Rows past
+  // the sequence's end (Q rows >= seq_q, K/V rows >= seq_k) are zero-filled, never read.
+  load_tile_async<D, kBr>(sQ, Q, q0, seq_q, tid);
+  mma::cp_async_commit();
+  const int first_tile = int(tiles.begin), end_tile = int(tiles.end);
+  if (end_tile > first_tile)
+    plan.issue(K, V, first_tile, first_tile & 1, int(seq_k) - first_tile * kBc, tid);
+  mma::cp_async_commit();
+  mma::cp_async_wait<0>();
+  __syncthreads();
+
+  // Q: m16 tile m of this warp is the 16-row slab kM * warp + m of sQ. Fragments kept in
+  // registers at D 64 only.
+  constexpr int kRowBytes = Sm::kPitch * 2;
+  // Every ldmatrix row of this lane is lane % 8 modulo 8: one XOR pattern for all of its reads
+  // (LaneAddr).
+  const uint32_t swz = swizzle_xor(lane);
+  const T* q_lane = q_lane_ptr<D>(sQ, kM * warp, lane);  // m16 tile m: 16 m rows down
+  const typename Sm::Lane q_addr(mma::smem_addr(q_lane), swz);
+  uint32_t q_frag[kM][Tiles<D>::kQRegSlices][4];
+  if constexpr (Tiles<D>::kQInRegs) {
+#pragma unroll
+    for (int m = 0; m < kM; ++m)
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk)
+        mma::ldmatrix_x4(q_frag[m][kk], q_addr.at(kM16Rows * kRowBytes * m, kk));
+  }
+
+  float o_acc[kM][kOTiles][4];
+#pragma unroll
+  for (int m = 0; m < kM; ++m)
+#pragma unroll
+    for (int dn = 0; dn < kOTiles; ++dn)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o_acc[m][dn][e] = 0.0f;
+  float m_run[kM][2], l_run[kM][2];  // running max in raw score units, per-thread partial sum
+#pragma unroll
+  for (int m = 0; m < kM; ++m)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      m_run[m][h] = kNegInf;
+      l_run[m][h] = 0.0f;
+    }
+
+  // Per-lane row/column offsets of the ldmatrix addresses for K (05/v2's kernel explains the
+  // mapping), as 32-bit shared addresses of buffer 0.
+  const int k_ld_row = (lane % 8) + 8 * (lane / 16);
+  const int k_ld_col = 8 * ((lane / 8) & 1);
+  const typename Sm::Lane k_addr0(mma::smem_addr(tile_row<D>(sK, k_ld_row) + k_ld_col), swz);
+  constexpr uint32_t kKVBytes = Sm::kKVElems * 2;
+  // V's lane mapping (.trans: row (lane % 8) + 8 ((lane / 8) & 1), column 8 (lane / 16) of a
+  // 16 x 16 block) is Q's, so q_addr's bases reach V as well: V buffer b lies (Q tile + both K
+  // buffers - this warp's Q offset + b * buffer) bytes further. (K's mapping differs: its own set
+  // of bases stays.)
+  const uint32_t v_from_q =
+      uint32_t(Sm::kQElems * 2 + 2 * Sm::kKVElems * 2) - uint32_t(16 * kRowBytes * kM * warp);
+
+  for (int j = first_tile; j < end_tile; ++j) {
+    const int buf = int(j & 1);
+    if (j > first_tile) {
+      // Tile j (the only group in flight) has landed for this thread; the barrier makes it
+      // visible to all, and also guarantees every warp is done with tile j-1, whose buffer the
+      // next cp.async overwrites.
+      mma::cp_async_wait<0>();
+      __syncthreads();
+    }
+    if (j + 1 < end_tile) {
+      // The launcher keeps lengths below 2^31: rows_left in 32 bits.
+      plan.issue(K, V, j + 1, buf ^ 1, int(seq_k) - (j + 1) * kBc, tid);
+      mma::cp_async_commit();
+    }
+    const int k0 = j * kBc;
+    // j outside [first, end) as one unsigned comparison (j - first wraps around below first).
+    if (unsigned(j - warp_first_tile) >= unsigned(warp_end_tile - warp_first_tile))
+      continue;  // no row of this warp sees tile j
+
+    // ---- (1) S = Q K_j^T: 32 x Bc per warp (kM m16 tiles).
+    float s[kM][kSTiles][4];
+    const typename Sm::Lane k_addr(k_addr0, buf * kKVBytes);
+    compute_s_m<T, D>(s, q_frag, q_addr, k_addr);
+
+    if (p.scale_log2 < 0.0f) {  // negative scale: c * s = |c| * (-s), so the max stays a max
+#pragma unroll
+      for (int m = 0; m < kM; ++m)
+#pragma unroll
+        for (int nt = 0; nt < kSTiles; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[m][nt][e] = -s[m][nt][e];
+    }
+
+    // ---- (2) Mask: keys outside a row's window, and keys past seq_k (the next sequence's rows,
+    // zero-filled in shared memory). Uniform per warp, so only the tiles the window's edges or the
+    // ragged end cross pay for it.
+    if (unsigned(j - free_first_tile) >= unsigned(free_end_tile - free_first_tile)) {
+      // Element (m, nt, e) is key k0 + 2 t + col of row warp_row0 + g + o, with col and o
+      // compile-time constants: the tests against row_first, row_last and seq_k become tests of
+      // col - o and col against three numbers per thread and tile.
+      const int lo = row_first - k0 - 2 * t, hi = row_last - k0 - 2 * t;
+      const int last = int(seq_k) - 1 - k0 - 2 * t;
+#pragma unroll
+      for (int m = 0; m < kM; ++m)
+#pragma unroll
+        for (int nt = 0; nt < kSTiles; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int col = nt * 8 + (e & 1), o = 16 * m + 8 * (e >> 1);
+            if (col - o < lo || col - o > hi || col > last) s[m][nt][e] = kNegInf;
+          }
+    }
+
+    // ---- (3) Online softmax on rows g (h = 0) and g+8 (h = 1) of each m16 tile, the scale
+    // c = |scale| * log2(e) inside the exponent's FMA. c is read from the kernel parameters
+    // (constant memory) where it is used: kept in a register across the loop it pushed D = 64 past
+    // its 128-register budget (at the time two blocks of 256 threads).
+    const float c = fabsf(p.scale_log2);
+    float alpha[kM][2];
+    bool rescale[kM];  // whether m16 tile m's O is multiplied by alpha (a warp vote)
+#pragma unroll
+    for (int m = 0; m < kM; ++m) {
+      float m_new[2] = {m_run[m][0], m_run[m][1]};
+#pragma unroll
+      for (int nt = 0; nt < kSTiles; ++nt) {
+        m_new[0] = fmaxf(m_new[0], fmaxf(s[m][nt][0], s[m][nt][1]));
+        m_new[1] = fmaxf(m_new[1], fmaxf(s[m][nt][2], s[m][nt][3]));
+      }
+      float base[2];  // c * m_new, in log2 units
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {  // the 4 threads of a quad hold the whole row
+        m_new[h] = fmaxf(m_new[h], __shfl_xor_sync(0xffffffffu, m_new[h], 1));
+        m_new[h] = fmaxf(m_new[h], __shfl_xor_sync(0xffffffffu, m_new[h], 2));
+        base[h] = m_new[h] == kNegInf ? 0.0f : m_new[h] * c;  // no key seen yet: no -inf - -inf
+        // An unmoved max gives alpha = 1 exactly; else 0 when m_run = -inf.
+        alpha[m][h] = m_new[h] == m_run[m][h] ? 1.0f : ex2_approx(fmaf(m_run[m][h], c, -base[h]));
+        m_run[m][h] = m_new[h];
+        l_run[m][h] *= alpha[m][h];
+      }
+      rescale[m] = !Tiles<D>::kSkipRescale ||
+                   __any_sync(0xffffffffu, alpha[m][0] != 1.0f || alpha[m][1] != 1.0f);
+#pragma unroll
+      for (int nt = 0; nt < kSTiles; ++nt) {
+        s[m][nt][0] = ex2_approx(fmaf(s[m][nt][0], c, -base[0]));
+        s[m][nt][1] = ex2_approx(fmaf(s[m][nt][1], c, -base[0]));
+        s[m][nt][2] = ex2_approx(fmaf(s[m][nt][2], c, -base[1]));
+        s[m][nt][3] = ex2_approx(fmaf(s[m][nt][3], c, -base[1]));
+        l_run[m][0] += s[m][nt][0] + s[m][nt][1];
+        l_run[m][1] += s[m][nt][2] + s[m][nt][3];
+      }
+    }
+
+    // ---- (4) O = alpha * O + P V_j.
+    const typename Sm::Lane v_addr(q_addr, v_from_q + buf * kKVBytes);
+    rescale_o_add_pv_m<T, D>(o_acc, s, alpha, rescale, v_addr);
+  }
+
+  // ---- Epilogue: finish the row sums (each thread summed only its own columns), then O of all
+  // m16 tiles at once through store_o_m (stmatrix, where the build targets sm_90 or newer; older
+  // GPUs store each m16 tile through its own 16 rows of sQ), then L; rows below seq_q only.
+  T* O = static_cast<T*>(p.o) + (int64_t(head) * p.total_q + q_start) * D;
+  float* Lse = p.lse + int64_t(head) * p.total_q + q_start;
+  const float c = fabsf(p.scale_log2);
+  if constexpr (mma::kHasStmatrix) {
+    float inv_l[kM][2];
+#pragma unroll
+    for (int m = 0; m < kM; ++m)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        l_run[m][h] += __shfl_xor_sync(0xffffffffu, l_run[m][h], 1);
+        l_run[m][h] += __shfl_xor_sync(0xffffffffu, l_run[m][h], 2);
+        inv_l[m][h] = l_run[m][h] > 0.0f ? 1.0f / l_run[m][h] : 0.0f;  // no visible key: O = 0
+      }
+    store_o_m<T, D>(O + warp_row0 * D, seq_q - warp_row0, o_acc, inv_l, q_addr,
+                    tile_row<D>(sQ, Tiles<D>::kRowsPerWarp * warp), lane);
+#pragma unroll
+    for (int m = 0; m < kM; ++m)
+      write_lse(Lse, l_run[m], m_run[m], c, warp_row0 + 16 * m, seq_q, g, t);
+  } else {
+#pragma unroll
+    for (int m = 0; m < kM; ++m) {
+      float inv_l[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        l_run[m][h] += __shfl_xor_sync(0xffffffffu, l_run[m][h], 1);
+        l_run[m][h] += __shfl_xor_sync(0xffffffffu, l_run[m][h], 2);
+        inv_l[h] = l_run[m][h] > 0.0f ? 1.0f / l_run[m][h] : 0.0f;  // no visible key: O = 0
+      }
+      store_o_tile<T, D>(O, o_acc[m], inv_l, sQ, kM * warp + m, lane, warp_row0 + 16 * m, seq_q);
+      write_lse(Lse, l_run[m], m_run[m], c, warp_row0 + 16 * m, seq_q, g, t);
+    }
+  }
+}
+
+template <class T, int D>
+void launch(const VarlenFwdArgs& a, cudaStream_t stream) {
+  const VarlenShape& s = a.shape;
+  const int64_t num_q_tiles = ceil_div(s.max_seq_q(), Tiles<D>::kBr);
+  const int64_t blocks = num_q_tiles * s.heads * s.batch();
+  FA_UNSUPPORTED_IF(blocks > INT_MAX, std::string(kName) + ": more than 2^31-1 thread blocks");
+  // 32-bit key indices: k0 + Bc and q0 + Br must not overflow; 256 = 2 x Br. Every sequence is at
+  // most its total.
+  constexpr int64_t kSeqMargin = 256;
+  FA_UNSUPPORTED_IF(s.total_q() > INT_MAX - kSeqMargin || s.total_k() > INT_MAX - kSeqMargin,
+                    std::string(kName) + ": packed lengths must stay below 2^31 - 256");
+  Params p;
+  p.q = a.q;
+  p.k = a.k;
+  p.v = a.v;
+  p.o = a.o;
+  p.lse = a.lse;
+  p.cu_seqlens_q = a.cu_seqlens_q;
+  p.cu_seqlens_k = a.cu_seqlens_k;
+  p.total_q = s.total_q();
+  p.total_k = s.total_k();
+  p.heads = int(s.heads);
+  p.group = int(s.heads / s.kv_heads());
+  p.num_q_tiles = int(num_q_tiles);
+  p.causal = s.causal;
+  p.window_left = s.window_left;
+  p.window_right = s.window_right;
+  p.scale_log2 = s.sequence(0).softmax_scale() * 1.4426950408889634f;  // log2(e)
+
+  constexpr size_t smem = SmemLayout<D>::kBytes;
+  FA_UNSUPPORTED_IF(smem > smem_optin_bytes(),
+                    std::string(kName) + ": head_dim " + std::to_string(D) + " needs " +
+                        std::to_string(smem) +
+                        " bytes of shared memory per block, more than this GPU allows");
+  auto kernel = flash_fwd_varlen_kernel<T, D>;
+  // Above 48 KiB of dynamic shared memory a kernel must opt in; also ask for the largest
+  // shared-memory carveout so that two blocks fit per SM.
+  FA_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  FA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                     int(cudaSharedmemCarveoutMaxShared)));
+  kernel<<<unsigned(blocks), Tiles<D>::kThreads, smem, stream>>>(p);
+  FA_CHECK_LAUNCH();
+}
+
+template <class T>
+void dispatch_head_dim(const VarlenFwdArgs& a, cudaStream_t stream) {
+  switch (a.shape.head_dim) {
+    case 64:
+      return launch<T, 64>(a, stream);
+    case 128:
+      return launch<T, 128>(a, stream);
+    default:
+      FA_UNSUPPORTED_IF(true, std::string(kName) + ": head_dim " +
+                                  std::to_string(a.shape.head_dim) + " not instantiated (64, 128)");
+  }
+}
+
+void varlen_fwd(const VarlenFwdArgs& a, cudaStream_t stream) {
+  const VarlenShape& s = a.shape;
+  FA_REQUIRE(s.seqlens_k.size() == s.seqlens_q.size(), "one key length per sequence");
+  for (size_t b = 0; b < s.seqlens_q.size(); ++b)
+    FA_REQUIRE(s.seqlens_q[b] >= 0 && s.seqlens_k[b] >= 0, "negative sequence length");
+  FA_REQUIRE(s.heads >= 0 && s.heads_kv >= 0, "negative size");
+  if (s.batch() == 0 || s.heads == 0 || s.total_q() == 0) return;  // nothing to write
+  FA_UNSUPPORTED_IF(s.heads % s.kv_heads() != 0,
+                    std::string(kName) + ": heads must be a multiple of heads_kv");
+  FA_REQUIRE(a.cu_seqlens_q != nullptr && a.cu_seqlens_k != nullptr, "cu_seqlens on the device");
+  switch (a.dtype) {
+    case DType::BF16:
+      return dispatch_head_dim<__nv_bfloat16>(a, stream);
+    case DType::F16:
+      return dispatch_head_dim<__half>(a, stream);
+    default:
+      FA_UNSUPPORTED_IF(true, std::string(kName) + ": takes fp16 or bf16 inputs only");
+  }
+}
+
+}  // namespace
+}  // namespace fa
+
+FA_REGISTER(VarlenFwdKernel,
+            {fa::kName,
+             fa::varlen_fwd,
+             "v1 with a sliding window: each Q tile loops over the key tiles its rows' windows "
+             "reach, and masks only the tiles the window's edges cross",
+             {fa::DType::F16, fa::DType::BF16},
+             {64, 128},
+             /*min_sm=*/80,
+             /*gqa=*/true,
+             /*window=*/true});
