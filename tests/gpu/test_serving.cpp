@@ -55,11 +55,12 @@ VarlenShape varlen(std::vector<int64_t> q, std::vector<int64_t> k, int64_t heads
 }
 
 // Ragged batches: equal query and key lengths (self-attention of a packed batch, an empty
-// sequence among them), and key lengths other than the query lengths (a prefix cache: seq_k >
-// seq_q, and seq_q > seq_k, whose causal rows partly see no key).
+// sequence among them), and key lengths other than the query lengths: seq_k > seq_q (a prefix
+// cache), seq_q > seq_k (causal rows that see no key), keys without queries and queries without
+// keys (O = 0, L = -inf).
 const std::vector<int64_t> kMixed = {1, 17, 0, 127, 129, 1000, 5000};
 const std::vector<int64_t> kMixedShort = {1, 17, 0, 127, 129, 1000};
-const std::vector<int64_t> kQ = {1, 17, 129, 0}, kK = {1000, 17, 300, 5};
+const std::vector<int64_t> kQ = {1, 17, 129, 0, 300, 40}, kK = {1000, 17, 300, 5, 129, 0};
 
 // The windows of FlashAttention's (left, right), with and without causal masking.
 struct Window {
@@ -95,7 +96,8 @@ TEST_P(VarlenFwdKernels, SlidingWindows) {
            {varlen(kMixedShort, kMixedShort, 4, d, w.causal, w.left, w.right),
             varlen(kQ, kK, 4, d, w.causal, w.left, w.right)}) {
         SCOPED_TRACE(s.str() + " " + fa::dtype_name(t));
-        fa::RunResult r = fa::run_varlen_fwd(kernel(), s, t, check_only(w.left + 7 * w.right));
+        fa::RunResult r =
+            fa::run_varlen_fwd(kernel(), s, t, check_only(200 + w.left + 7 * w.right));
         if (!kernel().window && s.has_window()) {  // must refuse, never run
           if (r.status == fa::Status::NoGpu) GTEST_SKIP() << r.message;
           EXPECT_EQ(r.status, fa::Status::Unsupported) << r.report();
@@ -191,7 +193,8 @@ TEST_P(VarlenBwdKernels, SlidingWindows) {
       for (const VarlenShape& s : {varlen(kBwd, kBwd, 2, d, w.causal, w.left, w.right),
                                    varlen(kBwdQ, kBwdK, 2, d, w.causal, w.left, w.right)}) {
         SCOPED_TRACE(s.str() + " " + fa::dtype_name(t));
-        fa::RunResult r = fa::run_varlen_bwd(kernel(), s, t, check_only(w.left + 5 * w.right));
+        fa::RunResult r =
+            fa::run_varlen_bwd(kernel(), s, t, check_only(300 + w.left + 5 * w.right));
         if (!kernel().window && s.has_window()) {
           if (r.status == fa::Status::NoGpu) GTEST_SKIP() << r.message;
           EXPECT_EQ(r.status, fa::Status::Unsupported) << r.report();
