@@ -1,0 +1,727 @@
+// bwd_v2_window.cu: 09/bwd_v2_window, 09/bwd_v2_window with a sliding window (local
+// attention): query i of a sequence sees the keys j with d(i) - window_left <= j <= d(i) +
+// window_right, d(i) = i + seq_k - seq_q its bottom-right diagonal (shapes.h; causal is
+// window_right = 0, -1 leaves a side unlimited). A packed variable-length batch as in v1
+// (VarlenShape, head-major [heads, total, D], cu_seqlens on the device), bf16 / fp16 in,
+// mma.sync m16n8k16, fp32 accumulate, D 64 and 128, heads_kv == heads. Not bitwise deterministic
+// (dQ by atomics). O and L come from 09/v2_window.
+//
+// What changed against bwd_v1_varlen, and why. One idea: a block of keys walks only the query
+// tiles of its band. v1 (as chapter 06) had a special case for causal masking: the first Q tile
+// is the one holding the first query that sees key k0, and a tile is masked when it crosses the
+// diagonal. A window is the same thing with two edges instead of one: the rows that see a block
+// of consecutive keys are one interval (ch09_band.h says why), so the loop over Q tiles gets a
+// start and an end, fa::ch09::query_tiles(band, j0, j1, Br), and everything outside them, which
+// the window hides from this key tile, is never loaded nor computed. Inside, a tile is masked only
+// where fa::ch09::tile_needs_mask says some pair of it is hidden (a band edge or the end of the
+// sequence crosses it), and there each element tests band.visible(i, j), written as
+// first_key(i) <= j <= last_key(i) with the two ends computed once per row. Without a window the
+// band is v1's causal or full range, and the same tiles run. Keys no query sees leave with
+// dK = dV = 0; rows that see no key have L = -inf, so their P (and dS) is exactly 0.
+//
+// The map (three launches on one stream, after the caller's memset of the workspace), as v1:
+//   1. D = rowsum(dO o O) over the heads * total_q rows (chapter 06's preprocess).
+//   2. warp_tiles_kernel, one block per (sequence, head, key tile): the offset table, return if
+//      the key tile lies past seq_k; the band's Q tiles (query_tiles); per Q tile: wait for the
+//      tile, barrier, prefetch the next one; S = Q K^T, dP = dO V^T; P = exp(scale S - L), masked
+//      where the band's edges cross the tile, dS = P (dP - D) into shared memory; barrier;
+//      dV += P^T dO, dK += dS^T Q; dQaccum += dS K by atomics; then dK, dV of the sequence's keys.
+//   3. dQ = dQaccum * scale, every element.
+//
+// Shared memory: 171 KiB at D 128, 178 KiB at D 64, as 06/v5 and v1: more than an A100's
+// 163 KiB, where this rung reports those head dims as unsupported.
+//
+// Speed: measured in chapters/09_serving/README.md
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "../06_flash_backward/delta_preprocess.cuh"
+#include "ch09_band.h"
+#include "check.h"
+#include "gpu.h"
+#include "mma.cuh"
+#include "registry.h"
+
+namespace {
+
+using fa::ceil_div;
+using fa::mma::ldmatrix_x4;
+using fa::mma::ldmatrix_x4_trans;
+using fa::mma::smem_addr;
+
+// ---- shared-memory tiles and fragments ------------------------------------------------------
+// The fragment layouts are those of common/mma.cuh (g = lane / 4, t = lane % 4); an ldmatrix.x4
+// takes from lane l the row address of matrix i = l / 8, row r = l % 8.
+//
+// The P and dS tiles are padded: [rows][kBc + kPad]. The 8 elements (16 bytes) of padding per row
+// shift each row by 16 bytes modulo 128, so the eight row addresses of one ldmatrix 8x8 matrix
+// fall into eight different 16-byte bank groups (no bank conflicts, with or without .trans).
+constexpr int kPad = 8;  // elements of padding per shared-memory row (16 bytes)
+
+// The Q, K, V and dO tiles are swizzled: rows of D elements with no padding, each row's 16-byte
+// chunks permuted within their 128-byte group: logical chunk c of row r is stored at chunk
+// c ^ (r % 8). Why not the padding: a padded row starts 16 bytes further modulo 128 than the one
+// before, so a warp's cp.async of whole rows writes shared memory across 128-byte lines, and
+// Nsight Compute counts 2.6x the ideal shared-memory wavefronts and 1.5x the ideal L2 sectors for
+// those copies. The XOR keeps every row at a 128-byte boundary (the copies are aligned) and still
+// sends the eight rows of an ldmatrix 8x8 matrix (same logical chunk, rows r .. r + 7) to eight
+// different chunks of the group: no bank conflicts either. Rows of at least 8 chunks (D a multiple
+// of 64); the tile must start at a 128-byte boundary.
+constexpr int kSwizzleRows = 8;  // the permutation repeats every 8 rows
+
+// Element offset of logical chunk `chunk` (8 elements) of row `row` in a swizzled tile.
+template <int D>
+__device__ __forceinline__ int swizzled_offset(int row, int chunk) {
+  static_assert(D % 64 == 0, "a swizzled row holds whole 128-byte groups of 8 chunks");
+  return row * D + (chunk ^ (row % kSwizzleRows)) * 8;
+}
+
+// The same for a reader's 32-bit shared address (ldmatrix). If `plain` is where logical chunk c of
+// row r would be without the swizzle (tile + (r * D + 8 c) * 2 bytes, tile 128-byte aligned), its
+// bits 4-6 are c % 8, so plain ^ swizzle_xor(r) is where it is stored.
+__device__ __forceinline__ uint32_t swizzle_xor(int row) {
+  return uint32_t(row % kSwizzleRows) * 16;
+}
+
+// Copy rows [row0, row0 + ROWS) of a [seq, D] row-major matrix `g` into the swizzled tile `s`,
+// 16 bytes per cp.async. Rows at or past `seq` are zero-filled (nothing is read for them): here
+// they are the next sequence's rows, or past the end of the packed tensor.
+template <class T, int D, int ROWS, int THREADS>
+__device__ __forceinline__ void load_tile_async(T* s, const T* g, int64_t row0, int64_t seq,
+                                                int tid) {
+  constexpr int kChunksPerRow = D * int(sizeof(T)) / 16;
+  constexpr int kChunks = ROWS * kChunksPerRow;
+#pragma unroll
+  for (int c = tid; c < kChunks; c += THREADS) {
+    const int r = c / kChunksPerRow;
+    const int cc = c % kChunksPerRow;
+    const bool valid = row0 + r < seq;
+    const T* src = valid ? g + (row0 + r) * int64_t(D) + cc * 8 : g;
+    fa::mma::cp_async_16(s + swizzled_offset<D>(r, cc), src, valid);
+  }
+}
+
+// Two MMAs sharing one A fragment: d0 += a b[0..1], d1 += a b[2..3] (two adjacent n-tiles).
+template <class T>
+__device__ __forceinline__ void mma_pair(float (&d0)[4], float (&d1)[4], const uint32_t (&a)[4],
+                                         const uint32_t (&b)[4]) {
+  const uint32_t b0[2] = {b[0], b[1]};
+  const uint32_t b1[2] = {b[2], b[3]};
+  fa::mma::mma_16816<T>(d0, a, b0);
+  fa::mma::mma_16816<T>(d1, a, b1);
+}
+// 2^x by the MUFU unit alone (ex2.approx.ftz.f32: results below 2^-126 flush to 0). exp2f
+// without --use_fast_math wraps the same instruction in a guard for results in the denormal range
+// (a compare and two predicated multiplies: four instructions instead of one); a probability that
+// small changes no sum here. exp2(-inf) is +0, which the masking relies on.
+__device__ __forceinline__ float ex2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+constexpr float kLog2e = 1.4426950408889634f;  // exp(x) = exp2(x log2(e))
+
+// L in the form the loops want: L * log2(e), or +inf for a row that does not exist or sees no
+// key (L = -inf), which makes every P of that row exp2(finite - inf) = 0.
+__device__ __forceinline__ float load_l2(const float* lse, int64_t row, int64_t seq_q) {
+  if (row >= seq_q) return INFINITY;
+  const float l = lse[row];
+  return l == -INFINITY ? INFINITY : l * kLog2e;
+}
+
+// Store a 16 x DC fp32 accumulator, times `mul`: rows r0 + g, r0 + g + 8 and columns
+// col0 .. col0 + DC - 1 of a [seq, D] matrix. Rows at or past `seq` are not written (with
+// packing they are the next sequence's).
+template <class T, int D, int DC>
+__device__ __forceinline__ void store_rows(T* out, const float (&acc)[DC / 8][4], int64_t r0,
+                                           int col0, int64_t seq, float mul, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t row = r0 + g + 8 * h;
+    if (row >= seq) continue;
+    T* dst = out + row * int64_t(D) + col0 + 2 * t;
+#pragma unroll
+    for (int nt = 0; nt < DC / 8; ++nt) {
+      *reinterpret_cast<uint32_t*>(dst + 8 * nt) =
+          fa::mma::pack2<T>(acc[nt][2 * h] * mul, acc[nt][2 * h + 1] * mul);
+    }
+  }
+}
+
+// ---- the tile ------------------------------------------------------------------------------
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
+constexpr int kBr = 64;   // query rows per tile (128 at D 64: kBrW)
+constexpr int kBc = 128;  // key rows per tile
+
+// ---- the addresses, computed once ----------------------------------------------------------
+// The lane's part of the two ldmatrix x4 address patterns, in bytes, for a tile of pitch LD
+// elements (lane l gives row r = l % 8 of matrix i = l / 8):
+//   lane_rows:  (r + 8 (i % 2)) LD + 8 (i / 2)   A = the tile; B = the tile (.trans)
+//   lane_trans: (r + 8 (i / 2)) LD + 8 (i % 2)   B = tile^T; A = tile^T (.trans)
+// The fragment at (row0, col0) of the tile is then base + lane part + (row0 * LD + col0) * 2.
+template <int LD>
+__device__ __forceinline__ uint32_t lane_rows(int lane) {
+  return uint32_t(((lane & 7) + 8 * ((lane >> 3) & 1)) * LD + 8 * (lane >> 4)) * 2;
+}
+template <int LD>
+__device__ __forceinline__ uint32_t lane_trans(int lane) {
+  return uint32_t(((lane & 7) + 8 * (lane >> 4)) * LD + 8 * ((lane >> 3) & 1)) * 2;
+}
+// Byte offset of element (row, col) of a tile of pitch LD: a compile-time constant in the loop.
+template <int LD>
+constexpr uint32_t at(int row, int col) {
+  return uint32_t(row * LD + col) * 2;
+}
+
+// The copies of a full Q or dO tile (ROWS rows), planned once per thread: thread tid copies the
+// 16-byte chunk tid % kChunksPerRow of rows row + kRowsPerPass * i, i < kPasses, into swizzled
+// rows of D elements; the chunk moves by row % 8, the same for every pass (kRowsPerPass is a
+// multiple of 8 at D = 64 and 128), so the pass offsets stay constant. A strided loop from the
+// thread index (load_tile_async) has a trip count the compiler cannot see: it emits a generic
+// loop with a 64-bit bounds test per copy.
+template <class T, int D, int ROWS>
+struct TileCopy {
+  static constexpr int kChunksPerRow = D / 8;
+  static constexpr int kRowsPerPass = kThreads / kChunksPerRow;
+  static constexpr int kPasses = ROWS / kRowsPerPass;
+  static_assert(kThreads % kChunksPerRow == 0 && ROWS % kRowsPerPass == 0 &&
+                    kRowsPerPass % kSwizzleRows == 0,
+                "one swizzle for every pass");
+  int src;  // this thread's first chunk, in elements from the tile's first row in global memory
+  uint32_t dst;  // and in bytes from the tile's start in shared memory
+
+  __device__ __forceinline__ explicit TileCopy(int tid) {
+    const int row = tid / kChunksPerRow;
+    const int col = (tid % kChunksPerRow) * 8;
+    src = row * D + col;
+    dst = uint32_t(swizzled_offset<D>(row, col / 8)) * 2;
+  }
+  // Rows [0, ROWS) of the tile whose first row is `g` into the tile at shared address `s`.
+  __device__ __forceinline__ void full(uint32_t s, const T* g) const {
+#pragma unroll
+    for (int i = 0; i < kPasses; ++i)
+      fa::mma::cp_async_16(s + dst + at<D>(i * kRowsPerPass, 0), g + src + i * kRowsPerPass * D);
+  }
+};
+
+struct Params {
+  const void* q;
+  const void* k;
+  const void* v;
+  const void* dout;
+  const float* lse;
+  const float* delta;
+  float* dq_accum;  // fp32 [heads][total_q][D], zero on entry (the caller's workspace)
+  void* dk;
+  void* dv;
+  // The offset table: sequence b is rows cu_seqlens_q[b] .. cu_seqlens_q[b + 1] - 1 of each
+  // head's slab of Q (and cu_seqlens_k of K), batch + 1 entries on the device.
+  const int32_t* cu_seqlens_q;
+  const int32_t* cu_seqlens_k;
+  int64_t total_q, total_k;  // rows of one head's slab: the sums of the lengths
+  int64_t heads;
+  int64_t n_tiles;   // key tiles per (sequence, head): those of the longest sequence
+  float scale;       // softmax scale
+  float scale_log2;  // scale * log2(e): P = exp2(S * scale_log2 - L * log2(e))
+  // The window as ch09_band.h's Band (causal is its right = 0), made once on the host with
+  // "unlimited" written as Band::kUnlimited; seq_q and seq_k are filled in per sequence.
+  fa::ch09::Band window;
+};
+
+// ---- FlashAttention-2's warp tiles (D 64, 128) -----------------------------------------------
+constexpr int kLdP = kBc + kPad;  // a row of the P or dS tile: kBc keys + padding (16-bit)
+
+// The Q tile of this kernel: 128 queries at D = 64, 64 at D = 128 (kBr). At D = 64 a Q tile of
+// 64 is half the MMAs of D = 128 for the same fixed work per tile (two barriers, the L and D
+// loads, a round of dQ atomics); FlashAttention-2 picks 128 there too.
+template <int D>
+constexpr int kBrW = D == 64 ? 128 : kBr;
+
+// Shared memory: K, V, Q x2, dO x2 (swizzled rows, each in the place of a padded tile of rows of
+// D + kPad, as 06/v4 laid them out), L x2, D x2, then the P and dS tiles (kBrW x kLdP each).
+// 171 KiB at D 128, 178 KiB at D 64.
+template <int D>
+constexpr int warp_tiles_smem_bytes() {
+  constexpr int kRows = kBrW<D>;
+  return (2 * kBc + 4 * kRows) * (D + kPad) * 2 + 4 * kRows * int(sizeof(float)) +
+         2 * kRows * kLdP * 2;
+}
+
+// An ldmatrix address into a swizzled tile: the unswizzled one with bits 4-6 flipped by the lane's
+// row % 8 (every fragment starts at a multiple of 16 rows; swizzle_xor). One XOR per read: four
+// bases per address, one per 16-column step modulo 4 (06/v4's LaneAddr), would take 21 more
+// registers for this kernel's seven ldmatrix addresses, beside accumulators that already fill 253.
+__device__ __forceinline__ uint32_t swz_addr(uint32_t plain, uint32_t swz) {
+  return plain ^ swz;
+}
+
+// acc += A B^T over D for one warp: A is 32 rows of a swizzled tile (two m16 tiles, ldmatrix
+// from a, this lane's address of its first row), B^T the kSn * 8 rows of another (b, lane_trans
+// form): S = Q K^T and dP = dO V^T. Per k16 step 2 A and kSn / 2 B fragments feed 2 * kSn MMAs.
+template <class T, int D, int kSn>
+__device__ __forceinline__ void rows_times_keys(float (&acc)[2][kSn][4], uint32_t a_base,
+                                                uint32_t b_base, uint32_t swz) {
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ++ks) {
+    uint32_t a[2][4], b[kSn / 2][4];
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+      ldmatrix_x4(a[mt], swz_addr(a_base + at<D>(16 * mt, 16 * ks), swz));
+#pragma unroll
+    for (int np = 0; np < kSn / 2; ++np)
+      ldmatrix_x4(b[np], swz_addr(b_base + at<D>(16 * np, 16 * ks), swz));
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int np = 0; np < kSn / 2; ++np)
+        mma_pair<T>(acc[mt][2 * np], acc[mt][2 * np + 1], a[mt], b[np]);
+  }
+}
+
+// acc += X^T Y over the kRows queries of a tile, for one warp's 32 keys and kCols columns: X is
+// the P or dS tile (a: this lane's ldmatrix .trans address of its first key column), Y the dO or
+// Q tile (b, swizzled, lane_rows form, at the warp's first column): dV += P^T dO, dK += dS^T Q.
+// kXT = false: acc += X Y over kRows keys instead, for one warp's 32 queries (a: this lane's plain
+// ldmatrix address of its first query row in dS) and Y the K tile: dQ += dS K.
+template <class T, int D, int kRows, int kCols, bool kXT = true>
+__device__ __forceinline__ void keys_times_cols(float (&acc)[2][kCols / 8][4], uint32_t a_base,
+                                                uint32_t b_base, uint32_t swz) {
+#pragma unroll
+  for (int kk = 0; kk < kRows / 16; ++kk) {
+    uint32_t a[2][4];
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) {
+      if constexpr (kXT)
+        ldmatrix_x4_trans(a[mt], a_base + at<kLdP>(16 * kk, 16 * mt));
+      else
+        ldmatrix_x4(a[mt], a_base + at<kLdP>(16 * mt, 16 * kk));
+    }
+#pragma unroll
+    for (int np = 0; np < kCols / 16; ++np) {
+      uint32_t b[4];
+      ldmatrix_x4_trans(b, swz_addr(b_base + at<D>(16 * kk, 16 * np), swz));
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) mma_pair<T>(acc[mt][2 * np], acc[mt][2 * np + 1], a[mt], b);
+    }
+  }
+}
+
+// A key's column offset x within a row of `cols` columns, clamped to [-1, cols]: one past either
+// end compares with every column 0 .. cols - 1 as x itself does, and fits in 32 bits.
+__device__ __forceinline__ int clamp_cols(int64_t x, int cols) {
+  return int(x < -1 ? -1 : (x > cols ? cols : x));
+}
+
+// dQaccum[p], [p + 1] += x, y: sm_90 adds a float2 in one atomic (the two columns are adjacent
+// and 8-byte aligned): half the atomic instructions and L2 sector updates of two scalar ones.
+__device__ __forceinline__ void add_dq(float* p, float x, float y) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  atomicAdd(reinterpret_cast<float2*>(p), make_float2(x, y));
+#else
+  atomicAdd(p, x);
+  atomicAdd(p + 1, y);
+#endif
+}
+
+// ---- dK, dV, and the dQ atomics ------------------------------------------------------------
+template <class T, int D>
+__global__ void __launch_bounds__(kThreads, 1) warp_tiles_kernel(Params p) {
+  static_assert(D == 64 || D == 128, "swizzled 128-byte rows: D 64 or 128");
+  static_assert(kWarps == 8 && kBr == 64 && kBc == 128, "warps: 2 x 4 (S, dQ), 4 x 2 (dK, dV)");
+  constexpr int kBrT = kBrW<D>;       // queries per Q tile: 128 at D 64, 64 at D 128
+  constexpr int kLd = D + kPad;       // 06/v4's padded tile places: rows of kLd, used D at a time
+  constexpr int kTile = kBrT * kLd;   // a Q or dO buffer
+  constexpr int kKvTile = kBc * kLd;  // K or V
+  constexpr int kHalf = D / 2;        // columns of dK, dV per warp
+  // Warps of S, dP and dQ: 32 queries each, kWm along the queries (2, or 4 with 128-query tiles)
+  // by kWn along the keys of S (or the columns of dQ).
+  constexpr int kWm = kBrT / 32, kWn = kWarps / kWm;
+  constexpr int kKw = kBc / kWn;     // keys of S, dP per warp: 32 (or 64)
+  constexpr int kSn = kKw / 8;       // their n8 tiles
+  constexpr int kQuarter = D / kWn;  // columns of dQ per warp: D / 4 (or D / 2)
+  static_assert((kTile * 2) % 128 == 0 && (kKvTile * 2) % 128 == 0, "aligned tiles");
+  // Swizzled tiles start at 128-byte boundaries.
+  extern __shared__ __align__(128) unsigned char smem_warp_tiles[];
+  T* sK = reinterpret_cast<T*>(smem_warp_tiles);
+  T* sV = sK + kKvTile;
+  T* sQ = sV + kKvTile;                                   // two buffers
+  T* sdO = sQ + 2 * kTile;                                // two buffers
+  float* sL = reinterpret_cast<float*>(sdO + 2 * kTile);  // two buffers of kBrT: L * log2(e)
+  float* sD = sL + 2 * kBrT;                              // two buffers of kBrT: D
+  T* sP = reinterpret_cast<T*>(sD + 2 * kBrT);            // P: kBrT queries x kBc keys
+  T* sdS = sP + kBrT * kLdP;                              // dS: the same layout
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const int64_t tile_bh = blockIdx.x;  // (b * heads + h) * n_tiles + key tile
+  const int64_t bh = tile_bh / p.n_tiles;
+  const int64_t b = bh / p.heads, head = bh % p.heads;
+  const int64_t k0 = (tile_bh % p.n_tiles) * kBc;
+
+  // The offset table: sequence b's first rows in the packed slabs and its lengths. The grid is
+  // sized for the longest sequence; a key tile past this one's keys has nothing to do (the whole
+  // block leaves, before any barrier).
+  const int64_t cu_q = p.cu_seqlens_q[b], cu_k = p.cu_seqlens_k[b];
+  const int64_t seq_q = p.cu_seqlens_q[b + 1] - cu_q, seq_k = p.cu_seqlens_k[b + 1] - cu_k;
+  if (k0 >= seq_k) return;
+  // The sequence's band: query i sees keys j with band.visible(i, j).
+  fa::ch09::Band band = p.window;
+  band.seq_q = seq_q;
+  band.seq_k = seq_k;
+
+  // (sequence b, head): rows head * total + cu of the packed [heads, total, D] tensors, 64-bit.
+  const int64_t q_row0 = head * p.total_q + cu_q, k_row0 = head * p.total_k + cu_k;
+  const T* Q = static_cast<const T*>(p.q) + q_row0 * D;
+  const T* dO = static_cast<const T*>(p.dout) + q_row0 * D;
+  const T* K = static_cast<const T*>(p.k) + k_row0 * D;
+  const T* V = static_cast<const T*>(p.v) + k_row0 * D;
+  float* dQacc = p.dq_accum + q_row0 * D;
+  const float* lse = p.lse + q_row0;
+  const float* delta = p.delta + q_row0;
+
+  // The Q tiles that can see this K tile: those holding the rows from the first that sees key
+  // k0 to the last that sees key k0 + kBc - 1; every tile outside is entirely masked and
+  // skipped. Empty (qt_begin >= qt_end) when no row sees any key of the tile.
+  const fa::ch09::TileRange q_tiles = fa::ch09::query_tiles(band, k0, k0 + kBc, kBrT);
+  const int64_t qt_begin = q_tiles.begin, qt_end = q_tiles.end;
+
+  // Prologue: K_j, V_j and the first Q_i, dO_i in one cp.async group; L_i, D_i by plain loads.
+  load_tile_async<T, D, kBc, kThreads>(sK, K, k0, seq_k, tid);
+  load_tile_async<T, D, kBc, kThreads>(sV, V, k0, seq_k, tid);
+  if (qt_begin < qt_end) {
+    const int64_t q0 = qt_begin * kBrT;
+    load_tile_async<T, D, kBrT, kThreads>(sQ, Q, q0, seq_q, tid);
+    load_tile_async<T, D, kBrT, kThreads>(sdO, dO, q0, seq_q, tid);
+    const int64_t row = q0 + (tid & (kBrT - 1));
+    if (tid < kBrT)
+      sL[tid] = load_l2(lse, row, seq_q);
+    else if (tid < 2 * kBrT)
+      sD[tid - kBrT] = row < seq_q ? delta[row] : 0.0f;
+  }
+  fa::mma::cp_async_commit();
+
+  // The three warp layouts.
+  constexpr int kWnShift = kWn == 4 ? 2 : 1;  // warp / kWn as a shift (kWn is 4 or 2)
+  static_assert(kWn == 1 << kWnShift, "kWn: 4 or 2");
+  const int wm = warp >> kWnShift, wn = warp & (kWn - 1);  // S, dP: queries 32 wm, keys kKw wn
+  const int wk = warp & 3, wd = warp >> 2;  // dK, dV: keys 32 wk .., columns kHalf wd ..
+  const int wq = wm, wc = wn;               // dQ: queries 32 wq .., columns kQuarter wc ..
+
+  float dv[2][kHalf / 8][4], dk[2][kHalf / 8][4];
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < kHalf / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dv[mt][nt][e] = dk[mt][nt][e] = 0.0f;
+
+  // Every address of the loop as a base plus a compile-time offset; the swizzled tiles' reads
+  // then flip bits 4-6 (swz_addr). Q, dO: buffer 0 (a tile adds its buffer's offset).
+  // ldmatrix forms (lane_rows, lane_trans): A = tile, rows (lane_rows); B = tile^T (lane_trans);
+  // A = tile^T, .trans (lane_trans); B = tile, .trans (lane_rows).
+  const uint32_t swz = swizzle_xor(lane);
+  const uint32_t rows_d = lane_rows<D>(lane), trans_d = lane_trans<D>(lane);
+  const uint32_t q_a0 = smem_addr(sQ) + rows_d + at<D>(32 * wm, 0);       // S: A = Q
+  const uint32_t do_a0 = smem_addr(sdO) + rows_d + at<D>(32 * wm, 0);     // dP: A = dO
+  const uint32_t k_b = smem_addr(sK) + trans_d + at<D>(kKw * wn, 0);      // S: B = K^T
+  const uint32_t v_b = smem_addr(sV) + trans_d + at<D>(kKw * wn, 0);      // dP: B = V^T
+  const uint32_t do_x0 = smem_addr(sdO) + rows_d + at<D>(0, kHalf * wd);  // dV: B = dO
+  const uint32_t q_x0 = smem_addr(sQ) + rows_d + at<D>(0, kHalf * wd);    // dK: B = Q
+  const uint32_t k_x = smem_addr(sK) + rows_d + at<D>(0, kQuarter * wc);  // dQ: B = K
+  const uint32_t p_at = smem_addr(sP) + lane_trans<kLdP>(lane) + at<kLdP>(0, 32 * wk);    // P^T
+  const uint32_t ds_at = smem_addr(sdS) + lane_trans<kLdP>(lane) + at<kLdP>(0, 32 * wk);  // dS^T
+  const uint32_t ds_a = smem_addr(sdS) + lane_rows<kLdP>(lane) + at<kLdP>(32 * wq, 0);    // dS
+  // Where this thread stores its P and dS elements: row 32 wm + g, columns kKw wn + 2t.
+  T* const p_st = sP + (32 * wm + g) * kLdP + kKw * wn + 2 * t;
+  T* const ds_st = sdS + (32 * wm + g) * kLdP + kKw * wn + 2 * t;
+  const TileCopy<T, D, kBrT> copy(tid);
+  const uint32_t sq_addr = smem_addr(sQ), sdo_addr = smem_addr(sdO);
+  constexpr uint32_t kTileBytes = kTile * 2;
+
+  for (int64_t qt = qt_begin; qt < qt_end; ++qt) {
+    const int buf = int(qt - qt_begin) & 1;
+    const int64_t q0 = qt * kBrT;
+    const bool has_next = qt + 1 < qt_end;
+
+    // One barrier for two things. Tile i is the only copy in flight here; once every warp has
+    // it, every warp is also done with tile i - 1: its Q and dO buffer (which the prefetch below
+    // overwrites), P, dS, L and D.
+    fa::mma::cp_async_wait<0>();
+    __syncthreads();
+
+    // Prefetch Q_{i+1}, dO_{i+1} into the other buffer (always commit: the wait above then has
+    // one group to wait for). L and D go through registers, stored after the math so their
+    // latency hides behind it.
+    float next_ld = 0.0f;
+    if (has_next) {
+      const int64_t q1 = q0 + kBrT;
+      if (q1 + kBrT <= seq_q) {  // a full tile: the plan, no bounds test
+        const uint32_t next = uint32_t(buf ^ 1) * kTileBytes;
+        copy.full(sq_addr + next, Q + q1 * D);
+        copy.full(sdo_addr + next, dO + q1 * D);
+      } else {  // the sequence ends inside it: rows past seq_q zero-filled
+        load_tile_async<T, D, kBrT, kThreads>(sQ + (buf ^ 1) * kTile, Q, q1, seq_q, tid);
+        load_tile_async<T, D, kBrT, kThreads>(sdO + (buf ^ 1) * kTile, dO, q1, seq_q, tid);
+      }
+      const int64_t row = q1 + (tid & (kBrT - 1));
+      if (tid < kBrT)
+        next_ld = load_l2(lse, row, seq_q);
+      else if (tid < 2 * kBrT)
+        next_ld = row < seq_q ? delta[row] : 0.0f;
+    }
+    fa::mma::cp_async_commit();
+
+    const uint32_t cur = uint32_t(buf) * kTileBytes;
+    const uint32_t q_a = q_a0 + cur, do_a = do_a0 + cur, do_x = do_x0 + cur, q_x = q_x0 + cur;
+    const float* l_s = sL + buf * kBrT;
+    const float* d_s = sD + buf * kBrT;
+    // Mask only where needed: rows past seq_q or keys past seq_k, or a tile crossed by an edge
+    // of the band (some pair of it lies outside the window).
+    const bool need_mask = fa::ch09::tile_needs_mask(band, q0, q0 + kBrT, k0, k0 + kBc);
+
+    // S = Q K^T and dP = dO V^T, 32 x kKw per warp: element (mt, nt, e) is query row
+    // 32 wm + 16 mt + g + 8 (e / 2), key column kKw wn + 8 nt + 2t + e % 2 of the tile.
+    float s[2][kSn][4], dp[2][kSn][4];
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < kSn; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[mt][nt][e] = dp[mt][nt][e] = 0.0f;
+    rows_times_keys<T, D, kSn>(s, q_a, k_b, swz);    // S = Q K^T
+    rows_times_keys<T, D, kSn>(dp, do_a, v_b, swz);  // dP = dO V^T
+
+    // P = exp(scale S - L), masked where needed; dS = P (dP - D). L and D belong to the query,
+    // the row. Both into shared memory, 16-bit, for the products that follow.
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = 32 * wm + 16 * mt + g + 8 * h;
+        const float l2 = l_s[row], dd = d_s[row];
+        // The keys row q0 + row sees: band.visible(i, j) is first_key(i) <= j <= last_key(i),
+        // here as columns from this thread's first key k0 + kKw wn + 2t, once per row; the
+        // elements then compare 32-bit columns (a 64-bit band.visible per element took the
+        // kernel past 255 registers, into spills).
+        int first = 0, last = kKw;
+        if (need_mask) {
+          const int64_t key0 = k0 + kKw * wn + 2 * t;
+          first = clamp_cols(band.first_key(q0 + row) - key0, kKw);
+          last = clamp_cols(band.last_key(q0 + row) - key0, kKw);
+        }
+#pragma unroll
+        for (int nt = 0; nt < kSn; ++nt) {
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const int e = 2 * h + c;
+            float pv = ex2_ftz(fmaf(s[mt][nt][e], p.scale_log2, -l2));
+            if (need_mask && (8 * nt + c < first || 8 * nt + c > last)) pv = 0.0f;
+            s[mt][nt][e] = pv;
+            dp[mt][nt][e] = pv * (dp[mt][nt][e] - dd);
+          }
+        }
+      }
+#pragma unroll
+      for (int nt = 0; nt < kSn; ++nt) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int o = (16 * mt + 8 * h) * kLdP + 8 * nt;
+          *reinterpret_cast<uint32_t*>(p_st + o) =
+              fa::mma::pack2<T>(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]);
+          *reinterpret_cast<uint32_t*>(ds_st + o) =
+              fa::mma::pack2<T>(dp[mt][nt][2 * h], dp[mt][nt][2 * h + 1]);
+        }
+      }
+    }
+    __syncthreads();  // P and dS complete
+
+    // dV += P^T dO and dK += dS^T Q: 32 keys (two m16 tiles) x kHalf columns per warp; k runs
+    // over the tile's queries, 16 at a time.
+    keys_times_cols<T, D, kBrT, kHalf>(dv, p_at, do_x, swz);  // dV += P^T dO
+    keys_times_cols<T, D, kBrT, kHalf>(dk, ds_at, q_x, swz);  // dK += dS^T Q
+
+    // dQaccum_i += dS K_j: 32 queries x kQuarter columns per warp, k over the kBc keys.
+    if (q0 + 32 * wq < seq_q) {  // else every row of this warp lies past seq_q
+      float acc[2][kQuarter / 8][4];
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < kQuarter / 8; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
+      keys_times_cols<T, D, kBc, kQuarter, false>(acc, ds_a, k_x, swz);  // dQ_i = dS K_j
+      // Element (mt, nt, e): query row 32 wq + 16 mt + g + 8 (e / 2), column kQuarter wc + 8 nt
+      // + 2t + e % 2; the two columns of a thread are adjacent, one float2 atomic (add_dq). Rows
+      // past seq_q are skipped: they are the next sequence's rows of the workspace.
+      const int64_t row0 = q0 + 32 * wq + g;
+      float* const dst0 = dQacc + row0 * D + kQuarter * wc + 2 * t;
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          if (row0 + 16 * mt + 8 * h >= seq_q) continue;
+#pragma unroll
+          for (int nt = 0; nt < kQuarter / 8; ++nt)
+            add_dq(dst0 + (16 * mt + 8 * h) * D + 8 * nt, acc[mt][nt][2 * h],
+                   acc[mt][nt][2 * h + 1]);
+        }
+    }
+
+    if (has_next) {  // L, D of the next tile into the other buffer
+      if (tid < kBrT)
+        sL[(buf ^ 1) * kBrT + tid] = next_ld;
+      else if (tid < 2 * kBrT)
+        sD[(buf ^ 1) * kBrT + tid - kBrT] = next_ld;
+    }
+  }
+  fa::mma::cp_async_wait<0>();
+
+  // Keys that no query sees (outside every row's window, or seq_q = 0) leave here with dK =
+  // dV = 0, as they must; rows past seq_k are not written.
+  T* dK = static_cast<T*>(p.dk) + k_row0 * D;
+  T* dV = static_cast<T*>(p.dv) + k_row0 * D;
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) {
+    store_rows<T, D, kHalf>(dK, dk[mt], k0 + 32 * wk + 16 * mt, kHalf * wd, seq_k, p.scale, lane);
+    store_rows<T, D, kHalf>(dV, dv[mt], k0 + 32 * wk + 16 * mt, kHalf * wd, seq_k, 1.0f, lane);
+  }
+}
+
+// ---- dQ = dQaccum * scale ------------------------------------------------------------------
+// n4 = elements / 4 (every D here is a multiple of 16); 16-byte loads, 8-byte stores. Over the
+// packed layout, every row of the workspace is some sequence's: one pass over all of them.
+template <class T>
+__global__ void convert_dq_kernel(const float* __restrict__ acc, T* __restrict__ dq, int64_t n4,
+                                  float scale) {
+  for (int64_t x = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; x < n4;
+       x += int64_t(gridDim.x) * blockDim.x) {
+    const float4 v = reinterpret_cast<const float4*>(acc)[x];
+    uint2 out;
+    out.x = fa::mma::pack2<T>(v.x * scale, v.y * scale);
+    out.y = fa::mma::pack2<T>(v.z * scale, v.w * scale);
+    reinterpret_cast<uint2*>(dq)[x] = out;
+  }
+}
+
+// ---- launcher ------------------------------------------------------------------------------
+template <class T, int D>
+void launch(const fa::VarlenBwdArgs& a, float scale, cudaStream_t stream) {
+  const fa::VarlenShape& s = a.shape;
+  Params p{};
+  p.q = a.q;
+  p.k = a.k;
+  p.v = a.v;
+  p.dout = a.dout;
+  p.lse = a.lse;
+  p.delta = a.delta;
+  p.dq_accum = a.workspace;
+  p.dk = a.dk;
+  p.dv = a.dv;
+  p.cu_seqlens_q = a.cu_seqlens_q;
+  p.cu_seqlens_k = a.cu_seqlens_k;
+  p.total_q = s.total_q();
+  p.total_k = s.total_k();
+  p.heads = s.heads;
+  p.scale = scale;
+  p.scale_log2 = p.scale * kLog2e;
+  p.window = fa::ch09::Band::make(0, 0, s.causal, s.window_left, s.window_right);
+
+  // Key tiles of the longest sequence, for every (sequence, head); shorter sequences' blocks
+  // past their keys return at once.
+  const int64_t n_kt = ceil_div(s.max_seq_k(), kBc);
+  const int64_t blocks = n_kt * s.batch() * s.heads;
+  FA_REQUIRE(blocks <= INT32_MAX, "batch * heads * key tiles must fit in gridDim.x");
+
+  if (blocks > 0) {
+    constexpr int kSmem = warp_tiles_smem_bytes<D>();
+    const auto kernel = warp_tiles_kernel<T, D>;
+    FA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+    p.n_tiles = n_kt;
+    kernel<<<static_cast<unsigned>(blocks), kThreads, kSmem, stream>>>(p);
+    FA_CHECK_LAUNCH();
+  }
+  // dQ = dQaccum * scale, every element (rows no key tile reached are 0 in the workspace).
+  const int64_t n4 = s.q_numel() / 4;
+  if (n4 > 0) {
+    constexpr int kConvThreads = 256;
+    const int64_t conv_blocks = std::min<int64_t>(ceil_div(n4, kConvThreads), int64_t(1) << 20);
+    convert_dq_kernel<T><<<static_cast<unsigned>(conv_blocks), kConvThreads, 0, stream>>>(
+        a.workspace, static_cast<T*>(a.dq), n4, p.scale);
+    FA_CHECK_LAUNCH();
+  }
+}
+
+// The dynamic shared memory one block may opt in to on the current device (gpu.h).
+using fa::smem_optin_bytes;
+
+template <int D>
+void run_head_dim(const fa::VarlenBwdArgs& a, cudaStream_t stream) {
+  // 171 KiB per block at D = 128 and 178 KiB at D = 64: an H100 (227 KiB) has it, an A100
+  // (163 KiB) or sm_86/89 (99 KiB) not. Refuse before anything runs, rather than fail in
+  // cudaFuncSetAttribute.
+  constexpr size_t kSmem = size_t(warp_tiles_smem_bytes<D>());
+  FA_UNSUPPORTED_IF(kSmem > smem_optin_bytes(),
+                    "09/bwd_v2_window: head_dim " + std::to_string(D) + " needs " +
+                        std::to_string(kSmem) +
+                        " bytes of shared memory per block, more than this GPU allows");
+  FA_REQUIRE(a.workspace != nullptr, "09/bwd_v2_window needs the fp32 workspace (dQ accumulator)");
+  FA_REQUIRE(a.cu_seqlens_q != nullptr && a.cu_seqlens_k != nullptr,
+             "09/bwd_v2_window needs cu_seqlens_q and cu_seqlens_k on the device");
+  const fa::VarlenShape& s = a.shape;
+
+  // 1. D = rowsum(dO * O), before the kernel that reads it (same stream). D's rows over the
+  // packed layout are the heads * total_q rows of O and dO, in order: chapter 06's preprocess
+  // sees them as one sequence of total_q queries per head.
+  fa::AttentionShape rows;
+  rows.batch = 1;
+  rows.heads = s.heads;
+  rows.seq_q = s.total_q();
+  rows.seq_k = s.total_k();
+  rows.head_dim = s.head_dim;
+  fa::delta_preprocess_launch(a.o, a.dout, a.delta, rows, a.dtype, stream);
+
+  // 2. dK, dV and the dQ atomics, 3. dQ from the accumulator.
+  const float scale = s.sequence(0).softmax_scale();
+  if (a.dtype == fa::DType::BF16)
+    launch<__nv_bfloat16, D>(a, scale, stream);
+  else
+    launch<__half, D>(a, scale, stream);
+}
+
+void varlen_bwd_v2(const fa::VarlenBwdArgs& a, cudaStream_t stream) {
+  const fa::VarlenShape& s = a.shape;
+  FA_UNSUPPORTED_IF(a.dtype != fa::DType::BF16 && a.dtype != fa::DType::F16,
+                    "09/bwd_v2_window takes bf16 and fp16 only");
+  FA_UNSUPPORTED_IF(s.is_gqa(), "09/bwd_v2_window takes heads_kv == heads only");
+  switch (s.head_dim) {
+    case 64:
+      return run_head_dim<64>(a, stream);
+    case 128:
+      return run_head_dim<128>(a, stream);
+    default:
+      FA_UNSUPPORTED_IF(true, "09/bwd_v2_window is instantiated for head_dim 64 and 128 only");
+  }
+}
+
+}  // namespace
+
+FA_REGISTER(VarlenBwdKernel,
+            {"09/bwd_v2_window",
+             varlen_bwd_v2,
+             "bwd_v1_varlen with a sliding window: each key tile walks the query tiles of its "
+             "band, masks only where the band's edges cross",
+             {fa::DType::BF16, fa::DType::F16},
+             {64, 128},
+             80,
+             /*window=*/true,
+             /*deterministic=*/false,
+             /*forward=*/"09/v2_window"});
