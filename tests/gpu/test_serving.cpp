@@ -7,7 +7,10 @@
 // Paged: shuffled pages of 16, 64 and 256 keys, ragged caches (an empty one too), decoding and a
 // chunk of 200 queries. Append: every element of both pools compared bit for bit. A variant the
 // kernel or this GPU cannot take (UNSUPPORTED) is skipped alone; each test prints "ran N of M".
+// SanitizeSmallServing.*: the same kernels on tiny shapes, for the compute-sanitizer runs.
 #include <algorithm>
+#include <cstdlib>
+#include <exception>
 
 #include "test_util.h"
 
@@ -351,6 +354,77 @@ TEST(VarlenWithFixedLengthKernels, PaddedAndPerSequenceRun) {
   const VarlenShape w = varlen(kMixed, kMixed, 4, 128, true, 64);
   EXPECT_EQ(fa::time_varlen_padded(*k, w, DType::BF16, o).status, fa::Status::Unsupported);
   EXPECT_EQ(fa::time_varlen_per_sequence(*k, w, DType::BF16, o).status, fa::Status::Unsupported);
+}
+
+// ---------------------------------------------------------------------------------------------
+// SanitizeSmallServing.*: chapter 09's kernels once per tiny ragged shape, small enough for
+// compute-sanitizer (the "sanitize" ctest tests run fa_gpu_tests --gtest_filter=SanitizeSmall*,
+// tests/CMakeLists.txt). FA_SANITIZE_ONLY=09/ (comma-separated name prefixes) limits them, as it
+// does tests/gpu/test_sanitize_small.cpp.
+bool sanitize_selected(const std::string& name) {
+  const char* only = std::getenv("FA_SANITIZE_ONLY");
+  if (only == nullptr || *only == '\0') return true;
+  const std::string list = only;
+  for (size_t at = 0; at <= list.size();) {
+    const size_t comma = std::min(list.find(',', at), list.size());
+    const std::string prefix = list.substr(at, comma - at);
+    if (!prefix.empty() && name.rfind(prefix, 0) == 0) return true;
+    at = comma + 1;
+  }
+  return false;
+}
+
+// A failed check or an exception fails the test; the remaining kernels still run.
+template <class F>
+void sanitize_case(const std::string& what, F body) {
+  try {
+    fa::RunResult r = body();
+    if (r.status == fa::Status::Fail) ADD_FAILURE() << what << "\n" << r.report();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << what << " threw: " << e.what();
+  }
+}
+
+TEST(SanitizeSmallServing, VarlenKernels) {
+  FA_SKIP_WITHOUT_GPU(80);
+  for (const fa::VarlenFwdKernel* k : fa::entries_with_prefix<fa::VarlenFwdKernel>("09/")) {
+    if (!sanitize_selected(k->name) || !fa::gpu_skip_reason(k->min_sm).empty()) continue;
+    for (auto [t, d] : variants(*k))
+      for (int64_t left : {int64_t(-1), k->window ? int64_t(5) : int64_t(-1)}) {
+        const VarlenShape s = varlen({17, 0, 33}, {33, 5, 17}, 2, d, true, left, -1);
+        sanitize_case(k->name + " " + s.str(),
+                      [&] { return fa::run_varlen_fwd(*k, s, t, check_only(1)); });
+      }
+  }
+  for (const fa::VarlenBwdKernel* k : fa::entries_with_prefix<fa::VarlenBwdKernel>("09/")) {
+    if (!sanitize_selected(k->name) || !fa::gpu_skip_reason(k->min_sm).empty()) continue;
+    for (auto [t, d] : variants(*k))
+      for (int64_t left : {int64_t(-1), k->window ? int64_t(5) : int64_t(-1)}) {
+        const VarlenShape s = varlen({17, 0, 33}, {33, 5, 17}, 2, d, true, left, -1);
+        sanitize_case(k->name + " " + s.str(),
+                      [&] { return fa::run_varlen_bwd(*k, s, t, check_only(2)); });
+      }
+  }
+}
+
+TEST(SanitizeSmallServing, PagedKernels) {
+  FA_SKIP_WITHOUT_GPU(70);
+  for (const fa::PagedFwdKernel* k : fa::entries_with_prefix<fa::PagedFwdKernel>("09/")) {
+    if (!sanitize_selected(k->name) || !fa::gpu_skip_reason(k->min_sm).empty()) continue;
+    for (auto [t, d] : variants(*k)) {
+      const PagedShape s = paged({17, 0, 33}, 4, 2, d, 2, k->page_sizes.front(), true);
+      sanitize_case(k->name + " " + s.str(),
+                    [&] { return fa::run_paged_fwd(*k, s, t, check_only(3)); });
+    }
+  }
+  for (const fa::PagedAppendKernel* k : fa::entries_with_prefix<fa::PagedAppendKernel>("09/")) {
+    if (!sanitize_selected(k->name) || !fa::gpu_skip_reason(k->min_sm).empty()) continue;
+    for (DType t : k->dtypes) {
+      const PagedShape s = paged({17, 3, 33}, 4, 2, 64, 3, 16, false);
+      sanitize_case(k->name + " " + s.str(),
+                    [&] { return fa::run_paged_append(*k, s, t, check_only(4)); });
+    }
+  }
 }
 
 }  // namespace
