@@ -109,8 +109,14 @@ def test_refusals_are_exceptions_not_answers(torch_cuda):
         fa.attention(q, q.half(), q)
     with pytest.raises(ValueError, match=r"\[batch, heads, seq, head_dim\]"):
         fa.attention(q[0], q[0], q[0])
+    with pytest.raises(ValueError, match="shapes must be"):  # 2 query heads, 3 K/V heads
+        kv = torch.randn(1, 3, 17, 64, device="cuda", dtype=torch.bfloat16)
+        fa.attention(q, kv, kv)
     with pytest.raises(ValueError, match="shapes must be"):
-        fa.attention(q, q[:, :1], q[:, :1])
+        fa.attention(q, q[..., :32], q[..., :32])
+    # Fewer K/V heads is grouped-query attention, not an error; the default kernel refuses it.
+    with pytest.raises(fa.UnsupportedError, match="no grouped-query attention"):
+        fa.attention(q, q[:, :1], q[:, :1], kernel=fa.DEFAULT_FWD)
     with pytest.raises(ValueError, match="scale must be"):
         fa.attention(q, q, q, scale=0.0)
     with pytest.raises(ValueError, match="not a dtype the kernels take"):
