@@ -1,0 +1,278 @@
+// Chapter 09's sliding window on the tiles (ch09_band.h), on the CPU:
+//  * a model of the tiled windowed forward in double (query tiles of Br rows, each visiting only
+//    key_tiles() of Bc keys, the online softmax, the element mask applied only where
+//    tile_needs_mask says so, keys past seq_k read as zeros as the kernels' copies leave them)
+//    against the float64 reference with the window (reference.h): ragged lengths, seq_q != seq_k
+//    both ways, windows narrower than a tile and wider than the sequence, causal and not, rows that
+//    see no key;
+//  * the 32-bit arithmetic of 09/v2_window's warps (v2_window.cu: each warp's unmasked tiles as
+//    one interval, each thread's mask from the window's edges of its first row, clamped) against
+//    tile_needs_mask and Band::visible, for every row, key and tile of the same shapes.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "ch09_band.h"
+#include "cpu_inputs.h"
+#include "reference.h"
+
+namespace {
+
+using fa::AttentionShape;
+using fa::ch09::Band;
+using fa::ch09::TileRange;
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+struct Window {
+  int64_t left, right;
+};
+
+// The shapes of every test here: lengths around the tile sizes, windows (0, 0) (the diagonal
+// alone), (16, -1), (100, 50) and none.
+const std::vector<int64_t> kLengths = {1, 17, 127, 129, 300};
+const std::vector<Window> kWindows = {{0, 0}, {16, -1}, {100, 50}, {-1, -1}};
+
+AttentionShape shape_of(int64_t seq_q, int64_t seq_k, bool causal, Window w, int64_t d) {
+  AttentionShape s;
+  s.batch = 1;
+  s.heads = 1;
+  s.seq_q = seq_q;
+  s.seq_k = seq_k;
+  s.head_dim = d;
+  s.causal = causal;
+  s.window_left = w.left;
+  s.window_right = w.right;
+  return s;
+}
+
+std::string name_of(const AttentionShape& s, int64_t Br, int64_t Bc) {
+  return "seq_q " + std::to_string(s.seq_q) + " seq_k " + std::to_string(s.seq_k) + " window (" +
+         std::to_string(s.window_left) + ", " + std::to_string(s.window_right) + ")" +
+         (s.causal ? " causal" : "") + " Br " + std::to_string(Br) + " Bc " + std::to_string(Bc);
+}
+
+struct Forward {
+  std::vector<double> O, L;
+  int64_t tiles_visited = 0, tiles_masked = 0;
+};
+
+// The tiled forward of one head as a kernel computes it, in double. Rows past seq_q are not
+// computed (the kernels compute them from zero rows of Q and never store them).
+Forward tiled_window_forward(const fa::HeadView& h, int64_t Br, int64_t Bc) {
+  const Band band = Band::make(h.seq_q, h.seq_k, h.causal, h.window_left, h.window_right);
+  Forward f;
+  f.O.assign(static_cast<size_t>(h.seq_q * h.d), 0.0);
+  f.L.assign(static_cast<size_t>(h.seq_q), -kInf);
+  for (int64_t q0 = 0; q0 < h.seq_q; q0 += Br) {
+    const int64_t rows = std::min(Br, h.seq_q - q0);
+    std::vector<double> m(rows, -kInf), l(rows, 0.0), acc(rows * h.d, 0.0);
+    const TileRange tiles = fa::ch09::key_tiles(band, q0, q0 + Br, Bc);
+    for (int64_t j = tiles.begin; j < tiles.end; ++j) {
+      const int64_t j0 = j * Bc;
+      const bool masked = fa::ch09::tile_needs_mask(band, q0, q0 + Br, j0, j0 + Bc);
+      ++f.tiles_visited;
+      f.tiles_masked += masked ? 1 : 0;
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t i = q0 + r;
+        std::vector<double> s(Bc);
+        double m_new = m[r];
+        for (int64_t c = 0; c < Bc; ++c) {
+          const int64_t key = j0 + c;
+          double dot = 0.0;  // a key past seq_k is a row of zeros in shared memory
+          if (key < h.seq_k)
+            for (int64_t x = 0; x < h.d; ++x)
+              dot += double(h.q[i * h.d + x]) * double(h.k[key * h.d + x]);
+          s[c] = masked && !band.visible(i, key) ? -kInf : dot * h.scale;
+          m_new = std::max(m_new, s[c]);
+        }
+        const double alpha = m_new == -kInf ? 1.0 : std::exp(m[r] - m_new);
+        l[r] *= alpha;
+        for (int64_t x = 0; x < h.d; ++x) acc[r * h.d + x] *= alpha;
+        for (int64_t c = 0; c < Bc; ++c) {
+          const double p = m_new == -kInf ? 0.0 : std::exp(s[c] - m_new);
+          l[r] += p;
+          const int64_t key = j0 + c;
+          if (key < h.seq_k && p != 0.0)
+            for (int64_t x = 0; x < h.d; ++x) acc[r * h.d + x] += p * double(h.v[key * h.d + x]);
+        }
+        m[r] = m_new;
+      }
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t i = q0 + r;
+      if (l[r] > 0.0) {
+        for (int64_t x = 0; x < h.d; ++x) f.O[i * h.d + x] = acc[r * h.d + x] / l[r];
+        f.L[i] = m[r] + std::log(l[r]);
+      }
+    }
+  }
+  return f;
+}
+
+// |got - ref| <= tol element by element; infinities (L = -inf) must match exactly.
+void expect_close(const std::vector<double>& got, const std::vector<double>& ref, double tol,
+                  const char* what) {
+  ASSERT_EQ(got.size(), ref.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::isinf(ref[i]) || std::isinf(got[i])) {
+      ASSERT_EQ(got[i], ref[i]) << what << "[" << i << "]";
+      continue;
+    }
+    ASSERT_LE(std::fabs(got[i] - ref[i]), tol)
+        << what << "[" << i << "] got " << got[i] << " ref " << ref[i];
+  }
+}
+
+TEST(Ch09BandModel, TiledWindowedForwardMatchesReference) {
+  constexpr int64_t kD = 16;
+  for (int64_t seq_q : kLengths)
+    for (int64_t seq_k : kLengths)
+      for (bool causal : {false, true})
+        for (Window w : kWindows)
+          for (auto [Br, Bc] : {std::pair<int64_t, int64_t>{128, 64}, {16, 32}}) {
+            const AttentionShape s = shape_of(seq_q, seq_k, causal, w, kD);
+            SCOPED_TRACE(name_of(s, Br, Bc));
+            const fa_test::Inputs in = fa_test::draw(s, uint64_t(seq_q * 1009 + seq_k));
+            const fa::HeadView h = fa::head_view(s, in.q.data(), in.k.data(), in.v.data(), 0);
+            std::vector<double> O(static_cast<size_t>(seq_q * kD)), L(static_cast<size_t>(seq_q));
+            fa::attention_forward_ref_head(h, {}, O.data(), L.data());
+            const Forward got = tiled_window_forward(h, Br, Bc);
+            expect_close(got.O, O, 1e-12, "O");
+            expect_close(got.L, L, 1e-12, "L");
+          }
+}
+
+// The window's point: a narrow window visits a few tiles per Q tile whatever seq_k is, and most
+// of those need no mask.
+TEST(Ch09BandModel, NarrowWindowVisitsFewTiles) {
+  const AttentionShape s = shape_of(4096, 4096, true, {256, -1}, 16);
+  const Band band = Band::make(s.seq_q, s.seq_k, s.causal, s.window_left, s.window_right);
+  int64_t visited = 0;
+  for (int64_t q0 = 0; q0 < s.seq_q; q0 += 128) {
+    const TileRange t = fa::ch09::key_tiles(band, q0, q0 + 128, 64);
+    EXPECT_LE(t.end - t.begin, (128 + 256) / 64 + 1) << "q0 " << q0;
+    visited += t.end - t.begin;
+  }
+  EXPECT_LE(visited, 32 * 7);  // 32 Q tiles of at most 7 key tiles; causal alone: 1056
+}
+
+// The visited tiles hold every visible pair of the Q tile's rows (nothing is lost by the loop
+// bounds), and a tile without a mask holds only visible pairs (nothing leaks in).
+TEST(Ch09BandModel, KeyTilesCoverTheBandAndUnmaskedTilesAreInside) {
+  for (int64_t seq_q : kLengths)
+    for (int64_t seq_k : kLengths)
+      for (bool causal : {false, true})
+        for (Window w : kWindows)
+          for (auto [Br, Bc] : {std::pair<int64_t, int64_t>{128, 64}, {16, 32}}) {
+            const Band band = Band::make(seq_q, seq_k, causal, w.left, w.right);
+            SCOPED_TRACE(name_of(shape_of(seq_q, seq_k, causal, w, 16), Br, Bc));
+            for (int64_t q0 = 0; q0 < seq_q; q0 += Br) {
+              const TileRange t = fa::ch09::key_tiles(band, q0, q0 + Br, Bc);
+              for (int64_t i = q0; i < std::min(q0 + Br, seq_q); ++i) {
+                const fa::KeyRange kr =
+                    fa::visible_key_range(i, seq_q, seq_k, causal, w.left, w.right);
+                for (int64_t j = 0; j < seq_k; ++j) {
+                  ASSERT_EQ(band.visible(i, j), j >= kr.first && j <= kr.last)
+                      << "row " << i << " key " << j;
+                  if (band.visible(i, j)) {
+                    ASSERT_GE(j / Bc, t.begin) << "row " << i << " key " << j;
+                    ASSERT_LT(j / Bc, t.end) << "row " << i << " key " << j;
+                  }
+                }
+              }
+              for (int64_t j = t.begin; j < t.end; ++j) {
+                if (fa::ch09::tile_needs_mask(band, q0, q0 + Br, j * Bc, j * Bc + Bc)) continue;
+                for (int64_t i = q0; i < q0 + Br; ++i)
+                  for (int64_t key = j * Bc; key < j * Bc + Bc; ++key)
+                    ASSERT_TRUE(band.visible(i, key)) << "row " << i << " key " << key;
+              }
+            }
+          }
+}
+
+// ---- 09/v2_window's per-warp and per-thread arithmetic (v2_window.cu), restated ----------------
+// A warp owns kWarpRows rows from warp_row0; lane (g, t) holds rows warp_row0 + g + o,
+// o in {0, 8, 16, 24}, and keys k0 + 2 t + c, c = 8 nt + (0 or 1), of a tile of 64 keys.
+constexpr int64_t kWarpRows = 32, kKernelBr = 128, kKernelBc = 64;
+
+struct WarpPlan {
+  int64_t row0, row1;
+  TileRange tiles;               // the tiles some row of the warp sees
+  int64_t free_first, free_end;  // the tiles that need no mask: [free_first, free_end)
+};
+
+WarpPlan warp_plan(const Band& band, int64_t warp_row0) {
+  WarpPlan w;
+  w.row0 = warp_row0;
+  w.row1 = std::min(warp_row0 + kWarpRows, band.seq_q);
+  w.tiles = fa::ch09::key_tiles(band, w.row0, w.row1, kKernelBc);
+  const int64_t free_first_key = band.first_key(w.row1 - 1), free_last_key = band.last_key(w.row0);
+  w.free_first = (free_first_key + kKernelBc - 1) / kKernelBc;
+  w.free_end = std::max<int64_t>((free_last_key + 1) / kKernelBc, w.free_first);
+  return w;
+}
+
+// Whether the kernel masks key k0 + 2 t + c of row warp_row0 + g + o.
+bool kernel_masks(const Band& band, int64_t warp_row0, int g, int t, int64_t k0, int c, int o) {
+  const int64_t diagonal0 = band.diagonal(warp_row0 + g);
+  const int64_t edge_first = diagonal0 - band.left, edge_last = diagonal0 + band.right;
+  const int64_t seq_k = band.seq_k;
+  const int row_first = int(edge_first < -32 ? -32 : (edge_first > seq_k ? seq_k : edge_first));
+  const int row_last = int(edge_last < -32 ? -32 : (edge_last > seq_k ? seq_k : edge_last));
+  const int lo = row_first - int(k0) - 2 * t, hi = row_last - int(k0) - 2 * t;
+  const int last = int(seq_k) - 1 - int(k0) - 2 * t;
+  return c - o < lo || c - o > hi || c > last;
+}
+
+TEST(Ch09BandModel, WindowKernelWarpArithmeticMatchesTheBand) {
+  for (int64_t seq_q : kLengths)
+    for (int64_t seq_k : kLengths)
+      for (bool causal : {false, true})
+        for (Window w : kWindows) {
+          const Band band = Band::make(seq_q, seq_k, causal, w.left, w.right);
+          SCOPED_TRACE(name_of(shape_of(seq_q, seq_k, causal, w, 16), kKernelBr, kKernelBc));
+          for (int64_t q0 = 0; q0 < seq_q; q0 += kKernelBr) {
+            const TileRange block = fa::ch09::key_tiles(band, q0, q0 + kKernelBr, kKernelBc);
+            for (int64_t warp_row0 = q0; warp_row0 < q0 + kKernelBr; warp_row0 += kWarpRows) {
+              const WarpPlan wp = warp_plan(band, warp_row0);
+              for (int64_t j = block.begin; j < block.end; ++j) {
+                const int64_t k0 = j * kKernelBc;
+                const bool seen = j >= wp.tiles.begin && j < wp.tiles.end;
+                if (!seen) {  // skipped: no real row of the warp sees a key of the tile
+                  for (int64_t i = wp.row0; i < wp.row1; ++i)
+                    for (int64_t key = k0; key < k0 + kKernelBc; ++key)
+                      ASSERT_FALSE(band.visible(i, key)) << "row " << i << " key " << key;
+                  continue;
+                }
+                const bool masked = j < wp.free_first || j >= wp.free_end;
+                ASSERT_EQ(masked,
+                          fa::ch09::tile_needs_mask(band, wp.row0, wp.row1, k0, k0 + kKernelBc))
+                    << "warp row " << wp.row0 << " tile " << j;
+                for (int g = 0; g < 8; ++g)
+                  for (int o : {0, 8, 16, 24}) {
+                    const int64_t i = warp_row0 + g + o;
+                    if (i >= seq_q) continue;  // never stored
+                    for (int t = 0; t < 4; ++t)
+                      for (int c = 0; c < kKernelBc; c += (c % 2 == 0 ? 1 : 7)) {
+                        const int64_t key = k0 + 2 * t + c;
+                        const bool hidden = !band.visible(i, key);
+                        if (masked)
+                          ASSERT_EQ(kernel_masks(band, warp_row0, g, t, k0, c, o), hidden)
+                              << "row " << i << " key " << key;
+                        else
+                          ASSERT_FALSE(hidden) << "row " << i << " key " << key;
+                      }
+                  }
+              }
+            }
+          }
+        }
+}
+
+}  // namespace
