@@ -37,8 +37,13 @@ INLINE_LINES = 80  # changed lines (added + removed) up to which a step is shown
 
 
 def diff_name(a, b):
-    """diffs/<a>--<b>.diff for the step a -> b (a folder in a path becomes part of the name)."""
-    stem = lambda p: os.path.splitext(p)[0].replace("/", "_")
+    """diffs/<a>--<b>.diff for the step a -> b (a folder in a path becomes part of the name; a
+    step from another chapter, ../NN_x/file, is named NN_x_file, so that no name starts with a dot
+    and the check for stale files sees every diff)."""
+    def stem(p):
+        while p.startswith("../"):
+            p = p[3:]
+        return os.path.splitext(p)[0].replace("/", "_")
     return f"diffs/{stem(a)}--{stem(b)}.diff"
 
 
