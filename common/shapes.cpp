@@ -73,12 +73,24 @@ std::vector<int32_t> cumulative(const std::vector<int64_t>& v) {
 }
 }  // namespace
 
-int64_t VarlenShape::total_q() const { return sum(seqlens_q); }
-int64_t VarlenShape::total_k() const { return sum(seqlens_k); }
-int64_t VarlenShape::max_seq_q() const { return largest(seqlens_q); }
-int64_t VarlenShape::max_seq_k() const { return largest(seqlens_k); }
-std::vector<int32_t> VarlenShape::cu_seqlens_q() const { return cumulative(seqlens_q); }
-std::vector<int32_t> VarlenShape::cu_seqlens_k() const { return cumulative(seqlens_k); }
+int64_t VarlenShape::total_q() const {
+  return sum(seqlens_q);
+}
+int64_t VarlenShape::total_k() const {
+  return sum(seqlens_k);
+}
+int64_t VarlenShape::max_seq_q() const {
+  return largest(seqlens_q);
+}
+int64_t VarlenShape::max_seq_k() const {
+  return largest(seqlens_k);
+}
+std::vector<int32_t> VarlenShape::cu_seqlens_q() const {
+  return cumulative(seqlens_q);
+}
+std::vector<int32_t> VarlenShape::cu_seqlens_k() const {
+  return cumulative(seqlens_k);
+}
 
 AttentionShape VarlenShape::sequence(int64_t b) const {
   AttentionShape s;
@@ -116,12 +128,15 @@ std::string VarlenShape::str() const {
   os << " H" << heads << " D" << head_dim << (causal ? " causal" : "");
   if (is_gqa()) os << " Hkv" << kv_heads();
   AttentionShape one = sequence(0);
-  if (one.has_window()) os << " window(" << window_left << "," << (causal ? 0 : window_right) << ")";
+  if (one.has_window())
+    os << " window(" << window_left << "," << (causal ? 0 : window_right) << ")";
   if (scale != 0.0f) os << " scale=" << scale;
   return os.str();
 }
 
-int64_t PagedShape::max_seq_k() const { return largest(seqlens_k); }
+int64_t PagedShape::max_seq_k() const {
+  return largest(seqlens_k);
+}
 
 AttentionShape PagedShape::sequence(int64_t b) const {
   AttentionShape s;

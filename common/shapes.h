@@ -57,8 +57,8 @@ struct TransposeShape {
 struct AttentionShape {
   int64_t batch = 1, heads = 1, seq_q = 0, seq_k = 0, head_dim = 64;
   bool causal = false;
-  float scale = 0.0f;    // 0 means the default 1/sqrt(head_dim)
-  int64_t heads_kv = 0;  // K/V heads; 0 means heads (no grouping)
+  float scale = 0.0f;                           // 0 means the default 1/sqrt(head_dim)
+  int64_t heads_kv = 0;                         // K/V heads; 0 means heads (no grouping)
   int64_t window_left = -1, window_right = -1;  // -1: unlimited (see above)
 
   float softmax_scale() const {
