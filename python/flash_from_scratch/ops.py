@@ -192,21 +192,24 @@ _SERVING_NAMES = None
 
 
 def serving_kernel_names(kind):
-    """The registered names of a chapter 09 kind ('varlen_fwd', 'varlen_bwd', 'paged_fwd',
-    'append'), read from the library once."""
+    """The registered names of a kind ('fwd', 'bwd' of chapters 05-08; 'varlen_fwd',
+    'varlen_bwd', 'paged_fwd', 'append' of chapter 09), read from the library once."""
     global _SERVING_NAMES
     if _SERVING_NAMES is None:
         names = {}
-        for k in _lib.list_serving_kernels():
+        for k in list(_lib.list_kernels()) + list(_lib.list_serving_kernels()):
             names.setdefault(k.kind, set()).add(k.name)
         _SERVING_NAMES = names
     return _SERVING_NAMES.get(kind, set())
 
 
-def _is_varlen(kernel):
-    """A varlen kernel's name: registered as one, or any chapter 09 name (so that a missing one
-    is reported among the varlen kernels, not the fixed-length ones)."""
-    return kernel in serving_kernel_names("varlen_fwd") or kernel.startswith("09/")
+def _is_varlen(kernel, kind="fwd"):
+    """Whether `kernel` names a varlen kernel of `kind` ('fwd', 'bwd'): registered as one; or
+    not registered as a fixed-length one and named like chapter 09's (so that a missing 09/...
+    kernel is reported among the varlen kernels, not the fixed-length ones)."""
+    if kernel in serving_kernel_names("varlen_" + kind):
+        return True
+    return kernel not in serving_kernel_names(kind) and kernel.startswith("09/")
 
 
 def attention(q, k, v, causal=False, scale=None, kernel=AUTO, kernel_bwd=AUTO,
@@ -261,7 +264,7 @@ def attention(q, k, v, causal=False, scale=None, kernel=AUTO, kernel_bwd=AUTO,
         return (o, lse) if return_lse else o
     _require("fwd", kernel, dt, d, gqa=gqa, window=has_window)
     if needs_grad:
-        if kernel_bwd in serving_kernel_names("varlen_bwd") or kernel_bwd.startswith("09/"):
+        if _is_varlen(kernel_bwd, "bwd"):
             raise ValueError("kernel %s is a fixed-length forward: kernel_bwd must be a "
                              "fixed-length backward (06/...), not %s" % (kernel, kernel_bwd))
         _require("bwd", kernel_bwd, dt, d)  # refuse now rather than in backward()

@@ -283,7 +283,7 @@ class VarlenFunction(torch.autograd.Function):
 
 def require_varlen_bwd(kernel, kernel_bwd, dtype, head_dim, has_window):
     """Refuses, before any forward runs, a backward that cannot follow varlen forward `kernel`."""
-    if not (kernel_bwd in serving_kernel_names("varlen_bwd") or kernel_bwd.startswith("09/")):
+    if not ops._is_varlen(kernel_bwd, "bwd"):
         raise ValueError("the forward is varlen kernel %s: kernel_bwd must be a chapter 09 varlen "
                          "backward (%s), not %s" % (
                              kernel, ", ".join(sorted(serving_kernel_names("varlen_bwd")))

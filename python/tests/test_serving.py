@@ -225,6 +225,12 @@ class EmulatedLibrary:
                 "append\t09/append_kv\tfp32\t\t70\t\t\t\tx"]
         return ("\n".join(rows) + "\n").encode()
 
+    def fa_py_list_kernels(self):
+        rows = ["fwd\t%s\tfp32\t32\t80\t1\tx" % fa.DEFAULT_FWD,
+                "fwd\t08/v5_swizzled_ring\tfp32\t32\t80\t1\tx",
+                "bwd\t%s\tfp32\t32\t80\t1\tx" % fa.DEFAULT_BWD]
+        return ("\n".join(rows) + "\n").encode()
+
     def fa_py_supported_ex(self, kind, name, dtype, head_dim, gqa, window, page_size):
         return 0
 
