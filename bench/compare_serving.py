@@ -354,7 +354,7 @@ def part_window(torch, fa, serving, timer, args):
 
 def part_paged(torch, fa, serving, timer, args):
     import torch.nn.functional as F
-    from flash_from_scratch import _lib
+    from flash_from_scratch import ops
     B, H, HKV, N, D, dtype = 8, 32, 8, 32768, 128, torch.bfloat16
     g = torch.Generator(device="cuda").manual_seed(args.seed + 2)
     q = torch.randn(B, H, 1, D, device="cuda", dtype=dtype, generator=g)
@@ -369,11 +369,8 @@ def part_paged(torch, fa, serving, timer, args):
     contiguous = "08/v5_swizzled_ring"
     if fa.supported("fwd", contiguous, "bf16", D, gqa=True) is None:
         timed(timer, "paged", shape + " contiguous", "ours " + contiguous, "fwd",
-              lambda: _lib.attention_fwd_gqa(contiguous, q.data_ptr(), kc.data_ptr(),
-                                             vc.data_ptr(), o_ref.data_ptr(), lse.data_ptr(), B,
-                                             H, HKV, 1, N, D, "bf16", 0.0, False,
-                                             q.device.index, torch.cuda.current_stream()
-                                             .cuda_stream), flops, nbytes)
+              lambda: ops.attention_fwd_into(q, kc, vc, o_ref, lse, kernel=contiguous), flops,
+              nbytes)
     else:
         skip("paged", contiguous, fa.supported("fwd", contiguous, "bf16", D, gqa=True))
         o_ref = None

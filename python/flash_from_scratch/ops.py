@@ -136,6 +136,22 @@ def group_sum(dt, hkv, dim, dtype):
     return dt.float().reshape(shape).sum(dim=dim + 1).to(dtype)
 
 
+def attention_fwd_into(q, k, v, o, lse, causal=False, scale=None, kernel=DEFAULT_FWD):
+    """Launches fixed-length forward `kernel` on q [B, H, Nq, D], k, v [B, H_kv, Nk, D], writing
+    o (like q) and lse (fp32 [B, H, Nq]); allocates and copies nothing (what the benchmarks
+    time). All contiguous and 16-byte aligned on one CUDA device."""
+    b, h, hkv, nq, nk, d = check_inputs(q, k, v)
+    args = (q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr())
+    if hkv == h:
+        _lib.attention_fwd(kernel, *args, b, h, nq, nk, d, dtype_name(q.dtype),
+                           _scale_arg(scale, d), bool(causal), _index(q.device),
+                           _stream(q.device))
+    else:
+        _lib.attention_fwd_gqa(kernel, *args, b, h, hkv, nq, nk, d, dtype_name(q.dtype),
+                               _scale_arg(scale, d), bool(causal), _index(q.device),
+                               _stream(q.device))
+
+
 class FlashAttentionFunction(torch.autograd.Function):
     """(q, k, v, causal, scale, kernel, kernel_bwd) -> (O, L); L is not differentiable. k and v
     may have fewer heads than q (the forward kernel must take grouped heads)."""

@@ -475,6 +475,32 @@ def test_python_layer_fixed_length_gqa(emulated):
     for got, want in zip(grads, refs):
         assert got.shape == want.shape and torch.allclose(got.double(), want, atol=1e-4)
     assert emu.calls == [("08/v5_swizzled_ring", "fwd"), (fa.DEFAULT_BWD, "bwd")]
+    from flash_from_scratch import ops  # the benchmarks' launch: into given outputs
+    o2, lse2 = torch.empty_like(o), torch.empty(2, 6, 1)
+    ops.attention_fwd_into(q.detach(), k.detach(), v.detach(), o2, lse2,
+                           kernel="08/v5_swizzled_ring")
+    assert torch.equal(o2, o.detach())
+
+
+def test_python_layer_packed(emulated):
+    """VarlenBatch, varlen_attention_packed and varlen_fwd_into on head-major tensors."""
+    torch, emu = emulated
+    from flash_from_scratch import serving
+    lens_q, lens_k = [3, 0, 8], [5, 2, 8]
+    plan = serving.VarlenBatch.from_lengths(lens_q, lens_k, "cpu")
+    assert (plan.total_q, plan.total_k, plan.max_seqlen_q, plan.batch) == (11, 15, 8, 3)
+    g = torch.Generator().manual_seed(SEED)
+    q, k, v = torch.randn(4, 11, 32, generator=g), torch.randn(2, 15, 32, generator=g), \
+        torch.randn(2, 15, 32, generator=g)
+    o = fa.varlen_attention_packed(q, k, v, plan, causal=True)
+    want = fa.varlen_attention(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1),
+                               offsets(lens_q), offsets(lens_k), causal=True)
+    assert torch.allclose(o, want.transpose(0, 1))
+    o2, lse2 = torch.empty_like(q), torch.empty(4, 11)
+    serving.varlen_fwd_into(plan, q, k, v, o2, lse2, True)
+    assert torch.equal(o2, o)
+    with pytest.raises(ValueError, match="q has 10 tokens and k 15; the offsets say 11 and 15"):
+        serving.varlen_fwd_into(plan, q[:, :10], k, v, o2, lse2, True)
 
 
 def make_paged(torch, gen, lens, hkv, d, page_size, dtype, device, spare=3, poison=True):
