@@ -87,6 +87,15 @@ def timed(timer, part, shape, impl, direction, fn, flops=None, nbytes=None, note
     return record(part, shape, impl, direction, ms, flops, nbytes, note)
 
 
+def no_grad(torch, fn):
+    """fn under torch.no_grad(): a forward timed without building a graph (inputs that require
+    grad are there for the backward's timing)."""
+    def run():
+        with torch.no_grad():
+            return fn()
+    return run
+
+
 def backward_of(out, dout, inputs):
     """The backward alone on a retained graph, the gradients cleared first (compare_sdpa.py's
     way: no accumulation kernel is timed)."""
@@ -307,7 +316,7 @@ def part_window(torch, fa, serving, timer, args):
             bm = create_block_mask(mm, None, None, N, N, device="cuda")
             q4, k4, v4 = (x.unsqueeze(0).detach().clone().requires_grad_() for x in (q, k, v))
             timed(timer, "window", shape, "FlexAttention (%s)" % what, "fwd",
-                  lambda: flex(q4, k4, v4, block_mask=bm), flops)
+                  no_grad(torch, lambda: flex(q4, k4, v4, block_mask=bm)), flops)
             out = flex(q4, k4, v4, block_mask=bm)
             timed(timer, "window", shape, "FlexAttention (%s)" % what, "bwd",
                   backward_of(out, do.unsqueeze(0), (q4, k4, v4)), 2.5 * flops)
@@ -324,8 +333,8 @@ def part_window(torch, fa, serving, timer, args):
                                ("full causal", (-1, -1), full_flops)):
             name = "torch varlen_attn (%s)" % what
             row = timed(timer, "window", shape, name, "fwd",
-                        lambda w=w: varlen_attn_call(va, qt, kt, vt, plan.dev_q, plan.dev_k, N, N,
-                                                     True, w), flops)
+                        no_grad(torch, lambda w=w: varlen_attn_call(
+                            va, qt, kt, vt, plan.dev_q, plan.dev_k, N, N, True, w)), flops)
             if row["ms"] is None:
                 continue
             out = varlen_attn_call(va, qt, kt, vt, plan.dev_q, plan.dev_k, N, N, True, w)
