@@ -55,6 +55,14 @@ CompareResult compare_allclose(const std::string& what, const float* got, const 
 CompareResult compare_flash_rule(const std::string& what, const float* got, const double* ref,
                                  const float* naive, int64_t n, double factor, double floor);
 
+// The naive implementation's max error max|naive - ref| over the elements where ref is finite.
+double naive_max_error(const double* ref, const float* naive, int64_t n);
+// The FlashAttention rule with the naive error measured elsewhere: a batch of sequences checked
+// one sequence at a time takes the naive error of the whole batch (one short sequence's few
+// elements say little about the precision of the dtype).
+CompareResult compare_flash_bound(const std::string& what, const float* got, const double* ref,
+                                  int64_t n, double factor, double floor, double naive_err);
+
 // Dispatch on a Tolerance (naive is only read for the FlashRule).
 CompareResult compare(const std::string& what, const float* got, const double* ref,
                       const float* naive, int64_t n, const Tolerance& tol);

@@ -319,6 +319,31 @@ FwdRefs forward_refs(const std::vector<Unit>& units, DType t) {
   return f;
 }
 
+// The check of one sequence: fp32 against its fixed tolerance; fp16/bf16 by the FlashAttention
+// rule with the naive implementation's error over the whole batch (batch_naive; compare.h says
+// why), or the sequence's own when that is larger.
+CompareResult compare_in_batch(const std::string& what, const std::vector<float>& got,
+                               const std::vector<double>& ref, const std::vector<float>& naive,
+                               const Tolerance& tol, double batch_naive) {
+  const int64_t n = int64_t(ref.size());
+  if (tol.rule == Tolerance::Rule::AllClose)
+    return compare(what, got.data(), ref.data(), naive.data(), n, tol);
+  const double own = naive_max_error(ref.data(), naive.data(), n);
+  return compare_flash_bound(what, got.data(), ref.data(), n, tol.factor, tol.floor,
+                             std::max(own, batch_naive));
+}
+
+// The largest naive error of one tensor over every checked unit of the batch (0 for fp32, which
+// has no naive implementation).
+double batch_naive_error(const std::vector<std::vector<double>>& ref,
+                         const std::vector<std::vector<float>>& naive) {
+  double e = 0;
+  for (size_t u = 0; u < ref.size() && u < naive.size(); ++u)
+    if (naive[u].size() == ref[u].size())
+      e = std::max(e, naive_max_error(ref[u].data(), naive[u].data(), int64_t(ref[u].size())));
+  return e;
+}
+
 // Compares O and L of each checked sequence (one check each, over its checked heads and rows).
 // row_of(u, i): the row of O (and the element of L) that holds row i of unit u.
 template <class RowOf>
@@ -328,6 +353,7 @@ void compare_forward(RunResult& r, const std::vector<Unit>& units, const FwdRefs
   Tolerance tolO = t == DType::F32 ? Tolerance::allclose(1e-4, 1e-4) : Tolerance::flash(2.0, 1e-4);
   Tolerance tolL = t == DType::F32 ? Tolerance::allclose(1e-4, 1e-5) : Tolerance::flash(2.0, 1e-4);
   if (opt.has_tolerance) tolO = tolL = opt.tolerance;
+  const double naiveO = batch_naive_error(ref.O, ref.nO), naiveL = batch_naive_error(ref.L, ref.nL);
   for (size_t u0 = 0; u0 < units.size();) {
     size_t u1 = u0;
     while (u1 < units.size() && units[u1].b == units[u0].b) ++u1;
@@ -349,10 +375,8 @@ void compare_forward(RunResult& r, const std::vector<Unit>& units, const FwdRefs
         nL.insert(nL.end(), ref.nL[u].begin(), ref.nL[u].end());
       }
       const std::string seq = " seq " + std::to_string(first.b);
-      CompareResult cO =
-          compare("O" + seq, gotO.data(), refO.data(), nO.data(), int64_t(refO.size()), tolO);
-      CompareResult cL =
-          compare("L" + seq, gotL.data(), refL.data(), nL.data(), int64_t(refL.size()), tolL);
+      CompareResult cO = compare_in_batch("O" + seq, gotO, refO, nO, tolO, naiveO);
+      CompareResult cL = compare_in_batch("L" + seq, gotL, refL, nL, tolL, naiveL);
       const bool all_heads = int64_t(u1 - u0) == heads;
       const bool all_rows = nrows == first.seq.seq_q;
       const std::string hn = all_heads ? "h" : "checked-head#",
@@ -728,6 +752,9 @@ RunResult run_varlen_bwd(const VarlenBwdKernel& k, const VarlenShape& s, DType t
       Tolerance tolD =
           t == DType::F32 ? Tolerance::allclose(1e-4, 1e-4) : Tolerance::flash(3.0, 1e-4);
       if (opt.has_tolerance) tolG = tolD = opt.tolerance;
+      const double batch_naive[4] = {
+          batch_naive_error(ref.dQ, ref.ndQ), batch_naive_error(ref.dK, ref.ndK),
+          batch_naive_error(ref.dV, ref.ndV), batch_naive_error(ref.D, ref.nD)};
       for (size_t u0 = 0; u0 < units.size();) {
         size_t u1 = u0;
         while (u1 < units.size() && units[u1].b == units[u0].b) ++u1;
@@ -757,9 +784,9 @@ RunResult run_varlen_bwd(const VarlenBwdKernel& k, const VarlenShape& s, DType t
         const std::string hn = int64_t(u1 - u0) == s.heads ? "h" : "checked-head#";
         for (int i = 0; i < 4; ++i) {
           if (rows[i] == 0) continue;
-          CompareResult c = compare(std::string(names[i]) + " seq " + std::to_string(b),
-                                    got[i].data(), want[i].data(), naive[i].data(),
-                                    int64_t(want[i].size()), i == 3 ? tolD : tolG);
+          CompareResult c =
+              compare_in_batch(std::string(names[i]) + " seq " + std::to_string(b), got[i], want[i],
+                               naive[i], i == 3 ? tolD : tolG, batch_naive[i]);
           c.dims = {int64_t(u1 - u0), rows[i]};
           c.names = {hn, i == 1 || i == 2 ? "j" : "i"};
           if (i < 3) {

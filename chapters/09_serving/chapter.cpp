@@ -343,7 +343,7 @@ int run(const std::vector<std::string>& args) {
       .option("lengths", "",
               "the mixed batch's sequence lengths, comma-separated (default: a seeded mix of "
               "--tokens tokens with a 0 and a 1)")
-      .option("tokens", "16384", "tokens of the default mixed batch")
+      .option("tokens", "8192", "tokens of the default mixed batch")
       .option("window", "",
               "left,right: the window's keys before and after the diagonal (-1: unlimited; "
               "right 0: causal). Default 1023,0; 4095,0 with --full")
@@ -355,10 +355,10 @@ int run(const std::vector<std::string>& args) {
       .option("heads_kv", "8", "K/V heads of the paged problems (0 = decode_heads)")
       .option("seq_k", "32768", "keys per sequence of the paged problems")
       .option("page_size", "16,64,256", "page sizes of the paged problems, comma-separated")
-      .option("chunk", "512", "new tokens of the chunked prefill over the pages (0 = skip)")
+      .option("chunk", "256", "new tokens of the chunked prefill over the pages (0 = skip)")
       .option("parts", "varlen,window,backward,paged,append", "what the GPU part runs");
   fa::add_kernel_options(cli, "09/", 20);
-  cli.option("check_heads", "2", "heads checked against the CPU reference (0 = automatic)")
+  cli.option("check_heads", "1", "heads checked against the CPU reference (0 = automatic)")
       .flag("full", "the large shapes: the window problem at N 32768 with 4095 keys to the left")
       .section("kernels (name, dtypes, head dims, oldest GPU, what it changes)", kernels_text())
       .example(fa::printed_command("ch09.help").args);
