@@ -71,7 +71,7 @@ def sum_over_group(dk, hkv):
         return dk
     shape = dk.shape[:-3] + (hkv, h // hkv) + dk.shape[-2:]
     acc = dk.double() if dk.dtype == torch.float64 else dk.float()
-    return acc.reshape(shape).sum(dim=-4)
+    return acc.reshape(shape).sum(dim=-3)  # [..., H_kv, group, N, D]: the group
 
 
 def window_pairs(seq_q, seq_k, causal, window=(-1, -1)):
