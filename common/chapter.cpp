@@ -35,7 +35,7 @@ const std::vector<PrintedCommand>& printed_commands() {
       {"ch08.help", "ch08_decoding",
        "--batch=8 --heads=32 --heads_kv=8 --seq_q=1 --seq_k=32768 --head_dim=128 --causal"},
       {"ch09.help", "ch09_serving",
-       "--lengths=0,1,17,1000,4096 --window=255,0 --window_seq=4096 --page_size=64 --seq_k=8192"},
+       "--lengths=0,1,17,1000,2048 --window=127,0 --window_seq=2048 --page_size=64 --seq_k=8192"},
       {"tour.help", "tour", "01 05"},
   };
   return all;

@@ -343,19 +343,19 @@ int run(const std::vector<std::string>& args) {
       .option("lengths", "",
               "the mixed batch's sequence lengths, comma-separated (default: a seeded mix of "
               "--tokens tokens with a 0 and a 1)")
-      .option("tokens", "8192", "tokens of the default mixed batch")
+      .option("tokens", "4096", "tokens of the default mixed batch (sequences up to 2048)")
       .option("window", "",
               "left,right: the window's keys before and after the diagonal (-1: unlimited; "
-              "right 0: causal). Default 1023,0; 4095,0 with --full")
+              "right 0: causal). Default 255,0; 4095,0 with --full")
       .option("window_seq", "0",
-              "length N of the window problem, one sequence (0: 8192; 32768 "
+              "length N of the window problem, one sequence (0: 2048; 32768 "
               "with --full)")
       .option("batch", "8", "sequences of the paged problems")
       .option("decode_heads", "32", "query heads of the paged problems")
       .option("heads_kv", "8", "K/V heads of the paged problems (0 = decode_heads)")
       .option("seq_k", "32768", "keys per sequence of the paged problems")
       .option("page_size", "16,64,256", "page sizes of the paged problems, comma-separated")
-      .option("chunk", "256", "new tokens of the chunked prefill over the pages (0 = skip)")
+      .option("chunk", "128", "new tokens of the chunked prefill over the pages (0 = skip)")
       .option("parts", "varlen,window,backward,paged,append", "what the GPU part runs");
   fa::add_kernel_options(cli, "09/", 20);
   cli.option("check_heads", "1", "heads checked against the CPU reference (0 = automatic)")
@@ -380,7 +380,7 @@ int run(const std::vector<std::string>& args) {
     if (len < 0) throw fa::UsageError("--lengths: a sequence length is at least 0");
   if (lengths.empty())
     lengths =
-        fa::ch09::mixed_lengths(fa::derive_seed(cli.seed(), 1), cli.get_count("tokens"), 4096);
+        fa::ch09::mixed_lengths(fa::derive_seed(cli.seed(), 1), cli.get_count("tokens"), 2048);
   int64_t total = 0;
   for (int64_t len : lengths) total += len;
   if (total == 0) throw fa::UsageError("--lengths: the batch holds no token");
@@ -388,11 +388,11 @@ int run(const std::vector<std::string>& args) {
     throw fa::UsageError("--lengths: the batch's tokens must stay below 2^31 (int32 cu_seqlens)");
   std::vector<int64_t> window = cli.get_int_list("window");
   if (window.empty())
-    window = full_size ? std::vector<int64_t>{4095, 0} : std::vector<int64_t>{1023, 0};
+    window = full_size ? std::vector<int64_t>{4095, 0} : std::vector<int64_t>{255, 0};
   if (window.size() != 2 || window[0] < -1 || window[1] < -1)
     throw fa::UsageError("--window: give left,right (each -1 or more), e.g. --window=4095,0");
   int64_t window_seq = cli.get_count("window_seq", 0);
-  if (window_seq == 0) window_seq = full_size ? 32768 : 8192;
+  if (window_seq == 0) window_seq = full_size ? 32768 : 2048;
   const int64_t batch = cli.get_count("batch"), decode_heads = cli.get_count("decode_heads");
   const int64_t heads_kv = cli.get_count("heads_kv", 0), seq_k = cli.get_count("seq_k");
   const int64_t chunk = cli.get_count("chunk", 0);
