@@ -222,6 +222,23 @@ TEST_P(VarlenBwdKernels, ManyHeadsBeyondGridLimit) {
       fa::run_varlen_bwd(kernel(), varlen({17, 1}, {17, 5}, 70000, d, true), t, check_only(62, 3)));
 }
 
+// A packed batch past 2^31 elements of Q, dO, dQ (and of the fp32 workspace): 32 heads of many
+// sequences of 256 tokens, short enough that the reference of the sampled sequences stays cheap.
+// The last head's rows start past 2^31: a 32-bit offset (or a 32-bit dQ atomic address) breaks.
+TEST_P(VarlenBwdKernels, LongPackedBatchPast2to31Elements) {
+  FA_SKIP_WITHOUT_GPU(kernel().min_sm);
+  auto [t, d] = variants(kernel()).back();
+  const int64_t heads = 32, len = 256, seqs = (int64_t(1) << 31) / (heads * d) / len + 100;
+  const std::vector<int64_t> lengths(static_cast<size_t>(seqs), len);
+  const VarlenShape s = varlen(lengths, lengths, heads, d, true);
+  ASSERT_GT(s.q_numel(), int64_t(1) << 31);
+  // q, k, v, o, dO, dQ, dK, dV in the dtype and the fp32 workspace: about 12 Q-sized buffers.
+  if (fa::gpu_info().global_mem < size_t(12) * s.q_numel() * fa::dtype_size(t))
+    GTEST_SKIP() << "not enough GPU memory for a packed batch past 2^31 elements";
+  SCOPED_TRACE(s.str());
+  FA_EXPECT_PASS(fa::run_varlen_bwd(kernel(), s, t, check_only(71, 2)));
+}
+
 INSTANTIATE_TEST_SUITE_P(Registered, VarlenBwdKernels,
                          ::testing::ValuesIn(chapter09<fa::VarlenBwdKernel>()),
                          RegistryNamePrinter());
