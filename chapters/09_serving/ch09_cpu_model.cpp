@@ -1,5 +1,6 @@
 // ch09_cpu_model.cpp: the varlen forward, the paged gather and the paged split-KV decode in double
-// (see ch09_cpu_model.h).
+// (see ch09_cpu_model.h). A CPU exercise (notes/coursework.md): the paged address of a key.
+// EXERCISE-KERNELS: cpu/09_paged_address
 #include "ch09_cpu_model.h"
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <random>
 
 #include "check.h"
+#include "exercise.h"
 
 namespace fa::ch09 {
 
@@ -198,9 +200,13 @@ PagedCache build_paged_cache(const PagedShape& s, const float* k, const float* v
 const float* paged_row(const PagedShape& s, const std::vector<float>& pages,
                        const std::vector<int32_t>& block_table, int64_t b, int64_t kv_head,
                        int64_t j) {
+  // EXERCISE(paged-address): the first element of key j of sequence b, K/V head kv_head: its page from the sequence's row of the block table (the pages are shuffled, so j alone does not say where), then its offset in the pool [num_pages, heads_kv, page_size, D], in 64 bits
   const int64_t page = block_table[b * s.max_pages + j / s.page_size];
   return pages.data() +
          ((page * s.kv_heads() + kv_head) * s.page_size + j % s.page_size) * s.head_dim;
+  // EXERCISE-PLACEHOLDER
+  // return fa::exercise_todo<const float*>("cpu/09_paged_address", "paged-address");
+  // EXERCISE-END
 }
 
 int64_t paged_split_forward(const PagedShape& s, const float* q, const PagedCache& cache,

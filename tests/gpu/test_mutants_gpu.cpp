@@ -4,8 +4,8 @@
 // element, or, for the mistakes of chapter 07 that can deadlock, FAIL or hang (run in a child
 // process with a time limit). Each mutant has a correct twin that must PASS on the same shapes, so
 // a rejection is caused by the mistake: for the hand-written mutants a kernel built the same way
-// (wrapped in an ad-hoc registry struct), for those of chapters 07 and 08 the real rung the mutant
-// was generated from. Shapes are ragged, causal where it matters.
+// (wrapped in an ad-hoc registry struct), for those of chapters 07, 08 and 09 the real rung the
+// mutant was generated from. Shapes are ragged, causal where it matters.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -249,7 +249,12 @@ TEST(MutantList, EveryMutantIsRegisteredAndNoneIsInTheMainRegistry) {
   for (const char* n : {"mutant/01_no_max_subtraction", "mutant/02_online_no_rescale"})
     EXPECT_NE(fa::find_mutant<fa::SoftmaxKernel>(n), nullptr) << n;
   EXPECT_NE(fa::find_mutant<fa::AttentionBwdKernel>("mutant/06_delta_from_dout"), nullptr);
+  for (const char* n : {"mutant/09_window_off_by_one", "mutant/09_offsets_as_lengths"})
+    EXPECT_NE(fa::find_mutant<fa::VarlenFwdKernel>(n), nullptr) << n;
+  EXPECT_NE(fa::find_mutant<fa::PagedFwdKernel>("mutant/09_loader_ignores_block_table"), nullptr);
   EXPECT_EQ(fa::mutants<fa::AttentionFwdKernel>().size(), fwd_names.size());
+  EXPECT_EQ(fa::mutants<fa::VarlenFwdKernel>().size(), 2u);
+  EXPECT_EQ(fa::mutants<fa::PagedFwdKernel>().size(), 1u);
   auto none_in_main = [](const auto& list) {
     for (const auto& m : list) {
       EXPECT_EQ(m.name.rfind("mutant/", 0), 0u) << m.name;
@@ -259,6 +264,8 @@ TEST(MutantList, EveryMutantIsRegisteredAndNoneIsInTheMainRegistry) {
   none_in_main(fa::mutants<fa::AttentionFwdKernel>());
   none_in_main(fa::mutants<fa::SoftmaxKernel>());
   none_in_main(fa::mutants<fa::AttentionBwdKernel>());
+  none_in_main(fa::mutants<fa::VarlenFwdKernel>());
+  none_in_main(fa::mutants<fa::PagedFwdKernel>());
   for (const fa::AttentionFwdKernel& k : fa::registry<fa::AttentionFwdKernel>())
     EXPECT_NE(k.name.rfind("mutant/", 0), 0u) << k.name << " is in the main registry";
 }
@@ -320,6 +327,101 @@ TEST(Mutant08, GqaWrongKvHeadIsRejected) {
   FA_SKIP_WITHOUT_GPU(80);
   FA_GET_MUTANT(mutant, fa::AttentionFwdKernel, "mutant/08_gqa_wrong_kv_head");
   fa::RunResult r = fa::run_attention_fwd(*mutant, kDecodeGrouped, DType::F16, check_only());
+  FA_SKIP_IF_NOT_RUN(r);
+  expect_rejected(r);
+}
+
+// ---- chapter 09: the rungs with one line changed, through the serving harness ---------------------
+// Each twin is the rung itself, on the same shapes, in bf16 at head dim 128 (both listed by every
+// rung here).
+template <class K>
+const K* rung09(const std::string& name) {
+  const K* k = fa::find_entry<K>(name);
+  EXPECT_NE(k, nullptr) << name << " is not registered";
+  return k;
+}
+
+fa::VarlenShape varlen09(std::vector<int64_t> lens, bool causal, int64_t left = -1,
+                         int64_t right = -1) {
+  fa::VarlenShape s;
+  s.seqlens_q = lens;
+  s.seqlens_k = std::move(lens);
+  s.heads = 2;
+  s.head_dim = 128;
+  s.causal = causal;
+  s.window_left = left;
+  s.window_right = right;
+  return s;
+}
+
+fa::PagedShape paged09(int64_t page_size) {
+  fa::PagedShape s;
+  s.seqlens_k = {17, 1000, 129, 0, 300};
+  s.heads = 8;
+  s.heads_kv = 2;
+  s.head_dim = 128;
+  s.seq_q = 1;
+  s.page_size = page_size;
+  return s;
+}
+
+// Ragged self-attention batches for 09/v1_varlen. The longest sequence is the last and a whole
+// number of 128-row Q tiles (256): read as lengths, the offsets make every sequence after the
+// first longer than it is, and the rows the mutant then reads and writes stay inside each head's
+// slab (row cu[b] + r with r < 256 <= total - cu[b]), so the mistake shows as wrong values, never
+// as an access outside the buffers. Causal: a row's last key i + seq_k - seq_q moves with the
+// wrong seq_q, so every sequence after the first is wrong in its own rows.
+const std::vector<int64_t> kVarlenLens = {17, 129, 0, 100, 256};
+// 09/v2_window: windows whose left edge cuts into every long row, causal and not.
+const std::vector<fa::VarlenShape> kWindowShapes = {
+    varlen09({1, 17, 0, 127, 129, 1000}, true, 16),
+    varlen09({1, 17, 0, 127, 129, 1000}, false, 100, 50)};
+
+TEST(Mutant09, RungsPassWhereTheirMutantsAreRejected) {
+  FA_SKIP_WITHOUT_GPU(80);
+  const auto* v1 = rung09<fa::VarlenFwdKernel>("09/v1_varlen");
+  const auto* v2 = rung09<fa::VarlenFwdKernel>("09/v2_window");
+  const auto* paged = rung09<fa::PagedFwdKernel>("09/paged_v1_decode");
+  ASSERT_TRUE(v1 != nullptr && v2 != nullptr && paged != nullptr);
+  FA_EXPECT_PASS(fa::run_varlen_fwd(*v1, varlen09(kVarlenLens, true), DType::BF16, check_only()));
+  for (const fa::VarlenShape& s : kWindowShapes)
+    FA_EXPECT_PASS(fa::run_varlen_fwd(*v2, s, DType::BF16, check_only()));
+  for (int64_t page : {16, 64, 256})
+    FA_EXPECT_PASS(fa::run_paged_fwd(*paged, paged09(page), DType::BF16, check_only()));
+}
+
+// Lesson: key j of a sequence is in page block_table[b][j / page_size], wherever the allocator put
+// it; j / page_size alone is only the page's place in the sequence. The harness hands out every
+// sequence's pages in a shuffled order and poisons the spare ones, so the mistake cannot pass.
+TEST(Mutant09, LoaderIgnoringTheBlockTableIsRejected) {
+  FA_SKIP_WITHOUT_GPU(80);
+  FA_GET_MUTANT(mutant, fa::PagedFwdKernel, "mutant/09_loader_ignores_block_table");
+  for (int64_t page : {16, 64, 256}) {
+    fa::RunResult r = fa::run_paged_fwd(*mutant, paged09(page), DType::BF16, check_only());
+    FA_SKIP_IF_NOT_RUN(r);
+    expect_rejected(r);
+  }
+}
+
+// Lesson: a window is two inequalities per row, d(i) - left <= j <= d(i) + right; one key too many
+// at the left edge is a small error in every row the edge cuts into, well past the 2x rule.
+TEST(Mutant09, WindowOffByOneIsRejected) {
+  FA_SKIP_WITHOUT_GPU(80);
+  FA_GET_MUTANT(mutant, fa::VarlenFwdKernel, "mutant/09_window_off_by_one");
+  for (const fa::VarlenShape& s : kWindowShapes) {
+    fa::RunResult r = fa::run_varlen_fwd(*mutant, s, DType::BF16, check_only());
+    FA_SKIP_IF_NOT_RUN(r);
+    expect_rejected(r);
+  }
+}
+
+// Lesson: cu_seqlens are cumulative: sequence b's length is cu[b + 1] - cu[b]. Read as a length,
+// cu[b + 1] is right for the first sequence only, which is why a test batch needs several.
+TEST(Mutant09, OffsetsReadAsLengthsAreRejected) {
+  FA_SKIP_WITHOUT_GPU(80);
+  FA_GET_MUTANT(mutant, fa::VarlenFwdKernel, "mutant/09_offsets_as_lengths");
+  fa::RunResult r =
+      fa::run_varlen_fwd(*mutant, varlen09(kVarlenLens, true), DType::BF16, check_only());
   FA_SKIP_IF_NOT_RUN(r);
   expect_rejected(r);
 }
