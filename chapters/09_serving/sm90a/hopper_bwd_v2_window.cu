@@ -1,0 +1,705 @@
+// 09/hopper_bwd_v2_window: 09/hopper_bwd_v1_varlen with a sliding window (local attention), in
+// the window's FlashAttention meaning (AttentionShape, common/shapes.h): query i of a sequence
+// sees keys d(i) - window_left .. d(i) + window_right, d(i) = i + seq_k - seq_q its bottom-right
+// diagonal, -1 leaving a side unlimited; causal is window_right = 0. Read v1 first
+// (hopper_bwd_v1_varlen.cu): the offset table, the two kernels, their rings, products and stores
+// are its own, unchanged. O and L come from 09/hopper_v2_window.
+//
+// What changed vs v1, and why
+//   One idea: the band of ch09_band.h in place of chapter 07's causal diagonal, in both kernels.
+//   * dkdv: v1 let a key tile visit the Q tiles from the one holding the first query that sees
+//     key k0 (causal_first_query) to the last. A window also cuts below: the rows that see keys
+//     [k0, k0 + Bc) are one interval (both ends of a row's keys grow by one per row), so the
+//     loop visits the Q tiles [begin, end) of fa::ch09::query_tiles(band, k0, k0 + Bc, 64) and
+//     skips every tile outside. Its j still counts visited tiles from 0 (stage j % 2, phase
+//     (j / 2) & 1 as v1); tile j is Q tile begin + j, as qt_begin + j was.
+//   * dq: v1 visited key tiles 0 .. visit - 1 (kv_tiles); here [begin, end) of
+//     fa::ch09::key_tiles(band, q0, q1, 64), q1 = min(q0 + Br, seq_q): the rows past seq_q are
+//     the next sequence's and do not widen the range. Iteration j loads key tile begin + j, as
+//     09/hopper_v2_window does. A window of W keys costs O(W) per key and per query, whatever
+//     the sequence's length.
+//   * The mask: v1 masked from the first tile the diagonal (or seq_k) crosses onwards; the band
+//     has two edges, so masked tiles sit at both ends of the range, and
+//     fa::ch09::tile_needs_mask decides per tile, over the real rows [q0, min(q0 + rows,
+//     seq_q)) (rows past seq_q have P = 0 already, by their L2 = +inf) and all Bc keys of the
+//     block (keys past seq_k must still be cut in dq, where they would reach dQ through dS K).
+//     Inside a masked tile an element keeps Band::visible, first_key(i) <= j <= last_key(i):
+//     - dq (rows are queries, as the forward): each thread computes its two rows' first_key and
+//       last_key once (last_key is clipped to seq_k - 1, so the next sequence's keys go too) and
+//       each element compares an int column against them (mask_band_keys, the forward's
+//       mask_band).
+//     - dkdv (rows are keys, columns queries: S^T): for a real query i and key j,
+//       first_key(i) <= j <= last_key(i) is first_row(j) <= i <= last_row(j), so each thread
+//       turns its two keys into intervals of query columns once per masked tile and each
+//       element compares an int (mask_band_rows); keys past seq_k get an empty interval. Why not
+//       the per-element 64-bit test of v1 with a second edge: v1's dkdv at D = 128 already holds
+//       255 registers. With the interval it stays at 255 without spills.
+//   A row that sees no key at all (seq_k = 0, or a window that leaves it nothing) has L = -inf
+//   from the forward, L2 = +inf here: P = 0, dQ = 0. A key that no query sees gets no Q tile
+//   (query_tiles is empty) and stores dK = dV = 0.
+//
+// Map of the kernels (as v1 and 07/bwd_v1; Bc, Br = 128 at D 64 and 128, 64 at D 256)
+//   1. D = rowsum(dO o O) over the heads * total_q rows.
+//   2. dkdv_kernel, one block per (key tile, head, sequence): the offset table, return if past
+//      seq_k; the band's Q tiles (query_tiles) through the 2-stage ring; S^T, dP^T, P^T (masked
+//      where tile_needs_mask), dV += P^T dO, dS^T, dK += dS^T Q; dK * scale, dV stored.
+//   3. dq_kernel, one block per (query tile, head, sequence): return if past seq_q; the band's
+//      K/V tiles (key_tiles); S, dP, P (masked where tile_needs_mask), dS, dQ += dS K; dQ stored.
+//   smem      as v1: dkdv D 64: 65 KiB, D 128: 130 KiB, D 256: 194 KiB; dq 65 / 129 / 193 KiB
+//   registers (ptxas, CUDA 13.0, sm_90a, fp16 = bf16): dkdv 199 (D 64) / 255 (D 128) / 251
+//             (D 256), dq 143 / 187 / 160, no spills (v1: 199 / 255 / 245 and 141 / 184 / 157)
+// Speed: measured in chapters/09_serving/README.md
+#include <cuda.h>
+
+#include <climits>
+#include <string>
+
+#include "../../07_flash_hopper/ch07_bwd_common.cuh"
+#include "../ch09_band.h"
+#include "gpu.h"
+
+namespace fa::ch09 {
+namespace {
+
+using namespace fa::ch07;  // tile layout, descriptors, pack_p, load_l2, store_acc_rows, tensor maps
+
+constexpr int kWarpgroups = 2;
+constexpr int kThreads = 128 * kWarpgroups;
+constexpr int kStages = 2;
+constexpr int kWgRows = kRowsPerWarpgroup;  // 64: wgmma M, the rows one warpgroup owns
+
+// How a block's two warpgroups share its work at head dim D (see "D = 256" in 07/bwd_v1's header).
+//   D <= 128: each warpgroup owns 64 rows of the block's 128 (keys in dkdv, queries in dq) and
+//             all D columns of their gradient.
+//   D  > 128: the block holds 64 rows; both warpgroups compute the same S^T and dP^T (S and dP)
+//             over all D columns, and warpgroup w accumulates columns 128 w .. 128 w + 127 of
+//             the gradient. The accumulators are then those of D = 128.
+template <int D>
+struct Split {
+  static constexpr int kAccCols = D <= 128 ? D : 128;  // N of dV, dK, dQ per warpgroup
+  static constexpr int kParts = D / kAccCols;          // column parts: 1, or 2 at D = 256
+  static constexpr int kRows = kParts == 1 ? kWarpgroups * kWgRows : kWgRows;  // rows per block
+  static_assert(kParts == 1 || kParts == kWarpgroups, "one column part per warpgroup");
+  static_assert(kParts * kAccCols == D && kAccCols % kSwizzleCols == 0,
+                "parts tile D and start on a 64-column strip");
+  // Warpgroup wg's first row within the block's tile, and its first gradient column.
+  __device__ static int row_off(int wg) { return kParts == 1 ? wg * kWgRows : 0; }
+  __device__ static int col0(int wg) { return kParts == 1 ? 0 : wg * kAccCols; }
+};
+
+// 07's BwdParams with the lengths replaced by the offset table: they are per sequence now.
+struct VarlenBwdParams {
+  const float* lse;    // [heads, total_q]
+  const float* delta;  // [heads, total_q]
+  void* dq;            // [heads, total_q, D]
+  void* dk;            // [heads, total_k, D]
+  void* dv;
+  const int32_t* cu_seqlens_q;  // batch + 1 offsets into the packed rows, on the device
+  const int32_t* cu_seqlens_k;
+  int64_t total_q, total_k;  // rows of one head's slab: the sums of the lengths
+  int heads;
+  int64_t n_tiles;   // tiles per (sequence, head), the longest sequence's: of keys or queries
+  float scale;       // softmax scale
+  float scale_log2;  // scale * log2(e): P = exp2(s * scale_log2 - L2)
+  bool causal;
+  int64_t window_left, window_right;  // -1: unlimited (shapes.h)
+};
+
+// The mask of a transposed tile (dkdv: rows are keys, columns queries). Band::visible(i, j) is
+// first_key(i) <= j <= last_key(i); for a real query (0 <= i < seq_q) and key (0 <= j < seq_k)
+// that is first_row(j) <= i <= last_row(j), both ends of the row interval of key j (ch09_band.h:
+// the clipping to 0 .. seq_q - 1 changes nothing for real rows; queries past seq_q have P = 0
+// already). So each thread computes, for its two keys key0 and key0 + 8, the visible query
+// columns lo .. hi relative to the tile's first query q0 (clamped to int), once per masked tile,
+// and each element compares an int column: 07's per-element 64-bit test, with a second edge,
+// would cost registers the D = 128 instantiation does not have. Keys at or past seq_k see no row.
+template <int N>
+__device__ __forceinline__ void mask_band_rows(float (&st)[N], const Band& band, int64_t key0,
+                                               int64_t q0, int q) {
+  int lo[2], hi[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t key = key0 + 8 * r;
+    const int64_t f = band.first_row(key) - q0, l = band.last_row(key) - q0;
+    const bool real = key < band.seq_k;
+    lo[r] = real ? int(f < 0 ? 0 : (f > 2 * N ? 2 * N : f)) : 2 * N;
+    hi[r] = real ? int(l < -1 ? -1 : (l > 2 * N ? 2 * N : l)) : -1;
+  }
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    const int col = 8 * (i / 4) + 2 * q + (i % 2), r = (i / 2) % 2;
+    if (col < lo[r] || col > hi[r]) st[i] = 0.0f;
+  }
+}
+
+// The forward's mask_band (09/hopper_v2_window) for dq's S: of the tile of keys kt0 .. kt0 + 2N - 1,
+// row r of this thread keeps keys first_key[r] .. last_key[r] (Band::visible, last_key clipped to
+// seq_k - 1, so keys of the next sequence go too); the rest get P = 0.
+template <int N>
+__device__ __forceinline__ void mask_band_keys(float (&sc)[N], int64_t kt0,
+                                               const int64_t (&first_key)[2],
+                                               const int64_t (&last_key)[2], int q) {
+  int lo[2], hi[2];  // first and last visible column of each row, relative to the tile, clamped
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t f = first_key[r] - kt0, l = last_key[r] - kt0;
+    lo[r] = int(f < 0 ? 0 : (f > 2 * N ? 2 * N : f));
+    hi[r] = int(l < -1 ? -1 : (l > 2 * N ? 2 * N : l));
+  }
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    const int col = 8 * (i / 4) + 2 * q + (i % 2), r = (i / 2) % 2;
+    if (col < lo[r] || col > hi[r]) sc[i] = 0.0f;
+  }
+}
+
+// ---- dK, dV --------------------------------------------------------------------------------------
+template <int D>
+constexpr int kKvBc = Split<D>::kRows;  // keys per block: 128, or 64 at D = 256
+constexpr int kKvBr = 64;               // queries per streamed tile: N of S^T and dP^T
+
+template <int D>
+struct DkdvSmem {
+  static constexpr int kKVBytes = kKvBc<D> * D * 2;  // K or V
+  static constexpr int kQBytes = kKvBr * D * 2;      // Q or dO, one stage
+  static constexpr int kKOffset = 0;
+  static constexpr int kVOffset = kKVBytes;
+  static constexpr int kQOffset = 2 * kKVBytes;                    // stage s at + s * kQBytes
+  static constexpr int kdOOffset = kQOffset + kStages * kQBytes;   // stage s at + s * kQBytes
+  static constexpr int kLOffset = kdOOffset + kStages * kQBytes;   // float [kStages][kKvBr]
+  static constexpr int kDOffset = kLOffset + kStages * kKvBr * 4;  // float [kStages][kKvBr]
+  static constexpr int kBarOffset = kDOffset + kStages * kKvBr * 4;
+  static constexpr int kBytes = kBarOffset + (1 + kStages) * 8 + kAtomBytes;  // + alignment
+  static_assert(kKVBytes % kAtomBytes == 0 && kQBytes % kAtomBytes == 0, "atoms stay aligned");
+  static_assert(kBytes <= 227 * 1024, "the most dynamic shared memory a block may opt in to");
+};
+
+template <class T, int D>
+__global__ void __launch_bounds__(kThreads, 1)
+    dkdv_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
+                const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_do,
+                const VarlenBwdParams p) {
+  using Sm = DkdvSmem<D>;
+  using Sp = Split<D>;
+  constexpr int kBc = kKvBc<D>;
+  constexpr int kStrips = D / kSwizzleCols;
+  constexpr int kSAcc = kKvBr / 2;  // S^T (and dP^T) accumulators per thread
+  constexpr int kN = Sp::kAccCols;  // columns of dK and dV this warpgroup accumulates
+
+  // ---- The offset table: which sequence, head and key tile this block is, and where they lie.
+  const int64_t seq_head = int64_t(blockIdx.x) / p.n_tiles;  // sequence * heads + head
+  const int64_t k0 = (int64_t(blockIdx.x) % p.n_tiles) * kBc;
+  const int b = int(seq_head / p.heads), h = int(seq_head % p.heads);
+  const int q_start = p.cu_seqlens_q[b], k_start = p.cu_seqlens_k[b];  // first packed rows
+  const int64_t seq_q = p.cu_seqlens_q[b + 1] - q_start, seq_k = p.cu_seqlens_k[b + 1] - k_start;
+  if (k0 >= seq_k) return;  // past this sequence's keys: the whole block, before any barrier
+
+  extern __shared__ unsigned char smem_raw[];
+  const uint32_t raw = mma::smem_addr(smem_raw);
+  unsigned char* smem = smem_raw + ((kAtomBytes - raw % kAtomBytes) % kAtomBytes);
+  unsigned char* sK = smem + Sm::kKOffset;
+  unsigned char* sV = smem + Sm::kVOffset;
+  auto sQ = [&](int s) { return smem + Sm::kQOffset + s * Sm::kQBytes; };
+  auto sdO = [&](int s) { return smem + Sm::kdOOffset + s * Sm::kQBytes; };
+  float* sL = reinterpret_cast<float*>(smem + Sm::kLOffset);  // stage s at + s * kKvBr
+  float* sD = reinterpret_cast<float*>(smem + Sm::kDOffset);
+  uint64_t* kv_full = reinterpret_cast<uint64_t*>(smem + Sm::kBarOffset);
+  uint64_t* q_full = kv_full + 1;  // one per stage: Q and dO bytes of the tile have landed
+
+  const int tid = threadIdx.x, wg = tid / 128, t = tid % 128, q = t % 4;
+  // L and D of this sequence and head: element h * total_q + q_start of the [heads, total_q]
+  // vectors; load_ld reads them for rows < seq_q only (the rows after are the next sequence's).
+  const float* lse = p.lse + int64_t(h) * p.total_q + q_start;
+  const float* delta = p.delta + int64_t(h) * p.total_q + q_start;
+
+  // The band's Q tiles: those holding the rows from the first that sees key k0 to the last that
+  // sees key k0 + kBc - 1 (every tile outside is entirely hidden: skipped). Possibly none.
+  const Band band = Band::make(seq_q, seq_k, p.causal, p.window_left, p.window_right);
+  const TileRange range = query_tiles(band, k0, k0 + kBc, kKvBr);
+  const int64_t qt_begin = range.begin;
+  const int n_iter = range.end > range.begin ? int(range.end - range.begin) : 0;
+
+  // Thread 0: Q and dO of iteration j (Q tile qt_begin + j) into stage j % kStages. The row is
+  // a packed row: the sequence's offset plus the tile's first row (the box may run into the next
+  // sequence; see the header).
+  auto request_q = [&](int j) {
+    const int s = j % kStages;
+    const int row = q_start + int((qt_begin + j) * kKvBr);
+    hopper::mbar_arrive_expect_tx(&q_full[s], 2 * Sm::kQBytes);
+    for (int c = 0; c < kStrips; ++c) {
+      hopper::tma_load_3d(sQ(s) + c * kKvBr * 128, &tm_q, &q_full[s], c * kSwizzleCols, row, h);
+      hopper::tma_load_3d(sdO(s) + c * kKvBr * 128, &tm_do, &q_full[s], c * kSwizzleCols, row, h);
+    }
+  };
+  // Warpgroup 0: threads 0..63 carry L2 of the tile's 64 queries, threads 64..127 their D.
+  auto load_ld = [&](int j) {
+    const int64_t row = (qt_begin + j) * kKvBr + tid % kKvBr;
+    if (tid < kKvBr) return load_l2(lse, row, seq_q);
+    return row < seq_q ? delta[row] : 0.0f;
+  };
+  auto store_ld = [&](int j, float x) {
+    const int s = j % kStages;
+    if (tid < kKvBr)
+      sL[s * kKvBr + tid] = x;
+    else if (tid < 2 * kKvBr)
+      sD[s * kKvBr + tid - kKvBr] = x;
+  };
+
+  if (tid == 0) {
+    hopper::mbar_init(kv_full, 1);
+    for (int s = 0; s < kStages; ++s) hopper::mbar_init(&q_full[s], 1);
+    hopper::mbar_fence_init();
+    if (n_iter > 0) {
+      hopper::mbar_arrive_expect_tx(kv_full, 2 * Sm::kKVBytes);
+      for (int c = 0; c < kStrips; ++c) {  // all D columns: S^T and dP^T contract over them
+        hopper::tma_load_3d(sK + c * kBc * 128, &tm_k, kv_full, c * kSwizzleCols, k_start + int(k0),
+                            h);
+        hopper::tma_load_3d(sV + c * kBc * 128, &tm_v, kv_full, c * kSwizzleCols, k_start + int(k0),
+                            h);
+      }
+    }
+    for (int j = 0; j < kStages && j < n_iter; ++j) request_q(j);
+  }
+  if (tid < 2 * kKvBr)
+    for (int j = 0; j < kStages && j < n_iter; ++j) store_ld(j, load_ld(j));
+  __syncthreads();  // barriers initialised, L and D of the first stages stored
+
+  // This warpgroup's 64 keys (rows of K and V in each strip), this thread's two keys, and the
+  // first of the kN columns of dK and dV it accumulates (0 unless D > 128).
+  const int wrow = Sp::row_off(wg), col0 = Sp::col0(wg);
+  const unsigned char* sKw = sK + wrow * 128;
+  const unsigned char* sVw = sV + wrow * 128;
+  const int64_t key0 = k0 + wrow + 16 * (t / 32) + (t % 32) / 4;  // and key0 + 8
+
+  float dk[kN / 2], dv[kN / 2];
+  zero(dk);
+  zero(dv);
+
+  if (n_iter > 0) hopper::mbar_wait(kv_full, 0);
+  for (int j = 0; j < n_iter; ++j) {
+    const int s = j % kStages;
+    const int64_t q0 = (qt_begin + j) * kKvBr;
+    const bool prefetch = j + kStages < n_iter && tid < 2 * kKvBr;
+    const float next_ld = prefetch ? load_ld(j + kStages) : 0.0f;
+    // Only tiles some pair of which is hidden (a band edge crosses it, or it reaches past seq_k)
+    // pay for the mask. Rows past seq_q do not count: their P is 0 already (L2 = +inf).
+    const bool need_mask =
+        tile_needs_mask(band, q0, q0 + kKvBr < seq_q ? q0 + kKvBr : seq_q, k0, k0 + kBc);
+    hopper::mbar_wait(&q_full[s], (j / kStages) & 1);
+
+    // ---- S^T = K Q^T and dP^T = V dO^T: 64 keys x 64 queries each, contracting over all D
+    // columns (at D = 256 both warpgroups compute the same two tiles), two commit groups.
+    float st[kSAcc], dpt[kSAcc];
+    hopper::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+      hopper::wgmma_ss<kKvBr, T, 0>(st, desc_k_major<kBc>(sKw, kk), desc_k_major<kKvBr>(sQ(s), kk),
+                                    kk > 0);
+    hopper::wgmma_commit();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+      hopper::wgmma_ss<kKvBr, T, 0>(dpt, desc_k_major<kBc>(sVw, kk),
+                                    desc_k_major<kKvBr>(sdO(s), kk), kk > 0);
+    hopper::wgmma_commit();
+    hopper::wgmma_wait<1>();  // S^T has landed; dP^T may still run
+    hopper::fence_registers(st);
+
+    // ---- P^T = exp2(S^T scale log2 e - L2): element i is key key0 + 8 ((i / 2) % 2), query
+    // q0 + 8 (i / 4) + 2q + i % 2 (the accumulator layout, hopper.cuh).
+    const float* l2 = sL + s * kKvBr;
+#pragma unroll
+    for (int i = 0; i < kSAcc; i += 2) {
+      const float2 l = *reinterpret_cast<const float2*>(l2 + 8 * (i / 4) + 2 * q);
+      st[i] = ex2_approx(fmaf(st[i], p.scale_log2, -l.x));
+      st[i + 1] = ex2_approx(fmaf(st[i + 1], p.scale_log2, -l.y));
+    }
+    if (need_mask) mask_band_rows(st, band, key0, q0, q);
+
+    // ---- dV[:, col0 ..] += P^T dO[:, col0 ..]: k = the 64 queries, P^T from registers, dO
+    // MN-major from its strip col0 / 64 on.
+    uint32_t pf[kKvBr / 16][4];
+    pack_p<T>(st, pf);
+    hopper::fence_registers(dv);
+    hopper::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kKvBr / 16; ++kk)
+      hopper::wgmma_rs<kN, T, 1>(dv, pf[kk], desc_mn_major<kKvBr>(sdO(s), kk, col0), 1);
+    hopper::wgmma_commit();
+    hopper::wgmma_wait<1>();  // dP^T (committed before dV) has landed; dV may still run
+    hopper::fence_registers(dpt);
+
+    // ---- dS^T = P^T o (dP^T - D), D per query (column).
+    const float* dd = sD + s * kKvBr;
+#pragma unroll
+    for (int i = 0; i < kSAcc; i += 2) {
+      const float2 d2 = *reinterpret_cast<const float2*>(dd + 8 * (i / 4) + 2 * q);
+      dpt[i] = st[i] * (dpt[i] - d2.x);
+      dpt[i + 1] = st[i + 1] * (dpt[i + 1] - d2.y);
+    }
+
+    // ---- dK[:, col0 ..] += dS^T Q[:, col0 ..]: k = the 64 queries, dS^T from registers, Q
+    // MN-major from its strip col0 / 64 on.
+    uint32_t dsf[kKvBr / 16][4];
+    pack_p<T>(dpt, dsf);
+    hopper::fence_registers(dk);
+    hopper::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kKvBr / 16; ++kk)
+      hopper::wgmma_rs<kN, T, 1>(dk, dsf[kk], desc_mn_major<kKvBr>(sQ(s), kk, col0), 1);
+    hopper::wgmma_commit();
+    hopper::wgmma_wait<0>();
+    hopper::fence_registers(dk);
+    hopper::fence_registers(dv);
+#pragma unroll
+    for (int kk = 0; kk < kKvBr / 16; ++kk) {
+      hopper::fence_registers(pf[kk]);
+      hopper::fence_registers(dsf[kk]);
+    }
+
+    // ---- Stage s is free once both warpgroups are done with it: refill it with tile j + 2.
+    __syncthreads();
+    if (j + kStages < n_iter) {
+      if (tid == 0) request_q(j + kStages);
+      store_ld(j + kStages, next_ld);  // read again only after next iteration's barrier
+    }
+  }
+
+  // Keys no query sees (causal, or seq_q = 0) leave with dK = dV = 0, as they must. Rows
+  // k0 + wrow .., columns col0 .. col0 + kN - 1 of this sequence's [seq_k x D] part of the head's
+  // slab; store_acc_rows skips rows at or past seq_k, which belong to the next sequence.
+  const int64_t row0 = k0 + wrow;
+  const int64_t first_row = int64_t(h) * p.total_k + k_start;  // in the [heads, total_k] slabs
+  store_acc_rows<T, kN, D>(static_cast<T*>(p.dk) + first_row * D + col0, dk, row0, seq_k, p.scale,
+                           t);
+  store_acc_rows<T, kN, D>(static_cast<T*>(p.dv) + first_row * D + col0, dv, row0, seq_k, 1.0f, t);
+}
+
+// ---- dQ ------------------------------------------------------------------------------------------
+template <int D>
+constexpr int kQBr = Split<D>::kRows;  // queries per block: 128, or 64 at D = 256
+constexpr int kQBc = 64;               // keys per streamed K/V tile: N of S and dP
+
+template <int D>
+struct DqSmem {
+  static constexpr int kQBytes = kQBr<D> * D * 2;  // Q or dO
+  static constexpr int kKVBytes = kQBc * D * 2;    // K or V, one stage
+  static constexpr int kQOffset = 0;
+  static constexpr int kdOOffset = kQBytes;
+  static constexpr int kKOffset = 2 * kQBytes;                    // stage s at + s * kKVBytes
+  static constexpr int kVOffset = kKOffset + kStages * kKVBytes;  // stage s at + s * kKVBytes
+  static constexpr int kBarOffset = kVOffset + kStages * kKVBytes;
+  static constexpr int kBytes = kBarOffset + (1 + kStages) * 8 + kAtomBytes;  // + alignment
+  static_assert(kKVBytes % kAtomBytes == 0 && kQBytes % kAtomBytes == 0, "atoms stay aligned");
+  static_assert(kBytes <= 227 * 1024, "the most dynamic shared memory a block may opt in to");
+};
+
+template <class T, int D>
+__global__ void __launch_bounds__(kThreads, 1)
+    dq_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
+              const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_do,
+              const VarlenBwdParams p) {
+  using Sm = DqSmem<D>;
+  using Sp = Split<D>;
+  constexpr int kBr = kQBr<D>;
+  constexpr int kStrips = D / kSwizzleCols;
+  constexpr int kSAcc = kQBc / 2;   // S (and dP) accumulators per thread
+  constexpr int kN = Sp::kAccCols;  // columns of dQ this warpgroup accumulates
+
+  // ---- The offset table: which sequence, head and Q tile this block is, and where they lie.
+  const int64_t seq_head = int64_t(blockIdx.x) / p.n_tiles;  // sequence * heads + head
+  // Heaviest tiles first under causal masking (the last query tiles see the most keys).
+  const int64_t q0 = (p.n_tiles - 1 - int64_t(blockIdx.x) % p.n_tiles) * kBr;
+  const int b = int(seq_head / p.heads), h = int(seq_head % p.heads);
+  const int q_start = p.cu_seqlens_q[b], k_start = p.cu_seqlens_k[b];  // first packed rows
+  const int64_t seq_q = p.cu_seqlens_q[b + 1] - q_start, seq_k = p.cu_seqlens_k[b + 1] - k_start;
+  if (q0 >= seq_q) return;  // past this sequence's queries: the whole block, before any barrier
+
+  extern __shared__ unsigned char smem_raw[];
+  const uint32_t raw = mma::smem_addr(smem_raw);
+  unsigned char* smem = smem_raw + ((kAtomBytes - raw % kAtomBytes) % kAtomBytes);
+  unsigned char* sQ = smem + Sm::kQOffset;
+  unsigned char* sdO = smem + Sm::kdOOffset;
+  auto sK = [&](int s) { return smem + Sm::kKOffset + s * Sm::kKVBytes; };
+  auto sV = [&](int s) { return smem + Sm::kVOffset + s * Sm::kKVBytes; };
+  uint64_t* q_full = reinterpret_cast<uint64_t*>(smem + Sm::kBarOffset);
+  uint64_t* kv_full = q_full + 1;  // one per stage: K and V bytes of the tile have landed
+
+  const int tid = threadIdx.x, wg = tid / 128, t = tid % 128, q = t % 4;
+  // The band's key tiles: tile j of the loop is key tile first_tile + j (the rows past seq_q
+  // belong to the next sequence and do not widen the range).
+  const Band band = Band::make(seq_q, seq_k, p.causal, p.window_left, p.window_right);
+  const int64_t q1 = q0 + kBr < seq_q ? q0 + kBr : seq_q;
+  const TileRange range = key_tiles(band, q0, q1, kQBc);
+  const int first_tile = int(range.begin);
+  const int n_tiles = range.end > range.begin ? int(range.end - range.begin) : 0;
+
+  // Thread 0: K and V of iteration j (key tile first_tile + j) into stage j % kStages, at the
+  // sequence's packed rows.
+  auto request_kv = [&](int j) {
+    const int s = j % kStages;
+    hopper::mbar_arrive_expect_tx(&kv_full[s], 2 * Sm::kKVBytes);
+    for (int c = 0; c < kStrips; ++c) {  // all D columns: S and dP contract over them
+      hopper::tma_load_3d(sK(s) + c * kQBc * 128, &tm_k, &kv_full[s], c * kSwizzleCols,
+                          k_start + (first_tile + j) * kQBc, h);
+      hopper::tma_load_3d(sV(s) + c * kQBc * 128, &tm_v, &kv_full[s], c * kSwizzleCols,
+                          k_start + (first_tile + j) * kQBc, h);
+    }
+  };
+
+  if (tid == 0) {
+    hopper::mbar_init(q_full, 1);
+    for (int s = 0; s < kStages; ++s) hopper::mbar_init(&kv_full[s], 1);
+    hopper::mbar_fence_init();
+    if (n_tiles > 0) {
+      hopper::mbar_arrive_expect_tx(q_full, 2 * Sm::kQBytes);
+      for (int c = 0; c < kStrips; ++c) {
+        hopper::tma_load_3d(sQ + c * kBr * 128, &tm_q, q_full, c * kSwizzleCols, q_start + int(q0),
+                            h);
+        hopper::tma_load_3d(sdO + c * kBr * 128, &tm_do, q_full, c * kSwizzleCols,
+                            q_start + int(q0), h);
+      }
+    }
+    for (int j = 0; j < kStages && j < n_tiles; ++j) request_kv(j);
+  }
+  __syncthreads();  // the barriers are initialised before anyone waits on them
+
+  // This warpgroup's 64 query rows; this thread's two rows, their L2, D and last visible key; the
+  // first of the kN columns of dQ it accumulates (0 unless D > 128).
+  const int wrow = Sp::row_off(wg), col0 = Sp::col0(wg);
+  const unsigned char* sQw = sQ + wrow * 128;
+  const unsigned char* sdOw = sdO + wrow * 128;
+  const int64_t row0 = q0 + wrow + 16 * (t / 32) + (t % 32) / 4;
+  // Rows past seq_q (the next sequence's, in the last tile's box) get L2 = +inf and D = 0 by
+  // their index: P = 0, so they add nothing, and their dQ is not stored.
+  const int64_t first_row = int64_t(h) * p.total_q + q_start;  // in the [heads, total_q] slabs
+  float l2[2], dd[2];
+  int64_t first_key[2], last_key[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t row = row0 + 8 * r;
+    l2[r] = load_l2(p.lse + first_row, row, seq_q);
+    dd[r] = row < seq_q ? p.delta[first_row + row] : 0.0f;
+    first_key[r] = band.first_key(row);
+    last_key[r] = band.last_key(row);
+  }
+
+  float dq[kN / 2];
+  zero(dq);
+
+  if (n_tiles > 0) hopper::mbar_wait(q_full, 0);
+  for (int j = 0; j < n_tiles; ++j) {
+    const int s = j % kStages;
+    hopper::mbar_wait(&kv_full[s], (j / kStages) & 1);
+
+    // ---- S = Q K^T and dP = dO V^T: 64 rows x 64 keys each, contracting over all D columns (at
+    // D = 256 both warpgroups compute the same two tiles), two commit groups.
+    float sc[kSAcc], dp[kSAcc];
+    hopper::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+      hopper::wgmma_ss<kQBc, T, 0>(sc, desc_k_major<kBr>(sQw, kk), desc_k_major<kQBc>(sK(s), kk),
+                                   kk > 0);
+    hopper::wgmma_commit();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+      hopper::wgmma_ss<kQBc, T, 0>(dp, desc_k_major<kBr>(sdOw, kk), desc_k_major<kQBc>(sV(s), kk),
+                                   kk > 0);
+    hopper::wgmma_commit();
+    hopper::wgmma_wait<1>();  // S has landed; dP may still run
+    hopper::fence_registers(sc);
+
+    // ---- P = exp2(S scale log2 e - L2); element i is row r = (i / 2) % 2, key
+    // kt0 + 8 (i / 4) + 2q + i % 2. Keys outside a row's band (or past seq_k) get 0, on the tiles
+    // an edge of the band (or seq_k) crosses.
+#pragma unroll
+    for (int i = 0; i < kSAcc; ++i) sc[i] = ex2_approx(fmaf(sc[i], p.scale_log2, -l2[(i / 2) % 2]));
+    const int64_t kt0 = int64_t(first_tile + j) * kQBc;
+    if (tile_needs_mask(band, q0, q1, kt0, kt0 + kQBc))
+      mask_band_keys(sc, kt0, first_key, last_key, q);
+    hopper::wgmma_wait<0>();  // dP has landed
+    hopper::fence_registers(dp);
+
+    // ---- dS = P o (dP - D), D per row.
+#pragma unroll
+    for (int i = 0; i < kSAcc; ++i) dp[i] = sc[i] * (dp[i] - dd[(i / 2) % 2]);
+
+    // ---- dQ[:, col0 ..] += dS K[:, col0 ..]: k = the 64 keys, dS from registers, K MN-major
+    // from its strip col0 / 64 on.
+    uint32_t dsf[kQBc / 16][4];
+    pack_p<T>(dp, dsf);
+    hopper::fence_registers(dq);
+    hopper::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kQBc / 16; ++kk)
+      hopper::wgmma_rs<kN, T, 1>(dq, dsf[kk], desc_mn_major<kQBc>(sK(s), kk, col0), 1);
+    hopper::wgmma_commit();
+    hopper::wgmma_wait<0>();
+    hopper::fence_registers(dq);
+#pragma unroll
+    for (int kk = 0; kk < kQBc / 16; ++kk) hopper::fence_registers(dsf[kk]);
+
+    // ---- Stage s is free once both warpgroups are done with it: refill it with tile j + 2.
+    __syncthreads();
+    if (tid == 0 && j + kStages < n_tiles) request_kv(j + kStages);
+  }
+
+  // Rows q0 + wrow .., columns col0 .. col0 + kN - 1 of this sequence's [seq_q x D] part of the
+  // head's dQ slab; rows at or past seq_q (the next sequence's) are skipped.
+  store_acc_rows<T, kN, D>(static_cast<T*>(p.dq) + first_row * D + col0, dq, q0 + wrow, seq_q,
+                           p.scale, t);
+}
+
+// ---- Launcher: 07's three launches over the packed layout -------------------------------------
+constexpr const char* kName = "09/hopper_bwd_v2_window";
+
+template <class T, int D>
+void launch(const VarlenBwdArgs& a, cudaStream_t stream) {
+  const VarlenShape& s = a.shape;
+  // Tiles of the longest sequence, for every (sequence, head); shorter sequences' blocks past
+  // their keys (queries) return at once.
+  const int64_t n_kt = ceil_div(s.max_seq_k(), kKvBc<D>), n_qt = ceil_div(s.max_seq_q(), kQBr<D>);
+  const int64_t seq_heads = s.batch() * s.heads;
+  FA_UNSUPPORTED_IF(n_kt * seq_heads > INT_MAX || n_qt * seq_heads > INT_MAX,
+                    std::string(kName) + ": more than 2^31-1 thread blocks");
+  VarlenBwdParams p{};
+  p.lse = a.lse;
+  p.delta = a.delta;
+  p.dq = a.dq;
+  p.dk = a.dk;
+  p.dv = a.dv;
+  p.cu_seqlens_q = a.cu_seqlens_q;
+  p.cu_seqlens_k = a.cu_seqlens_k;
+  p.total_q = s.total_q();
+  p.total_k = s.total_k();
+  p.heads = int(s.heads);
+  p.scale = s.sequence(0).softmax_scale();
+  p.scale_log2 = p.scale * kLog2e;
+  p.causal = s.causal;
+  p.window_left = s.window_left;
+  p.window_right = s.window_right;
+
+  // [heads][total][D]: a head's slab is the 07 map's [seq] axis; the packed offsets select rows.
+  // A slab with no rows (every Q, or every K, empty) has no tensor to describe: the other one's
+  // map stands in, never read (no block loads a tile of an empty sequence).
+  auto maps = [&](int q_box, int k_box, CUtensorMap& tm_q, CUtensorMap& tm_do, CUtensorMap& tm_k,
+                  CUtensorMap& tm_v) {
+    if (p.total_q > 0) {
+      tm_q = make_tmap(a.q, s.heads, p.total_q, D, q_box, a.dtype);
+      tm_do = make_tmap(a.dout, s.heads, p.total_q, D, q_box, a.dtype);
+    }
+    if (p.total_k > 0) {
+      tm_k = make_tmap(a.k, s.heads, p.total_k, D, k_box, a.dtype);
+      tm_v = make_tmap(a.v, s.heads, p.total_k, D, k_box, a.dtype);
+    }
+    if (p.total_q == 0) tm_q = tm_do = tm_k;
+    if (p.total_k == 0) tm_k = tm_v = tm_q;
+  };
+
+  // 2. dK, dV (every key row of every sequence, zeros where no query sees it): K/V boxes of
+  // kKvBc rows (kept), Q/dO boxes of 64 rows (streamed); every box is 64 columns wide, one
+  // 128-byte swizzled strip.
+  if (p.total_k > 0) {
+    CUtensorMap tm_q, tm_do, tm_k, tm_v;
+    maps(kKvBr, kKvBc<D>, tm_q, tm_do, tm_k, tm_v);
+    constexpr int kSmem = DkdvSmem<D>::kBytes;
+    set_smem_limit_once<dkdv_kernel<T, D>, kSmem>();
+    p.n_tiles = n_kt;
+    dkdv_kernel<T, D>
+        <<<unsigned(n_kt * seq_heads), kThreads, kSmem, stream>>>(tm_q, tm_k, tm_v, tm_do, p);
+    FA_CHECK_LAUNCH();
+  }
+  // 3. dQ (every query row, zeros where it sees no key): Q/dO boxes of kQBr rows (kept), K/V
+  // boxes of 64 rows (streamed).
+  if (p.total_q > 0) {
+    CUtensorMap tm_q, tm_do, tm_k, tm_v;
+    maps(kQBr<D>, kQBc, tm_q, tm_do, tm_k, tm_v);
+    constexpr int kSmem = DqSmem<D>::kBytes;
+    set_smem_limit_once<dq_kernel<T, D>, kSmem>();
+    p.n_tiles = n_qt;
+    dq_kernel<T, D>
+        <<<unsigned(n_qt * seq_heads), kThreads, kSmem, stream>>>(tm_q, tm_k, tm_v, tm_do, p);
+    FA_CHECK_LAUNCH();
+  }
+}
+
+template <class T>
+void dispatch_head_dim(const VarlenBwdArgs& a, cudaStream_t stream) {
+  switch (a.shape.head_dim) {
+    case 64:
+      return launch<T, 64>(a, stream);
+    case 128:
+      return launch<T, 128>(a, stream);
+    case 256:
+      return launch<T, 256>(a, stream);
+    default:
+      FA_UNSUPPORTED_IF(true, std::string(kName) + ": head_dim " +
+                                  std::to_string(a.shape.head_dim) +
+                                  " not instantiated (64, 128, 256)");
+  }
+}
+
+// 07's refusals, less its fallback: a shape TMA cannot load is refused, not rerouted (no
+// Hopper-less varlen backward of this kernel's head dims to hand it to).
+void varlen_bwd(const VarlenBwdArgs& a, cudaStream_t stream) {
+  const VarlenShape& s = a.shape;
+  FA_REQUIRE(s.heads >= 0, "negative head count");
+  FA_REQUIRE(s.seqlens_k.size() == s.seqlens_q.size(), "seqlens_q and seqlens_k differ in length");
+  for (size_t b = 0; b < s.seqlens_q.size(); ++b)
+    FA_REQUIRE(s.seqlens_q[b] >= 0 && s.seqlens_k[b] >= 0, "negative sequence length");
+  FA_UNSUPPORTED_IF(a.dtype != DType::BF16 && a.dtype != DType::F16,
+                    std::string(kName) + " takes bf16 and fp16 only");
+  FA_UNSUPPORTED_IF(s.is_gqa(), std::string(kName) + " takes heads_kv == heads only");
+  FA_UNSUPPORTED_IF(s.head_dim != 64 && s.head_dim != 128 && s.head_dim != 256,
+                    std::string(kName) + " is instantiated for head_dim 64, 128 and 256 only");
+  FA_UNSUPPORTED_IF(gpu_info().sm != 90,
+                    std::string(kName) +
+                        " uses sm_90a instructions (wgmma, TMA): it runs on compute capability "
+                        "9.0 (H100, H200) only");
+  if (s.batch() == 0 || s.heads == 0) return;  // nothing to write
+  if (s.total_q() == 0 && s.total_k() == 0) return;
+  FA_REQUIRE(a.cu_seqlens_q != nullptr && a.cu_seqlens_k != nullptr,
+             std::string(kName) + " needs cu_seqlens_q and cu_seqlens_k on the device");
+  // TMA's rules (ch07_bwd_common.cuh, tma_can_load) and int32 box coordinates: a sequence's last
+  // box starts below total and reaches at most 128 rows past it.
+  FA_UNSUPPORTED_IF(
+      !aligned(a.q, 16) || !aligned(a.k, 16) || !aligned(a.v, 16) || !aligned(a.dout, 16) ||
+          !aligned(a.dq, 4) || !aligned(a.dk, 4) || !aligned(a.dv, 4),
+      std::string(kName) + ": TMA needs 16-byte aligned Q, K, V, dO (dQ, dK, dV: 4 bytes)");
+  FA_UNSUPPORTED_IF(
+      s.total_q() >= INT_MAX - 512 || s.total_k() >= INT_MAX - 512 || s.heads >= INT_MAX,
+      std::string(kName) + ": packed rows or heads past int32 TMA coordinates");
+
+  // 1. D = rowsum(dO o O), before the two kernels that read it (same stream). Over the packed
+  // layout D's rows are the heads * total_q rows of O and dO, in order: chapter 06's preprocess
+  // sees them as one sequence of total_q queries per head (as 09/bwd_v1_varlen runs it).
+  if (s.total_q() > 0) {
+    AttentionShape rows;
+    rows.batch = 1;
+    rows.heads = s.heads;
+    rows.seq_q = s.total_q();
+    rows.seq_k = s.total_k();
+    rows.head_dim = s.head_dim;
+    delta_preprocess_launch(a.o, a.dout, a.delta, rows, a.dtype, stream);
+  }
+  if (a.dtype == DType::BF16)
+    dispatch_head_dim<__nv_bfloat16>(a, stream);
+  else
+    dispatch_head_dim<__half>(a, stream);
+}
+
+}  // namespace
+
+FA_REGISTER(VarlenBwdKernel,
+            {kName,
+             varlen_bwd,
+             "hopper_bwd_v1_varlen with a sliding window: each key tile walks the query tiles of "
+             "its band, each query tile the key tiles of its band, masks only on the tiles a band "
+             "edge crosses; no atomics",
+             {DType::F16, DType::BF16},
+             {64, 128, 256},
+             /*min_sm=*/90,
+             /*window=*/true,
+             /*deterministic=*/true,
+             /*forward=*/"09/hopper_v2_window"});
+
+}  // namespace fa::ch09
