@@ -461,8 +461,9 @@ int run(const std::vector<std::string>& args) {
 
   // 1. CPU tier.
   // paged_model_checks reads the CPU exercise (paged_row): in the exercise build, a TODO message.
-  int failures = varlen_model_checks(cli.seed()) +
-                 fa::unless_exercise_todo([&] { return paged_model_checks(cli.seed()); }, std::cout);
+  int failures =
+      varlen_model_checks(cli.seed()) +
+      fa::unless_exercise_todo([&] { return paged_model_checks(cli.seed()); }, std::cout);
   print_problems(mixed, square, win, full);
   if (!fa::have_gpu()) {
     fa::print_no_gpu(std::cout,
