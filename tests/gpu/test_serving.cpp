@@ -288,6 +288,23 @@ TEST_P(PagedFwdKernels, DecodingOverShuffledPages) {
           }
 }
 
+// A page pool past 2^31 elements (K and V each): four sequences of about 2^31 / (8 D) / 4 keys over
+// 8 K/V heads, in pages of the kernel's largest size, one query per head. The shuffled table puts
+// about half of every sequence's pages past 2^31 elements into the pool: a 32-bit page offset
+// breaks them.
+TEST_P(PagedFwdKernels, LongPagePoolPast2to31Elements) {
+  FA_SKIP_WITHOUT_GPU(kernel().min_sm);
+  auto [t, d] = variants(kernel()).back();
+  const int64_t hkv = 8, keys = (int64_t(1) << 31) / (hkv * d) / 4 + 4096;
+  const PagedShape s = paged({keys, keys, keys, keys}, 8, hkv, d, 1, page_sizes().back(), true);
+  const int64_t pool = 4 * keys * hkv * d;  // elements of K (and of V) at least
+  ASSERT_GT(pool, int64_t(1) << 31);
+  if (fa::gpu_info().global_mem < size_t(3) * pool * fa::dtype_size(t))
+    GTEST_SKIP() << "not enough GPU memory for a page pool past 2^31 elements";
+  SCOPED_TRACE(s.str());
+  FA_EXPECT_PASS(fa::run_paged_fwd(kernel(), s, t, check_only(81, 2)));
+}
+
 // A chunked prefill: 200 new queries per sequence against its cache (the first of them see no
 // key in the shorter caches when causal). A decoding kernel is correct for every seq_q but not
 // written for long chunks: it gets 17 queries, one past kDecodeSeqQ.
