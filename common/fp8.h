@@ -1,0 +1,130 @@
+// fp8.h: FP8 (e4m3) on the host: the number format, per-block scaling, the random Hadamard
+// rotation of FlashAttention-3's "incoherent processing", and a naive FP8 attention forward. An FP8
+// attention kernel is checked against these; notes/fp8_accuracy.md measures what each costs.
+//
+// e4m3 is the OCP FP8 E4M3 format the Hopper tensor cores take: 1 sign bit, 4 exponent bits (bias
+// 7), 3 mantissa bits. Normal values are (1 + m/8) * 2^(E-7) for E = 1..15, subnormals m/8 * 2^-6
+// for E = 0. There is no infinity: S.1111.111 is NaN (0x7F, 0xFF), so the largest finite value is
+// S.1111.110 = 1.75 * 2^8 = 448. Relative spacing 2^-3, nearest rounding within 2^-4.
+//
+// float_to_e4m3 rounds to nearest, ties to even, and saturates: every |x| > 448, infinities
+// included, becomes +-448, NaN stays NaN (sign kept). That is what the device conversion the kernel
+// uses does, cvt.rn.satfinite.e4m3x2.f32 (CUDA's __nv_cvt_float_to_fp8 with __NV_SATFINITE: "input
+// larger than the maximum representable finite number MAXNORM of the target format round to the
+// MAXNORM of the same sign as input"; without .satfinite e4m3 would give NaN, having no
+// infinity). The test compares the two on every rounding boundary.
+//
+// Per-block scaling: a [rows, d] tensor (one head) is cut into blocks of block_rows consecutive rows;
+// block b gets scale_b = amax_b / 448 (amax_b: the largest |x| of the block) and stores
+// code = e4m3(x / scale_b), so its largest entry lands on 448 and the whole e4m3 range is used.
+// The value the kernel computes with is e4m3_to_float(code) * scale_b (dequantize()).
+//
+// The rotation: R = diag(s) H / sqrt(d), H the d x d Sylvester Hadamard matrix (d a power of two)
+// and s a seeded random vector of +-1. x R flips signs first, then mixes every coordinate into
+// every other; R is orthogonal, so (Q R)(K R)^T = Q K^T exactly, but an outlier coordinate of a row
+// is spread over all d coordinates, its amax drops and with it the block scale (notes/fp8_accuracy.md
+// has the argument). The signs come first on purpose: with H first they would only flip the signs
+// of an already fixed result and change no magnitude.
+//
+// ---- The accuracy rule for an FP8 attention kernel -----------------------------------------------
+// The repository's FlashAttention rule (compare.h) with the naive FP8 implementation in place of the
+// naive bf16 one. Quantise Q, K, V once (quantize_head, with or without the rotation); give the same
+// codes and scales to the kernel and to attention_forward_fp8_naive_head; compute O_ref64 with
+// attention_forward_ref_head on the dequantised values (fp8_dequantized_view), i.e. on exactly the
+// numbers the kernel sees. Then the kernel must satisfy
+//     max |O_kernel - O_ref64| <= 2 * max |O_naive_fp8 - O_ref64| + 1e-4
+// (and the same for L), compare_flash_rule(..., factor 2.0, floor 1e-4): the floor of the bf16
+// forward rule. The quantisation choices (block rows, the rotation and its seed, P's scale
+// kFp8PScale) must be the same in the kernel and in the naive implementation: the rule measures
+// the kernel's arithmetic, not the format's.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "reference.h"
+
+namespace fa {
+
+// ---- the format --------------------------------------------------------------------------------
+constexpr float kE4M3Max = 448.0f;
+constexpr uint8_t kE4M3MaxCode = 0x7E;  // +448; 0xFE is -448
+constexpr uint8_t kE4M3NaN = 0x7F;      // and 0xFF
+
+uint8_t float_to_e4m3(float x);  // round to nearest even, saturating (see above)
+float e4m3_to_float(uint8_t c);  // exact; NaN for 0x7F and 0xFF
+inline float round_to_e4m3(float x) {
+  return e4m3_to_float(float_to_e4m3(x));
+}
+
+// ---- per-block scaling -------------------------------------------------------------------------
+// A [rows, d] row-major tensor as e4m3 codes and one float scale per block of block_rows rows (the
+// last block may be shorter). A block that is all zeros gets scale 1.
+struct Fp8Blocks {
+  int64_t rows = 0, d = 0, block_rows = 0;
+  std::vector<uint8_t> codes;  // [rows, d]
+  std::vector<float> scales;   // [ceil(rows / block_rows)]
+  int64_t num_blocks() const { return static_cast<int64_t>(scales.size()); }
+  float scale_of_row(int64_t r) const { return scales[static_cast<size_t>(r / block_rows)]; }
+  // The value element (r, c) stands for: e4m3_to_float(code) * scale, rounded once to float
+  // (2^-24 relative, far below the format's 2^-4).
+  float value(int64_t r, int64_t c) const;
+  std::vector<float> dequantize() const;  // [rows, d]
+};
+// Throws fa::Error on a non-finite input or block_rows < 1.
+Fp8Blocks quantize_e4m3_blocks(const float* x, int64_t rows, int64_t d, int64_t block_rows);
+
+// ---- the random Hadamard rotation --------------------------------------------------------------
+struct HadamardRotation {
+  int64_t d = 0;
+  std::vector<float> signs;  // s, d entries of +-1
+};
+// d must be a power of two (fa::UsageError otherwise); the signs come from `seed`.
+HadamardRotation random_hadamard(int64_t d, uint64_t seed);
+// R = diag(s) H / sqrt(d) as a [d, d] row-major matrix (for tests; rotate_rows does not build it).
+std::vector<double> rotation_matrix(const HadamardRotation& r);
+// x R for each of the `rows` rows of x [rows, d]: a fast Walsh-Hadamard transform in double,
+// rounded once to float.
+std::vector<float> rotate_rows(const float* x, int64_t rows, const HadamardRotation& r);
+
+// ---- naive FP8 attention, one head -------------------------------------------------------------
+// P (in [0, 1]) is quantised as e4m3(P~ * 256), P~ = exp(S - m) the unnormalised probabilities a
+// FlashAttention kernel holds, and 1/256 is folded into the final 1/l. A power of two so that the
+// scaling is exact both ways; 256 <= 448, so P~ = 1 is stored exactly; P~ below 2^-6 / 256 = 2^-14
+// is then subnormal and at or below 2^-18 it becomes 0 (without the scale: at or below 2^-10).
+constexpr float kFp8PScale = 256.0f;
+
+// Q, K, V of one head quantised for an FP8 kernel. With `rotated`, q and k hold the codes of Q R
+// and K R (R from rotation_seed); V is never rotated.
+struct Fp8Head {
+  Fp8Blocks q, k, v;
+  bool causal = false;
+  double scale = 1.0;  // the softmax scale, 1/sqrt(d) usually
+  int64_t window_left = -1, window_right = -1;
+  bool rotated = false;
+  uint64_t rotation_seed = 0;
+  int64_t seq_q() const { return q.rows; }
+  int64_t seq_k() const { return k.rows; }
+  int64_t d() const { return q.d; }
+};
+// Quantises h's Q, K, V per block (block_rows_q rows for Q, block_rows_kv for K and V), rotating Q
+// and K first when `rotate` is set (d must then be a power of two).
+Fp8Head quantize_head(const HeadView& h, int64_t block_rows_q, int64_t block_rows_kv, bool rotate,
+                      uint64_t rotation_seed = 0);
+
+// The dequantised Q, K, V of an Fp8Head as float tensors and a HeadView over them: the inputs of
+// the float64 reference in the accuracy rule above (the vectors own the values).
+struct Fp8Dequantized {
+  std::vector<float> q, k, v;
+  HeadView view;
+};
+Fp8Dequantized fp8_dequantized_view(const Fp8Head& h);
+
+// What a straightforward FP8 kernel computes, row by row, in fp32 on the e4m3 values:
+//   S = (codes_Q . codes_K) * (scale_Q(block of i) * scale_K(block of j) * softmax scale)
+//   m = max_j S, P~ = exp(S - m), l = sum_j P~            (fp32, before any rounding of P)
+//   O = (sum_j e4m3(P~ * 256) * V_j) / (256 l),  V_j = e4m3 value * scale_V(block of j)
+//   L = m + log(l)
+// O is [seq_q, d], L [seq_q]; a row that sees no key gets O = 0 and L = -inf.
+void attention_forward_fp8_naive_head(const Fp8Head& h, float* O, float* L);
+
+}  // namespace fa
