@@ -6,7 +6,7 @@
 #   bash bench/device_run.sh tour bench sdpa     # second call, while the machine is warm
 #
 # Stages: build, test, testlong, tour, bench, benchquick, sdpa, memdemo, sanitize, mystery, ch07,
-# python, ncu_decode, ncu_fwd, ncu_bwd, ncu_ch07, timeline07 (chapter 07's measured timeline, in a
+# python, ncu_decode, ncu_fwd, ncu_bwd, ncu_ch07, ncu_cudnn, timeline07 (chapter 07's measured timeline, in a
 # build folder of its own), ladder (the main path of 05-08 in one run, with the
 # peers), serving (chapter 09: its program, the serving benchmarks, PyTorch's peers), rung (one kernel version end to end: RUNG=name [BASE=name]),
 # rounds (RUNG and BASE against PyTorch SDPA, several alternating rounds, medians), pack
@@ -261,6 +261,38 @@ for stage in "$@"; do
         ncu -i "$OUT/$X.ncu-rep" --page source --csv --print-source sass 2>/dev/null | gzip > "$OUT/${X}_sass.csv.gz"
         rm -f "$OUT/$X.ncu-rep"
       done
+      ;;
+    ncu_cudnn)
+      # cuDNN's SDPA kernels in Nsight Compute next to chapter 07's final rungs, forward and
+      # backward, bf16 D 128 at N CUDNN_N (default 8192; B = 16384 / N, H 16, non-causal): where
+      # cuDNN's cycles go, for the profile-first step of beating it. cuDNN's kernel names are not
+      # known in advance, so every kernel of the second and third SDPA call is profiled (-s/-c
+      # over all launches) and the text reports name them. After `build`.
+      N=${CUDNN_N:-8192}
+      SECTIONS="--section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats"
+      M=sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_tensor_op_gmma.sum
+      M=$M,smsp__inst_executed.sum,smsp__issue_active.avg.pct_of_peak_sustained_active
+      for dir in fwd bwd; do
+        X=ncu_cudnn_${dir}_N$N
+        log "ncu_cudnn: cuDNN $dir N $N"
+        ncu $SECTIONS --metrics "$M" -s 4 -c 8 -o "$OUT/$X" \
+          python3 bench/profile_sdpa.py $dir 128 n=$N backend=cudnn > "$OUT/$X.run.log" 2>&1
+        log "ncu_cudnn $dir rc=$?"
+        ncu -i "$OUT/$X.ncu-rep" > "$OUT/$X.txt" 2>&1
+        rm -f "$OUT/$X.ncu-rep"
+      done
+      X=ncu_ours_fwd_N$N
+      log "ncu_cudnn: ours, 07/v4_intra_overlap"
+      ncu $SECTIONS --metrics "$M" -k 'regex:flash_fwd_v[0-9]_kernel' -s 2 -c 1 -o "$OUT/$X" \
+        "$BUILD/bin/fa_bench" --benchmark_filter="attn_fwd/07/v4_intra_overlap/bf16/D128/full/N$N/" > /dev/null 2>&1
+      ncu -i "$OUT/$X.ncu-rep" > "$OUT/$X.txt" 2>&1
+      rm -f "$OUT/$X.ncu-rep"
+      X=ncu_ours_bwd_N$N
+      log "ncu_cudnn: ours, 07/bwd_v1_tma_wgmma"
+      ncu $SECTIONS --metrics "$M" -k 'regex:(dkdv|dq)_kernel' -s 2 -c 2 -o "$OUT/$X" \
+        "$BUILD/bin/fa_bench" --benchmark_filter="attn_bwd/07/bwd_v1_tma_wgmma/bf16/D128/full/N$N/" > /dev/null 2>&1
+      ncu -i "$OUT/$X.ncu-rep" > "$OUT/$X.txt" 2>&1
+      rm -f "$OUT/$X.ncu-rep"
       ;;
     timeline07)
       # Chapter 07's measured timeline (notes/07_flash_hopper.md; notes/figures/ch07_timeline.py

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
 """Run one PyTorch SDPA case (FlashAttention-2 backend, bf16) a few times, for Nsight Compute.
+With `backend=cudnn` among the arguments, SDPA's cuDNN backend instead (device_run.sh ncu_cudnn).
 
 The notes' profiles of FlashAttention-2 were taken with it, e.g. (on the GPU machine):
 
@@ -20,7 +21,9 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 def main():
     what = sys.argv[1]
     dt = torch.bfloat16
-    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+    backend = (SDPBackend.CUDNN_ATTENTION if "backend=cudnn" in sys.argv[2:]
+               else SDPBackend.FLASH_ATTENTION)
+    with sdpa_kernel(backend):
         if what in ("fwd", "bwd"):
             d = int(sys.argv[2])
             rest = sys.argv[3:]
