@@ -31,6 +31,20 @@ TEST_P(GemmKernels, Long4096Cubed) {
     FA_EXPECT_PASS(fa::run_gemm(kernel(), {4096, 4096, 4096}, t, o));
 }
 
+// Many ragged tiles: 4000 is no multiple of 64, 128 or 256, so 4000 x 4000 x 1000 is hundreds of
+// output tiles whose last row and column of tiles are partial, with K % 64 = 40: a persistent
+// kernel (one block per SM walking tiles) meets tails on its second and later tiles, where a bug
+// in carrying its pipeline from one tile to the next shows.
+// Tensor-core kernels only (the CUDA-core rungs take seconds at this size).
+TEST_P(GemmKernels, LongRaggedManyTiles) {
+  FA_SKIP_WITHOUT_GPU(kernel().min_sm);
+  if (kernel().min_sm < 80) GTEST_SKIP() << "a CUDA-core rung: RaggedShapes covers its tails";
+  fa::RunOptions o;
+  o.time = false;
+  for (fa::DType t : kernel().dtypes)
+    if (t != fa::DType::F32) FA_EXPECT_PASS(fa::run_gemm(kernel(), {4000, 4000, 1000}, t, o));
+}
+
 INSTANTIATE_TEST_SUITE_P(Registered, GemmKernels,
                          ::testing::ValuesIn(fa::entry_names<fa::GemmKernel>()),
                          RegistryNamePrinter());
