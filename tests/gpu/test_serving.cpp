@@ -222,6 +222,19 @@ TEST_P(VarlenBwdKernels, ManyHeadsBeyondGridLimit) {
       fa::run_varlen_bwd(kernel(), varlen({17, 1}, {17, 5}, 70000, d, true), t, check_only(62, 3)));
 }
 
+// The forward's lengths, up to 5000, for the backward too: its reference computes every row of
+// a checked sequence (about a minute of CPU for one head), so it is a long test with one head.
+TEST_P(VarlenBwdKernels, LongMixedLengthsUpTo5000) {
+  FA_SKIP_WITHOUT_GPU(kernel().min_sm);
+  auto [t, d] = variants(kernel()).back();
+  const std::vector<int64_t> lengths = {1, 17, 0, 127, 129, 1000, 5000};
+  for (bool causal : {false, true}) {
+    const VarlenShape s = varlen(lengths, lengths, 2, d, causal);
+    SCOPED_TRACE(s.str());
+    FA_EXPECT_PASS(fa::run_varlen_bwd(kernel(), s, t, check_only(91 + causal, 1)));
+  }
+}
+
 // A packed batch past 2^31 elements of Q, dO, dQ (and of the fp32 workspace): 32 heads of many
 // sequences of 256 tokens, short enough that the reference of the sampled sequences stays cheap.
 // The last head's rows start past 2^31: a 32-bit offset (or a 32-bit dQ atomic address) breaks.
