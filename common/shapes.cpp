@@ -127,9 +127,7 @@ std::string VarlenShape::str() const {
   if (seqlens_k != seqlens_q) os << " Tk" << total_k() << " (max " << max_seq_k() << ")";
   os << " H" << heads << " D" << head_dim << (causal ? " causal" : "");
   if (is_gqa()) os << " Hkv" << kv_heads();
-  AttentionShape one = sequence(0);
-  if (one.has_window())
-    os << " window(" << window_left << "," << (causal ? 0 : window_right) << ")";
+  if (has_window()) os << " window(" << window_left << "," << (causal ? 0 : window_right) << ")";
   if (scale != 0.0f) os << " scale=" << scale;
   return os.str();
 }

@@ -2,6 +2,8 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -25,6 +27,22 @@
   } while (0)
 
 // A registry name ("05/v1_scalar_fp32") as a test-parameter name ("05_v1_scalar_fp32").
+// FA_SANITIZE_ONLY=07/,08/ (comma-separated name prefixes) limits the sanitizer's small runs
+// (SanitizeSmall*) to those kernels: a sanitizer multiplies a kernel's time by 10-100x, and after
+// changing one chapter that chapter's kernels are the ones to re-check. Unset: every kernel.
+inline bool sanitize_selected(const std::string& name) {
+  const char* only = std::getenv("FA_SANITIZE_ONLY");
+  if (only == nullptr || *only == '\0') return true;
+  const std::string list = only;
+  for (size_t at = 0; at <= list.size();) {
+    const size_t comma = std::min(list.find(',', at), list.size());
+    const std::string prefix = list.substr(at, comma - at);
+    if (!prefix.empty() && name.rfind(prefix, 0) == 0) return true;
+    at = comma + 1;
+  }
+  return false;
+}
+
 inline std::string test_name_of(const std::string& name) {
   std::string s = name;
   for (char& c : s)

@@ -24,24 +24,9 @@ fa::RunOptions check_only() {
   return o;
 }
 
-// FA_SANITIZE_ONLY=07/,08/ (comma-separated name prefixes) limits the run to those kernels: a
-// sanitizer multiplies a kernel's time by 10-100x, and after changing one chapter that chapter's
-// kernels are the ones to re-check. Unset: every kernel.
-bool selected(const std::string& name) {
-  const char* only = std::getenv("FA_SANITIZE_ONLY");
-  if (only == nullptr || *only == '\0') return true;
-  const std::string list = only;
-  for (size_t at = 0; at <= list.size();) {
-    const size_t comma = std::min(list.find(',', at), list.size());
-    const std::string prefix = list.substr(at, comma - at);
-    if (!prefix.empty() && name.rfind(prefix, 0) == 0) return true;
-    at = comma + 1;
-  }
-  return false;
-}
-
-bool left_out(const std::string& name) {  // a library row, or not selected
-  return name.rfind("ref/", 0) == 0 || !selected(name);
+// A library row, or a kernel FA_SANITIZE_ONLY leaves out (sanitize_selected, test_util.h).
+bool left_out(const std::string& name) {
+  return name.rfind("ref/", 0) == 0 || !sanitize_selected(name);
 }
 
 // Run one case; a failed check or an exception (a CUDA error the sanitizer provoked, an illegal

@@ -406,20 +406,7 @@ TEST(VarlenWithFixedLengthKernels, PaddedAndPerSequenceRun) {
 // ---------------------------------------------------------------------------------------------
 // SanitizeSmallServing.*: chapter 09's kernels once per tiny ragged shape, small enough for
 // compute-sanitizer (the "sanitize" ctest tests run fa_gpu_tests --gtest_filter=SanitizeSmall*,
-// tests/CMakeLists.txt). FA_SANITIZE_ONLY=09/ (comma-separated name prefixes) limits them, as it
-// does tests/gpu/test_sanitize_small.cpp.
-bool sanitize_selected(const std::string& name) {
-  const char* only = std::getenv("FA_SANITIZE_ONLY");
-  if (only == nullptr || *only == '\0') return true;
-  const std::string list = only;
-  for (size_t at = 0; at <= list.size();) {
-    const size_t comma = std::min(list.find(',', at), list.size());
-    const std::string prefix = list.substr(at, comma - at);
-    if (!prefix.empty() && name.rfind(prefix, 0) == 0) return true;
-    at = comma + 1;
-  }
-  return false;
-}
+// tests/CMakeLists.txt). FA_SANITIZE_ONLY=09/ limits them (sanitize_selected, test_util.h).
 
 // A failed check or an exception fails the test; the remaining kernels still run.
 template <class F>
