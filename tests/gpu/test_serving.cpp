@@ -301,16 +301,20 @@ TEST_P(PagedFwdKernels, DecodingOverShuffledPages) {
           }
 }
 
-// A page pool past 2^31 elements (K and V each): four sequences of about 2^31 / (8 D) / 4 keys over
+// A page pool past 2^31 elements (K and V each): 32 sequences of about 2^31 / (8 D) / 32 keys over
 // 8 K/V heads, in pages of the kernel's largest size, one query per head. The shuffled table puts
 // about half of every sequence's pages past 2^31 elements into the pool: a 32-bit page offset
-// breaks them.
+// breaks them. Why 32 sequences of 66,560 keys and not 4 of 528,384: a kernel that walks all of a
+// sequence's keys in one pass adds one m16n8k16 product into O per 16 keys, and the tensor core
+// truncates that fp32 sum instead of rounding it; over 528,384 keys the bias reaches 0.2% of O
+// (measured on an H100, notes/09_serving.md, "A cache of half a million keys"), past the rule's
+// bound, while L (summed on the CUDA cores) stays exact. This test is about addresses.
 TEST_P(PagedFwdKernels, LongPagePoolPast2to31Elements) {
   FA_SKIP_WITHOUT_GPU(kernel().min_sm);
   auto [t, d] = variants(kernel()).back();
-  const int64_t hkv = 8, keys = (int64_t(1) << 31) / (hkv * d) / 4 + 4096;
-  const PagedShape s = paged({keys, keys, keys, keys}, 8, hkv, d, 1, page_sizes().back(), true);
-  const int64_t pool = 4 * keys * hkv * d;  // elements of K (and of V) at least
+  const int64_t hkv = 8, seqs = 32, keys = (int64_t(1) << 31) / (hkv * d) / seqs + 1024;
+  const PagedShape s = paged(std::vector<int64_t>(seqs, keys), 8, hkv, d, 1, page_sizes().back(), true);
+  const int64_t pool = seqs * keys * hkv * d;  // elements of K (and of V) at least
   ASSERT_GT(pool, int64_t(1) << 31);
   if (fa::gpu_info().global_mem < size_t(3) * pool * fa::dtype_size(t))
     GTEST_SKIP() << "not enough GPU memory for a page pool past 2^31 elements";
