@@ -2,7 +2,8 @@
 //
 //   CPU tier  the block-matrix view (S = Q K^T, O = S V tile by tile) checked against the float64
 //             reference; the wave arithmetic of the lecture's 1792 vs 1793 example.
-//   GPU tier  every 03/ kernel checked on a ragged shape, then timed at M x N x K (4096^3) beside cuBLAS
+//   GPU tier  every main-path 03/v kernel (or those --kernel names, tuning/'s steps included)
+//             checked on a ragged shape, then timed at M x N x K (4096^3) beside cuBLAS
 //             (ref/cublas, same shape and dtype, same run): "% of cuBLAS".
 //   --explain=N   tiles, waves and last-wave occupancy of our tensor-core kernel at N x N x N.
 //   --sweep=a:b:s square sizes a..b: cuBLAS bf16 vs our best tensor-core kernel, with the wave
@@ -258,8 +259,12 @@ int run(const std::vector<std::string>& args) {
     require_fits_in_gpu_memory(double(range.stop) * range.stop * 8.0,
                                "--sweep up to " + std::to_string(range.stop));
   }
-  const std::vector<const GemmKernel*> kernels =
-      select_kernels<GemmKernel>("03/", cli.get("kernel"));
+  // By default the main path (03/v1 .. 03/v6); any 03 kernel by name (a tuning step,
+  // tuning/README.md).
+  const std::string wanted = cli.get("kernel");
+  const std::vector<const GemmKernel*> kernels = wanted.empty() || wanted == "all"
+                                                     ? entries_with_prefix<GemmKernel>("03/v")
+                                                     : select_kernels<GemmKernel>("03/", wanted);
   for (const GemmKernel* k : kernels) {  // a kernel named on the command line must have work
     bool runs = cli.get("kernel") == "all";
     for (DType t : dtypes) runs = runs || supports(k->dtypes, t);

@@ -1,15 +1,18 @@
-// 03/v7_warp_specialized: v6 with the warpgroups' registers moved to where the work is (setmaxnreg).
-// Status: not yet run on a GPU (FA_UNVERIFIED_RUNGS).
-// Speed: measured in chapters/03_tiled_matmul/README.md (filled in after the GPU run).
+// 03/t07_warp_specialized: v6 with the warpgroups' registers moved to where the work is
+// (setmaxnreg).
+// Status: verified: the GPU tests pass (RaggedShapes, Long4096Cubed, LongRaggedManyTiles; H100
+// 80GB HBM3, CUDA 13.0, 2026-11-26).
+// Speed: measured in chapters/03_tiled_matmul/tuning/README.md: bf16 4096^3 701.6 TFLOP/s (v6
+// 701.1, cuBLAS 754.8: 93.0%); 8192^3 752.5 (v6 755.0, cuBLAS 778.5: 96.7%).
 //
 // What changed vs v6: v6 already splits the block into a TMA producer warpgroup and two wgmma
 // consumer warpgroups around a full/empty mbarrier ring. What it lacks of the pattern the fastest
 // public Hopper GEMMs use is the register split. A block is launched with one register count for
 // all its threads: 384 threads get at most 168 each (65536 / 384, rounded down to 8). The producer
 // warpgroup, one thread of which issues TMA copies, needs a few dozen; the consumers hold 128 fp32
-// accumulators each plus descriptors, addresses and the epilogue's indices, so 168 is tight for them
-// and ptxas must either keep fewer values live or (worse) serialise the wgmmas of a batch when it
-// cannot give the asynchronous MMAs their accumulator registers for the whole batch. setmaxnreg
+// accumulators each plus descriptors, addresses and the epilogue's indices, so 168 is tight for
+// them and ptxas must either keep fewer values live or (worse) serialise the wgmmas of a batch when
+// it cannot give the asynchronous MMAs their accumulator registers for the whole batch. setmaxnreg
 // moves the producer's unused registers to the consumers at run time:
 //   producer  setmaxnreg.dec 40   (CUTLASS's load-warpgroup count for this shape)
 //   consumers setmaxnreg.inc 232  (40 + 232 + 232 = 504 = 3 x 168: the counts must add up, or the
@@ -38,14 +41,17 @@
 //               shapes run v5's mma.sync code (ch03_mma_gemm.cuh).
 //   block order grouped by 8 block rows, as in v5 and v6, for L2 reuse.
 //
-// Prediction: small on its own, 0-3% over v6 at 4096^3. ptxas -v gives v6 154 registers of its
-// 168 and no spills (nvcc 13.0, sm_90a), so v6 was not starved; v7 reports 168 (ptxas pins a kernel
+// Prediction: small on its own, 0-3% over v6 at 4096^3. ptxas -v gives v6 154 registers of its 168
+// and no spills (nvcc 13.0, sm_90a), so v6 was not starved; t07 reports 168 (ptxas pins a kernel
 // that uses setmaxnreg to its launch-bound count, which is what makes 40 + 232 + 232 add up). The
 // consumers now have 232 and the scheduler more room, but the wgmma rate, not registers, bounds a
-// stage. The value is what it enables: v8 keeps a tile loop's state live beside the 128
-// accumulators in a persistent kernel. If v7 measures the same as v6, that is the expected outcome.
-// Not done (the next rungs): a persistent tile scheduler (v8), clusters with TMA multicast, a bf16
-// C written through shared memory and TMA.
+// stage. The value is what it enables: t08 keeps a tile loop's state live beside the 128
+// accumulators in a persistent kernel. If t07 measures the same as v6, that is the expected
+// outcome.
+// Measured (H100, 2026-11-26, one run): +0.1% at 4096^3 (701.1 -> 701.6), -0.3% at 8192^3
+// (755.0 -> 752.5): the same as v6 within run-to-run noise, as predicted.
+// Not done (the next steps): a persistent tile scheduler (t08), clusters with TMA multicast (t09),
+// a bf16 C written through shared memory and TMA.
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -92,9 +98,9 @@ static_assert(kStageBytes % kAtomBytes == 0 && kABytes % kAtomBytes == 0, "atoms
 
 template <class T>
 __global__ void __launch_bounds__(kThreads, 1)
-    gemm_v7_kernel(const __grid_constant__ CUtensorMap tmap_a,
-                   const __grid_constant__ CUtensorMap tmap_b, float* __restrict__ C, int64_t M,
-                   int64_t N, int64_t K, bool pair_ok) {
+    gemm_t07_kernel(const __grid_constant__ CUtensorMap tmap_a,
+                    const __grid_constant__ CUtensorMap tmap_b, float* __restrict__ C, int64_t M,
+                    int64_t N, int64_t K, bool pair_ok) {
   extern __shared__ unsigned char smem_raw[];
   // The 128-byte swizzle repeats every 1024 bytes and wgmma assumes atoms start at multiples of
   // 1024: align the stage buffers by hand (dynamic shared memory only promises 16 bytes).
@@ -216,7 +222,7 @@ CUtensorMap make_tmap(const void* base, int64_t rows, int64_t cols, int box_rows
 template <class T>
 void set_smem_limit() {
   static const bool done = [] {
-    FA_CUDA_CHECK(cudaFuncSetAttribute(gemm_v7_kernel<T>,
+    FA_CUDA_CHECK(cudaFuncSetAttribute(gemm_t07_kernel<T>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
     return true;
   }();
@@ -241,18 +247,18 @@ void launch(const void* A, const void* B, float* C, GemmShape s, DType dtype, cu
   const CUtensorMap tmap_b = make_tmap(B, s.K, s.N, kBK, dtype);
   const int64_t blocks = ceil_div(s.M, kBM) * ceil_div(s.N, kBN);
   const bool pair_ok = reinterpret_cast<uintptr_t>(C) % 8 == 0;  // N is even here
-  gemm_v7_kernel<T><<<unsigned(blocks), kThreads, kSmemBytes, stream>>>(tmap_a, tmap_b, C, s.M, s.N,
-                                                                        s.K, pair_ok);
+  gemm_t07_kernel<T><<<unsigned(blocks), kThreads, kSmemBytes, stream>>>(tmap_a, tmap_b, C, s.M,
+                                                                         s.N, s.K, pair_ok);
   FA_CHECK_LAUNCH();
 }
 
-void gemm_v7(const void* A, const void* B, float* C, GemmShape s, DType dtype,
-             cudaStream_t stream) {
-  FA_UNSUPPORTED_IF(dtype == DType::F32, "03/v7_warp_specialized takes bf16 and fp16 only");
+void gemm_t07(const void* A, const void* B, float* C, GemmShape s, DType dtype,
+              cudaStream_t stream) {
+  FA_UNSUPPORTED_IF(dtype == DType::F32, "03/t07_warp_specialized takes bf16 and fp16 only");
   const GpuInfo& gpu = gpu_info();
   FA_UNSUPPORTED_IF(
       gpu.sm != 90,
-      "03/v7_warp_specialized uses sm_90a instructions (wgmma, TMA): it runs on compute "
+      "03/t07_warp_specialized uses sm_90a instructions (wgmma, TMA): it runs on compute "
       "capability 9.0 (H100, H200) only");
   if (dtype == DType::BF16)
     launch<__nv_bfloat16>(A, B, C, s, dtype, stream);
@@ -262,8 +268,8 @@ void gemm_v7(const void* A, const void* B, float* C, GemmShape s, DType dtype,
 
 }  // namespace
 
-FA_REGISTER(GemmKernel, {"03/v7_warp_specialized",
-                         gemm_v7,
+FA_REGISTER(GemmKernel, {"03/t07_warp_specialized",
+                         gemm_t07,
                          "v6 + setmaxnreg: TMA producer warpgroup (40 registers), 2 wgmma consumer "
                          "warpgroups (232), mbarrier ring, 128x256x64, 4 stages",
                          {DType::BF16, DType::F16},

@@ -1,20 +1,22 @@
-// 03/v8_persistent: v7 as a persistent kernel: one block per SM walks the output tiles.
-// Status: not yet run on a GPU (FA_UNVERIFIED_RUNGS).
-// Speed: measured in chapters/03_tiled_matmul/README.md (filled in after the GPU run).
+// 03/t08_persistent: t07 as a persistent kernel: one block per SM walks the output tiles.
+// Status: verified: the GPU tests pass (RaggedShapes, Long4096Cubed, LongRaggedManyTiles; H100 80GB
+// HBM3, CUDA 13.0, 2026-11-26).
+// Speed: measured in chapters/03_tiled_matmul/tuning/README.md: bf16 4096^3 718.6 TFLOP/s (t07
+// 701.6, cuBLAS 754.8: 95.2%); 8192^3 754.2 (t07 752.5, cuBLAS 778.5: 96.9%).
 //
-// What changed vs v7: v7 launches one block per 128 x 256 tile of C (512 blocks at 4096^3 on 132
+// What changed vs t07: t07 launches one block per 128 x 256 tile of C (512 blocks at 4096^3 on 132
 // SMs). Each block fills its 4-stage ring from empty, multiplies, and then its two consumer
 // warpgroups spend the epilogue storing 128 KiB of fp32 C while the producer idles and the tensor
-// cores of that SM wait for the next block to be scheduled, set up its barriers and refill the ring.
-// v8 launches min(tiles, SMs) blocks and each loops over tiles b, b + G, b + 2G, ... (G = gridDim.x)
-// of the grouped order. The one idea is that the ring outlives the tile: the producer keeps
-// running ahead by up to 4 stages, so the first stages of tile t + 1 load while the consumers
+// cores of that SM wait for the next block to be scheduled, set up its barriers and refill the
+// ring. t08 launches min(tiles, SMs) blocks and each loops over tiles b, b + G, b + 2G, ... (G =
+// gridDim.x) of the grouped order. The one idea is that the ring outlives the tile: the producer
+// keeps running ahead by up to 4 stages, so the first stages of tile t + 1 load while the consumers
 // store tile t, and the next tile's first wgmma finds its data already there. Three consequences,
 // each marked in the code:
 //   * one counter, `fill`, numbers the stage fills of the block across all its tiles; stage and
 //     phase come from it (stage fill % 4, parity (fill / 4) & 1) on both sides, instead of from kt;
 //   * the consumers release a tile's last stage after their final wgmma_wait<0>, before the
-//     epilogue (in v6/v7 it was never released: the block ended), so each fill gets exactly one
+//     epilogue (in v6/t07 it was never released: the block ended), so each fill gets exactly one
 //     arrival per consumer thread and the producer can refill it during the stores;
 //   * the accumulators are zeroed at the start of every tile.
 //
@@ -22,14 +24,14 @@
 //   tile order  v6's grouped order (8 block rows per group, column by column inside a group) as a
 //               function of a tile number; block b takes numbers b, b + G, ...; so the G tiles in
 //               flight at any time are G consecutive numbers, the same L2-friendly window as one
-//               wave of v6/v7 (tile_coords below explains it)
-//   block       as v7: producer warpgroup (setmaxnreg 40, one thread issues TMA), two consumer
+//               wave of v6/t07 (tile_coords below explains it)
+//   block       as t07: producer warpgroup (setmaxnreg 40, one thread issues TMA), two consumer
 //               warpgroups (setmaxnreg 232) of 64 x 256 each, 128 x 256 x 64 tiles, 4 stages,
 //               full/empty mbarriers
 //   ragged      as v6: TMA zero-fills boxes past M, N and K; C is stored with predicates; shapes
 //               TMA cannot describe (K % 8, N % 8, alignment, sizes >= 2^31) run v5's code
 //
-// Prediction: +3-8% over v7 at 4096^3. v6/v7 leave an SM's tensor cores idle during each block's
+// Prediction: +3-8% over t07 at 4096^3. v6/t07 leave an SM's tensor cores idle during each block's
 // epilogue and ring fill. At ~700 TFLOP/s a 128 x 256 tile with K = 4096 takes ~50 us of
 // mainloop (64 k-steps of ~0.8 us); its epilogue writes 128 KiB of fp32 through predicated 8-byte
 // stores, a few us when many SMs store at once, plus ~1-2 us for the next block to start and
@@ -39,7 +41,10 @@
 // (the chapter's "mystery" sweep) still fall off the cliff; only smaller or stream-K tiles change
 // that. Nor is the epilogue overlapped with this block's own wgmmas: both consumers store at the
 // same time (a ping-pong of the two consumers on different tiles, or C staged through shared
-// memory and stored by TMA, would hide it: the next rungs).
+// memory and stored by TMA, would hide it: the next steps).
+// Measured (H100, 2026-11-26, one run): +2.4% over t07 at 4096^3 (701.6 -> 718.6), below the
+// predicted 3-8%; +0.2% at 8192^3 (752.5 -> 754.2), where a block's 128 k-steps make the per-tile
+// fill and epilogue half as large a share as at 4096^3, and v6 was already at 97% of cuBLAS.
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -107,9 +112,9 @@ __device__ __forceinline__ TileCoords tile_coords(int64_t tile, int64_t tiles_m,
 
 template <class T>
 __global__ void __launch_bounds__(kThreads, 1)
-    gemm_v8_kernel(const __grid_constant__ CUtensorMap tmap_a,
-                   const __grid_constant__ CUtensorMap tmap_b, float* __restrict__ C, int64_t M,
-                   int64_t N, int64_t K, bool pair_ok) {
+    gemm_t08_kernel(const __grid_constant__ CUtensorMap tmap_a,
+                    const __grid_constant__ CUtensorMap tmap_b, float* __restrict__ C, int64_t M,
+                    int64_t N, int64_t K, bool pair_ok) {
   extern __shared__ unsigned char smem_raw[];
   // The 128-byte swizzle repeats every 1024 bytes and wgmma assumes atoms start at multiples of
   // 1024: align the stage buffers by hand (dynamic shared memory only promises 16 bytes).
@@ -136,7 +141,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   // The ring does not restart at a tile boundary: `fill` counts the stage fills of this block over
   // all its tiles (tile after tile, k-step after k-step), and both sides derive the stage and the
-  // phase from it, stage = fill % kStages and use = fill / kStages, exactly as v7 did from kt.
+  // phase from it, stage = fill % kStages and use = fill / kStages, exactly as t07 did from kt.
   // Producer and consumers walk the same tiles in the same order with the same k_tiles per tile,
   // so their counts agree at every step. 64 bits, so it never wraps.
 
@@ -201,7 +206,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     hopper::wgmma_wait<0>();
     hopper::fence_registers(acc);
     // The tile's last stage is free as soon as its wgmmas are done: release it *before* the
-    // epilogue (v6 and v7 never released it, the block ended), so the producer can refill it
+    // epilogue (v6 and t07 never released it, the block ended), so the producer can refill it
     // with the next tile's data while these threads store C. Every fill thus gets exactly one
     // arrival from each consumer thread: at the next k-step for all but a tile's last, here for it.
     if (k_tiles > 0) hopper::mbar_arrive(&empty[(fill - 1) % kStages]);
@@ -243,7 +248,7 @@ CUtensorMap make_tmap(const void* base, int64_t rows, int64_t cols, int box_rows
 template <class T>
 void set_smem_limit() {
   static const bool done = [] {
-    FA_CUDA_CHECK(cudaFuncSetAttribute(gemm_v8_kernel<T>,
+    FA_CUDA_CHECK(cudaFuncSetAttribute(gemm_t08_kernel<T>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
     return true;
   }();
@@ -272,19 +277,19 @@ void launch(const void* A, const void* B, float* C, GemmShape s, DType dtype, in
   const int64_t tiles = ceil_div(s.M, kBM) * ceil_div(s.N, kBN);
   const int64_t blocks = tiles < int64_t(sm_count) ? tiles : int64_t(sm_count);
   const bool pair_ok = reinterpret_cast<uintptr_t>(C) % 8 == 0;  // N is even here
-  gemm_v8_kernel<T><<<unsigned(blocks), kThreads, kSmemBytes, stream>>>(tmap_a, tmap_b, C, s.M, s.N,
-                                                                        s.K, pair_ok);
+  gemm_t08_kernel<T><<<unsigned(blocks), kThreads, kSmemBytes, stream>>>(tmap_a, tmap_b, C, s.M,
+                                                                         s.N, s.K, pair_ok);
   FA_CHECK_LAUNCH();
 }
 
-void gemm_v8(const void* A, const void* B, float* C, GemmShape s, DType dtype,
-             cudaStream_t stream) {
-  FA_UNSUPPORTED_IF(dtype == DType::F32, "03/v8_persistent takes bf16 and fp16 only");
+void gemm_t08(const void* A, const void* B, float* C, GemmShape s, DType dtype,
+              cudaStream_t stream) {
+  FA_UNSUPPORTED_IF(dtype == DType::F32, "03/t08_persistent takes bf16 and fp16 only");
   const GpuInfo& gpu = gpu_info();
   FA_UNSUPPORTED_IF(gpu.sm != 90,
-                    "03/v8_persistent uses sm_90a instructions (wgmma, TMA): it runs on compute "
+                    "03/t08_persistent uses sm_90a instructions (wgmma, TMA): it runs on compute "
                     "capability 9.0 (H100, H200) only");
-  FA_REQUIRE(gpu.sm_count > 0, "03/v8_persistent: the GPU reports no SMs");
+  FA_REQUIRE(gpu.sm_count > 0, "03/t08_persistent: the GPU reports no SMs");
   if (dtype == DType::BF16)
     launch<__nv_bfloat16>(A, B, C, s, dtype, gpu.sm_count, stream);
   else
@@ -293,9 +298,9 @@ void gemm_v8(const void* A, const void* B, float* C, GemmShape s, DType dtype,
 
 }  // namespace
 
-FA_REGISTER(GemmKernel, {"03/v8_persistent",
-                         gemm_v8,
-                         "v7 + persistent: one block per SM walks 128x256 tiles in grouped order, "
+FA_REGISTER(GemmKernel, {"03/t08_persistent",
+                         gemm_t08,
+                         "t07 + persistent: one block per SM walks 128x256 tiles in grouped order, "
                          "the mbarrier ring continuing across tiles",
                          {DType::BF16, DType::F16},
                          90});
