@@ -50,13 +50,13 @@
 //               TMA cannot describe run v5's code
 //
 // Prediction: +1-4% over t08 at 4096^3 (t08 718.6 TFLOP/s, cuBLAS 754.8: between 725 and 745),
-// +0-2% at 8192^3. Reasoning: t08 needs ~8.4 TB/s from L2 at 4096^3, close to what an H100's L2
-// can serve (a few TB/s per partition, two partitions), so part of each k-step can be a wait on
-// TMA; a third less traffic removes most of that wait. cuBLAS's fastest Hopper kernels use
-// clusters of two with multicast for these shapes. What can eat the gain: the lockstep (a stall
-// of one block of the pair stalls both), a grid smaller than t08's if clusters of 2 do not fill
-// every SM, and the 16 remote arrivals per stage. The tail is unchanged: 256 pairs on 66 clusters
-// are t08's 3.88 waves.
+// +0-2% at 8192^3. Reasoning: at 4096^3 t08 asks L2 for ~8.4 TB/s, which is near what an H100's
+// L2 can serve (an estimate: this repository has not measured L2 bandwidth; Nsight Compute's L2
+// throughput for t08 against t09 would confirm it), so part of some k-steps is a wait on TMA; a
+// third less traffic removes most of it. What can eat the gain: the lockstep (a stall of one block
+// of the pair stalls both), a grid smaller than t08's if clusters of 2 do not fill every SM, and
+// the 16 cluster-wide arrivals per stage. The tail is unchanged: 256 pairs on 66 clusters are
+// t08's 3.88 waves.
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
