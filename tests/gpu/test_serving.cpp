@@ -313,7 +313,8 @@ TEST_P(PagedFwdKernels, LongPagePoolPast2to31Elements) {
   FA_SKIP_WITHOUT_GPU(kernel().min_sm);
   auto [t, d] = variants(kernel()).back();
   const int64_t hkv = 8, seqs = 32, keys = (int64_t(1) << 31) / (hkv * d) / seqs + 1024;
-  const PagedShape s = paged(std::vector<int64_t>(seqs, keys), 8, hkv, d, 1, page_sizes().back(), true);
+  const PagedShape s =
+      paged(std::vector<int64_t>(seqs, keys), 8, hkv, d, 1, page_sizes().back(), true);
   const int64_t pool = seqs * keys * hkv * d;  // elements of K (and of V) at least
   ASSERT_GT(pool, int64_t(1) << 31);
   if (fa::gpu_info().global_mem < size_t(3) * pool * fa::dtype_size(t))
