@@ -1,0 +1,452 @@
+// 07/v5_persistent: v4 as a persistent kernel: one block per SM walks the work tiles, and the K/V
+// ring and Q are carried from one work tile to the next. Read v4 first (v4_intra_overlap.cu): the
+// producer's ring, the consumers' turns and the inside of a turn are its own.
+//
+// What changed vs v4, and why it pays
+//   v4 launches one block per work tile (Br = 128 query rows of one batch*head): 2048 blocks at
+//   B = 16384 / N, H 16. Each block initialises its barriers, loads Q and fills its ring from
+//   empty before its first S = Q K^T, and ends with both consumers normalising and storing O and
+//   L; the SM's tensor cores idle through both, and through the start of the next block. With 64
+//   key tiles per block (N 8192) that is a few percent of a block; with 8 (N 1024) about a fifth.
+//   Nsight Compute on an H100 (notes/07_flash_hopper.md, "Against cuDNN", bf16 D 128, full):
+//   tensor pipe active 72.2% at N 8192 and 55.9% at N 1024 for v4, 76.5% and 68.8% for cuDNN's
+//   forward, which does the same wgmma count with a persistent grid of 132 blocks x 384 threads.
+//   v5 launches min(work units, SMs) blocks, and block b takes units b, b + G, b + 2G, ...
+//   (G = gridDim.x). The producer runs ahead across work tiles: it loads the next work tile's Q
+//   as soon as both consumers' last S = Q K^T of the current one is done, and the next tile's
+//   first K/V stages as soon as their slots are free, while the consumers still run the last
+//   P V and store O. What that takes, each marked "v5:" in the code:
+//   * one counter, `fill`, numbers the K/V stage fills of the block across all its work tiles:
+//     stage fill % kStages, parity (fill / kStages) & 1, on both sides, where v4 used the tile
+//     index j. Producer and consumers walk the same work tiles with the same kv_tiles, so their
+//     counts agree at every step. Each fill is released exactly once by every consumer thread, as
+//     in v4 (K after the S that reads it, V after the P V), so the last stages of a work tile are
+//     free for the next tile's loads while the consumers are in their epilogue.
+//   * Q gets an "empty" mbarrier next to its "full" one: every consumer thread arrives on q_empty
+//     once the wgmma_wait of its last S of the work tile has returned (Q is read by the S groups
+//     only), and the producer waits for all 256 arrivals before the TMA of the next Q. q_loads
+//     counts the Q loads on both sides (parity q_loads & 1).
+//   * a work tile whose rows see no key at all (kv_tiles' visit = 0: causal with seq_q > seq_k,
+//     the first query tiles) has no turns, as in v4: both sides skip its Q load and leave q_loads
+//     and fill unchanged, and its rows still get O = 0 and L = -inf from the epilogue. A row that
+//     sees nothing inside a visited tile is masked as in v4 (l = 0: O = 0, L = -inf). The last,
+//     partial query tile is v4's: TMA zero-fills the rows past seq_q, the stores skip them.
+//   * o, m and l are reset at the start of every work tile; P_{j-1} is not (turn 0 writes it).
+//
+// The turns across work tiles
+//   Both consumers take n_tiles + 1 turns of every work tile (none where n_tiles = 0), so the
+//   block's turns are one strict alternation, consumer 0, 1, 0, 1, ..., and the token is simply
+//   handed over after every turn, across work tiles too. Every work tile therefore starts with
+//   consumer 0: the tile before ended with consumer 1's last P V. Nothing requires that (the named
+//   barriers count arrivals, not tiles); it follows from the equal turn counts. At a boundary
+//   consumer 0's epilogue runs while consumer 1's last P V is on the tensor cores, and consumer
+//   1's while consumer 0 issues S_0 of the next tile.
+//   Counts, with T the block's turns per consumer: consumer 1 arrives on kTurnBar once at the
+//   start and after each of its T turns; consumer 0 syncs there before each of its T turns and
+//   once after its last work tile: T + 1 each. On kTurnBar + 1 consumer 0 arrives after each of
+//   its T turns and consumer 1 syncs before each of its T: T each. A block with T = 0 (no key in
+//   any of its work tiles; or no unit at all, which min(units, SMs) never launches) meets the
+//   start arrive with the final sync. v4 instead left out consumer 1's arrive after its last turn;
+//   v5's consumer 1 cannot tell its last turn without looking ahead past work tiles with no key,
+//   so consumer 0 takes that token at the end. As in v4 no giver arrives twice before the
+//   taker's sync.
+//   Deadlock freedom: every wait points backwards in that one sequence of turns. The producer
+//   issues ... K_{n-1}, V_{n-1} of tile A, [waits q_empty], Q, K_0, V_0, ... of tile B; q_empty
+//   needs both consumers' turn n - 1 of A, which needs only K_{n-1} and V_{n-2} of A, already
+//   issued; a K/V slot wait needs turns of earlier fills (kStages >= 2), as in v4. Consumer 0's
+//   turn 0 of B waits for Q of B, i.e. for consumer 1's turn n - 1 of A, which comes before it.
+//
+// Work order
+//   Not causal: every work tile visits every key tile, so order only matters for L2. A unit is
+//   one query tile, in v4's block order (batch*head by batch*head, query tiles last to first), so
+//   the G units in flight at any moment are about G consecutive ones, as one wave of v4's blocks:
+//   the query tiles of a few heads, whose K and V are read from DRAM once and then hit in L2.
+//   Causal: query tile i sees about i + 1 key tiles (seq_q = seq_k), 1 .. N / 128. Dealt out
+//   statically in v4's order, one block would get long and short tiles alternately and another
+//   only short ones (N 1024: tiles of 8 and 4 key tiles to block 0, of 5 and 1 to block 3).
+//   FlashAttention-3's causal scheduler sorts instead, longest first, within sections of heads
+//   whose K and V fit in 32 MB of L2, and hands the tiles out dynamically with an atomic counter
+//   (DynamicPersistentTileScheduler, hopper/tile_scheduler.hpp, github.com/Dao-AILab/
+//   flash-attention). Dealt out statically, a sorted order balances only if the sections line up
+//   with rounds of G; so v5 pairs the tiles instead: causal unit r of a head is query tiles
+//   N/128 - 1 - r (the longest left, first) and r (the shortest left), whose key tiles add up to
+//   N/128 + 1 at seq_q = seq_k. Every unit costs the same, a static deal of equal units is
+//   balanced up to its last round, and the units stay in head order, so the L2 window is v4's.
+//   A list-scheduling model (132 SMs, B = 16384 / N, H 16, cost = key tiles, block start and end
+//   left out) gives the most key tiles any one SM computes (ideal: all of them / 132):
+//
+//                     ideal   v4 (hardware,     static deal of: v4's    sorted in 32 MB    pairs
+//                             blocks in order)                  order   sections (FA-3)    (v5)
+//     N 1024 causal    69.8      75                               96         80              72
+//     N 8192 causal   504.2     534                              544        584             520
+//     N 16384 causal 1000.7    1010                             1568       1160            1032
+//
+//   Sorting the whole launch (no sections) gives 72 / 536 / 1064 but, at N 1024, reads each
+//   head's K and V from DRAM once per query tile (256 heads of 512 KiB, 128 MiB, do not stay in
+//   L2 between a head's tiles). At N 16384 the pairs lose a little to the last round (1024 units
+//   on 132 SMs: 7.76 rounds).
+//
+// Prediction (bf16 D 128, B = 16384 / N, H 16, against v4 in the same run)
+//   Under the profiler v4 takes 333 us at N 1024 full: 15.5 blocks of 8 key tiles per SM, about
+//   21 us a block, where its N 8192 run (2.01 ms, 15.5 blocks of 64 key tiles per SM) spends about
+//   16 us per 8 key tiles. The ~5 us difference is a block's start and end, and v5 removes most
+//   of it: the launch, the barrier set-up, the wait for Q and the first K and V from memory, and
+//   one consumer's epilogue (under the other's last P V). What stays per boundary is the other
+//   consumer's epilogue and the first softmax of the next tile, which have no turn of the other
+//   consumer to hide under (about 1-1.5 us).
+//   * N 1024 full: 1.12-1.20x v4 (cuDNN ran 274 us against v4's 333 under the profiler: 1.22x).
+//   * N 8192 full: the same ~5 us are ~4% of a 130 us block: 1.02-1.04x.
+//   * causal: a work tile has half the key tiles on average (4.5 at N 1024), so the boundary is
+//     twice the share: 1.2-1.35x at N 1024; 1.03-1.08x at N 8192 (the model above: 534 -> 520,
+//     plus the boundaries); N 16384 about even (1010 -> 1032 in the model, against the saved
+//     boundaries).
+//   * D 256 (Bc 64: twice the turns per tile) gains less, D 64 about as D 128.
+//   Not addressed: the deeper ring of cuDNN's kernel (232 KiB of shared memory against v4's 160
+//   at D 128), and a second Q buffer, which would let the next Q land before the last S of the
+//   current tile; both are next rungs, to measure after this one.
+//
+// Map of the kernel
+//   grid        min(work units, SMs) blocks, one per SM (the shared memory allows one anyway)
+//   work unit   one query tile (Br = 128 rows) of one batch*head; causal: a pair of tiles
+//   block       as v4: 3 warpgroups (384 threads), producer + 2 consumers
+//   tiles       as v4 (Bc 128 for D = 64, 128; 64 for D = 256)
+//   pipeline    as v4 (kStages K and V slots, 4 / 2 / 2 for D = 64 / 128 / 256), numbered by
+//               `fill` across work tiles; Q: q_full and q_empty, numbered by q_loads
+//   barriers    named barriers 1 and 2 as v4, the token passed on across work tiles
+//   smem        as v4 + one mbarrier: D 64: 144 KiB, D 128: 160 KiB, D 256: 192 KiB
+//   registers   producer 24 (its K/V loop kept rolled), consumers 240 after setmaxnreg (compiled
+//               at 168), no spills. Lowering kConsumerRegs until ptxas (CUDA 13.0) spills:
+//               D = 64 needs <= 168, D = 128 193..200, D = 256 225..232 (v4: <= 168, 185..200,
+//               225..232)
+// Speed: measured in chapters/07_flash_hopper/README.md
+#include <cuda.h>
+
+#include <climits>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+#include "ch07_common.cuh"
+#include "ch07_launch.cuh"
+
+namespace fa::ch07 {
+namespace {
+
+constexpr int kConsumers = 2;                           // warpgroups that compute
+constexpr int kThreads = 128 * (1 + kConsumers);        // + the producer warpgroup
+constexpr int kBr = kConsumers * kRowsPerWarpgroup;     // 128 query rows per block
+constexpr int kProducerRegs = 24, kConsumerRegs = 240;  // 24 + 2 x 240 = 3 x 168
+constexpr int kTurnBar = 1;            // named barriers 1, 2: consumer 0's, 1's turn
+constexpr int kTurnThreads = 2 * 128;  // the giver's arrive + the taker's sync
+template <int D>
+constexpr int stages() {
+  return D == 64 ? 4 : 2;
+}
+
+template <int D>
+struct V5Smem {
+  static constexpr int kStages = stages<D>();
+  static constexpr int kQBytes = kBr * D * 2;
+  static constexpr int kKVBytes = Tiles<D>::kKVBytes;
+  static constexpr int kKOffset = kQBytes;                       // K stage s at + s * kKVBytes
+  static constexpr int kVOffset = kQBytes + kStages * kKVBytes;  // V stage s at + s * kKVBytes
+  static constexpr int kBarOffset = kVOffset + kStages * kKVBytes;
+  static constexpr int kBytes = kBarOffset + (2 + 4 * kStages) * 8 + kAtomBytes;  // + alignment
+  static_assert(kQBytes % kAtomBytes == 0 && kKVBytes % kAtomBytes == 0, "atoms stay aligned");
+  static_assert(kBytes <= 227 * 1024, "fits the 227 KiB a block may opt in to");
+};
+
+// v5: the static schedule. Units of one batch*head are numbered 0 .. units_per_head - 1, heads
+// one after the other (v4's block order); block b takes units b, b + G, ... A unit is one query
+// tile, or (causal) the pair of the longest and the shortest left (header, "Work order").
+struct Schedule {
+  uint32_t units;           // units_per_head * batch * heads, < 2^31 (the launch checks)
+  uint32_t units_per_head;  // num_q_tiles, or causal (num_q_tiles + 1) / 2
+  bool pairs;               // causal: unit r of a head is query tiles num_q_tiles - 1 - r and r
+};
+
+// The query tiles of unit r of a head: 1, or 2 for a causal pair (the middle tile of an odd
+// count stands alone). Tile k = 0 is the longer: num_q_tiles - 1 - r, as v4's block r of a head.
+__device__ __forceinline__ int unit_tiles(const Schedule& sched, int r, int num_q_tiles) {
+  return sched.pairs && r < num_q_tiles - 1 - r ? 2 : 1;
+}
+__device__ __forceinline__ int unit_q_tile(int r, int k, int num_q_tiles) {
+  return k == 0 ? num_q_tiles - 1 - r : r;
+}
+
+template <class T, int D>
+__global__ void __launch_bounds__(kThreads, 1)
+    flash_fwd_v5_kernel(const __grid_constant__ CUtensorMap tm_q,
+                        const __grid_constant__ CUtensorMap tm_k,
+                        const __grid_constant__ CUtensorMap tm_v, const Params p,
+                        const Schedule sched) {
+  using Tl = Tiles<D>;
+  using Sm = V5Smem<D>;
+  constexpr int kBc = Tl::kBc;
+  FA_TL_INIT(threadIdx.x / 128);  // the timeline build's phase marks (ch07_timeline.cuh)
+  constexpr int kStages = Sm::kStages;
+  extern __shared__ unsigned char smem_raw[];
+  // The 128-byte swizzle repeats every 1024 bytes and the descriptors assume atoms start there.
+  const uint32_t raw = mma::smem_addr(smem_raw);
+  unsigned char* smem = smem_raw + ((kAtomBytes - raw % kAtomBytes) % kAtomBytes);
+  unsigned char* sQ = smem;
+  auto sK = [&](int s) { return smem + Sm::kKOffset + s * Sm::kKVBytes; };
+  auto sV = [&](int s) { return smem + Sm::kVOffset + s * Sm::kKVBytes; };
+  uint64_t* q_full = reinterpret_cast<uint64_t*>(smem + Sm::kBarOffset);
+  uint64_t* q_empty = q_full + 1;         // v5: both consumers are done reading this tile's Q
+  uint64_t* full_k = q_empty + 1;         // per stage: the K tile has landed
+  uint64_t* full_v = full_k + kStages;    // per stage: the V tile has landed
+  uint64_t* empty_k = full_v + kStages;   // per stage: both consumers are done reading K
+  uint64_t* empty_v = empty_k + kStages;  // per stage: both consumers are done reading V
+
+  const int warpgroup = threadIdx.x / 128, t = threadIdx.x % 128, q = t % 4;
+
+  if (threadIdx.x == 0) {
+    hopper::mbar_init(q_full, 1);
+    hopper::mbar_init(q_empty, 128 * kConsumers);  // every consumer thread, once per Q
+    for (int s = 0; s < kStages; ++s) {
+      hopper::mbar_init(&full_k[s], 1);  // the producer's expect_tx arrival
+      hopper::mbar_init(&full_v[s], 1);
+      hopper::mbar_init(&empty_k[s], 128 * kConsumers);  // every consumer thread, once per use
+      hopper::mbar_init(&empty_v[s], 128 * kConsumers);
+    }
+    hopper::mbar_fence_init();
+  }
+  __syncthreads();  // the barriers are initialised before anyone waits on them
+
+  if (warpgroup == 0) {
+    // ---- Producer: gives its registers away, then one thread keeps the ring full, across the
+    // work tiles of this block (v5).
+    hopper::setmaxnreg_dec<kProducerRegs>();
+    if (t == 0) {
+      uint64_t fill = 0;     // v5: K/V stage fills of this block, over all its work tiles
+      uint32_t q_loads = 0;  // v5: Q loads of this block
+      for (uint32_t u = blockIdx.x; u < sched.units; u += gridDim.x) {
+        const int bh = int(u / sched.units_per_head), r = int(u % sched.units_per_head);
+        for (int k = 0; k < unit_tiles(sched, r, p.num_q_tiles); ++k) {
+          const int64_t q0 = int64_t(unit_q_tile(r, k, p.num_q_tiles)) * kBr;
+          const int n_tiles = int(kv_tiles(q0, kBr, p.seq_q, p.seq_k, kBc, p.causal).visit);
+          if (n_tiles == 0) continue;  // no key for any row: no Q, no turns (header)
+          // v5: the previous Q is free once both consumers' last S of its tile is done.
+          if (q_loads > 0) hopper::mbar_wait(q_empty, (q_loads - 1) & 1);
+          ++q_loads;
+          hopper::mbar_arrive_expect_tx(q_full, Sm::kQBytes);
+          for (int c = 0; c < Tl::kStrips; ++c)
+            hopper::tma_load_3d(sQ + c * kBr * 128, &tm_q, q_full, c * kSwizzleCols, int(q0), bh);
+#pragma unroll 1  // v5: unrolled, the loop's hoisted addresses spill the producer's 24 registers
+          for (int j = 0; j < n_tiles; ++j, ++fill) {
+            const int s = int(fill % kStages);
+            const uint64_t use = fill / kStages;
+            FA_TL_START(tl_slot);
+            if (use > 0) hopper::mbar_wait(&empty_k[s], uint32_t(use - 1) & 1);  // both freed it
+            FA_TL_END(tl_slot, kProducerWait, j);
+            hopper::mbar_arrive_expect_tx(&full_k[s], Sm::kKVBytes);
+            for (int c = 0; c < Tl::kStrips; ++c)
+              hopper::tma_load_3d(sK(s) + c * kBc * 128, &tm_k, &full_k[s], c * kSwizzleCols,
+                                  j * kBc, bh);
+            FA_TL_START(tl_slot_v);
+            if (use > 0) hopper::mbar_wait(&empty_v[s], uint32_t(use - 1) & 1);  // a turn after K
+            FA_TL_END(tl_slot_v, kProducerWait, j);
+            hopper::mbar_arrive_expect_tx(&full_v[s], Sm::kKVBytes);
+            for (int c = 0; c < Tl::kStrips; ++c)
+              hopper::tma_load_3d(sV(s) + c * kBc * 128, &tm_v, &full_v[s], c * kSwizzleCols,
+                                  j * kBc, bh);
+          }
+        }
+      }
+    }
+    return;
+  }
+
+  // ---- Consumers: take the registers, then compute exactly as v1 on their 64 rows.
+  hopper::setmaxnreg_inc<kConsumerRegs>();
+  const int consumer = warpgroup - 1;
+  const unsigned char* sQc = sQ + consumer * kRowsPerWarpgroup * 128;  // its rows in each strip
+  const float c = fabsf(p.scale_log2);
+
+  // v5: the current work tile, set at its start (the loop below): its K/V range, the last key
+  // each of this thread's two rows may see, and its O, m and l.
+  int n_tiles = 0, n_unmasked = 0;
+  int64_t last_key[2];
+  float o[Tl::kOAcc];
+  float m[2], l[2];
+
+  uint32_t pf[Tl::kPSlices][4];  // P_{j-1}: written by the softmax of turn j - 1, read in turn j
+  uint64_t fill = 0;             // v5: the first K/V fill of the current work tile
+  uint32_t q_loads = 0;          // v5: Q loads before the current work tile's
+
+  // Turn j. kS: it has an S (j < n_tiles), kPV: it has a P V (j > 0); compile-time, so that no
+  // wgmma sits on a run-time branch (ptxas would serialise them).
+  auto turn = [&](int j, auto k_s, auto k_pv) {
+    constexpr bool kS = decltype(k_s)::value, kPV = decltype(k_pv)::value;
+    // v5: stage and parity of tile j from the block's fill count, as the producer numbers them.
+    const uint64_t f = fill + uint64_t(j);
+    const int s = int(f % kStages), sp = int((f + kStages - 1) % kStages);  // tiles j and j - 1
+    FA_TL_START(tl_kv);
+    if constexpr (kS) hopper::mbar_wait(&full_k[s], uint32_t(f / kStages) & 1);
+    if constexpr (kPV) hopper::mbar_wait(&full_v[sp], uint32_t((f - 1) / kStages) & 1);
+    FA_TL_END(tl_kv, kWaitKV, j);
+
+    // ---- This consumer's turn: S_j = Q K_j^T, then O += P_{j-1} V_{j-1}, two commit groups.
+    FA_TL_START(tl_turn);
+    hopper::named_bar_sync(kTurnBar + consumer, kTurnThreads);
+    FA_TL_END(tl_turn, kWaitTurn, j);
+    float sc[Tl::kSAcc];
+    hopper::fence_registers(o);
+    hopper::wgmma_fence();
+    FA_TL_START(tl_qk);
+    if constexpr (kS) {
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk)
+        hopper::wgmma_ss<kBc, T, 0>(sc, desc_k_major<kBr>(sQc, kk), desc_k_major<kBc>(sK(s), kk),
+                                    kk > 0);
+      hopper::wgmma_commit();  // the older group: S_j
+    }
+    FA_TL_START(tl_pv);
+    if constexpr (kPV) {
+#pragma unroll
+      for (int kk = 0; kk < Tl::kPSlices; ++kk)
+        hopper::wgmma_rs<D, T, 1>(o, pf[kk], desc_v<D>(sV(sp), kk), 1);
+      hopper::wgmma_commit();  // the newer group: P_{j-1} V_{j-1}
+    }
+    // ---- The other consumer's turn may start now. v5: after every turn, the block's last too.
+    hopper::named_bar_arrive(kTurnBar + 1 - consumer, kTurnThreads);
+
+    // ---- Softmax of S_j as soon as S_j is done, while P_{j-1} V_{j-1} still runs: it touches
+    // neither O nor P_{j-1}, which that wgmma reads and writes.
+    float alpha[2];
+    if constexpr (kS) {
+      if constexpr (kPV)
+        hopper::wgmma_wait<1>();  // all but the newest group done: S_j is
+      else
+        hopper::wgmma_wait<0>();
+      hopper::fence_registers(sc);
+      FA_TL_END(tl_qk, kQK, j);
+      FA_TL_START(tl_softmax);
+      hopper::mbar_arrive(&empty_k[s]);                    // done with K_j
+      if (j == n_tiles - 1) hopper::mbar_arrive(q_empty);  // v5: and with this work tile's Q
+      negate_if(sc, p.scale_log2 < 0.0f);
+      if (j >= n_unmasked) mask_tile(sc, int64_t(j) * kBc, last_key, q);
+      online_softmax(sc, m, l, c, alpha);
+      hopper::fence_registers(sc);  // the exponentials are computed before the wait below
+      FA_TL_END(tl_softmax, kSoftmax, j);
+    }
+    if constexpr (kPV) {
+      hopper::wgmma_wait<0>();
+      hopper::fence_registers(o);
+#pragma unroll
+      for (int kk = 0; kk < Tl::kPSlices; ++kk) hopper::fence_registers(pf[kk]);
+      hopper::mbar_arrive(&empty_v[sp]);  // done with V_{j-1}
+      FA_TL_END(tl_pv, kPV, j - 1);
+    }
+    // ---- O now holds P_{j-1} V_{j-1}: rescale it for tile j, and P_j replaces P_{j-1}.
+    if constexpr (kS) {
+      FA_TL_START(tl_pack);
+      rescale(o, alpha);
+      pack_p<T>(sc, pf);
+      FA_TL_END(tl_pack, kSoftmax, j);
+    }
+  };
+  using Yes = std::true_type;
+  using No = std::false_type;
+
+  // v5: consumer 0 takes the block's first turn; from then on the token goes to the other
+  // consumer after every turn, across work tiles, and consumer 0 takes the one left after the
+  // block's last turn at the end. Every bar.arrive meets exactly one bar.sync (header).
+  if (consumer == 1) hopper::named_bar_arrive(kTurnBar, kTurnThreads);
+  for (uint32_t u = blockIdx.x; u < sched.units; u += gridDim.x) {  // v5: the block's work tiles
+    const int bh = int(u / sched.units_per_head), r = int(u % sched.units_per_head);
+    for (int k = 0; k < unit_tiles(sched, r, p.num_q_tiles); ++k) {
+      const int64_t q0 = int64_t(unit_q_tile(r, k, p.num_q_tiles)) * kBr;
+      const KvTiles range = kv_tiles(q0, kBr, p.seq_q, p.seq_k, kBc, p.causal);
+      n_tiles = int(range.visit);
+      n_unmasked = int(range.unmasked);
+      const int64_t wg_row0 = q0 + consumer * kRowsPerWarpgroup;
+      const int64_t row0 = wg_row0 + 16 * (t / 32) + (t % 32) / 4;  // this thread's two rows
+      last_key[0] = last_visible_key(row0, p.seq_q, p.seq_k, p.causal);
+      last_key[1] = last_visible_key(row0 + 8, p.seq_q, p.seq_k, p.causal);
+#pragma unroll
+      for (int i = 0; i < Tl::kOAcc; ++i) o[i] = 0.0f;
+      m[0] = m[1] = -INFINITY;
+      l[0] = l[1] = 0.0f;
+
+      if (n_tiles > 0) {  // a tile whose rows see no key has no Q and no turns (header)
+        FA_TL_START(tl_q);
+        hopper::mbar_wait(q_full, q_loads & 1);
+        FA_TL_END(tl_q, kWaitQ, 0);
+        turn(0, Yes{}, No{});  // S_0 only
+        for (int j = 1; j < n_tiles; ++j) turn(j, Yes{}, Yes{});
+        turn(n_tiles, No{}, Yes{});  // P_{n-1} V_{n-1} only
+        ++q_loads;
+        fill += uint64_t(n_tiles);
+      }
+
+      FA_TL_START(tl_epilogue);
+      store_o_l<T, D>(o, m, l, c, static_cast<T*>(p.o) + int64_t(bh) * p.seq_q * D,
+                      p.lse + int64_t(bh) * p.seq_q, wg_row0, p.seq_q, t);
+      FA_TL_END(tl_epilogue, kEpilogue, n_tiles);
+    }
+  }
+  // v5: the token consumer 1 handed over after the block's last turn (at the start, if none).
+  if (consumer == 0) hopper::named_bar_sync(kTurnBar, kTurnThreads);
+}
+
+// ---- Host side: ch07_launch.cuh checks the arguments, picks T and D, and calls Launch<T, D>::run.
+constexpr const char* kName = "07/v5_persistent";
+
+// v5: the units of the static schedule (header, "Work order").
+Schedule make_schedule(int num_q_tiles, int64_t bh, bool causal) {
+  const int per_head = causal ? (num_q_tiles + 1) / 2 : num_q_tiles;
+  // As v4's grid: unit numbers (v4: block numbers) stay below 2^31, so that u + gridDim.x cannot
+  // wrap in 32 bits. Unreachable in practice: a unit has at least one row of Q (128 bytes or
+  // more), so 2^31 units need 256 GiB of Q.
+  FA_UNSUPPORTED_IF(int64_t(per_head) * bh > INT_MAX,
+                    std::string(kName) + ": more than 2^31-1 work units");
+  Schedule sched;
+  sched.pairs = causal;
+  sched.units_per_head = uint32_t(per_head);
+  sched.units = uint32_t(int64_t(per_head) * bh);
+  return sched;
+}
+
+// v5: launch_fwd of ch07_launch.cuh with the persistent grid, min(units, SMs) blocks.
+template <class T, int D>
+struct Launch {
+  static void run(const AttentionFwdArgs& a, cudaStream_t stream) {
+    constexpr auto kKernel = flash_fwd_v5_kernel<T, D>;
+    constexpr int kSmemBytes = V5Smem<D>::kBytes;
+    const AttentionShape& s = a.shape;
+    const int num_q_tiles = int((s.seq_q + kBr - 1) / kBr);  // seq_q < 2^31 - 512 (tma_can_load)
+    const Schedule sched = make_schedule(num_q_tiles, s.bh(), s.causal);
+    const int sms = gpu_info().sm_count;
+    FA_REQUIRE(sms > 0, std::string(kName) + ": the GPU reports no SMs");
+    const unsigned blocks = sched.units < unsigned(sms) ? sched.units : unsigned(sms);  // >= 1
+    set_smem_limit_once<kKernel, kSmemBytes>();
+#if FA_CH07_TIMELINE
+    timeline::upload();  // where this launch records its phases (ch07_timeline.cuh)
+#endif
+    const CUtensorMap tm_q = make_tmap(a.q, s.bh(), s.seq_q, D, kBr, a.dtype);
+    const CUtensorMap tm_k = make_tmap(a.k, s.bh(), s.seq_k, D, Tiles<D>::kBc, a.dtype);
+    const CUtensorMap tm_v = make_tmap(a.v, s.bh(), s.seq_k, D, Tiles<D>::kBc, a.dtype);
+    kKernel<<<blocks, kThreads, kSmemBytes, stream>>>(tm_q, tm_k, tm_v, make_params(a, num_q_tiles),
+                                                      sched);
+    FA_CHECK_LAUNCH();
+  }
+};
+
+void attention_fwd_v5(const AttentionFwdArgs& a, cudaStream_t stream) {
+  run_fwd_rung<Launch>(kName, a, stream);
+}
+
+}  // namespace
+
+FA_REGISTER(AttentionFwdKernel,
+            {kName,
+             attention_fwd_v5,
+             "v4 + persistent: one block per SM walks the work tiles (causal: pairs of long and "
+             "short query tiles), the K/V ring and Q carried across them",
+             {DType::BF16, DType::F16},
+             {64, 128, 256},
+             90});
+
+}  // namespace fa::ch07
