@@ -102,8 +102,10 @@
 //     boundaries).
 //   * D 256 (Bc 64: twice the turns per tile) gains less, D 64 about as D 128.
 //   Not addressed: the deeper ring of cuDNN's kernel (232 KiB of shared memory against v4's 160
-//   at D 128), and a second Q buffer, which would let the next Q land before the last S of the
-//   current tile; both are next rungs, to measure after this one.
+//   at D 128; a third stage fits at D 128, 225 KiB), and a second Q buffer (or a prefetch of the
+//   next Q into L2), which would let the next Q arrive before the last S of the current tile:
+//   here its load starts then, and has about one P V and an epilogue to land before consumer 0
+//   needs it. Both are next rungs, to measure after this one.
 //
 // Map of the kernel
 //   grid        min(work units, SMs) blocks, one per SM (the shared memory allows one anyway)
