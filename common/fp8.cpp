@@ -226,4 +226,15 @@ void attention_forward_fp8_naive_head(const Fp8Head& h, float* O, float* L) {
   }
 }
 
+// ---- the device layout of V --------------------------------------------------------------------
+void fp8_transpose_v(const uint8_t* v, int64_t seq_k, int64_t d, uint8_t* vt) {
+  FA_REQUIRE(seq_k >= 0 && d >= 1, "fp8_transpose_v: seq_k >= 0, d >= 1");
+  const int64_t stride = fp8_vt_stride(seq_k);
+  for (int64_t c = 0; c < d; ++c) {
+    uint8_t* row = vt + c * stride;
+    for (int64_t j = 0; j < seq_k; ++j) row[j] = v[j * d + c];
+    for (int64_t j = seq_k; j < stride; ++j) row[j] = 0;
+  }
+}
+
 }  // namespace fa

@@ -37,6 +37,9 @@
 // forward rule. The quantisation choices (block rows, the rotation and its seed, P's scale
 // kFp8PScale) must be the same in the kernel and in the naive implementation: the rule measures
 // the kernel's arithmetic, not the format's.
+// A kernel that writes O in bf16 (AttentionFwdFp8Args) is compared with the naive O rounded to
+// bf16, as the bf16 naive forward rounds its own O (reference.h): otherwise a one-key row, where
+// the naive O is exact, would allow only the 1e-4 floor for the bf16 rounding of O alone.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -126,5 +129,18 @@ Fp8Dequantized fp8_dequantized_view(const Fp8Head& h);
 //   L = m + log(l)
 // O is [seq_q, d], L [seq_q]; a row that sees no key gets O = 0 and L = -inf.
 void attention_forward_fp8_naive_head(const Fp8Head& h, float* O, float* L);
+
+// ---- the device layout of V for an FP8 kernel (AttentionFwdFp8Args in registry.h) --------------
+// The FP8 wgmma reads both operands K-major (PTX ISA, wgmma.mma_async: imm-trans-a and imm-trans-b
+// exist for .f16 and .bf16 only), and in O += P V the reduction runs over keys: V must be stored
+// with the keys innermost, V^T [d, seq_k] per head. TMA wants each row stride a multiple of 16
+// bytes, so a row holds fp8_vt_stride(seq_k) bytes, the keys past seq_k zero (code 0 is +0: a
+// kernel that multiplies the padding by P = 0 still adds 0, never NaN).
+constexpr int64_t kFp8VtAlignBytes = 16;
+inline int64_t fp8_vt_stride(int64_t seq_k) {
+  return (seq_k + kFp8VtAlignBytes - 1) / kFp8VtAlignBytes * kFp8VtAlignBytes;
+}
+// v: [seq_k, d] codes of one head; vt: d * fp8_vt_stride(seq_k) bytes, written entirely.
+void fp8_transpose_v(const uint8_t* v, int64_t seq_k, int64_t d, uint8_t* vt);
 
 }  // namespace fa

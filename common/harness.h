@@ -68,6 +68,23 @@ RunResult run_attention_fwd(const AttentionFwdKernel& k, AttentionShape s, DType
 RunResult run_attention_bwd(const AttentionBwdKernel& k, AttentionShape s, DType t,
                             const RunOptions& opt = {});
 
+// ---- FP8 (e4m3) attention forward (harness_fp8.cpp) --------------------------------------------
+// Draws fp32 inputs, quantises Q, K, V per head on the host with the kernel's block sizes
+// (fp8.h's quantize_head; Q and K rotated first with `rotate`), uploads the codes (V transposed,
+// fp8_transpose_v), poisons O and L, runs, and checks O and L with fp8.h's rule: the float64
+// reference on the dequantised values, the bound 2 x the naive FP8 forward's error + 1e-4.
+// TFLOP/s: 4 B H D per visible pair, as the 16-bit forwards.
+struct Fp8RunOptions : RunOptions {
+  bool rotate = false;                // the random Hadamard rotation of Q and K (D a power of two)
+  uint64_t rotation_seed = 20261126;  // its signs
+  // Edits the fp32 inputs Q, K, V ([B, H, seq, D]) before quantisation, e.g. outlier features.
+  std::function<void(std::vector<float>& q, std::vector<float>& k, std::vector<float>& v,
+                     const AttentionShape& s)>
+      input_hook;
+};
+RunResult run_attention_fwd_fp8(const AttentionFwdFp8Kernel& k, AttentionShape s,
+                                const Fp8RunOptions& opt = {});
+
 // ---- Chapter 09 (harness_serving.cpp) ----------------------------------------------------------
 // Varlen: every sequence checked against the float64 reference of that sequence alone (the
 // FlashAttention rule against the naive same-precision implementation for fp16/bf16); TFLOP/s

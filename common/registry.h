@@ -11,6 +11,7 @@
 #pragma once
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -76,6 +77,45 @@ struct AttentionFwdKernel {
   // long square shapes of the FlashAttention benchmark protocol are not its job (fa_bench skips
   // it there and times it on decode shapes instead).
   bool decoding = false;
+};
+
+// ---- FP8 (e4m3) attention forward (chapter 07, common/fp8.h) ----------------------------------
+// Inputs are e4m3 codes with one fp32 scale per block of rows of one head (fp8.h's per-block
+// scaling: the value of a code is e4m3_to_float(code) * scale of its block). No grouped K/V heads:
+// K and V have shape.heads heads, like Q.
+//   q      [B, H, seq_q, D] codes; q_scale [B * H, ceil(seq_q / block_rows_q)]
+//   k      [B, H, seq_k, D] codes; k_scale [B * H, ceil(seq_k / block_rows_kv)]
+//   vt     V transposed per head, [B, H, D, fp8_vt_stride(seq_k)] codes: row c of a head holds
+//          V[0..seq_k-1][c] and then zeros up to the stride (seq_k rounded up to 16 bytes). The FP8
+//          wgmma takes K-major operands only, so the B operand of O += P V (reduced over keys) must
+//          have the keys innermost; the 16-byte rounding is TMA's rule for a row stride.
+//          v_scale [B * H, ceil(seq_k / block_rows_kv)]: V's blocks are K's blocks of keys.
+//   p_scale  P is quantised as e4m3(P~ * p_scale) (fp8.h's kFp8PScale), 1/p_scale goes into 1/l.
+//   o      bf16 [B, H, seq_q, D];  lse fp32 [B, H, seq_q], as AttentionFwdArgs.
+// The block sizes are the kernel's (AttentionFwdFp8Kernel): the harness quantises with them.
+struct AttentionFwdFp8Args {
+  const uint8_t* q = nullptr;
+  const uint8_t* k = nullptr;
+  const uint8_t* vt = nullptr;
+  const float* q_scale = nullptr;
+  const float* k_scale = nullptr;
+  const float* v_scale = nullptr;
+  float p_scale = 256.0f;  // the harness passes fp8.h's kFp8PScale
+  void* o = nullptr;
+  float* lse = nullptr;
+  AttentionShape shape;
+  int64_t block_rows_q = 64, block_rows_kv = 128;
+};
+using AttentionFwdFp8Fn = void (*)(const AttentionFwdFp8Args& args, cudaStream_t stream);
+struct AttentionFwdFp8Kernel {
+  std::string name;
+  AttentionFwdFp8Fn run = nullptr;
+  std::string about;
+  std::vector<int> head_dims = {128};
+  int min_sm = 90;
+  // The quantisation blocks the kernel reads its scales in (one scale per tile of Q rows and per
+  // tile of keys is what a tiled kernel can apply outside its MMAs).
+  int64_t block_rows_q = 64, block_rows_kv = 128;
 };
 
 // ---- Attention backward (chapter 06). ----------------------------------------------------------
@@ -263,6 +303,20 @@ template <class K>
 std::vector<const K*> entries_with_prefix(const std::string& prefix);
 template <class K>
 std::vector<std::string> entry_names(const std::string& prefix = "");
+
+// The FP8 forward's registry functions are explicit specialisations, defined in harness_fp8.cpp
+// (registry.cpp instantiates the templates for the other kernel types).
+template <>
+std::vector<AttentionFwdFp8Kernel>& registry<AttentionFwdFp8Kernel>();
+template <>
+bool register_entry<AttentionFwdFp8Kernel>(const AttentionFwdFp8Kernel& entry);
+template <>
+const AttentionFwdFp8Kernel* find_entry<AttentionFwdFp8Kernel>(const std::string& name);
+template <>
+std::vector<const AttentionFwdFp8Kernel*> entries_with_prefix<AttentionFwdFp8Kernel>(
+    const std::string& prefix);
+template <>
+std::vector<std::string> entry_names<AttentionFwdFp8Kernel>(const std::string& prefix);
 
 std::vector<const Chapter*> chapters_in_order();
 

@@ -16,6 +16,8 @@
 #include "check.h"
 #include "compare.h"
 #include "fp8.h"
+#include "gpu.h"
+#include "harness.h"
 #include "random.h"
 #include "reference.h"
 
@@ -393,6 +395,56 @@ TEST(Fp8Attention, TiledModelMeetsTheRuleAndABugDoesNot) {
       EXPECT_TRUE(good.ok) << good.report();
       EXPECT_FALSE(bad.ok) << "the rule let an accumulator that is never rescaled through";
     }
+}
+
+// ---- the device layout of V (AttentionFwdFp8Args::vt) ------------------------------------------
+TEST(Fp8Layout, VtStrideIsSeqKRoundedUpTo16Bytes) {
+  EXPECT_EQ(fa::fp8_vt_stride(0), 0);
+  EXPECT_EQ(fa::fp8_vt_stride(1), 16);
+  EXPECT_EQ(fa::fp8_vt_stride(16), 16);
+  EXPECT_EQ(fa::fp8_vt_stride(17), 32);
+  EXPECT_EQ(fa::fp8_vt_stride(1000), 1008);
+  EXPECT_EQ(fa::fp8_vt_stride(int64_t(1) << 33), int64_t(1) << 33);
+}
+
+TEST(Fp8Layout, TransposeVPutsKeysInnermostAndZeroPads) {
+  for (int64_t nk : {1, 17, 127, 129}) {
+    const int64_t d = 64, stride = fa::fp8_vt_stride(nk);
+    std::vector<uint8_t> v(size_t(nk * d));
+    for (int64_t j = 0; j < nk; ++j)
+      for (int64_t c = 0; c < d; ++c) v[size_t(j * d + c)] = uint8_t((j * 7 + c * 3) % 255 + 1);
+    std::vector<uint8_t> vt(size_t(d * stride), 0xAB);  // no byte may keep this value
+    fa::fp8_transpose_v(v.data(), nk, d, vt.data());
+    for (int64_t c = 0; c < d; ++c) {
+      for (int64_t j = 0; j < nk; ++j)
+        ASSERT_EQ(vt[size_t(c * stride + j)], v[size_t(j * d + c)]) << "nk " << nk << " c " << c;
+      for (int64_t j = nk; j < stride; ++j)
+        ASSERT_EQ(vt[size_t(c * stride + j)], 0) << "padding, nk " << nk << " c " << c;
+    }
+  }
+}
+
+// ---- the registered FP8 forwards (registry.h) --------------------------------------------------
+TEST(Fp8Registry, EntriesDeclareWhatTheHarnessNeeds) {
+  for (const std::string& name : fa::entry_names<fa::AttentionFwdFp8Kernel>()) {
+    const fa::AttentionFwdFp8Kernel* k = fa::find_entry<fa::AttentionFwdFp8Kernel>(name);
+    ASSERT_NE(k, nullptr) << name;
+    EXPECT_NE(k->run, nullptr) << name;
+    EXPECT_EQ(name.substr(0, 3), "07/") << "FP8 forwards belong to chapter 07: " << name;
+    EXPECT_FALSE(k->head_dims.empty()) << name;
+    EXPECT_TRUE(std::is_sorted(k->head_dims.begin(), k->head_dims.end())) << name;
+    EXPECT_GE(k->min_sm, 89) << name << ": e4m3 tensor cores start at compute capability 8.9";
+    EXPECT_GE(k->block_rows_q, 1) << name;
+    EXPECT_GE(k->block_rows_kv, 1) << name;
+  }
+}
+
+TEST(Fp8Registry, HarnessWithoutAGpuSaysSo) {
+  if (fa::have_gpu()) GTEST_SKIP() << "a GPU is present: tests/gpu/test_fp8.cpp runs the kernels";
+  fa::AttentionFwdFp8Kernel k;
+  k.name = "07/none";
+  const fa::RunResult r = fa::run_attention_fwd_fp8(k, {1, 1, 17, 17, 128, false, 0.0f});
+  EXPECT_EQ(r.status, fa::Status::NoGpu) << r.message;
 }
 
 // ---- FlashAttention-3's accuracy experiment ----------------------------------------------------
