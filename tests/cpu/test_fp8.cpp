@@ -447,6 +447,55 @@ TEST(Fp8Registry, HarnessWithoutAGpuSaysSo) {
   EXPECT_EQ(r.status, fa::Status::NoGpu) << r.message;
 }
 
+// The harness's check of an FP8 kernel (run_attention_fwd_fp8) on the GPU test's shapes, with the
+// tiled model above in place of the kernel: the blocks of 07/fp8_v1 (Q per 64 rows, K and V per
+// 128 keys = Bc), O rounded to bf16 as the kernel writes it, the naive O rounded to bf16 as the
+// harness rounds it. Passing here says the rule is met by the kernel's algorithm (running max,
+// P rounded tile by tile); what is left to the GPU run is the kernel's arithmetic and indexing.
+TEST(Fp8Attention, TiledModelMeetsTheHarnessRuleOnTheGpuTestShapes) {
+  struct Case {
+    int64_t nq, nk;
+    bool outliers;
+  };
+  const int64_t d = 128, Bc = 128;
+  std::vector<Case> cases;
+  for (auto [nq, nk] : std::vector<std::pair<int64_t, int64_t>>{
+           {1, 1}, {1, 1000}, {17, 17}, {127, 129}, {129, 127}, {1000, 17}, {17, 1000}})
+    cases.push_back({nq, nk, false});
+  cases.push_back({513, 1000, true});
+  uint64_t seed = 61;
+  for (const Case& c : cases)
+    for (bool causal : {false, true})
+      for (bool rotate : c.outliers ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
+        ++seed;
+        HeadInputs in{fa::random_normal(c.nq * d, fa::derive_seed(seed, 1)),
+                      fa::random_normal(c.nk * d, fa::derive_seed(seed, 2)),
+                      fa::random_normal(c.nk * d, fa::derive_seed(seed, 3))};
+        if (c.outliers)
+          for (std::vector<float>* x : {&in.q, &in.k})
+            for (size_t r = 0; r < x->size() / size_t(d); ++r)
+              for (int64_t f = 0; f < 4; ++f) (*x)[r * d + (f * 37 + 5) % d] *= 10;
+        const fa::Fp8Head f =
+            fa::quantize_head(in.view(c.nq, c.nk, d, causal), 64, Bc, rotate, seed);
+        const fa::Fp8Dequantized dq = fa::fp8_dequantized_view(f);
+        std::vector<double> Oref(c.nq * d), Lref(c.nq);
+        fa::attention_forward_ref_head(dq.view, {}, Oref.data(), Lref.data());
+        std::vector<float> naive(c.nq * d), Ln(c.nq), tiled(c.nq * d);
+        fa::attention_forward_fp8_naive_head(f, naive.data(), Ln.data());
+        tiled_fp8_model(f, Bc, true, tiled.data());
+        fa::round_in_place(fa::DType::BF16, naive);
+        fa::round_in_place(fa::DType::BF16, tiled);
+        const fa::CompareResult r = fa::compare_flash_rule("O", tiled.data(), Oref.data(),
+                                                           naive.data(), c.nq * d, 2.0, 1e-4);
+        std::printf("%4lld x %4lld causal %d rotated %d: naive %.2e, model %.2e, bound %.2e\n",
+                    (long long)c.nq, (long long)c.nk, int(causal), int(rotate), r.naive_err,
+                    r.max_abs, r.bound);
+        EXPECT_TRUE(r.ok) << c.nq << " x " << c.nk << " causal " << causal << " rotated " << rotate
+                          << "\n"
+                          << r.report();
+      }
+}
+
 // ---- FlashAttention-3's accuracy experiment ----------------------------------------------------
 // Q, K, V standard normal, and two kinds of outliers on top:
 //  * entries: 0.1% of the entries of Q, K and V, chosen at random, get a draw of N(0, 10^2) added;
