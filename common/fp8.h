@@ -40,6 +40,13 @@
 // A kernel that writes O in bf16 (AttentionFwdFp8Args) is compared with the naive O rounded to
 // bf16, as the bf16 naive forward rounds its own O (reference.h): otherwise a one-key row, where
 // the naive O is exact, would allow only the 1e-4 floor for the bf16 rounding of O alone.
+// The floor grows by kFp8AccumulatorRel times the largest |reference| of the tensor (O or L): the
+// FP8 tensor cores do not add their products in fp32. DeepSeek-V3's technical report (section
+// 3.3.2) measured "around 14 bits" of accumulation precision in the FP8 GEMM of H800 GPUs, and the
+// first FP8 kernel here, on an H100, missed a 1e-4 floor on L by 1.1-2.2x with every O inside its
+// bound (notes/fp8_accuracy.md): S = Q K^T carries a relative error near 2^-14, which L = max S +
+// log l inherits, and which no naive implementation summing in fp32 on a CPU can show. The rule
+// allows twice that, 2^-13, relative to the tensor's scale; O's naive error dwarfs it anyway.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -95,6 +102,8 @@ std::vector<float> rotate_rows(const float* x, int64_t rows, const HadamardRotat
 // scaling is exact both ways; 256 <= 448, so P~ = 1 is stored exactly; P~ below 2^-6 / 256 = 2^-14
 // is then subnormal and at or below 2^-18 it becomes 0 (without the scale: at or below 2^-10).
 constexpr float kFp8PScale = 256.0f;
+// The FP8 tensor cores' accumulation precision, relative, twice the ~2^-14 measured (rule above).
+constexpr double kFp8AccumulatorRel = 1.0 / 8192.0;
 
 // Q, K, V of one head quantised for an FP8 kernel. With `rotated`, q and k hold the codes of Q R
 // and K R (R from rotation_seed); V is never rotated.

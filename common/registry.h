@@ -304,20 +304,6 @@ std::vector<const K*> entries_with_prefix(const std::string& prefix);
 template <class K>
 std::vector<std::string> entry_names(const std::string& prefix = "");
 
-// The FP8 forward's registry functions are explicit specialisations, defined in harness_fp8.cpp
-// (registry.cpp instantiates the templates for the other kernel types).
-template <>
-std::vector<AttentionFwdFp8Kernel>& registry<AttentionFwdFp8Kernel>();
-template <>
-bool register_entry<AttentionFwdFp8Kernel>(const AttentionFwdFp8Kernel& entry);
-template <>
-const AttentionFwdFp8Kernel* find_entry<AttentionFwdFp8Kernel>(const std::string& name);
-template <>
-std::vector<const AttentionFwdFp8Kernel*> entries_with_prefix<AttentionFwdFp8Kernel>(
-    const std::string& prefix);
-template <>
-std::vector<std::string> entry_names<AttentionFwdFp8Kernel>(const std::string& prefix);
-
 std::vector<const Chapter*> chapters_in_order();
 
 // a < b, where runs of digits compare by their value ("v9" < "v10" < "v10a"; "v01" == "v1" in
