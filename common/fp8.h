@@ -40,13 +40,17 @@
 // A kernel that writes O in bf16 (AttentionFwdFp8Args) is compared with the naive O rounded to
 // bf16, as the bf16 naive forward rounds its own O (reference.h): otherwise a one-key row, where
 // the naive O is exact, would allow only the 1e-4 floor for the bf16 rounding of O alone.
-// The floor grows by kFp8AccumulatorRel times the largest |reference| of the tensor (O or L): the
-// FP8 tensor cores do not add their products in fp32. DeepSeek-V3's technical report (section
-// 3.3.2) measured "around 14 bits" of accumulation precision in the FP8 GEMM of H800 GPUs, and the
-// first FP8 kernel here, on an H100, missed a 1e-4 floor on L by 1.1-2.2x with every O inside its
-// bound (notes/fp8_accuracy.md): S = Q K^T carries a relative error near 2^-14, which L = max S +
-// log l inherits, and which no naive implementation summing in fp32 on a CPU can show. The rule
-// allows twice that, 2^-13, relative to the tensor's scale; O's naive error dwarfs it anyway.
+// The floor grows by kFp8AccumulatorRel times the largest product the accumulator of S can meet,
+// fp8_largest_product (scale * max_d max_i |Q_id| * max_j |K_jd|), in L, and times that and
+// max |O_ref| in O: the FP8 tensor cores do not add their products in fp32. They align the products
+// of one instruction to the largest and drop the bits below (Fasi, Higham, Mikaitis and Pranesh,
+// "Numerical behavior of NVIDIA tensor cores", PeerJ CS 2021, for fp16 on V100, T4 and A100;
+// DeepSeek-V3's technical report, section 3.3.2, measured "around 14 bits" of accumulation
+// precision for FP8 on H800). On an H100 the first FP8 kernel missed the 1e-4 floor on L by 1.2x
+// to 2.2x on inputs without outliers and by 2x on outlier features, with every O inside its bound,
+// its L errors between 2^-12 and 2^-11 of that largest product (notes/fp8_accuracy.md). A CPU
+// naive implementation summing in fp32 cannot show this. The rule allows 2^-9: an error in S of
+// delta moves L by delta and O by about delta |O|.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -102,8 +106,9 @@ std::vector<float> rotate_rows(const float* x, int64_t rows, const HadamardRotat
 // scaling is exact both ways; 256 <= 448, so P~ = 1 is stored exactly; P~ below 2^-6 / 256 = 2^-14
 // is then subnormal and at or below 2^-18 it becomes 0 (without the scale: at or below 2^-10).
 constexpr float kFp8PScale = 256.0f;
-// The FP8 tensor cores' accumulation precision, relative, twice the ~2^-14 measured (rule above).
-constexpr double kFp8AccumulatorRel = 1.0 / 8192.0;
+// The FP8 tensor cores' error in S relative to the largest product (the rule above): 2^-9, 4 to 8
+// times the error measured on an H100.
+constexpr double kFp8AccumulatorRel = 1.0 / 512.0;
 
 // Q, K, V of one head quantised for an FP8 kernel. With `rotated`, q and k hold the codes of Q R
 // and K R (R from rotation_seed); V is never rotated.
@@ -138,6 +143,10 @@ Fp8Dequantized fp8_dequantized_view(const Fp8Head& h);
 //   L = m + log(l)
 // O is [seq_q, d], L [seq_q]; a row that sees no key gets O = 0 and L = -inf.
 void attention_forward_fp8_naive_head(const Fp8Head& h, float* O, float* L);
+
+// scale * max over d of (max_i |Q_id|) (max_j |K_jd|), on the values a view holds: an upper bound
+// on the largest |product| the accumulator of S = scale Q K^T adds (the rule above).
+double fp8_largest_product(const HeadView& h);
 
 // ---- the device layout of V for an FP8 kernel (AttentionFwdFp8Args in registry.h) --------------
 // The FP8 wgmma reads both operands K-major (PTX ISA, wgmma.mma_async: imm-trans-a and imm-trans-b
