@@ -1,6 +1,9 @@
 // 03/t09_cluster_multicast: t08 in clusters of two blocks that share one load of B (TMA multicast).
-// Status: not yet run on a GPU.
-// Speed: measured in chapters/03_tiled_matmul/tuning/README.md
+// Status: verified on an H100 (GPU tests pass). Slower than t08: the prediction below failed.
+// Speed: measured in chapters/03_tiled_matmul/tuning/README.md (H100, 2026-11-26, bf16): 698.5
+// TFLOP/s at 4096^3 (t08 720.7, cuBLAS 759.3 in the same run), 749.2 at 8192^3 (t08 771.4,
+// cuBLAS 790.0). Its first version, with cluster-scope release/acquire on the "empty" barrier,
+// ran at 309.4: see mbar_arrive_cluster.
 //
 // What changed vs t08: every block of t08 asks L2 for its own A tile and its own B tile at every
 // k-step: 16 KiB of A (128 x 64) and 32 KiB of B (64 x 256), 48 KiB per k-step, 3 MiB per tile at
@@ -18,7 +21,8 @@
 //   * a stage of one block is written by both producers, so it may be refilled only when the
 //     consumers of BOTH blocks are done with it: each consumer warp arrives on the "empty" barrier
 //     of both blocks (the peer's through its cluster address: mapa, then a remote
-//     mbarrier.arrive.release.cluster), and "empty" counts 2 blocks x 8 warps = 16 arrivals;
+//     mbarrier.arrive with the instruction's default semantics), and "empty" counts 2 blocks x 8
+//     warps = 16 arrivals;
 //   * each block's "full" barrier expects the bytes of its own A plus the whole B tile (half from
 //     its own request, half from the peer's);
 //   * the two blocks walk their tile pairs in lockstep: cluster c takes pairs c, c + G/2, ...
@@ -156,40 +160,24 @@ __device__ __forceinline__ void cluster_sync() {
 }
 
 // One arrival on the mbarrier at the same offset as `bar` in the shared memory of block `cta` of
-// this cluster (this block's own when cta is its rank). mapa turns the local address into that
-// block's address in the cluster's shared window; release at cluster scope orders this thread's
-// earlier accesses (here: the wgmmas it waited for) before the arrival, for the block that waits.
+// this cluster (this block's own when cta is its rank): mapa turns the local address into that
+// block's address in the cluster's shared window. The arrive keeps the instruction's defaults
+// (.release at .cta scope), and the producer waits with the plain hopper::mbar_wait, as CUTLASS's
+// ClusterBarrier does for its multicast pipelines (cutlass/arch/barrier.h: arrive(cta_id, pred),
+// wait(phase)): the stage's readers are wgmmas this warp has already waited for, and the writer is
+// the peer's TMA, which the peer's producer issues only after its own wait completes. An earlier
+// version of this step used .release.cluster / .acquire.cluster: it passed its tests and ran at
+// 40% of t08 (chapters/03_tiled_matmul/tuning/README.md).
 __device__ __forceinline__ void mbar_arrive_cluster(uint64_t* bar, uint32_t cta) {
 #if FA_SM90A
   asm volatile(
       "{\n"
       ".reg .b32 remote;\n"
       "mapa.shared::cluster.u32 remote, %0, %1;\n"
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n"
+      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n"
       "}\n" ::"r"(mma::smem_addr(bar)),
       "r"(cta)
       : "memory");
-#else
-  __trap();
-#endif
-}
-
-// hopper::mbar_wait with acquire at cluster scope: for "empty", whose arrivals come from both
-// blocks, so that the peer's releases are seen before this block's producer overwrites the stage.
-__device__ __forceinline__ void mbar_wait_cluster(uint64_t* bar, uint32_t parity) {
-#if FA_SM90A
-  uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n"
-        "}\n"
-        : "=r"(done)
-        : "r"(mma::smem_addr(bar)), "r"(parity)
-        : "memory");
-  } while (!done);
 #else
   __trap();
 #endif
@@ -291,7 +279,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           const uint64_t use = fill / kStages;
           // The stage is free only when the consumers of both blocks have released it: the peer's
           // producer writes into this block's stage too, and this one into the peer's.
-          if (use > 0) mbar_wait_cluster(&empty[s], uint32_t((use - 1) & 1));
+          if (use > 0) hopper::mbar_wait(&empty[s], uint32_t((use - 1) & 1));
           // Own A plus the whole of B: half from this block's request, half from the peer's. The
           // peer's bytes may land before this arrival; the phase still cannot complete before it
           // (the barrier waits for this one arrival as well as for the bytes).
