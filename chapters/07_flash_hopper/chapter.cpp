@@ -80,6 +80,10 @@ std::string kernels_text() {
     text =
         "  (none in this build: they are compiled only when CMAKE_CUDA_ARCHITECTURES includes "
         "90)\n";
+  for (const fa::AttentionFwdFp8Kernel* k :
+       fa::entries_with_prefix<fa::AttentionFwdFp8Kernel>("07/"))
+    text += "  " + k->name +
+            "  (FP8 e4m3; run with --kernel=all, in a table of its own): " + k->about + "\n";
   text += "the peer in every table (chapter 05's best forward):\n";
   if (const AttentionFwdKernel* peer = fa::find_entry<AttentionFwdKernel>(kPeer))
     text += "  " + fa::describe_kernel(*peer) + "\n";
@@ -174,6 +178,32 @@ int run(const std::vector<std::string>& args) {
         rows.push_back(fa::run_attention_fwd(*k, s, DType::BF16, big));
       }
     fa::print_table(std::cout, "07: bf16 D=128 at B=2, H=16, N=" + std::to_string(big_seq), rows);
+    all.insert(all.end(), rows.begin(), rows.end());
+  }
+  // 3. The FP8 forwards (their own signature, AttentionFwdFp8Kernel): with --kernel=all, on the
+  // chosen shape and at the big row, checked by fp8.h's rule against the float64 reference on the
+  // dequantised values, next to the 16-bit rows above.
+  const std::vector<const fa::AttentionFwdFp8Kernel*> fp8 =
+      fa::entries_with_prefix<fa::AttentionFwdFp8Kernel>("07/");
+  if (!named && !fp8.empty()) {
+    rows.clear();
+    fa::Fp8RunOptions o8;
+    static_cast<fa::RunOptions&>(o8) = opt;
+    for (const fa::AttentionFwdFp8Kernel* k : fp8)
+      for (bool big_row : {false, true}) {
+        const AttentionShape& base = big_row ? big_shape : shape;
+        if (base.seq_q == 0 || !fa::supports(k->head_dims, int(base.head_dim))) continue;
+        for (bool causal : req.causal) {
+          AttentionShape s = base;
+          s.causal = causal;
+          o8.check_heads = big_row ? 0 : check_heads;
+          rows.push_back(fa::run_attention_fwd_fp8(*k, s, o8));
+        }
+      }
+    fa::print_table(std::cout,
+                    "07: FP8 (e4m3) forward, TFLOP/s; checked against the float64 reference on the "
+                    "dequantised inputs (common/fp8.h)",
+                    rows);
     all.insert(all.end(), rows.begin(), rows.end());
   }
   failures += fa::print_failures(std::cout, all);
