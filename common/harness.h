@@ -72,7 +72,8 @@ RunResult run_attention_bwd(const AttentionBwdKernel& k, AttentionShape s, DType
 // Draws fp32 inputs, quantises Q, K, V per head on the host with the kernel's block sizes
 // (fp8.h's quantize_head; Q and K rotated first with `rotate`), uploads the codes (V transposed,
 // fp8_transpose_v), poisons O and L, runs, and checks O and L with fp8.h's rule: the float64
-// reference on the dequantised values, the bound 2 x the naive FP8 forward's error + 1e-4.
+// reference on the dequantised values, the bound 2 x the naive FP8 forward's error + 1e-4, plus
+// the FP8 tensor cores' own accumulation error (kFp8AccumulatorRel, fp8.h).
 // TFLOP/s: 4 B H D per visible pair, as the 16-bit forwards.
 struct Fp8RunOptions : RunOptions {
   bool rotate = false;                // the random Hadamard rotation of Q and K (D a power of two)

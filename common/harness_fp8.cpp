@@ -1,6 +1,6 @@
 // harness_fp8.cpp: run an FP8 (e4m3) attention forward (AttentionFwdFp8Kernel, registry.h) on one
 // shape: quantise on the host with fp8.h, upload the codes and scales, poison O and L, run, check
-// with fp8.h's accuracy rule, time. Also the registry functions of the FP8 forward (see the end).
+// with fp8.h's accuracy rule, time.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
