@@ -237,13 +237,16 @@ void fp8_transpose_v(const uint8_t* v, int64_t seq_k, int64_t d, uint8_t* vt) {
   }
 }
 
-double fp8_largest_product(const HeadView& h) {
+double fp8_accumulator_bound(const HeadView& h) {
+  std::vector<double> max_k(size_t(h.d), 0.0);  // max_j |K_jd|
+  for (int64_t j = 0; j < h.seq_k; ++j)
+    for (int64_t d = 0; d < h.d; ++d)
+      max_k[size_t(d)] = std::max(max_k[size_t(d)], double(std::fabs(h.k[j * h.d + d])));
   double best = 0.0;
-  for (int64_t d = 0; d < h.d; ++d) {
-    double mq = 0.0, mk = 0.0;
-    for (int64_t i = 0; i < h.seq_q; ++i) mq = std::max(mq, double(std::fabs(h.q[i * h.d + d])));
-    for (int64_t j = 0; j < h.seq_k; ++j) mk = std::max(mk, double(std::fabs(h.k[j * h.d + d])));
-    best = std::max(best, mq * mk);
+  for (int64_t i = 0; i < h.seq_q; ++i) {
+    double row = 0.0;
+    for (int64_t d = 0; d < h.d; ++d) row += std::fabs(h.q[i * h.d + d]) * max_k[size_t(d)];
+    best = std::max(best, row);
   }
   return std::fabs(h.scale) * best;
 }

@@ -141,12 +141,12 @@ RunResult run_attention_fwd_fp8(const AttentionFwdFp8Kernel& k, AttentionShape s
       const int64_t D = s.head_dim;
       std::vector<double> refO, refL;
       std::vector<float> naiveO, naiveL, gotO, gotL;
-      double largest_product = 0.0;  // over the checked heads (fp8.h's rule)
+      double accumulator_bound = 0.0;  // over the checked heads (fp8.h's rule)
       for (size_t hi = 0; hi < heads.size(); ++hi) {
         const Fp8Head& f = in.checked[hi];
         // The float64 reference on exactly the values the kernel multiplies (fp8.h's rule).
         const Fp8Dequantized deq = fp8_dequantized_view(f);
-        largest_product = std::max(largest_product, fp8_largest_product(deq.view));
+        accumulator_bound = std::max(accumulator_bound, fp8_accumulator_bound(deq.view));
         std::vector<double> O(size_t(s.seq_q * D)), L(size_t(s.seq_q));
         attention_forward_ref_head(deq.view, {}, O.data(), L.data());
         std::vector<float> nO(size_t(s.seq_q * D)), nL(size_t(s.seq_q));
@@ -170,7 +170,7 @@ RunResult run_attention_fwd_fp8(const AttentionFwdFp8Kernel& k, AttentionShape s
       double maxO = 0.0;
       for (double v : refO)
         if (std::isfinite(v)) maxO = std::max(maxO, std::fabs(v));
-      const double delta = kFp8AccumulatorRel * largest_product;
+      const double delta = kFp8AccumulatorRel * accumulator_bound;
       const Tolerance tolO =
           opt.has_tolerance ? opt.tolerance : Tolerance::flash(2.0, 1e-4 + delta * maxO);
       const Tolerance tolL =
