@@ -20,6 +20,7 @@
 
 #include "chapter.h"  // describe_kernel, dtype_list, throw_unknown_kernel
 #include "check.h"
+#include "fp8.h"  // kFp8PScale
 #include "gpu.h"
 #include "harness.h"  // missing_version, kernel_error_message, supports
 #include "registry.h"
@@ -266,6 +267,16 @@ fa::PagedShape read_paged_shape(const int64_t* host_seqlens_k, int64_t batch, in
   s.causal = causal != 0;
   s.scale = scale;
   return s;
+}
+
+// The harness's checks for an FP8 kernel (run_attention_fwd_fp8, fp8_refusal), in its order and
+// words: a GPU that can take it, then a version for the head dim and the kernel's block sizes.
+void require_fp8_runnable(const fa::AttentionFwdFp8Kernel& k, int64_t head_dim) {
+  require_gpu(k.min_sm);
+  if (head_dim > INT_MAX || !fa::supports(k.head_dims, int(head_dim)))
+    throw fa::Unsupported("this kernel has no e4m3 D=" + std::to_string(head_dim) + " version");
+  if (k.block_rows_q < 1 || k.block_rows_kv < 1)
+    throw fa::Unsupported("the kernel declares no block sizes");
 }
 
 std::string serving_flags(bool gqa, bool window, bool decoding, bool deterministic) {
@@ -657,6 +668,61 @@ int fa_py_paged_append(const char* name, const void* k_new, const void* v_new, v
     a.block_table = block_table;
     a.seqlens_k = seqlens_k;
     a.dtype = t;
+    DeviceGuard guard(device);
+    kernel.run(a, static_cast<cudaStream_t>(stream));
+  });
+}
+
+// ---- Chapter 07: the FP8 forward ----------------------------------------------------------------
+
+const char* fa_py_list_fp8_kernels(void) {
+  static const std::string table = [] {
+    std::ostringstream os;
+    for (const fa::AttentionFwdFp8Kernel* k :
+         fa::entries_with_prefix<fa::AttentionFwdFp8Kernel>(""))
+      os << k->name << "\t" << head_dims_list(k->head_dims) << "\t" << k->min_sm << "\t"
+         << k->block_rows_q << "\t" << k->block_rows_kv << "\t" << k->about << "\n";
+    return os.str();
+  }();
+  return table.c_str();
+}
+
+int fa_py_supported_fp8(const char* name, int64_t head_dim) {
+  return guarded([&] {
+    const fa::AttentionFwdFp8Kernel& kernel = find_kernel<fa::AttentionFwdFp8Kernel>(name);
+    require_fp8_runnable(kernel, head_dim);
+  });
+}
+
+int fa_py_attention_fwd_fp8(const char* name, const void* q_codes, const void* k_codes,
+                            const void* vt_codes, const float* q_scale, const float* k_scale,
+                            const float* v_scale, void* o_bf16, float* lse, int64_t batch,
+                            int64_t heads, int64_t seq_q, int64_t seq_k, int64_t head_dim,
+                            float scale, int causal, int device, void* stream) {
+  return guarded([&] {
+    const fa::AttentionFwdFp8Kernel& kernel = find_kernel<fa::AttentionFwdFp8Kernel>(name);
+    fa::AttentionFwdFp8Args a;
+    a.shape = read_shape(batch, heads, seq_q, seq_k, head_dim, scale, causal);
+    require_pointer(q_codes, "q_codes");
+    require_pointer(k_codes, "k_codes");
+    require_pointer(vt_codes, "vt_codes");
+    require_pointer(q_scale, "q_scale");
+    require_pointer(k_scale, "k_scale");
+    require_pointer(v_scale, "v_scale");
+    require_pointer(o_bf16, "o_bf16");
+    require_pointer(lse, "lse");
+    require_fp8_runnable(kernel, head_dim);
+    a.q = static_cast<const uint8_t*>(q_codes);
+    a.k = static_cast<const uint8_t*>(k_codes);
+    a.vt = static_cast<const uint8_t*>(vt_codes);
+    a.q_scale = q_scale;
+    a.k_scale = k_scale;
+    a.v_scale = v_scale;
+    a.p_scale = fa::kFp8PScale;  // as the harness: the naive FP8 forward of the rule uses it
+    a.o = o_bf16;
+    a.lse = lse;
+    a.block_rows_q = kernel.block_rows_q;
+    a.block_rows_kv = kernel.block_rows_kv;
     DeviceGuard guard(device);
     kernel.run(a, static_cast<cudaStream_t>(stream));
   });

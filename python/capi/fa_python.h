@@ -18,7 +18,9 @@
 extern "C" {
 #endif
 
-#define FA_PY_API_VERSION 2  // 2: chapter 09 (varlen, paged, append) and grouped K/V heads
+// 2: chapter 09 (varlen, paged, append) and grouped K/V heads
+// 3: chapter 07's FP8 (e4m3) forward (fa_py_list_fp8_kernels, fa_py_attention_fwd_fp8)
+#define FA_PY_API_VERSION 3
 
 enum {
   FA_PY_OK = 0,
@@ -129,6 +131,33 @@ int fa_py_paged_append(const char* name, const void* k_new, const void* v_new, v
                        const int64_t* host_seqlens_k, int64_t batch, int64_t heads_kv,
                        int64_t seq_q, int64_t head_dim, int64_t page_size, int64_t num_pages,
                        int64_t max_pages, const char* dtype, int device, void* stream);
+
+// ---- Chapter 07: the FP8 (e4m3) forward (common/registry.h, AttentionFwdFp8Args) ---------------
+// The FP8 forward kernels, one per line, fields separated by tabs:
+//   name  head dims ("128")  min_sm  block_rows_q  block_rows_kv  about
+// block_rows_q / block_rows_kv are the kernel's quantisation blocks: its inputs carry one fp32
+// scale per block of that many query rows / keys of one head (common/fp8.h, quantize_head).
+const char* fa_py_list_fp8_kernels(void);
+
+// Whether FP8 kernel `name` runs head dim `head_dim` here, without launching anything: FA_PY_OK,
+// or the code and message the launch would fail with.
+int fa_py_supported_fp8(const char* name, int64_t head_dim);
+
+// O and L = forward(Q, K, V) on e4m3 codes (bytes, OCP FP8 E4M3) with per-block fp32 scales: the
+// value of a code is e4m3(code) * the scale of its block.
+//   q_codes [batch, heads, seq_q, D];  q_scale [batch * heads, ceil(seq_q / block_rows_q)]
+//   k_codes [batch, heads, seq_k, D];  k_scale [batch * heads, ceil(seq_k / block_rows_kv)]
+//   vt_codes V transposed per head, [batch, heads, D, stride] with stride = seq_k rounded up to a
+//            multiple of 16 (fp8_vt_stride), the keys past seq_k zero (code 0);
+//            v_scale [batch * heads, ceil(seq_k / block_rows_kv)] (V's blocks are K's)
+//   o_bf16 bf16 [batch, heads, seq_q, D];  lse fp32 [batch, heads, seq_q]
+// The block sizes are the kernel's (fa_py_list_fp8_kernels); P is quantised with fp8.h's
+// kFp8PScale. Codes base pointers 16-byte aligned (TMA). No grouped heads, no window.
+int fa_py_attention_fwd_fp8(const char* name, const void* q_codes, const void* k_codes,
+                            const void* vt_codes, const float* q_scale, const float* k_scale,
+                            const float* v_scale, void* o_bf16, float* lse, int64_t batch,
+                            int64_t heads, int64_t seq_q, int64_t seq_k, int64_t head_dim,
+                            float scale, int causal, int device, void* stream);
 
 #ifdef __cplusplus
 }

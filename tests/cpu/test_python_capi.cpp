@@ -28,6 +28,9 @@ struct Api {
   int (*supported)(const char*, const char*, const char*, int64_t) = nullptr;
   decltype(&fa_py_attention_fwd) fwd = nullptr;
   decltype(&fa_py_attention_bwd) bwd = nullptr;
+  decltype(&fa_py_list_fp8_kernels) list_fp8 = nullptr;
+  decltype(&fa_py_supported_fp8) supported_fp8 = nullptr;
+  decltype(&fa_py_attention_fwd_fp8) fwd_fp8 = nullptr;
 };
 
 template <class F>
@@ -46,14 +49,16 @@ const Api& api() {
     bind(x.handle, "fa_py_supported", &x.supported);
     bind(x.handle, "fa_py_attention_fwd", &x.fwd);
     bind(x.handle, "fa_py_attention_bwd", &x.bwd);
+    bind(x.handle, "fa_py_list_fp8_kernels", &x.list_fp8);
+    bind(x.handle, "fa_py_supported_fp8", &x.supported_fp8);
+    bind(x.handle, "fa_py_attention_fwd_fp8", &x.fwd_fp8);
     return x;
   }();
   return a;
 }
 
-std::vector<std::vector<std::string>> kernel_rows() {
+std::vector<std::vector<std::string>> table_rows(const std::string& table) {
   std::vector<std::vector<std::string>> rows;
-  std::string table = api().list_kernels();
   size_t at = 0;
   for (size_t nl; (nl = table.find('\n', at)) != std::string::npos; at = nl + 1) {
     std::vector<std::string> fields;
@@ -67,11 +72,32 @@ std::vector<std::vector<std::string>> kernel_rows() {
   return rows;
 }
 
+std::vector<std::vector<std::string>> kernel_rows() {
+  return table_rows(api().list_kernels());
+}
+
 // A forward call that fails before touching memory: the pointers are never dereferenced.
 int fwd_call(const char* kernel, const char* dtype, int64_t d, int64_t seq_q = 17) {
   static float dummy[1];
   return api().fwd(kernel, dummy, dummy, dummy, dummy, dummy, 1, 2, seq_q, 5, d, dtype, 0.0f, 1, 0,
                    nullptr);
+}
+
+// An FP8 forward call that fails before touching memory; one argument can be made null (0..7 in
+// the order q_codes, k_codes, vt_codes, q_scale, k_scale, v_scale, o_bf16, lse; -1: none).
+int fwd_fp8_call(const char* kernel, int64_t d, int64_t seq_q = 17, int null_arg = -1) {
+  static float dummy[1];
+  std::vector<void*> p(8, dummy);
+  if (null_arg >= 0) p[size_t(null_arg)] = nullptr;
+  return api().fwd_fp8(kernel, p[0], p[1], p[2], static_cast<float*>(p[3]),
+                       static_cast<float*>(p[4]), static_cast<float*>(p[5]), p[6],
+                       static_cast<float*>(p[7]), 1, 2, seq_q, 5, d, 0.0f, 1, 0, nullptr);
+}
+
+// The first registered FP8 kernel ("" when this build has none: they are sm_90a code).
+std::string first_fp8_kernel() {
+  const auto ks = fa::entries_with_prefix<fa::AttentionFwdFp8Kernel>("");
+  return ks.empty() ? std::string() : ks.front()->name;
 }
 
 }  // namespace
@@ -84,7 +110,11 @@ TEST(PythonCApi, LoadsAndExportsOnlyItsCAbi) {
   ASSERT_NE(api().supported, nullptr);
   ASSERT_NE(api().fwd, nullptr);
   ASSERT_NE(api().bwd, nullptr);
+  ASSERT_NE(api().list_fp8, nullptr);
+  ASSERT_NE(api().supported_fp8, nullptr);
+  ASSERT_NE(api().fwd_fp8, nullptr);
   EXPECT_EQ(api().api_version(), FA_PY_API_VERSION);
+  EXPECT_EQ(FA_PY_API_VERSION, 3);
   // The registry inside stays inside (fa_python.map): this process has its own.
   EXPECT_EQ(dlsym(api().handle, "_ZN2fa8have_gpuEv"), nullptr);  // fa::have_gpu()
 }
@@ -167,6 +197,85 @@ TEST(PythonCApi, UnsupportedRequestsGetTheHarnessMessage) {
     EXPECT_EQ(std::string(api().last_error()), "this kernel has no fp32 D=48 version");
     EXPECT_EQ(api().supported("fwd", "05/v1_scalar_fp32", "fp32", 64), FA_PY_OK);
     EXPECT_STREQ(api().last_error(), "");
+  }
+}
+
+TEST(PythonCApi, ListsEveryFp8Kernel) {
+  ASSERT_NE(api().handle, nullptr) << dlerror();
+  const auto rows = table_rows(api().list_fp8());
+  for (const auto& r : rows) {
+    ASSERT_EQ(r.size(), 6u) << "name, head dims, min_sm, block_rows_q, block_rows_kv, about";
+    const fa::AttentionFwdFp8Kernel* k = fa::find_entry<fa::AttentionFwdFp8Kernel>(r[0]);
+    ASSERT_NE(k, nullptr) << r[0];
+    std::string dims;
+    for (int d : k->head_dims) dims += (dims.empty() ? "" : ",") + std::to_string(d);
+    EXPECT_EQ(r[1], dims);
+    EXPECT_EQ(r[2], std::to_string(k->min_sm));
+    EXPECT_EQ(r[3], std::to_string(k->block_rows_q));
+    EXPECT_EQ(r[4], std::to_string(k->block_rows_kv));
+    EXPECT_EQ(r[5], k->about);
+  }
+  EXPECT_EQ(rows.size(), fa::registry<fa::AttentionFwdFp8Kernel>().size());
+  if (fa::find_entry<fa::AttentionFwdFp8Kernel>("07/fp8_v1") != nullptr)
+    EXPECT_NE(std::string(api().list_fp8()).find("07/fp8_v1\t128\t90\t64\t128\t"),
+              std::string::npos)
+        << api().list_fp8();
+}
+
+TEST(PythonCApi, Fp8BadArgumentsAreUsageErrors) {
+  ASSERT_NE(api().handle, nullptr) << dlerror();
+  // An unknown name lists the registered FP8 kernels, in the programs' words.
+  std::string expected;
+  try {
+    fa::throw_unknown_kernel("07/nope", fa::entry_names<fa::AttentionFwdFp8Kernel>());
+  } catch (const fa::UsageError& e) {
+    expected = e.what();
+  }
+  EXPECT_EQ(fwd_fp8_call("07/nope", 128), FA_PY_USAGE);
+  EXPECT_EQ(api().last_error(), expected);
+  EXPECT_EQ(api().supported_fp8("07/nope", 128), FA_PY_USAGE);
+  EXPECT_EQ(api().last_error(), expected);
+  const std::string name = first_fp8_kernel();
+  if (name.empty()) GTEST_SKIP() << "no FP8 kernel in this build (sm_90a code)";
+  // Sizes and pointers are checked before the GPU: these answer alike with and without one.
+  EXPECT_EQ(fwd_fp8_call(name.c_str(), 128, /*seq_q=*/0), FA_PY_USAGE);
+  EXPECT_NE(std::string(api().last_error()).find("at least 1"), std::string::npos);
+  const char* names[8] = {"q_codes", "k_codes", "vt_codes", "q_scale",
+                          "k_scale", "v_scale", "o_bf16",   "lse"};
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(fwd_fp8_call(name.c_str(), 128, 17, i), FA_PY_USAGE) << names[i];
+    EXPECT_EQ(std::string(api().last_error()), std::string(names[i]) + " is a null pointer");
+  }
+  static float dummy[1];
+  EXPECT_EQ(api().fwd_fp8(name.c_str(), dummy, dummy, dummy, dummy, dummy, dummy, dummy, dummy, 1,
+                          2, 17, 5, 128, -1.0f, 0, 0, nullptr),
+            FA_PY_USAGE);
+  EXPECT_NE(std::string(api().last_error()).find("scale must be"), std::string::npos);
+}
+
+// As for the other kernels: first the GPU, then the head dim (the FP8 harness's words).
+TEST(PythonCApi, Fp8UnsupportedRequestsGetTheHarnessMessage) {
+  ASSERT_NE(api().handle, nullptr) << dlerror();
+  const std::string name = first_fp8_kernel();
+  if (name.empty()) GTEST_SKIP() << "no FP8 kernel in this build (sm_90a code)";
+  const fa::AttentionFwdFp8Kernel* k = fa::find_entry<fa::AttentionFwdFp8Kernel>(name);
+  ASSERT_NE(k, nullptr);
+  if (!fa::have_gpu()) {
+    EXPECT_EQ(api().supported_fp8(name.c_str(), 128), FA_PY_NO_GPU);
+    EXPECT_EQ(std::string(api().last_error()), fa::gpu_skip_reason(k->min_sm));
+    EXPECT_EQ(fwd_fp8_call(name.c_str(), 128), FA_PY_NO_GPU);
+    EXPECT_EQ(std::string(api().last_error()), fa::gpu_skip_reason(k->min_sm));
+    EXPECT_EQ(fwd_fp8_call(name.c_str(), 64), FA_PY_NO_GPU);  // the GPU is asked first
+  } else if (fa::gpu_skip_reason(k->min_sm).empty()) {
+    EXPECT_EQ(api().supported_fp8(name.c_str(), 48), FA_PY_UNSUPPORTED);
+    EXPECT_EQ(std::string(api().last_error()), "this kernel has no e4m3 D=48 version");
+    EXPECT_EQ(fwd_fp8_call(name.c_str(), 48), FA_PY_UNSUPPORTED);
+    EXPECT_EQ(std::string(api().last_error()), "this kernel has no e4m3 D=48 version");
+    EXPECT_EQ(api().supported_fp8(name.c_str(), 128), FA_PY_OK);
+    EXPECT_STREQ(api().last_error(), "");
+  } else {
+    EXPECT_EQ(api().supported_fp8(name.c_str(), 128), FA_PY_UNSUPPORTED);
+    EXPECT_EQ(std::string(api().last_error()), fa::gpu_skip_reason(k->min_sm));
   }
 }
 
