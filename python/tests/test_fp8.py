@@ -118,6 +118,15 @@ def naive_fp8(torch, qc, kc, vc, qs, ks, vs, brq, brkv, causal, scale):
     (scale_K(j) * (scale_Q(i) * softmax scale)); m = max S; P~ = exp(S - m); l = sum P~ (before
     P is rounded); O = sum_j e4m3(P~ * 256) V_j / (256 l), V_j dequantised; L = m + log l."""
     nq, nk = qc.shape[2], kc.shape[2]
+    matmul = torch.backends.cuda.matmul
+    tf32, matmul.allow_tf32 = matmul.allow_tf32, False  # fp32 products and sums, as fp8.h's
+    try:
+        return _naive_fp8(torch, qc, kc, vc, qs, ks, vs, brq, brkv, causal, scale, nq, nk)
+    finally:
+        matmul.allow_tf32 = tf32
+
+
+def _naive_fp8(torch, qc, kc, vc, qs, ks, vs, brq, brkv, causal, scale, nq, nk):
     s = qc.float() @ kc.float().transpose(-1, -2)  # e4m3 products are exact in fp32
     q_factor = qs.repeat_interleave(brq, dim=2)[:, :, :nq] * scale
     k_row = ks.repeat_interleave(brkv, dim=2)[:, :, :nk]
