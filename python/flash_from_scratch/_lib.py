@@ -8,7 +8,7 @@ import glob
 import os
 from collections import namedtuple
 
-API_VERSION = 2  # FA_PY_API_VERSION
+API_VERSION = 3  # FA_PY_API_VERSION
 
 # Return codes of the C ABI.
 OK, USAGE, UNSUPPORTED, NO_GPU, ERROR = 0, 1, 2, 3, 4
