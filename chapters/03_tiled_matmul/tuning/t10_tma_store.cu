@@ -1,6 +1,7 @@
 // 03/t10_tma_store: t08 with C stored by the TMA engine from shared memory.
-// Status: not yet run on a GPU.
-// Speed: measured in chapters/03_tiled_matmul/tuning/README.md
+// Status: verified on an H100 (GPU tests, the long ones included, and the four sanitizers pass).
+// Speed: measured in chapters/03_tiled_matmul/tuning/README.md (H100, 2026-11-26, bf16): 741.3
+// TFLOP/s at 4096^3, 98.5% of cuBLAS (t08 714.4 in the same run), 751.0 at 8192^3 (96.7%).
 //
 // What changed vs t08: the epilogue. t08's consumers store C straight from their accumulators:
 // each thread 64 predicated 8-byte st.global (mma_gemm::store_pair), 128 KiB of fp32 per 128 x 256
