@@ -67,6 +67,7 @@
 #include <cuda_fp8.h>
 
 #include "ch07_common.cuh"
+#include "ch07_fp8_common.cuh"
 #include "fp8.h"
 #include "gpu.h"
 
@@ -100,83 +101,6 @@ struct Fp8Smem {
                     kVtBytes % kAtomBytes == 0 && kPBytes % kAtomBytes == 0,
                 "swizzle atoms stay 1024-byte aligned");
 };
-
-struct Fp8Params {
-  void* o;
-  float* lse;
-  const float* q_scale;  // [bh][q_blocks]
-  const float* k_scale;  // [bh][kv_blocks]
-  const float* v_scale;  // [bh][kv_blocks]
-  int64_t seq_q, seq_k;
-  int64_t q_blocks, kv_blocks;
-  int num_q_tiles;
-  bool causal;
-  float scale_log2;   // softmax_scale * log2(e); its absolute value is used (negate_if)
-  float p_scale;      // P is stored as e4m3(P~ * p_scale)
-  float inv_p_scale;  // 1 / p_scale
-};
-
-// ---- FP8 wgmma ---------------------------------------------------------------------------------
-// D[64 x 128] (+)= A[64 x 32] * B[32 x 128], e4m3 x e4m3 -> fp32, A and B K-major in shared memory
-// (descriptors as hopper.cuh's smem_desc_sw128). PTX ISA, wgmma.mma_async: for .e4m3 / .e5m2 the
-// instruction is `wgmma.mma_async.sync.aligned.m64nNk32.f32.e4m3.e4m3 d, a-desc, b-desc, scale-d,
-// imm-scale-a, imm-scale-b;` with no transpose immediates. scale-d = 0 ignores the old D. The
-// accumulator layout is the one documented in hopper.cuh (FA_WGMMA_M64N256K16): it does not depend
-// on the input type.
-__device__ __forceinline__ void wgmma_e4m3_m64n128k32(float (&d)[64], uint64_t desc_a,
-                                                      uint64_t desc_b, int accumulate) {
-#if FA_SM90A
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-      "%64, %65, p, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
-        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
-        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
-        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
-        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
-        "+f"(d[63])
-      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
-#else
-  __trap();
-#endif
-}
-
-// Generic-proxy stores to shared memory (P) become visible to the async proxy (wgmma reads its
-// operands through it) only after this fence; a barrier then orders every thread's fence before
-// the wgmma that reads the whole tile.
-__device__ __forceinline__ void fence_proxy_async_smem() {
-#if FA_SM90A
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-#endif
-}
-
-// P (fp32, this thread's accumulator fragment of the 64 x 128 tile) -> e4m3(P * p_scale), stored in
-// the 128-byte swizzled K-major layout (row r at byte r * 128, its 16-byte chunk c at chunk
-// c ^ (r % 8)), which desc_k_major reads. Element i of the fragment is row 16w + g + 8 ((i / 2) %
-// 2), column 8 (i / 4) + 2q + i % 2 (hopper.cuh): each even/odd pair is two adjacent bytes.
-__device__ __forceinline__ void store_p_e4m3(const float (&s)[kSAcc], unsigned char* sP,
-                                             float p_scale, int t) {
-  const int w = t / 32, g = (t % 32) / 4, q = t % 4;
-#pragma unroll
-  for (int i = 0; i < kSAcc; i += 2) {
-    const int r = 16 * w + g + 8 * ((i / 2) % 2);
-    const int col = 8 * (i / 4) + 2 * q;  // byte column of the pair's first element
-    const int chunk = (col / 16) ^ (r % 8);
-    // x goes to the low byte, y to the high byte (cuda_fp8.h), i.e. column col, col + 1.
-    const __nv_fp8x2_storage_t pair = __nv_cvt_float2_to_fp8x2(
-        make_float2(s[i] * p_scale, s[i + 1] * p_scale), __NV_SATFINITE, __NV_E4M3);
-    *reinterpret_cast<__nv_fp8x2_storage_t*>(sP + r * 128 + chunk * 16 + col % 16) = pair;
-  }
-}
 
 __global__ void __launch_bounds__(kThreads, 1)
     flash_fwd_fp8_v1_kernel(const __grid_constant__ CUtensorMap tm_q,
@@ -302,27 +226,6 @@ __global__ void __launch_bounds__(kThreads, 1)
 // ---- Host side ---------------------------------------------------------------------------------
 constexpr const char* kName = "07/fp8_v1";
 
-// A [bh][rows][cols] byte tensor whose rows are row_stride bytes apart, read in boxes of
-// box_rows x 128 bytes of one head with the 128-byte swizzle, zeros where a box passes rows or
-// cols. Q and K: cols = D; V^T: rows = D, cols = seq_k (row_stride = fp8_vt_stride(seq_k)).
-CUtensorMap make_tmap_u8(const void* base, int64_t bh, int64_t rows, int64_t cols,
-                         int64_t row_stride, int box_rows) {
-  CUtensorMap map;
-  const cuuint64_t dims[3] = {cuuint64_t(cols), cuuint64_t(rows), cuuint64_t(bh)};
-  const cuuint64_t strides[2] = {cuuint64_t(row_stride), cuuint64_t(rows) * cuuint64_t(row_stride)};
-  const cuuint32_t box[3] = {128, cuuint32_t(box_rows), 1};
-  const cuuint32_t elem_strides[3] = {1, 1, 1};
-  const CUresult rc = tensor_map_encode_fn()(
-      &map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, const_cast<void*>(base), dims, strides, box,
-      elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  FA_REQUIRE(rc == CUDA_SUCCESS, std::string(kName) + ": cuTensorMapEncodeTiled failed with " +
-                                     "CUresult " + std::to_string(int(rc)) + " (bh " +
-                                     std::to_string(bh) + ", rows " + std::to_string(rows) +
-                                     ", cols " + std::to_string(cols) + ")");
-  return map;
-}
-
 void attention_fwd_fp8_v1(const AttentionFwdFp8Args& a, cudaStream_t stream) {
   const AttentionShape& s = a.shape;
   const std::string name = kName;
@@ -350,9 +253,9 @@ void attention_fwd_fp8_v1(const AttentionFwdFp8Args& a, cudaStream_t stream) {
   set_smem_limit_once<flash_fwd_fp8_v1_kernel, Fp8Smem::kBytes>();
   // seq_k = 0: no tile is ever loaded; the maps describe one key so that they can be encoded.
   const int64_t nk = s.seq_k > 0 ? s.seq_k : 1;
-  const CUtensorMap tm_q = make_tmap_u8(a.q, s.bh(), s.seq_q, kD, kD, kBr);
-  const CUtensorMap tm_k = make_tmap_u8(a.k, s.bh(), nk, kD, kD, kBc);
-  const CUtensorMap tm_vt = make_tmap_u8(a.vt, s.bh(), kD, nk, fp8_vt_stride(nk), kD);
+  const CUtensorMap tm_q = make_tmap_u8(kName, a.q, s.bh(), s.seq_q, kD, kD, kBr);
+  const CUtensorMap tm_k = make_tmap_u8(kName, a.k, s.bh(), nk, kD, kD, kBc);
+  const CUtensorMap tm_vt = make_tmap_u8(kName, a.vt, s.bh(), kD, nk, fp8_vt_stride(nk), kD);
   Fp8Params p;
   p.o = a.o;
   p.lse = a.lse;
