@@ -13,6 +13,9 @@
 #include <string>
 
 #include "ch07_common.cuh"
+#include "fp8.h"
+#include "gpu.h"
+#include "registry.h"
 
 namespace fa::ch07 {
 
@@ -114,6 +117,64 @@ inline CUtensorMap make_tmap_u8(const std::string& name, const void* base, int64
                                      ", rows " + std::to_string(rows) + ", cols " +
                                      std::to_string(cols) + ")");
   return map;
+}
+
+// What every FP8 forward's launcher does before its launch: the checks (a clear UNSUPPORTED for
+// what the kernel has no version of), the parameters and the TMA maps of Q and K ([bh][rows][D]
+// bytes, boxes of br and bc rows) and of V^T ([bh][D][fp8_vt_stride(seq_k)], boxes of D x 128
+// keys). br: query rows per block; q_block: rows per Q scale; bc: keys per tile (and per K and V
+// scale). Returns false when there is nothing to write (seq_q = 0 or no head).
+struct Fp8Launch {
+  CUtensorMap tm_q, tm_k, tm_vt;
+  Fp8Params p;
+  unsigned blocks;
+};
+inline bool prepare_fp8_launch(const AttentionFwdFp8Args& a, const std::string& name, int d, int br,
+                               int q_block, int bc, Fp8Launch& out) {
+  const AttentionShape& s = a.shape;
+  FA_REQUIRE(s.seq_q >= 0 && s.seq_k >= 0 && s.bh() >= 0, "negative size");
+  FA_UNSUPPORTED_IF(gpu_info().sm != 90, name +
+                                             " uses sm_90a instructions (wgmma, TMA): it runs on "
+                                             "compute capability 9.0 (H100, H200) only");
+  FA_UNSUPPORTED_IF(s.head_dim != d, name + ": head_dim " + std::to_string(s.head_dim) +
+                                         " not instantiated (" + std::to_string(d) + ")");
+  FA_UNSUPPORTED_IF(s.is_gqa(), name + " takes heads_kv == heads only");
+  FA_UNSUPPORTED_IF(s.has_window(), name + " takes causal or full attention only");
+  FA_UNSUPPORTED_IF(a.block_rows_q != q_block || a.block_rows_kv != bc,
+                    name + " reads one scale per " + std::to_string(q_block) +
+                        " query rows and per " + std::to_string(bc) + " keys");
+  FA_REQUIRE(a.p_scale > 0.0f, "p_scale > 0");
+  if (s.seq_q == 0 || s.bh() == 0) return false;  // nothing to write
+  FA_UNSUPPORTED_IF(
+      !aligned(a.q, 16) || !aligned(a.k, 16) || !aligned(a.vt, 16) || !aligned(a.o, 4),
+      name + ": TMA needs 16-byte aligned Q, K, V^T (and O 4-byte aligned)");
+  FA_UNSUPPORTED_IF(s.seq_q >= INT_MAX - 512 || s.seq_k >= INT_MAX - 512 || s.bh() >= INT_MAX,
+                    name + ": sizes past 2^31 - 513 do not fit TMA's int32 coordinates");
+  const int64_t num_q_tiles = (s.seq_q + br - 1) / br;
+  const int64_t blocks = num_q_tiles * s.bh();
+  FA_UNSUPPORTED_IF(blocks > INT_MAX, name + ": more than 2^31-1 thread blocks");
+  out.blocks = unsigned(blocks);
+  // seq_k = 0: no tile is ever loaded; the maps describe one key so that they can be encoded.
+  const int64_t nk = s.seq_k > 0 ? s.seq_k : 1;
+  out.tm_q = make_tmap_u8(name, a.q, s.bh(), s.seq_q, d, d, br);
+  out.tm_k = make_tmap_u8(name, a.k, s.bh(), nk, d, d, bc);
+  out.tm_vt = make_tmap_u8(name, a.vt, s.bh(), d, nk, fp8_vt_stride(nk), d);
+  Fp8Params& p = out.p;
+  p.o = a.o;
+  p.lse = a.lse;
+  p.q_scale = a.q_scale;
+  p.k_scale = a.k_scale;
+  p.v_scale = a.v_scale;
+  p.seq_q = s.seq_q;
+  p.seq_k = s.seq_k;
+  p.q_blocks = ceil_div(s.seq_q, q_block);
+  p.kv_blocks = ceil_div(s.seq_k, bc);
+  p.num_q_tiles = int(num_q_tiles);
+  p.causal = s.causal;
+  p.scale_log2 = s.softmax_scale() * 1.4426950408889634f;  // log2(e)
+  p.p_scale = a.p_scale;
+  p.inv_p_scale = 1.0f / a.p_scale;
+  return true;
 }
 
 }  // namespace fa::ch07

@@ -227,52 +227,11 @@ __global__ void __launch_bounds__(kThreads, 1)
 constexpr const char* kName = "07/fp8_v1";
 
 void attention_fwd_fp8_v1(const AttentionFwdFp8Args& a, cudaStream_t stream) {
-  const AttentionShape& s = a.shape;
-  const std::string name = kName;
-  FA_REQUIRE(s.seq_q >= 0 && s.seq_k >= 0 && s.bh() >= 0, "negative size");
-  FA_UNSUPPORTED_IF(gpu_info().sm != 90, name +
-                                             " uses sm_90a instructions (wgmma, TMA): it runs on "
-                                             "compute capability 9.0 (H100, H200) only");
-  FA_UNSUPPORTED_IF(s.head_dim != kD,
-                    name + ": head_dim " + std::to_string(s.head_dim) + " not instantiated (128)");
-  FA_UNSUPPORTED_IF(s.is_gqa(), name + " takes heads_kv == heads only");
-  FA_UNSUPPORTED_IF(s.has_window(), name + " takes causal or full attention only");
-  FA_UNSUPPORTED_IF(a.block_rows_q != kBr || a.block_rows_kv != kBc,
-                    name + " reads one scale per 64 query rows and per 128 keys");
-  FA_REQUIRE(a.p_scale > 0.0f, "p_scale > 0");
-  if (s.seq_q == 0 || s.bh() == 0) return;  // nothing to write
-  FA_UNSUPPORTED_IF(
-      !aligned(a.q, 16) || !aligned(a.k, 16) || !aligned(a.vt, 16) || !aligned(a.o, 4),
-      name + ": TMA needs 16-byte aligned Q, K, V^T (and O 4-byte aligned)");
-  FA_UNSUPPORTED_IF(s.seq_q >= INT_MAX - 512 || s.seq_k >= INT_MAX - 512 || s.bh() >= INT_MAX,
-                    name + ": sizes past 2^31 - 513 do not fit TMA's int32 coordinates");
-  const int64_t num_q_tiles = (s.seq_q + kBr - 1) / kBr;
-  const int64_t blocks = num_q_tiles * s.bh();
-  FA_UNSUPPORTED_IF(blocks > INT_MAX, name + ": more than 2^31-1 thread blocks");
-
+  Fp8Launch l;
+  if (!prepare_fp8_launch(a, kName, kD, kBr, kBr, kBc, l)) return;
   set_smem_limit_once<flash_fwd_fp8_v1_kernel, Fp8Smem::kBytes>();
-  // seq_k = 0: no tile is ever loaded; the maps describe one key so that they can be encoded.
-  const int64_t nk = s.seq_k > 0 ? s.seq_k : 1;
-  const CUtensorMap tm_q = make_tmap_u8(kName, a.q, s.bh(), s.seq_q, kD, kD, kBr);
-  const CUtensorMap tm_k = make_tmap_u8(kName, a.k, s.bh(), nk, kD, kD, kBc);
-  const CUtensorMap tm_vt = make_tmap_u8(kName, a.vt, s.bh(), kD, nk, fp8_vt_stride(nk), kD);
-  Fp8Params p;
-  p.o = a.o;
-  p.lse = a.lse;
-  p.q_scale = a.q_scale;
-  p.k_scale = a.k_scale;
-  p.v_scale = a.v_scale;
-  p.seq_q = s.seq_q;
-  p.seq_k = s.seq_k;
-  p.q_blocks = ceil_div(s.seq_q, kBr);
-  p.kv_blocks = ceil_div(s.seq_k, kBc);
-  p.num_q_tiles = int(num_q_tiles);
-  p.causal = s.causal;
-  p.scale_log2 = s.softmax_scale() * 1.4426950408889634f;  // log2(e)
-  p.p_scale = a.p_scale;
-  p.inv_p_scale = 1.0f / a.p_scale;
-  flash_fwd_fp8_v1_kernel<<<unsigned(blocks), kThreads, Fp8Smem::kBytes, stream>>>(tm_q, tm_k,
-                                                                                   tm_vt, p);
+  flash_fwd_fp8_v1_kernel<<<l.blocks, kThreads, Fp8Smem::kBytes, stream>>>(l.tm_q, l.tm_k, l.tm_vt,
+                                                                           l.p);
   FA_CHECK_LAUNCH();
 }
 
