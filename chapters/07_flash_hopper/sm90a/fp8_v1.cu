@@ -1,6 +1,8 @@
 // 07/fp8_v1: the first FP8 (e4m3) attention forward, 07/v1_tma_wgmma with both products in FP8
 // (sm_90a: H100, H200). Same block, same tiles, same TMA ring and mbarriers, same online softmax;
-// what changed is the number format of the tensor-core operands, and what that forces.
+// what changed is the number format of the tensor-core operands, and what that forces. The FP8
+// pieces (the e4m3 wgmma, P to e4m3 in shared memory, the launcher's checks and maps) are in
+// ch07_fp8_common.cuh, shared with fp8_v2.
 //
 // What changed vs 07/v1_tma_wgmma, and why
 //   * Both products use wgmma.mma_async ... .m64n128k32.f32.e4m3.e4m3: 32 k per instruction

@@ -1,7 +1,8 @@
 // 07/fp8_v2: the FP8 (e4m3) forward with chapter 07's fast structure: 07/v4_intra_overlap's
 // producer, ring, ping-pong and intra-warpgroup overlap, with 07/fp8_v1's FP8 products (sm_90a:
 // H100, H200). Read v4 (v4_intra_overlap.cu, and v2, v3 before it) for the structure and fp8_v1
-// (fp8_v1.cu) for the FP8 pieces; this file is a copy of v4 with fp8_v1's products put in.
+// (fp8_v1.cu) for the FP8 pieces; this file is a copy of v4 with fp8_v1's products put in (the
+// pieces both FP8 rungs use are in ch07_fp8_common.cuh).
 //
 // Why: with e4m3 wgmma at twice the bf16 rate (1979 against 989 dense TFLOP/s, H100 SXM), the
 // exponentials take 126 / D of the matmul time instead of 63 / D (notes/07_flash_hopper.md, "What
