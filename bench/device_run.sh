@@ -328,7 +328,7 @@ for stage in "$@"; do
       D=${LADDER_D:-128}
       for part in fwd bwd decode; do
         case $part in
-          fwd) F="attn_fwd/(05/v[0-5]|07/v[1-4])[^/]*/(bf16|fp32)/D$D/" ;;
+          fwd) F="attn_fwd/(05/v[0-5]|07/v[1-5])[^/]*/(bf16|fp32)/D$D/" ;;
           bwd) F="attn_bwd/(06/v[1-5]|07/bwd_v1)[^/]*/bf16/D$D/" ;;
           decode) F="ceiling/copy|attn_decode/08/v[1-5]" ;;
         esac
