@@ -74,13 +74,15 @@
 //             blocks are resident at once (the launcher checks G <= SMs x resident blocks a SM from
 //             the occupancy API: one a SM here), so b' is running and reaches that segment, and
 //             every wait ends.
-//   waits     when every range has at least k_tiles iterations (it does here: the shared tiles
-//             number more than G), none lies inside one tile, so the first part that b's later
-//             part waits for is b - 1's, covering k = 0 .. k_first of the tile, and b - 1 computes
-//             it first: it is stored about k_first iterations and an epilogue after the shared
-//             work begins, while b gets to its wait after all L >= k_tiles iterations of its range.
-//             At least L - k_tiles + 1 iterations to spare: 57 (~40 us) at 4096^3, 66 (~47 us) at
-//             8192^3. The spin should find the flag already set.
+//   waits     with one extra full wave shared (kSkFullWaves = 1) every range has at least
+//             k_tiles iterations, none lies inside one tile, and the first part that b's later part
+//             waits for is b - 1's, computed first: L - k_tiles + 1 iterations to spare (57, ~40 us,
+//             at 4096^3). With the partial wave alone (kSkFullWaves = 0, kept) ranges are shorter
+//             than a tile at 4096^3 (116 tiles x 64 k-steps over 132 blocks: 56 each), a tile's
+//             first part may be computed by a block that starts it at its range's start, and a
+//             later part can reach its wait before that store: the spin then costs time, never
+//             correctness (the deadlock argument above does not need the spare). The measured
+//             speed includes whatever waiting there is.
 //   fallback  t10's schedule, unchanged, when the last wave is already full (tiles % G == 0,
 //             including tiles < G, where G = tiles), when K = 0, and while the stream is being
 //             captured into a graph (a replay would reuse the captured epoch). Shapes TMA cannot
