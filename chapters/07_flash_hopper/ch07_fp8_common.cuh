@@ -68,15 +68,6 @@ __device__ __forceinline__ void wgmma_e4m3_m64n128k32(float (&d)[64], uint64_t d
 #endif
 }
 
-// Generic-proxy stores to shared memory (P) become visible to the async proxy (wgmma reads its
-// operands through it) only after this fence; a barrier then orders every thread's fence before
-// the wgmma that reads the whole tile.
-__device__ __forceinline__ void fence_proxy_async_smem() {
-#if FA_SM90A
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-#endif
-}
-
 // P (fp32, this thread's accumulator fragment of the 64 x 128 tile) -> e4m3(P * p_scale), stored in
 // the 128-byte swizzled K-major layout (row r at byte r * 128, its 16-byte chunk c at chunk
 // c ^ (r % 8)), which desc_k_major reads. Element i of the fragment is row 16w + g + 8 ((i / 2) %

@@ -465,4 +465,56 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[
 #undef FA_WG_OPS_N128
 #undef FA_WG_OPS_N256
 
+// ---- TMA stores, bulk groups and the proxy fence (chapter 03's tuning steps t10 and t11, the FP8
+// forwards of chapter 07) ---------------------------------------------------------------------------
+
+// Copy the box at coordinates (c0 = column, c1 = row) of the tensor described by `tmap` from
+// shared memory at `src` (a shared-window address, mma::smem_addr; laid out as the map's swizzle
+// says) to global memory. Elements of the box outside the tensor are not written. Asynchronous:
+// the store joins this thread's current bulk group (bulk_commit_group closes it), and `src` must
+// not be written until bulk_wait_group_read says the group has been read.
+__device__ __forceinline__ void tma_store_2d(const void* tmap, uint32_t src, int c0, int c1) {
+#if FA_SM90A
+  asm volatile(
+      "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(
+          reinterpret_cast<uint64_t>(tmap)),
+      "r"(src), "r"(c0), "r"(c1)
+      : "memory");
+#else
+  __trap();
+#endif
+}
+
+// Close this thread's pending bulk stores into one bulk group.
+__device__ __forceinline__ void bulk_commit_group() {
+#if FA_SM90A
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+#endif
+}
+
+// Wait until at most N of this thread's bulk groups are still *reading* their shared memory (their
+// writes to global memory may still be in flight): then their source buffers may be reused.
+template <int N>
+__device__ __forceinline__ void bulk_wait_group_read() {
+#if FA_SM90A
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+#endif
+}
+
+// Wait until at most N of this thread's bulk groups are still pending at all (read and written).
+template <int N>
+__device__ __forceinline__ void bulk_wait_group() {
+#if FA_SM90A
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+#endif
+}
+
+// This thread's generic-proxy writes to shared memory (ordinary st.shared) become visible to the
+// async proxy (the TMA engine reading the buffer) only after this fence.
+__device__ __forceinline__ void fence_proxy_async_smem() {
+#if FA_SM90A
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+
 }  // namespace fa::hopper

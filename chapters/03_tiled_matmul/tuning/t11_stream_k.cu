@@ -163,57 +163,6 @@ static_assert(kRingBytes % kAtomBytes == 0 && kCBoxBytes % kAtomBytes == 0,
 constexpr const char* kFallback = "03/v5_tensor_core";
 static_assert(kStageBytes % kAtomBytes == 0 && kABytes % kAtomBytes == 0, "atoms stay aligned");
 
-// ---- TMA stores (hopper.cuh wraps the loads; these are the other direction) ---------------------
-
-// Copy the box at coordinates (c0 = column, c1 = row) of the tensor described by `tmap` from
-// shared memory at `src` (a shared-window address, mma::smem_addr; laid out as the map's swizzle
-// says) to global memory. Elements of the box outside the tensor are not written. Asynchronous:
-// the store joins this thread's current bulk group (bulk_commit_group closes it), and `src` must
-// not be written until bulk_wait_group_read says the group has been read.
-__device__ __forceinline__ void tma_store_2d(const void* tmap, uint32_t src, int c0, int c1) {
-#if FA_SM90A
-  asm volatile(
-      "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(
-          reinterpret_cast<uint64_t>(tmap)),
-      "r"(src), "r"(c0), "r"(c1)
-      : "memory");
-#else
-  __trap();
-#endif
-}
-
-// Close this thread's pending bulk stores into one bulk group.
-__device__ __forceinline__ void bulk_commit_group() {
-#if FA_SM90A
-  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
-#endif
-}
-
-// Wait until at most N of this thread's bulk groups are still *reading* their shared memory (their
-// writes to global memory may still be in flight): then their source buffers may be reused.
-template <int N>
-__device__ __forceinline__ void bulk_wait_group_read() {
-#if FA_SM90A
-  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
-#endif
-}
-
-// Wait until at most N of this thread's bulk groups are still pending at all (read and written).
-template <int N>
-__device__ __forceinline__ void bulk_wait_group() {
-#if FA_SM90A
-  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
-#endif
-}
-
-// This thread's generic-proxy writes to shared memory (ordinary st.shared) become visible to the
-// async proxy (the TMA engine reading the buffer) only after this fence.
-__device__ __forceinline__ void fence_proxy_async_smem() {
-#if FA_SM90A
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-#endif
-}
-
 // Two fp32 to shared memory (an 8-byte st.shared at a shared-window address).
 __device__ __forceinline__ void st_shared_v2(uint32_t addr, float x, float y) {
   asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(x), "f"(y) : "memory");
@@ -504,7 +453,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           // "at most 1 group still reading" (box `boxes - 1`) means box `boxes - 2` is done.
           // Waiting here rather than after the previous store gives the engine the most time, and
           // puts the wait for a tile's last two boxes into the next tile's epilogue.
-          if (lane == 0) bulk_wait_group_read<1>();
+          if (lane == 0) hopper::bulk_wait_group_read<1>();
           __syncwarp();
 #pragma unroll
           for (int jj = 0; jj < kCCols / 8; ++jj) {
@@ -513,14 +462,14 @@ __global__ void __launch_bounds__(kThreads, 1)
             st_shared_v2(buf + my_row + chunk, acc[4 * j], acc[4 * j + 1]);             // row g
             st_shared_v2(buf + 1024 + my_row + chunk, acc[4 * j + 2], acc[4 * j + 3]);  // row g + 8
           }
-          fence_proxy_async_smem();  // each thread's writes, visible to the engine...
-          __syncwarp();              // ...before lane 0 (ordered after every lane's fence) issues
+          hopper::fence_proxy_async_smem();  // each thread's writes, visible to the engine...
+          __syncwarp();  // ...before lane 0 (ordered after every lane's fence) issues
           if (lane == 0) {
             if (later)
               tma_reduce_add_2d(&tmap_c, buf, int(box_col), int(slab_row));
             else
-              tma_store_2d(&tmap_c, buf, int(box_col), int(slab_row));
-            bulk_commit_group();  // one group a box: the waits above count boxes
+              hopper::tma_store_2d(&tmap_c, buf, int(box_col), int(slab_row));
+            hopper::bulk_commit_group();  // one group a box: the waits above count boxes
           }
           ++boxes;
         }
@@ -531,14 +480,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     // proxy into the generic proxy, then released at GPU scope. Every warp signals, whether or not
     // its slab held any box (a warp with nothing to store has nothing to wait for either).
     if (first && lane == 0) {
-      bulk_wait_group<0>();
+      hopper::bulk_wait_group<0>();
       fence_proxy_async_global();
       st_release_gpu(flag, epoch);
     }
   }
   // The stores still in flight read this block's shared memory and write C: finish them before the
   // block exits (its shared memory may then be given to another block).
-  if (lane == 0) bulk_wait_group<0>();
+  if (lane == 0) hopper::bulk_wait_group<0>();
 }
 
 // ---- host side ---------------------------------------------------------------------------------

@@ -196,7 +196,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // The previous tile's P V finished (wgmma_wait) before the barrier that ended its iteration,
     // so sP is free to overwrite.
     store_p_e4m3(sc, sP, p.p_scale, t);
-    fence_proxy_async_smem();
+    hopper::fence_proxy_async_smem();
     __syncthreads();
     float pv[kOAcc];
     hopper::wgmma_fence();

@@ -294,7 +294,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       store_p_e4m3(sc, sP_j, p.p_scale, t);
       // The generic-proxy stores of P_j reach the async proxy (the wgmma of turn j + 1) through
       // this fence and the bar.sync that starts turn j + 1.
-      fence_proxy_async_smem();
+      hopper::fence_proxy_async_smem();
     }
     if constexpr (kPV) {
       hopper::wgmma_wait<0>();
