@@ -93,26 +93,6 @@ def softmax_scale(torch, d, scale=None):
     return torch.tensor(s, dtype=torch.float32).item()
 
 
-def visible(torch, nq, nk, causal, device):
-    """[Nq, Nk] bool: key j visible to query i (causal: aligned bottom-right)."""
-    i = torch.arange(nq, device=device).unsqueeze(1)
-    j = torch.arange(nk, device=device).unsqueeze(0)
-    return j <= i + (nk - nq) if causal else torch.ones(nq, nk, dtype=torch.bool, device=device)
-
-
-def reference64(torch, qd, kd, vd, causal, scale):
-    """float64 O, L on the dequantised values; a row that sees no key: O = 0, L = -inf."""
-    q, k, v = qd.double(), kd.double(), vd.double()
-    s = scale * (q @ k.transpose(-1, -2))
-    mask = visible(torch, q.shape[2], k.shape[2], causal, q.device)
-    s = s.masked_fill(~mask, float("-inf"))
-    L = torch.logsumexp(s, dim=-1)
-    p = torch.exp(s - torch.where(torch.isinf(L), torch.zeros_like(L), L).unsqueeze(-1))
-    o = p @ v
-    o = torch.where(torch.isinf(L).unsqueeze(-1), torch.zeros_like(o), o)
-    return o, L
-
-
 def naive_fp8(torch, qc, kc, vc, qs, ks, vs, brq, brkv, causal, scale):
     """fp8.h's attention_forward_fp8_naive_head on all heads, fp32: S = (codes_Q . codes_K) *
     (scale_K(j) * (scale_Q(i) * softmax scale)); m = max S; P~ = exp(S - m); l = sum P~ (before
@@ -131,7 +111,9 @@ def _naive_fp8(torch, qc, kc, vc, qs, ks, vs, brq, brkv, causal, scale, nq, nk):
     q_factor = qs.repeat_interleave(brq, dim=2)[:, :, :nq] * scale
     k_row = ks.repeat_interleave(brkv, dim=2)[:, :, :nk]
     s = s * (k_row.unsqueeze(2) * q_factor.unsqueeze(3))
-    mask = visible(torch, nq, nk, causal, qc.device)
+    from flash_from_scratch.reference import visible_mask  # torch is there when this runs
+
+    mask = visible_mask(nq, nk, causal, (-1, -1), qc.device)
     s = s.masked_fill(~mask, float("-inf"))
     m = s.amax(dim=-1, keepdim=True)
     empty = torch.isinf(m)
@@ -167,7 +149,7 @@ def check_rule(torch, o, L, qc, kc, vc, qs, ks, vs, brq, brkv, causal, scale, wh
     qd = fa.dequantize_fp8(qc, qs, brq)
     kd = fa.dequantize_fp8(kc, ks, brkv)
     vd = fa.dequantize_fp8(vc, vs, brkv)
-    o_ref, L_ref = reference64(torch, qd, kd, vd, causal, scale)
+    o_ref, L_ref = fa.reference_attention(qd, kd, vd, causal=causal, scale=scale)
     o_naive, L_naive = naive_fp8(torch, qc, kc, vc, qs, ks, vs, brq, brkv, causal, scale)
     o_naive = o_naive.to(torch.bfloat16).float()  # the kernel writes O in bf16 (fp8.h)
     delta = fa.fp8.ACCUMULATOR_REL * accumulator_bound(torch, qd, kd, scale)
