@@ -1,4 +1,5 @@
-// ch07_fp8_common.cuh: what the FP8 (e4m3) forwards of this chapter share (07/fp8_v1, 07/fp8_v2):
+// ch07_fp8_common.cuh: what the FP8 (e4m3) forwards of this chapter share (07/fp8_v1, 07/fp8_v2,
+// 07/fp8_v3):
 //   * the FP8 wgmma (m64n128k32, e4m3 x e4m3 -> fp32, both operands K-major in shared memory);
 //   * P (fp32 accumulators) quantised to e4m3 and stored in the 128-byte swizzled K-major layout
 //     the P V wgmma reads, and the proxy fence that makes those stores visible to it;
@@ -91,7 +92,8 @@ __device__ __forceinline__ void store_p_e4m3(const float (&s)[N], unsigned char*
 // ---- Host side ---------------------------------------------------------------------------------
 // A [bh][rows][cols] byte tensor whose rows are row_stride bytes apart, read in boxes of
 // box_rows x 128 bytes of one head with the 128-byte swizzle, zeros where a box passes rows or
-// cols. Q and K: cols = D; V^T: rows = D, cols = seq_k (row_stride = fp8_vt_stride(seq_k)).
+// cols. Q and K: cols = D (at D = 256 a row is two boxes wide: the kernel loads columns 0 and 128
+// into two strips); V^T: rows = D, cols = seq_k (row_stride = fp8_vt_stride(seq_k)).
 inline CUtensorMap make_tmap_u8(const std::string& name, const void* base, int64_t bh, int64_t rows,
                                 int64_t cols, int64_t row_stride, int box_rows) {
   CUtensorMap map;
