@@ -8,8 +8,8 @@
 // not: at D = 256 one consumer's tile (64 rows x 128 keys) is 2 x 64 x 128 x 256 x 2 = 8.4 MFLOP,
 // ~1024 clocks of an SM's FP8 tensor cores (~8192 FLOP per clock), against ~512 clocks of MUFU for
 // its softmax. The other consumer's matmuls can now cover one consumer's softmax whole; this is
-// where FlashAttention-3 reports its FP8 best (~1.2 PFLOP/s at D = 256, FlashAttention-3 paper,
-// figure of FP8 forward speed).
+// where FlashAttention-3 reports its FP8 best (~1.2 PFLOP/s at D = 256: Shah et al.,
+// "FlashAttention-3", 2024, the FP8 forward benchmark).
 //
 // What changed vs 07/fp8_v2
 //   * D = 256, Bc = 128. A row of Q or K is 256 bytes, two 128-byte swizzle strips: Q and K come
@@ -51,15 +51,19 @@
 //     scaled to the max m_{j-2}) takes the alpha of the softmax before, and PV_{j-1}, whose P is
 //     already scaled to m_{j-1}, none: O = alpha_{j-1} O + (scale_v[j-1] / p_scale) PV_{j-1}.
 //     The sum is the same; alpha is carried one turn in two registers.
-//   * log2(p_scale) rides in the exponent: P' = 2^(c S - c m + log2 p_scale) = P~ p_scale in
-//     one FFMA + MUFU, and e4m3(P') is stored with no multiply (64 FMULs a thread per tile
-//     fewer). l sums P' and is multiplied by 1 / p_scale once, before the epilogue (p_scale =
-//     256: exact); O's fold factor keeps its 1 / p_scale, as fp8_v2.
+//   * The softmax's multiplies ride in the exponent's FFMA (online_softmax_fp8, in this file):
+//     the row max is taken on the raw accumulators and dequantised once, and P' = 2^(S_raw (c
+//     scale_q scale_k[j]) - c m + log2 p_scale) = P~ p_scale comes out of one FFMA + MUFU, where
+//     fp8_v2 multiplies every S element by its scales and every P element by p_scale before the
+//     e4m3 conversion: 128 FMULs a thread per tile fewer. l sums P' and is multiplied by 1 /
+//     p_scale once, before the epilogue (p_scale = 256: exact); O's fold factor keeps its
+//     1 / p_scale, as fp8_v2. The factor must be positive for the max to commute with it, so a
+//     negative softmax scale flips the sign bits of Q's codes in shared memory once, at the start.
 //   * The fold O = alpha O + f PV is 2 instructions per O element (256 a thread per tile). When
 //     every row of a warp keeps its max (alpha = 1 for both rows of every thread: most tiles of
 //     a long row once its max has settled), the warp folds O = fmaf(f, PV, O), one FFMA, which
 //     rounds once where the general form (f PV, then fmaf(O, alpha, .)) rounds twice: the same
-//     sum to fp32's last bit, not bit for bit.
+//     sum within fp32's last bit, not bit for bit.
 //   * Ring: 2 stages of K and V^T (32 KiB each at D = 256; fp8_v2 had 4 of 16 KiB). The bytes in
 //     flight are the same, a turn is twice as long.
 //   * Accuracy: S still accumulates on one accumulator over all of D, now 8 k32 steps (fp8_v2:
@@ -79,13 +83,13 @@
 //   per turn j  [j > 0] bar.sync(own); PV_{j-1} lo (4 x m64n128k32, fresh) -> wait 0 -> fold
 //               O[:, 0:128]; PV_{j-1} hi -> wait 0 -> fold O[:, 128:256] (O = alpha_{j-1} O + f PV);
 //               [j < n] bar.sync(turn); S_j (8 x m64n128k32, chained); bar.arrive(other's turn);
-//               wait 0; S_j *= +-scale_q scale_k[j]; mask; online softmax -> alpha_j; P_j ->
-//               e4m3 -> buffer j % 2; fence.proxy.async
+//               wait 0; mask; online softmax dequantising on the way -> alpha_j; P_j -> e4m3 ->
+//               buffer j % 2; fence.proxy.async
 //   smem        Q 32 KiB + 2 x (K 32 + V^T 32) KiB + 2 x 2 x P 8 KiB = 192 KiB, + barriers and
 //               alignment (193.1 KiB)
 //   registers   producer 24, consumers 240 after setmaxnreg (compiled at 168); ptxas (CUDA 13.0,
 //               -Xptxas -v): 168 registers, 0 bytes spill stores / loads. Lowering kConsumerRegs
-//               shows what the consumers need: 232 fit, 224 spill 28 bytes (fp8_v2: 217..224)
+//               shows what the consumers need: 232 fit, 224 spill 20 bytes (fp8_v2: 217..224)
 //   ragged      as fp8_v2: TMA zero-fills Q rows past seq_q, K rows and V^T columns past seq_k;
 //               keys past seq_k are masked; O and L stores are predicated on the row; causal
 //               (bottom-right) and rows with no visible key as v4 (O = 0, L = -inf). A consumer
@@ -99,7 +103,7 @@
 // 2 x 1024 = 2048 clocks of tensor core. Each consumer's turn has two gaps where it waits for a
 // P V half and folds it (wgmma drain, ~70-130 FMAs per thread, the next issue: ~150-250 clocks);
 // while the other consumer is in its softmax nothing fills them: ~4 x 200 = 800 clocks per tile
-// pair, 2048 / 2850 = 72% of the tensor cores at best. The softmax (~512 MUFU clocks, ~450
+// pair, 2048 / 2850 = 72% of the tensor cores at best. The softmax (~512 MUFU clocks, ~350
 // instructions a thread) fits under the other consumer's ~1400 clocks. Against the 72%: clocks
 // sag under FP8 load (~1.6-1.7 GHz against the 1.83 of the peak), waits on K tiles with a 2-deep
 // ring, and fp8_v2 reached 34% where its arithmetic promised ~40%: hence ~45%, below the 1.0
@@ -154,38 +158,47 @@ struct Fp8V3Smem {
   static_assert(kBytes <= 227 * 1024, "fits the 227 KiB a block may opt in to");
 };
 
-// fp8_v2's online softmax (ch07_common.cuh's online_softmax) with log2(p_scale) in the exponent:
-// s becomes P' = 2^(c s - c m_new + lp) = P~ * p_scale, ready for e4m3, and l sums P' (the caller
-// multiplies it by 1 / p_scale before the epilogue). alpha and m are as online_softmax's.
+// fp8_v2's dequantising multiply and online softmax (ch07_common.cuh's online_softmax) in one:
+//   * s holds the raw accumulators (e4m3 codes of Q times those of K); dequant = scale_q scale_k[j]
+//     > 0 (a negative softmax scale has flipped Q's signs instead: see the consumer's start). The
+//     row max is taken on the raw values and scaled once, max_i(s_i) dequant, which is max_i(s_i
+//     dequant) exactly (rounding is monotonic), so m is fp8_v2's m;
+//   * the exponent takes dequant in its FFMA, 2^(s (c dequant) - c m_new + lp), and log2(p_scale)
+//     in its constant: s becomes P' = P~ * p_scale, ready for e4m3, and l sums P' (the caller
+//     multiplies it by 1 / p_scale before the epilogue). alpha and m are as online_softmax's.
+// Masked entries are -inf and stay -inf through the positive factors: 2^-inf = 0.
 template <int N>
-__device__ __forceinline__ void online_softmax_scaled(float (&s)[N], float (&m)[2], float (&l)[2],
-                                                      float c, float lp, float (&alpha)[2]) {
-  float m_new[2] = {m[0], m[1]};
+__device__ __forceinline__ void online_softmax_fp8(float (&s)[N], float (&m)[2], float (&l)[2],
+                                                   float c, float dequant, float lp,
+                                                   float (&alpha)[2]) {
+  float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
   for (int i = 0; i < N; i += 4) {
-    m_new[0] = fmaxf(m_new[0], fmaxf(s[i], s[i + 1]));
-    m_new[1] = fmaxf(m_new[1], fmaxf(s[i + 2], s[i + 3]));
+    mx[0] = fmaxf(mx[0], fmaxf(s[i], s[i + 1]));
+    mx[1] = fmaxf(mx[1], fmaxf(s[i + 2], s[i + 3]));
   }
 #pragma unroll
   for (int h = 0; h < 2; ++h) {  // the quad's four threads hold the row
-    m_new[h] = fmaxf(m_new[h], __shfl_xor_sync(0xffffffffu, m_new[h], 1));
-    m_new[h] = fmaxf(m_new[h], __shfl_xor_sync(0xffffffffu, m_new[h], 2));
+    mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+    mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
   }
   float shift[2];  // lp - c m_new: the exponent's constant term
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const float base = m_new[h] == -INFINITY ? 0.0f : m_new[h] * c;  // no -inf - -inf
-    alpha[h] = ex2_approx(fmaf(m[h], c, -base));                     // 0 while m = -inf
+    const float m_new = fmaxf(m[h], mx[h] * dequant);
+    const float base = m_new == -INFINITY ? 0.0f : m_new * c;  // no key seen yet: no -inf - -inf
+    alpha[h] = ex2_approx(fmaf(m[h], c, -base));               // 0 while m = -inf
     shift[h] = lp - base;
-    m[h] = m_new[h];
+    m[h] = m_new;
     l[h] *= alpha[h];
   }
+  const float cd = c * dequant;
 #pragma unroll
   for (int i = 0; i < N; i += 4) {
-    s[i] = ex2_approx(fmaf(s[i], c, shift[0]));  // masked: 2^-inf = 0
-    s[i + 1] = ex2_approx(fmaf(s[i + 1], c, shift[0]));
-    s[i + 2] = ex2_approx(fmaf(s[i + 2], c, shift[1]));
-    s[i + 3] = ex2_approx(fmaf(s[i + 3], c, shift[1]));
+    s[i] = ex2_approx(fmaf(s[i], cd, shift[0]));
+    s[i + 1] = ex2_approx(fmaf(s[i + 1], cd, shift[0]));
+    s[i + 2] = ex2_approx(fmaf(s[i + 2], cd, shift[1]));
+    s[i + 3] = ex2_approx(fmaf(s[i + 3], cd, shift[1]));
     l[0] += s[i] + s[i + 1];
     l[1] += s[i + 2] + s[i + 3];
   }
@@ -269,10 +282,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const float lp = log2f(p.p_scale);  // P' = P~ p_scale = 2^(c s - c m + lp)
   // Q's scale block is this consumer's 64 rows (block wg_row0 / 64). A consumer whose rows all lie
   // past seq_q has no block (q_blocks ends before it): its Q rows are TMA's zeros, scale 1 serves.
-  // The sign of the softmax scale rides in the same multiply (negate_if in v4).
   const float scale_q =
       wg_row0 < p.seq_q ? p.q_scale[bh * p.q_blocks + wg_row0 / kRowsPerWarpgroup] : 1.0f;
-  const float signed_scale_q = p.scale_log2 < 0.0f ? -scale_q : scale_q;
   const float* k_scale = p.k_scale + bh * p.kv_blocks;
   const float* v_scale = p.v_scale + bh * p.kv_blocks;
 
@@ -293,7 +304,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     unsigned char* sP_j = sPc + (j % kPBuffers) * Sm::kPBytes;    // written by this turn's softmax
     const unsigned char* sP_prev = sPc + ((j + kPBuffers - 1) % kPBuffers) * Sm::kPBytes;
     // The scales of this turn, loaded before the waits so that their latency hides there.
-    const float dequant = kS ? signed_scale_q * k_scale[j] : 0.0f;
+    const float dequant = kS ? scale_q * k_scale[j] : 0.0f;
     const float v_factor = kPV ? v_scale[j - 1] * p.inv_p_scale : 0.0f;
     float acc[kAcc];  // PV_{j-1} lo, then PV_{j-1} hi, then S_j: one accumulator at a time
 
@@ -355,11 +366,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       hopper::wgmma_wait<0>();
       hopper::fence_registers(acc);
       hopper::mbar_arrive(&empty_k[s]);  // done with K_j
-#pragma unroll
-      for (int i = 0; i < kAcc; ++i) acc[i] *= dequant;
       if (j >= n_unmasked) mask_tile(acc, int64_t(j) * kBc, last_key, q);
-      online_softmax_scaled(acc, m, l, c, lp, alpha);
-      store_p_e4m3(acc, sP_j, 1.0f, t);  // already P~ * p_scale
+      online_softmax_fp8(acc, m, l, c, dequant, lp, alpha);  // dequantises on the way
+      store_p_e4m3(acc, sP_j, 1.0f, t);                      // already P~ * p_scale
       // The generic-proxy stores of P_j reach the async proxy (P_j V_j, next turn) through this
       // fence and the consumer barrier that starts the next turn.
       hopper::fence_proxy_async_smem();
@@ -369,6 +378,27 @@ __global__ void __launch_bounds__(kThreads, 1)
   using No = std::false_type;
 
   hopper::mbar_wait(q_full, 0);
+  // A negative softmax scale: scale * S = |scale| * (-S), and -S is S of -Q. Flipping the sign bit
+  // of every e4m3 code of this consumer's Q rows (exact; 0 becomes -0, NaN stays NaN) lets the
+  // softmax work with |scale| and positive dequantising factors (online_softmax_fp8), where v4
+  // negates S and fp8_v2 folds the sign into its multiply. The generic-proxy stores reach the
+  // async proxy (S's wgmma) through the fence and the consumer's barrier.
+  if (p.scale_log2 < 0.0f) {
+    for (int st = 0; st < kStrips; ++st) {
+      uint4* rows = reinterpret_cast<uint4*>(sQ + st * kBr * kStripCols +
+                                             consumer * kRowsPerWarpgroup * kStripCols);
+      for (int i = t; i < kRowsPerWarpgroup * kStripCols / 16; i += 128) {
+        uint4 v = rows[i];
+        v.x ^= 0x80808080u;
+        v.y ^= 0x80808080u;
+        v.z ^= 0x80808080u;
+        v.w ^= 0x80808080u;
+        rows[i] = v;
+      }
+    }
+    hopper::fence_proxy_async_smem();
+    hopper::named_bar_sync(kOwnBar + consumer, 128);
+  }
   // Consumer 0 issues the first S. Every bar.arrive meets exactly one bar.sync (v3's header): each
   // consumer syncs n_tiles times on its own turn barrier; consumer 1 arrives on consumer 0's once
   // here and after each S but its last, consumer 0 on consumer 1's after each S.
@@ -379,7 +409,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     turn(n_tiles, No{}, Yes{});  // PV_{n-1} only
   }
 
-  // l summed P' = P~ p_scale (online_softmax_scaled); the epilogue wants the sum of P~.
+  // l summed P' = P~ p_scale (online_softmax_fp8); the epilogue wants the sum of P~.
   l[0] *= p.inv_p_scale;
   l[1] *= p.inv_p_scale;
   store_o_l<__nv_bfloat16, kD>(o, m, l, c, static_cast<__nv_bfloat16*>(p.o) + bh * p.seq_q * kD,
