@@ -35,9 +35,9 @@
 //            the block (8 k16 steps), so each needs the other's dS^T: both write their 64 keys'
 //            rows of the dS^T tile, then a named barrier of all 256 threads, then the wgmma.
 //            Each query row is added once per key block: 64 x 128 floats per tile.
-//   D =  64: by keys. Splitting 64 columns would give each warpgroup N = 32, which starts in
-//            the middle of K's 64-column swizzled strip (a B operand the 128-byte swizzle cannot
-//            describe). So warpgroup w computes the whole 64 x 64 tile over its own 64 keys
+//   D =  64: by keys. Splitting 64 columns would give each warpgroup N = 32, and the second
+//            half starts in the middle of K's 64-column swizzled strip, where the MN-major
+//            descriptors of this chapter (whole 64-column strips) cannot start. So warpgroup w computes the whole 64 x 64 tile over its own 64 keys
 //            (4 k16 steps): it reads only its own dS^T rows (a barrier of its 128 threads), and
 //            both warpgroups add their partial tile into the same rows: 2 x 64 x 64 floats per
 //            tile, the same bytes as D = 128's.
@@ -50,9 +50,10 @@
 // rows past seq_q are simply not issued (the tensor form would clip them too), the workspace
 // keeps dQ's own row-major layout [batch*heads][seq_q][D] (exactly q_numel() floats, no padding
 // for ragged tiles; the convert kernel is a plain elementwise pass), and, the one that decides
-// it, the smem rows may be padded: a dense 64 x 64 fp32 box (the tensor form's unswizzled
-// source) puts the 8 rows a warp writes in one store on the same banks, 8 ways conflicted;
-// rows of 72 floats (+32 bytes) put them on 8 different banks groups, conflict-free (below).
+// it, the smem rows may be padded: a dense 64 x 64 fp32 box (an unswizzled tensor map's source)
+// puts the 8 rows a warp writes in one store on the same banks, 8 ways conflicted; rows of 72
+// floats (+32 bytes) put them on different banks, conflict-free (below). (A 128-byte-swizzled
+// fp32 map would avoid the conflicts too, at 32 columns per box.)
 //
 // Ordering, per warpgroup and iteration j (groups are wgmma commit groups):
 //   S^T, dP^T (2 groups); wait 1; P^T; dV (group); wait 1; dS^T; dK (group, A from registers);
@@ -101,14 +102,17 @@
 // 16-byte aligned addresses), run 06/v2_mma, as bwd_v1.
 //
 // Prediction: the tensor work falls from 7 units to 5 per (query tile, key block): if the
-// backward is tensor-bound as bwd_v1 was, 7/5 = 1.4x bwd_v1's speed at D 128, about cuDNN's
-// (bwd_v1 spent 1.41x cuDNN's tensor-active time). Against it: the reduce-add moves 64 x 128 x 4
-// = 32 KiB per tile into L2, as much as the tile's Q and dO bring in (2 x 64 x 128 x 2 bytes);
-// at 500 TFLOP/s of counted backward FLOPs (D 128) that is about 1.5 TB/s of reductions in L2,
-// which L2 should take without being the limit; the dQ wgmma waits for a 256-thread barrier
-// behind the slower warpgroup's dS^T, and the epilogue adds a convert pass of 6 bytes per dQ
-// element. Expected: 1.25-1.4x bwd_v1 at D 128, N >= 4096; at D 64 less (the same reduce bytes
-// over half the tensor work), 1.15-1.3x.
+// backward is tensor-bound as bwd_v1 was, 7/5 = 1.4x bwd_v1's speed at D 128 (bwd_v1 spent 1.41x
+// cuDNN's tensor-active time and ran at 0.78x cuDNN at N 8192: 1.4 x 0.78 = 1.09x cuDNN at best).
+// Against it, the reduce-add traffic: D fp32 per query row per key block, i.e. per head
+// (N / 128) x N x D x 4 = N^2 D / 32 bytes at D 128 against the 2.5 x 4 N^2 D = 10 N^2 D counted
+// FLOPs: 1 byte per 320 FLOPs, about 1.6 TB/s of fp32 reductions into L2 at 500 TFLOP/s (as much
+// as the Q and dO tiles the blocks stream in); at D 64 twice the bytes per FLOP (both
+// warpgroups add a partial tile), about 2.5 TB/s at 400 TFLOP/s. Also against it: the dQ wgmma
+// waits at a 256-thread barrier for the slower warpgroup's dS^T (D 128), the staging of dQ_tile
+// is not overlapped with tensor work, and a convert pass reads 4 and writes 2 bytes per dQ
+// element (under 2% at N 8192). Expected: 1.2-1.35x bwd_v1 at D 128, N >= 4096 (0.95-1.05x
+// cuDNN); at D 64 1.1-1.25x, the reductions nearer to a limit.
 // Speed: measured in chapters/07_flash_hopper/README.md
 #include <cuda.h>
 
