@@ -509,6 +509,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       hopper::bulk_commit_group();
       hopper::bulk_wait_group<0>();
       fence_proxy_async_global();
+      __syncwarp();  // the spin loops ended at different times: converge before the barrier
       hopper::named_bar_sync(Dq::added_bar(wg), kBr);  // warps 0 and 1 of this warpgroup
       if (t == 0) pass_turn(counter);
     }
