@@ -1,7 +1,9 @@
 // test_ch06_determinism.cpp: a backward kernel that says deterministic = true must give bitwise
-// the same dQ, dK, dV and D when run twice on the same inputs. Kernels that accumulate with
-// atomics (deterministic = false) are run the same way and the test only prints whether their
-// two results differed: that is allowed, and worth seeing.
+// the same dQ, dK, dV and D when run three times on the same inputs, on two shapes: a small ragged
+// causal one and a larger full one (N 2048: sixteen or more key blocks add into every dQ row at
+// once, where an unordered accumulation does come out different). Kernels that accumulate with
+// atomics or reduce-adds (deterministic = false) are run the same way and the test only prints
+// whether their results differed: that is allowed, and worth seeing.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -44,82 +46,92 @@ TEST_P(BwdDeterminism, TwoRunsSameBits) {
   const DType t = k.dtypes.front();
   const int d = fa::supports(k.head_dims, 64) ? 64 : k.head_dims.front();
   // Ragged, causal, seq_q != seq_k, several K tiles per Q tile: many blocks add into each dQ_i.
-  const AttentionShape s{2, 3, 300, 517, d, true, 0.0f};
+  // Then a full one with 16+ key blocks per query row, long enough that the blocks of one query
+  // tile overlap in time.
+  const AttentionShape shapes[] = {{2, 3, 300, 517, d, true, 0.0f},
+                                   {2, 8, 2048, 2048, d, false, 0.0f}};
+  for (const AttentionShape& s : shapes) {
+    SCOPED_TRACE(s.str());
+    // O and L from a forward kernel: chapter 05's best, else chapter 06's helper.
+    const fa::AttentionFwdKernel* fwd = fa::best_forward_kernel(t, d);
+    if (fwd == nullptr) fwd = fa::find_entry<fa::AttentionFwdKernel>("06/forward_helper");
+    if (fwd == nullptr || !fa::supports(fwd->dtypes, t) || !fa::supports(fwd->head_dims, d))
+      GTEST_SKIP() << "no forward kernel for " << fa::dtype_name(t) << " D=" << d;
 
-  // O and L from a forward kernel: chapter 05's best, else chapter 06's helper.
-  const fa::AttentionFwdKernel* fwd = fa::best_forward_kernel(t, d);
-  if (fwd == nullptr) fwd = fa::find_entry<fa::AttentionFwdKernel>("06/forward_helper");
-  if (fwd == nullptr || !fa::supports(fwd->dtypes, t) || !fa::supports(fwd->head_dims, d))
-    GTEST_SKIP() << "no forward kernel for " << fa::dtype_name(t) << " D=" << d;
-
-  DeviceBuffer q = fa::to_device(t, fa::random_normal(s.q_numel(), 601));
-  DeviceBuffer kk = fa::to_device(t, fa::random_normal(s.k_numel(), 602));
-  DeviceBuffer v = fa::to_device(t, fa::random_normal(s.k_numel(), 603));
-  DeviceBuffer dO = fa::to_device(t, fa::random_normal(s.q_numel(), 604));
-  DeviceBuffer o(size_t(s.q_numel()) * fa::dtype_size(t)), lse(size_t(s.lse_numel()) * 4);
-  fa::AttentionFwdArgs fa_args;
-  fa_args.q = q.data();
-  fa_args.k = kk.data();
-  fa_args.v = v.data();
-  fa_args.o = o.data();
-  fa_args.lse = lse.as<float>();
-  fa_args.shape = s;
-  fa_args.dtype = t;
-  try {
-    fwd->run(fa_args, nullptr);
-  } catch (const fa::Unsupported& e) {
-    GTEST_SKIP() << e.what();
-  }
-  FA_CUDA_CHECK(cudaDeviceSynchronize());
-
-  auto run_once = [&]() {
-    DeviceBuffer gq(size_t(s.q_numel()) * fa::dtype_size(t)),
-        gk(size_t(s.k_numel()) * fa::dtype_size(t)), gv(size_t(s.k_numel()) * fa::dtype_size(t)),
-        gD(size_t(s.lse_numel()) * 4), ws(size_t(s.q_numel()) * 4);
-    gq.poison();
-    gk.poison();
-    gv.poison();
-    gD.poison();
-    ws.zero();  // the harness's contract: the workspace is zero at every call
-    fa::AttentionBwdArgs a;
-    a.q = q.data();
-    a.k = kk.data();
-    a.v = v.data();
-    a.o = o.data();
-    a.dout = dO.data();
-    a.lse = lse.as<float>();
-    a.dq = gq.data();
-    a.dk = gk.data();
-    a.dv = gv.data();
-    a.delta = gD.as<float>();
-    a.workspace = ws.as<float>();
-    a.shape = s;
-    a.dtype = t;
-    k.run(a, nullptr);
+    DeviceBuffer q = fa::to_device(t, fa::random_normal(s.q_numel(), 601));
+    DeviceBuffer kk = fa::to_device(t, fa::random_normal(s.k_numel(), 602));
+    DeviceBuffer v = fa::to_device(t, fa::random_normal(s.k_numel(), 603));
+    DeviceBuffer dO = fa::to_device(t, fa::random_normal(s.q_numel(), 604));
+    DeviceBuffer o(size_t(s.q_numel()) * fa::dtype_size(t)), lse(size_t(s.lse_numel()) * 4);
+    fa::AttentionFwdArgs fa_args;
+    fa_args.q = q.data();
+    fa_args.k = kk.data();
+    fa_args.v = v.data();
+    fa_args.o = o.data();
+    fa_args.lse = lse.as<float>();
+    fa_args.shape = s;
+    fa_args.dtype = t;
+    try {
+      fwd->run(fa_args, nullptr);
+    } catch (const fa::Unsupported& e) {
+      GTEST_SKIP() << e.what();
+    }
     FA_CUDA_CHECK(cudaDeviceSynchronize());
-    return Outputs{bytes_of(gq), bytes_of(gk), bytes_of(gv), bytes_of(gD)};
-  };
-  Outputs first, second;
-  try {
-    first = run_once();
-    second = run_once();
-  } catch (const fa::Unsupported& e) {
-    GTEST_SKIP() << e.what();
-  }
-  const bool same_dq = first.dq == second.dq, same_dk = first.dk == second.dk,
-             same_dv = first.dv == second.dv, same_D = first.delta == second.delta;
-  if (k.deterministic) {
-    EXPECT_TRUE(same_dq) << k.name << ": dQ differs between two runs";
-    EXPECT_TRUE(same_dk) << k.name << ": dK differs between two runs";
-    EXPECT_TRUE(same_dv) << k.name << ": dV differs between two runs";
-    EXPECT_TRUE(same_D) << k.name << ": D differs between two runs";
-  } else {
-    std::cout << "[ info ] " << k.name << " (deterministic = false) on " << s.str() << " "
-              << fa::dtype_name(t) << ": two runs were "
-              << (same_dq && same_dk && same_dv && same_D ? "bitwise identical" : "different")
-              << " (dQ " << (same_dq ? "same" : "differs") << ", dK "
-              << (same_dk ? "same" : "differs") << ", dV " << (same_dv ? "same" : "differs")
-              << ")\n";
+
+    auto run_once = [&]() {
+      DeviceBuffer gq(size_t(s.q_numel()) * fa::dtype_size(t)),
+          gk(size_t(s.k_numel()) * fa::dtype_size(t)), gv(size_t(s.k_numel()) * fa::dtype_size(t)),
+          gD(size_t(s.lse_numel()) * 4), ws(size_t(s.q_numel()) * 4);
+      gq.poison();
+      gk.poison();
+      gv.poison();
+      gD.poison();
+      ws.zero();  // the harness's contract: the workspace is zero at every call
+      fa::AttentionBwdArgs a;
+      a.q = q.data();
+      a.k = kk.data();
+      a.v = v.data();
+      a.o = o.data();
+      a.dout = dO.data();
+      a.lse = lse.as<float>();
+      a.dq = gq.data();
+      a.dk = gk.data();
+      a.dv = gv.data();
+      a.delta = gD.as<float>();
+      a.workspace = ws.as<float>();
+      a.shape = s;
+      a.dtype = t;
+      k.run(a, nullptr);
+      FA_CUDA_CHECK(cudaDeviceSynchronize());
+      return Outputs{bytes_of(gq), bytes_of(gk), bytes_of(gv), bytes_of(gD)};
+    };
+    constexpr int kRuns = 3;
+    Outputs out[kRuns];
+    try {
+      for (Outputs& r : out) r = run_once();
+    } catch (const fa::Unsupported& e) {
+      GTEST_SKIP() << e.what();
+    }
+    bool same_dq = true, same_dk = true, same_dv = true, same_D = true;
+    for (int r = 1; r < kRuns; ++r) {
+      same_dq = same_dq && out[r].dq == out[0].dq;
+      same_dk = same_dk && out[r].dk == out[0].dk;
+      same_dv = same_dv && out[r].dv == out[0].dv;
+      same_D = same_D && out[r].delta == out[0].delta;
+    }
+    if (k.deterministic) {
+      EXPECT_TRUE(same_dq) << k.name << ": dQ differs between runs";
+      EXPECT_TRUE(same_dk) << k.name << ": dK differs between runs";
+      EXPECT_TRUE(same_dv) << k.name << ": dV differs between runs";
+      EXPECT_TRUE(same_D) << k.name << ": D differs between runs";
+    } else {
+      std::cout << "[ info ] " << k.name << " (deterministic = false) on " << s.str() << " "
+                << fa::dtype_name(t) << ": " << kRuns << " runs were "
+                << (same_dq && same_dk && same_dv && same_D ? "bitwise identical" : "different")
+                << " (dQ " << (same_dq ? "same" : "differs") << ", dK "
+                << (same_dk ? "same" : "differs") << ", dV " << (same_dv ? "same" : "differs")
+                << ")\n";
+    }
   }
 }
 
