@@ -1,7 +1,6 @@
 // ch07_fp8_common.cuh: what the FP8 (e4m3) forwards of this chapter share (07/fp8_v1, 07/fp8_v2,
 // 07/fp8_v3):
-//   * the FP8 wgmmas (m64n128k32 and m64n64k32, e4m3 x e4m3 -> fp32, both operands K-major in
-//     shared memory);
+//   * the FP8 wgmma (m64n128k32, e4m3 x e4m3 -> fp32, both operands K-major in shared memory);
 //   * P (fp32 accumulators) quantised to e4m3 and stored in the 128-byte swizzled K-major layout
 //     the P V wgmma reads, and the proxy fence that makes those stores visible to it;
 //   * the kernel parameters (scales, lengths, the P scale) and the host's TMA map of a byte tensor.
@@ -64,31 +63,6 @@ __device__ __forceinline__ void wgmma_e4m3_m64n128k32(float (&d)[64], uint64_t d
         "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
         "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
         "+f"(d[63])
-      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
-#else
-  __trap();
-#endif
-}
-
-// D[64 x 64] (+)= A[64 x 32] * B[32 x 64]: the same instruction at N = 64 (the PTX ISA lists N = 8,
-// 16, ..., 256 for .e4m3), 32 accumulators a thread in the same layout (element 4j + {0, 1, 2, 3}:
-// columns 8j + 2q, +1 of rows 16w + g, 16w + g + 8). B is 64 rows of the K-major tile, so its
-// descriptor starts 64 rows (8 KiB of 128-byte rows: 8 whole swizzle atoms) further for each
-// quarter of a 256-row V^T (07/fp8_v3).
-__device__ __forceinline__ void wgmma_e4m3_m64n64k32(float (&d)[32], uint64_t desc_a,
-                                                     uint64_t desc_b, int accumulate) {
-#if FA_SM90A
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-      "%32, %33, p, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
-        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
       : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 #else
   __trap();

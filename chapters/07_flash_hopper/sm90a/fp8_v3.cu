@@ -15,42 +15,30 @@
 //   * D = 256, Bc = 128. A row of Q or K is 256 bytes, two 128-byte swizzle strips: Q and K come
 //     in two TMA boxes each (columns 0..127 and 128..255, strip s at s * rows * 128 bytes, as the
 //     bf16 rungs lay out D = 128), and desc_k_major's k32 step kk lies in strip kk / 4. A V^T tile
-//     is 256 rows (d) of 128 keys, one box; P V's column quarter i reads rows 64i .. 64i + 63.
+//     is 256 rows (d) of 128 keys, one box; P V's column half h reads rows 128h .. 128h + 127.
 //     The host side (prepare_fp8_launch, make_tmap_u8) is fp8_v2's: its boxes are already 128
 //     bytes wide and box_rows tall, so the maps of D = 256 need nothing new.
 //   * Registers are THE problem. O is 64 x 256 fp32, 128 registers a thread; S_j is 64; a fresh
 //     P V tile over all 256 columns would be another 128. fp8_v2's turn keeps S_j, PV_{j-1} and O
 //     live together (64 + 64 + 64 at D = 128): here that would be 64 + 128 + 128 = 320, far over
-//     the 240 a consumer gets. So P V is computed in four column quarters (m64n64k32 on V^T rows
-//     64i .. 64i + 63, 32 registers each), on two tiles used in turn: quarter i + 1 runs on the
-//     tensor cores while quarter i is folded into its quarter of O. S_j is issued only after the
-//     last fold, so the two quarter tiles and S's one are never live together: 64 registers of
-//     tiles next to O at any time, 192 (ptxas puts the quarter tiles on S's registers: below). A
-//     consumer's turn j is (A, B: the two quarter tiles; "wait 1": wgmma.wait_group 1, all but
-//     the newest batch done)
-//         PV0 -> A, PV1 -> B, wait 1, fold A; PV2 -> A, wait 1, fold B; PV3 -> B, wait 1,
-//         fold A; wait 0, fold B; S_j -> wait -> softmax
-//     Only the last fold (32 elements) runs with none of this consumer's matmuls in flight. An
-//     earlier form of this rung computed P V in two column halves (m64n128k32), each waited for
-//     and folded (64 elements) before the next was issued: two such gaps per turn, and Nsight
-//     Compute saw the tensor pipe active 51% of the time at N = 8192 (the bf16 v4 at D = 256:
-//     76%). The overlap of a consumer's softmax with its own P V (fp8_v2's and v4's
-//     intra-warpgroup overlap) stays given up: it needs a second accumulator of S's size. What
-//     keeps the tensor cores busy during one consumer's softmax is the other consumer's matmuls
-//     (v3's ping-pong, below), 1024 clocks of them against ~600 of softmax.
-//     The price of N = 64: each quarter reads the whole of P (the A operand, 2 KiB a k32 step)
-//     again, so P V reads 4 KiB of shared memory per 2 x 64 x 64 x 32 FLOP (~32 clocks of the
-//     SM's FP8 tensor cores) where the halves read 6 KiB per twice that: 128 bytes a clock, the
-//     whole bandwidth of an SM's shared memory, while a quarter runs (+17% operand bytes per
-//     tile over S and P V together).
+//     the 240 a consumer gets. So P V is computed in two column halves (m64n128k32 on V^T rows
+//     0..127, then 128..255), each on a fresh 64-register tile folded into its half of O before
+//     the next is issued, and S_j is issued only after both folds: at any time one 64-register
+//     accumulator is in flight next to O, 192 registers of tiles. A consumer's turn j is
+//         PV_{j-1} lo -> wait -> fold lo, PV_{j-1} hi -> wait -> fold hi, S_j -> wait -> softmax
+//     all in series. The overlap of a consumer's softmax with its own P V (fp8_v2's and v4's
+//     intra-warpgroup overlap) is given up: it needs a second accumulator. What keeps the tensor
+//     cores busy during one consumer's softmax is the other consumer's three batches (v3's
+//     ping-pong, below), 1024 clocks of matmul against ~600 of softmax.
 //     The alternative, Bc = 64 (S 32 registers), keeps fp8_v2's overlap but halves every wgmma's
-//     N (S's too, where the quarters narrow only P V's): m64n64k32 from shared memory reads as
-//     many operand bytes per FLOP as twice the work would, close to the shared-memory bandwidth,
-//     and doubles the per-tile overhead (waits, barriers, row statistics, scale loads) per FLOP.
+//     N: m64n64k32 from shared memory reads as many operand bytes per FLOP as twice the work
+//     would, close to the shared-memory bandwidth, and doubles the per-tile overhead (waits,
+//     barriers, row statistics, scale loads) per FLOP.
 //   * The turn token of v3 now orders only the S wgmmas: a consumer waits for its turn, issues
-//     S_j, and hands the turn over; its P V quarters are issued outside the token, whenever their
+//     S_j, and hands the turn over; its P V halves are issued outside the token, whenever their
 //     P is ready. So the S_j of the two consumers alternate, and with them the softmaxes: one
-//     consumer's softmax runs while the other's P V quarters and S run.
+//     consumer's softmax runs while the other's P V halves and S run, and a consumer's short
+//     folds leave the tensor cores to whatever the other has queued.
 //   * The P buffers need a barrier of their own: in fp8_v2 the turn's bar.sync (all 128 threads
 //     of a consumer, before its wgmmas) made every thread's P_{j-1} stores visible to P_{j-1}
 //     V_{j-1}; here P V is issued before the turn's bar.sync, so a named barrier of the consumer's
@@ -82,8 +70,8 @@
 //     4). The rule's floor, 2^-10 of fp8_accumulator_bound = |scale| max_i sum_d |Q_id| max_j
 //     |K_jd| (common/fp8.h), is a sum over D as well: it doubles with D as the chain of partial
 //     sums does, so the ratio of the error allowed to the error made is what it is at D = 128.
-//     P V is as fp8_v2's (a fresh tile per key tile and column quarter, 4 k32 steps, folded in
-//     fp32 with its own V scale): the naive forward's semantics.
+//     P V is as fp8_v2's (a fresh tile per key tile and column half, 4 k32 steps, folded in fp32
+//     with its own V scale): the naive forward's semantics.
 //
 // Map of the kernel
 //   block       3 warpgroups (384 threads): producer + 2 consumers of 64 rows; Br = 128
@@ -92,9 +80,8 @@
 //   pipeline    2 K slots and 2 V^T slots, one full and one empty mbarrier each (v3's phases)
 //   barriers    named barriers 1 and 2: consumer 0's and 1's turn to issue S (256 threads each);
 //               3 and 4: consumer 0's and 1's own 128 threads, before a P V reads P
-//   per turn j  [j > 0] bar.sync(own); PV_{j-1} quarter i (4 x m64n64k32, fresh, on pv[i % 2])
-//               for i = 0..3, each issued before quarter i - 1 is waited for (wait 1) and folded
-//               into O[:, 64(i-1):64i] (O = alpha_{j-1} O + f PV); wait 0, fold quarter 3;
+//   per turn j  [j > 0] bar.sync(own); PV_{j-1} lo (4 x m64n128k32, fresh) -> wait 0 -> fold
+//               O[:, 0:128]; PV_{j-1} hi -> wait 0 -> fold O[:, 128:256] (O = alpha_{j-1} O + f PV);
 //               [j < n] bar.sync(turn); S_j (8 x m64n128k32, chained); bar.arrive(other's turn);
 //               wait 0; mask; online softmax dequantising on the way -> alpha_j; P_j -> e4m3 ->
 //               buffer j % 2; fence.proxy.async
@@ -102,11 +89,7 @@
 //               alignment (193.1 KiB)
 //   registers   producer 24, consumers 240 after setmaxnreg (compiled at 168); ptxas (CUDA 13.0,
 //               -Xptxas -v): 168 registers, 0 bytes spill stores / loads. Lowering kConsumerRegs
-//               shows what the consumers need: 240 fit, 232 spill 8 bytes (the halves form: 232
-//               fit). The quarter tiles are two arrays, pv[2][32], not the halves of S's acc[64]
-//               through a cast: with the cast ptxas serialised every wgmma of the kernel (C7511,
-//               "insufficient register resources for the wgmma pipeline"); as two arrays it
-//               places them on S's 64 registers by itself (R24..R55, R56..R87 in the SASS)
+//               shows what the consumers need: 232 fit, 224 spill 20 bytes (fp8_v2: 217..224)
 //   ragged      as fp8_v2: TMA zero-fills Q rows past seq_q, K rows and V^T columns past seq_k;
 //               keys past seq_k are masked; O and L stores are predicated on the row; causal
 //               (bottom-right) and rows with no visible key as v4 (O = 0, L = -inf). A consumer
@@ -115,20 +98,16 @@
 //   refused     (UNSUPPORTED) another head dim, block sizes other than 64 / 128, grouped K/V heads,
 //               a window, pointers TMA cannot take (16-byte alignment), sizes near 2^31.
 //
-// Prediction: ~1050 TFLOP/s at B 2, H 16, N 8192, D 256, non-causal (about 53% of the 1979 dense
-// FP8 TFLOP/s of an H100 SXM), ~1.1x the halves form (943 measured there). Per tile the two
-// consumers' matmuls are 2 x 1024 = 2048 clocks of tensor core. The halves form had two gaps in
-// each consumer's turn where it waited for a P V half and folded it (wgmma drain, ~70-130 FMAs a
-// thread, the next issue: ~150-250 clocks), ~800 clocks per tile pair: 2048 / 2850 = 72% of the
-// tensor cores at best. Here a fold of 32 elements (32-64 FMAs a thread) runs under the next
-// quarter (4 x ~32 clocks at the FP8 peak), and one gap per turn is left, the last quarter's
-// drain + its fold + the turn barrier + S's issue, ~100-150 clocks: ~300 per tile pair, 2048 /
-// 2350 = 87% at best, 1.2x the halves form's bound. Against it: the quarters read shared memory
-// at its full 128 bytes a clock (header), next to TMA's K and V^T stores, so they may run ~10%
-// under the tensor peak (P V is half the matmul time: ~5% in all). And the halves form reached
-// ~70% of its bound (tensor pipe active 51% against 72%): the same share of 87% is ~61%, 1.2x;
-// with the ~5%, 943 x 1.2 / 1.05 ~ 1080 TFLOP/s: hence ~1050. Causal: ~8% lower, as the halves
-// form (943 -> 873).
+// Prediction: ~900 TFLOP/s at B 2, H 8, N 8192, D 256, non-causal (about 45% of the 1979 dense
+// FP8 TFLOP/s of an H100 SXM), 1.3x fp8_v2 at D = 128. Per tile the two consumers' matmuls are
+// 2 x 1024 = 2048 clocks of tensor core. Each consumer's turn has two gaps where it waits for a
+// P V half and folds it (wgmma drain, ~70-130 FMAs per thread, the next issue: ~150-250 clocks);
+// while the other consumer is in its softmax nothing fills them: ~4 x 200 = 800 clocks per tile
+// pair, 2048 / 2850 = 72% of the tensor cores at best. The softmax (~512 MUFU clocks, ~350
+// instructions a thread) fits under the other consumer's ~1400 clocks. Against the 72%: clocks
+// sag under FP8 load (~1.6-1.7 GHz against the 1.83 of the peak), waits on K tiles with a 2-deep
+// ring, and fp8_v2 reached 34% where its arithmetic promised ~40%: hence ~45%, below the 1.0
+// PFLOP/s aimed at. Causal: ~10% lower (fp8_v2: 676.6 -> 613.7).
 // Speed: measured in chapters/07_flash_hopper/README.md
 #include <cuda.h>
 #include <cuda_fp8.h>
@@ -153,12 +132,10 @@ constexpr int kOwnBar = 3;             // named barriers 3, 4: consumer 0's, 1's
 constexpr int kD = 256;
 constexpr int kBc = 128;  // keys per tile: also K's and V's quantisation block
 constexpr int kStages = 2;
-constexpr int kPBuffers = 2;      // per consumer: P_j in buffer j % 2 (header)
-constexpr int kAcc = 64;          // one m64n128 accumulator: S, or two quarters of P V
-constexpr int kQAcc = kAcc / 2;   // one m64n64 accumulator: a column quarter of P V
-constexpr int kOAcc = kD / 2;     // O accumulators per thread (four quarters of kQAcc)
-constexpr int kQuarterRows = 64;  // V^T rows (= O columns) of one quarter
-constexpr int kQuarters = kD / kQuarterRows;
+constexpr int kPBuffers = 2;        // per consumer: P_j in buffer j % 2 (header)
+constexpr int kAcc = 64;            // one m64n128 accumulator: S, or one column half of P V
+constexpr int kOAcc = kD / 2;       // O accumulators per thread (two halves of kAcc)
+constexpr int kHalves = kD / 128;   // column halves of P V
 constexpr int kKSteps = kD / 32;    // k32 steps of S = Q K^T: 4 in each 128-byte strip
 constexpr int kPVSteps = kBc / 32;  // k32 steps of P V
 constexpr int kStrips = kD / 128;   // 128-byte swizzle strips of a Q or K row
@@ -318,7 +295,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // by it when PV_j is folded in, one turn later (0 after the first tile: O is 0 then).
   float alpha[2] = {0.0f, 0.0f};
 
-  // P_j V_j in four column quarters, then S_{j+1} (turn j + 1 of the header). kS: it has an S (the
+  // P_j V_j in two column halves, then S_{j+1} (turn j + 1 of the header). kS: it has an S (the
   // tile exists), kPV: it has a P V; compile-time, so that no wgmma sits on a run-time branch
   // (ptxas would serialise them).
   auto turn = [&](int j, auto k_s, auto k_pv) {
@@ -329,13 +306,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     // The scales of this turn, loaded before the waits so that their latency hides there.
     const float dequant = kS ? scale_q * k_scale[j] : 0.0f;
     const float v_factor = kPV ? v_scale[j - 1] * p.inv_p_scale : 0.0f;
-    // PV_{j-1}'s quarters alternate on pv[0] and pv[1] (0, 1, 0, 1); S_j comes after the last
-    // fold, when neither is live, and ptxas puts the three on the same 64 registers (header).
-    float pv[2][kQAcc];
-    float acc[kAcc];
+    float acc[kAcc];  // PV_{j-1} lo, then PV_{j-1} hi, then S_j: one accumulator at a time
 
     if constexpr (kPV) {
-      // ---- O = alpha_{j-1} O + scale_v[j-1] / p_scale PV_{j-1}, quarter by quarter: O is still
+      // ---- O = alpha_{j-1} O + scale_v[j-1] / p_scale PV_{j-1}, half by half: O is still
       // scaled to m_{j-2}, P_{j-1} already to m_{j-1}. Every thread of this consumer stored and
       // fenced P_{j-1} (buffer (j - 1) % 2) in turn j - 1 before this barrier, and finished
       // P_{j-2} V_{j-2} there too (buffer j % 2 is free for P_j).
@@ -343,53 +317,35 @@ __global__ void __launch_bounds__(kThreads, 1)
       hopper::mbar_wait(&full_v[sp], ((j - 1) / kStages) & 1);
       // A warp whose rows all kept their max folds with one FFMA per element (header).
       const bool keep = __all_sync(0xffffffffu, alpha[0] == 1.0f && alpha[1] == 1.0f);
-      // Quarter i: columns 64i .. 64i + 63 of PV_{j-1}, from V^T rows 64i .. 64i + 63 (64 rows of
-      // 128 bytes: 8 KiB, whole swizzle atoms), on pv[i % 2].
-      auto issue_quarter = [&](int i) {
-        // Orders this thread's last accesses of these registers (the fold of quarter i - 2, or the
-        // softmax of the turn before, on the same physical registers) before the wgmma's writes.
+#pragma unroll
+      for (int h = 0; h < kHalves; ++h) {
         hopper::wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < kPVSteps; ++kk)
-          wgmma_e4m3_m64n64k32(pv[i % 2], desc_k_major<kRowsPerWarpgroup>(sP_prev, kk),
-                               desc_k_major<kD>(sVt(sp) + i * kQuarterRows * kStripCols, kk),
-                               kk > 0);
+          wgmma_e4m3_m64n128k32(acc, desc_k_major<kRowsPerWarpgroup>(sP_prev, kk),
+                                desc_k_major<kD>(sVt(sp) + h * 128 * kStripCols, kk), kk > 0);
         hopper::wgmma_commit();
-      };
-      // O[:, 64i .. 64i + 63] is o[32i .. 32i + 31]: the accumulator index is n-block-major
-      // (element 4b + {0..3} is n-block b's), and the quarter's 8 n-blocks are O's 8i .. 8i + 7.
-      auto fold_quarter = [&](int i) {
-        float(&a)[kQAcc] = pv[i % 2];
-        hopper::fence_registers(a);
-        float* oq = o + i * kQAcc;
+        hopper::wgmma_wait<0>();
+        hopper::fence_registers(acc);
+        float* oh = o + h * kAcc;  // columns 128h .. 128h + 127: the same fragment layout
         if (keep) {
 #pragma unroll
-          for (int e = 0; e < kQAcc; e += 4) {
-            oq[e] = fmaf(v_factor, a[e], oq[e]);
-            oq[e + 1] = fmaf(v_factor, a[e + 1], oq[e + 1]);
-            oq[e + 2] = fmaf(v_factor, a[e + 2], oq[e + 2]);
-            oq[e + 3] = fmaf(v_factor, a[e + 3], oq[e + 3]);
+          for (int i = 0; i < kAcc; i += 4) {
+            oh[i] = fmaf(v_factor, acc[i], oh[i]);
+            oh[i + 1] = fmaf(v_factor, acc[i + 1], oh[i + 1]);
+            oh[i + 2] = fmaf(v_factor, acc[i + 2], oh[i + 2]);
+            oh[i + 3] = fmaf(v_factor, acc[i + 3], oh[i + 3]);
           }
         } else {
 #pragma unroll
-          for (int e = 0; e < kQAcc; e += 4) {
-            oq[e] = fmaf(oq[e], alpha[0], v_factor * a[e]);
-            oq[e + 1] = fmaf(oq[e + 1], alpha[0], v_factor * a[e + 1]);
-            oq[e + 2] = fmaf(oq[e + 2], alpha[1], v_factor * a[e + 2]);
-            oq[e + 3] = fmaf(oq[e + 3], alpha[1], v_factor * a[e + 3]);
+          for (int i = 0; i < kAcc; i += 4) {
+            oh[i] = fmaf(oh[i], alpha[0], v_factor * acc[i]);
+            oh[i + 1] = fmaf(oh[i + 1], alpha[0], v_factor * acc[i + 1]);
+            oh[i + 2] = fmaf(oh[i + 2], alpha[1], v_factor * acc[i + 2]);
+            oh[i + 3] = fmaf(oh[i + 3], alpha[1], v_factor * acc[i + 3]);
           }
         }
-      };
-      // Two quarters in flight, folded in order: wait_group 1 leaves the newest one running.
-      issue_quarter(0);
-#pragma unroll
-      for (int i = 1; i < kQuarters; ++i) {
-        issue_quarter(i);
-        hopper::wgmma_wait<1>();  // quarter i - 1 is done, quarter i runs on
-        fold_quarter(i - 1);
       }
-      hopper::wgmma_wait<0>();
-      fold_quarter(kQuarters - 1);
       hopper::mbar_arrive(&empty_v[sp]);  // done with V_{j-1}
     }
 
@@ -477,9 +433,9 @@ void attention_fwd_fp8_v3(const AttentionFwdFp8Args& a, cudaStream_t stream) {
 FA_REGISTER(AttentionFwdFp8Kernel,
             {kName,
              attention_fwd_fp8_v3,
-             "Hopper FP8 (e4m3) at D = 256: fp8_v2 with P V in four column quarters on two "
-             "32-register tiles, each folded into O while the next runs, S issued after the last "
-             "fold (O 128 + 64 registers of tiles), S turns alternating between the consumers",
+             "Hopper FP8 (e4m3) at D = 256: fp8_v2 with P V in two column halves, each on a "
+             "fresh 64-register tile folded into O before S is issued (O 128 + one accumulator "
+             "64 registers), S turns alternating between the consumers",
              {256},
              90,
              kRowsPerWarpgroup,
