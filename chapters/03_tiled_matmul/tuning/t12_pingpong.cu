@@ -1,6 +1,7 @@
 // 03/t12_pingpong: t10 with each consumer warpgroup on a tile of its own, taking turns at the
 // tensor cores (ping-pong), so that one's epilogue runs while the other multiplies.
-// Status: compiled, not yet run (the GPU tests and the timing are pending).
+// Status: passes its GPU tests and the sanitizers, and is SLOWER than t10 (80% of cuBLAS): kept
+// as a measured step that did not pay (end of this header).
 // Speed: measured in chapters/03_tiled_matmul/tuning/README.md
 //
 // What changed vs t10: who owns a tile, and when each consumer multiplies. In t10 both consumer
@@ -71,6 +72,18 @@
 // the 128 a cycle shared memory serves, so the kernel cannot pass ~80% of peak, ~790 TFLOP/s, if
 // the wgmmas read B once for the four warps as assumed). If t12 is slower than t10, the smaller
 // tile's traffic costs more than the epilogue it hides.
+//
+// Measured (H100 80GB HBM3, 2026-11-26, two rounds with t10 and cuBLAS in the same run): 612.3 and
+// 612.0 TFLOP/s at 4096^3 (80.7% and 81.0% of cuBLAS; t10 746.4 and 745.9), 620.9 and 617.8 at
+// 8192^3 (79.0%, 78.7%; t10 773.6, 769.3): 0.82x t10, far below the prediction. Nsight Compute at
+// 4096^3: the tensor pipe busy 70.7% of the active cycles (t10: 90.9%), the top stall "barrier"
+// (the turn barriers: 87 k cycles a warp against t10's 62 k), then "wait" and "dispatch". The
+// reading: the strict turns let one warpgroup at a time issue wgmmas, and a single warpgroup's
+// chain of m64n128k16 pairs does not keep the SM's tensor cores as busy as two warpgroups issuing
+// side by side (t10), a loss of a fifth where the epilogue it hides was 1-2%. (Whether the
+// shared-memory estimate above binds as well, this profile does not say.) A ping-pong schedule
+// can win at most what the epilogue costs, which is large only where K is short or the epilogue
+// heavy; at K = 4096 with a plain store it is the 1-2% above.
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
