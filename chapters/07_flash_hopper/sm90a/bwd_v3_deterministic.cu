@@ -14,38 +14,77 @@
 // The order of the adds: for every (head, query tile) a counter in global memory says how many
 // adders have added into the tile. An adder is a warpgroup of a key block:
 //   D = 128 (dQ_tile split by columns): one counter per column half; warpgroup w of key block n
-//           adds its half at turn n (halves are disjoint: they need no order between them);
+//           adds its half at place rank (halves are disjoint: they need no order between them);
 //   D =  64 (split by keys, both warpgroups add the same columns): one counter per tile;
-//           warpgroup w of key block n adds at turn 2n + w.
+//           warpgroup w of key block n adds at place 2 rank + w,
+// where rank is how many key blocks add into the tile before block n (below).
 // Each of a warpgroup's 64 adder threads waits (ld.acquire.gpu, spinning) until the counter has
-// reached its turn, issues its row's reduce-add, and waits until the add has *completed*
+// reached its place, issues its row's reduce-add, and waits until the add has *completed*
 // (cp.async.bulk.wait_group 0, not only .read: the next adder must find the sum in place); a
 // fence.proxy.async.global orders the TMA engine's writes before the generic-proxy release (and
 // the acquire before the next adds); a named barrier of the 64 adders; then thread 0 bumps the
 // counter (red.release.gpu.global.add). Every element of the workspace then receives its
-// additions in the order of the turns: block 0's (warpgroup 0's, then 1's at D = 64), block 1's,
-// ..., whatever the timing. dK, dV (one owner per element) and the rest were deterministic
-// already.
+// additions in the order of the places, whatever the timing. dK, dV (one owner per element) and
+// the rest were deterministic already.
 //
-// Which blocks add into a tile, and why turn n is the right one: block n (keys 128n ..) visits
-// the query tiles from qt_begin(n) (causal: the tile of the first query that sees key 128n; 0
-// otherwise) to the last, and qt_begin never decreases with n. So the blocks that add into query
-// tile qt are exactly the key blocks 0 .. some n_max: when block n reaches qt, the n blocks
-// before it all add into qt too (it is >= their qt_begin), and none after it comes before it.
-// Blocks that see no query (causal, keys past every query's diagonal) add nothing and are the
-// last ones, so nobody waits for them.
+// Which order: the one in which the key blocks *reach* the tile when all run at one speed, so
+// that, ideally, nobody waits: when block n gets to tile i, the blocks before it in the order
+// have added there already, one iteration or more ago. A fixed order that ignores the walk is
+// what makes blocks wait (key block 0 first at every tile: in a causal head block n starts at
+// its diagonal tile, about 2n, and would wait there until blocks 0 .. n - 1, which start at
+// tiles 0, 2, .., got there, a wavefront; in a full head all blocks would start at tile 0 and
+// block n would add n round trips after block 0, a skew kept to the end). The walks and the
+// order (ch07_dq_order.h computes both, in O(1) per iteration; tests/cpu/test_ch07_dq_order.cpp
+// checks them against a brute-force walk and sort):
+//   causal: block n visits its first visible tile f(n) (the tile of the first query that sees
+//           key 128n; 0 when every query sees it) and every tile after it, as bwd_v2. At tile i
+//           it is at iteration i - f(n); f never decreases with n, so ascending iteration is
+//           descending n (ties, equal f, only among the blocks that every query sees when
+//           seq_k > seq_q, are broken by descending n too). The blocks that add into tile i are
+//           0 .. G(i) - 1 (G(i): the blocks with f <= i), and rank = G(i) - 1 - n. Square: the
+//           diagonal tile's own block adds first, the block of the previous diagonal next, ...
+//   full:   block n walks all n_qt query tiles from tile n mod n_qt, wrapping around after the
+//           last: at tile i it is at iteration (i - n) mod n_qt; the order is ascending iteration
+//           (ties, blocks n_qt apart, exist only when there are more key blocks than query
+//           tiles: descending n, the block launched earlier first, as in the causal order). Its
+//           rank counts, for the iterations before its own, the blocks with that iteration: a
+//           cyclic range of residues of n mod n_qt, a few comparisons.
+//           Rotated only when all key blocks of a head can be resident at once (below); when
+//           they cannot, all blocks walk from tile 0 and add in descending n (the skew again).
 //
-// Why it cannot deadlock: a block only ever waits for blocks of the same head with a smaller key
-// tile index (and at D = 64 its warpgroup 1 for its own warpgroup 0, which never waits for
-// warpgroup 1 within an iteration: the only block-wide barrier, __syncthreads at the end of the
-// iteration, comes after both adds). blockIdx.x = head * key tiles + key tile, so those blocks
-// have smaller blockIdx.x. The GPU hands out blocks in increasing blockIdx.x (the order every
-// "wait for the block before me" scheme relies on; FlashAttention-3's deterministic backward
-// orders its dQ adds by the same rule): when block b runs, every block before it runs or has
-// finished. By induction on blockIdx.x, the lowest block still running waits for no one who has
-// not finished, so it finishes; then the next one, and so on. (Nothing else may hold the SMs:
-// a block spinning here never yields its SM, so a kernel running beside this one on another
-// stream that filled every SM first could only delay it, not be waited for.)
+// Why it cannot deadlock. Within a block, its adds come in program order (iteration, then
+// warpgroup 0 before 1 at D = 64: warpgroup 0 never waits for warpgroup 1 within an iteration;
+// the only block-wide barrier, __syncthreads at the end of the iteration, comes after both adds),
+// and between two adds a block depends on no other block (TMA loads, wgmma, its own barriers).
+// Order all adds of a head by (iteration, tie, warpgroup): every add waits only for adds smaller
+// than itself, made at an earlier iteration of another block or at the same one earlier in the
+// tie order (the test checks this for every adder). Then:
+//   causal, and full not rotated: block n waits only for blocks m > n of its head. The key blocks
+//     of a head are launched from the last to the first (blockIdx.x = head * n_kt + n_kt - 1 -
+//     n), so those have smaller blockIdx.x. The GPU hands out blocks in increasing blockIdx.x
+//     (the order every "wait for the block before me" scheme relies on; FlashAttention-3's
+//     deterministic backward orders its dQ adds by the same rule): when block b runs, every block
+//     before it runs or has finished. By induction on blockIdx.x, the lowest block still running
+//     waits for no one who has not finished, so it finishes; then the next one, and so on. Any
+//     number of blocks per head, any number of SMs.
+//   full rotated: block n at iteration j may wait for any other block of its head (block 1 adds
+//     into tile 0 after block 0, block 0 into tile 1 after block 1). If all n_kt blocks of the
+//     head are resident, the smallest add not yet made has every add before it made, and its
+//     block reaches it: it is made; by induction all are. The launcher rotates only when n_kt <=
+//     SMs x resident blocks per SM (cudaOccupancyMaxActiveBlocksPerMultiprocessor; one here).
+//     Then, with blocks handed out in increasing blockIdx.x: take the lowest head h not
+//     finished. If some of its blocks have not been handed out, no block of a later head has
+//     either, so the blocks of this kernel holding SMs are head h's, fewer than n_kt: an SM is
+//     free (or held by another kernel, which ends by itself), and the next block of head h gets
+//     it. Once all of head h's blocks have been handed out they are all resident or finished:
+//     head h finishes, and the induction goes on with head h + 1. With more key blocks than
+//     that, block n_kt - 1 (the first launched) would wait at tile 0 for block 0, which would
+//     wait for an SM that spinning blocks of its own head hold: a hang (the test's model of the
+//     GPU shows it), hence the rule.
+//   (Nothing else may hold the SMs for good: a block spinning here never yields its SM, so a
+//   kernel running beside this one on another stream can only delay it, and only as long as it
+//   runs by itself. The SM count is the device's: a launch confined to fewer SMs than
+//   cudaDevAttrMultiProcessorCount says, e.g. by an MPS limit, could hang a rotated head.)
 //
 // Where the counters live: the workspace is exactly dQ's q_numel() floats, all of it the sum.
 // dQ's own output buffer is not used until the convert kernel writes it at the end, and it is
@@ -54,31 +93,38 @@
 // (cudaMemsetAsync, on the same stream, before the kernel), the kernel counts in them, and the
 // convert kernel overwrites them with dQ. (dQ is 4-byte aligned, which int atomics need.)
 //
-// Tiles, registers, shared memory: as bwd_v2, plus two 24-byte records in shared memory (each
-// warpgroup's counter pointer, workspace pointer and turn): the loop has no registers to spare
-// for them (kept in registers, ptxas spilled 8 bytes at D 128). ptxas (CUDA 13.0, sm_90a, bf16
-// and fp16 alike): 255 registers at D 128, 210 at D 64, no spills.
+// Tiles, registers, shared memory: as bwd_v2, plus in shared memory two 16-byte records (each
+// warpgroup's counter pointer and workspace pointer) and the block's walk (DqWalk: the tile of
+// iteration 0 and the few numbers rank needs, 80 bytes), read where used: the loop has no
+// registers to spare for them (the walk kept in registers: ptxas spilled 4 bytes at D 128). The
+// walk's divisions are done once per block, in 32 bits (a 64-bit division is a called
+// subroutine, and the registers it saves spilled too: 20 bytes at D 128). ptxas (CUDA 13.0,
+// sm_90a, bf16 and fp16 alike): 255 registers at D 128, 189 at D 64, no spills.
 //
-// Head dims 64 and 128, as bwd_v2; masking, ragged shapes, fallback: as bwd_v2. A row past seq_q
-// adds nothing but its thread still takes part in the turn.
+// Head dims 64 and 128, as bwd_v2; masking, ragged shapes, fallback: as bwd_v2 (in a full head
+// the ragged last query tile may come in the middle of a block's walk: nothing depends on it
+// coming last). A row past seq_q adds nothing but its thread still takes part in the turn.
 //
-// Prediction: slower than bwd_v2. Each warpgroup now waits, every iteration, for the full round
-// trip of its reduce-adds into L2 (a microsecond or so, against about 2 us of tensor work per
-// iteration at D 128) instead of letting them run under the next iteration. And the blocks of
-// one head line up: block n cannot add into query tile 0 until block n - 1 has, so in a full
-// (non-causal) head, where all key blocks start at query tile 0 together, block n starts adding
-// about n round trips after block 0 and every later tile keeps that lag; at N 8192 (64 key
-// blocks) the last block runs some 64 round trips behind, which its SM spends waiting.
-// Expected 0.6-0.8x bwd_v2 at D 128 N 8192, nearer bwd_v2 for causal (the blocks start at
-// different query tiles) and at short N. Next step, not done here: start block n at a different
-// query tile (a rotation of the visiting order, the turn order rotated with it) so that the
-// blocks of a head do not queue on the same tile.
+// Prediction: near bwd_v2, 0.85-0.92x at D 128 (full and causal), 0.7-0.85x at D 64. The
+// blocks no longer queue behind each other (no wavefront, no skew); what remains is each
+// warpgroup's own round trip every iteration (wait for its place, reduce-add until completed,
+// release), which bwd_v2 hid under the next iteration. Its size, from the measurements of the
+// order "block 0 first" (chapters/07_flash_hopper/README.md): about 0.3-0.5 us, against about
+// 3.4 us of work per iteration at D 128 (10.5 MFLOP per 64-query x 128-key iteration at bwd_v2's
+// 403 TFLOP/s over 132 SMs). At D 64 an iteration is half the work and the block's two
+// warpgroups add into the same tile one after the other: two round trips per iteration. Smaller
+// costs: a causal head now launches its shortest blocks first, so the last blocks to start are
+// the longest (a few % when there are few waves); a full head whose blocks straddle two waves
+// has its first-launched blocks wait at the wrap for the rest (132 mod n_kt = 4 SMs for the
+// benchmark's N, part of a wave). With more key blocks than SMs (seq_k > 16896 on 132 SMs) full
+// heads are not rotated and keep the skew.
 // Speed: measured in chapters/07_flash_hopper/README.md
 #include <cuda.h>
 
 #include <algorithm>
 
 #include "ch07_bwd_common.cuh"
+#include "ch07_dq_order.h"
 #include "gpu.h"
 
 namespace fa::ch07 {
@@ -94,6 +140,7 @@ constexpr int kBr = 64;                     // queries per streamed tile: N of S
 constexpr int kDqN = 64;                    // columns of dQ_tile per warpgroup (both head dims)
 constexpr int kStageLd = kDqN + 8;          // floats per staging row: + 32 bytes, no conflicts
 constexpr int kRowBytes = kDqN * 4;         // one reduce-add: 256 bytes of one query row
+using Walk = DqWalk<kBr, kBc>;              // the query tiles a key block visits, its ranks
 
 // How the two warpgroups share dQ_tile = dS K (see "How the warpgroups share" in the header).
 template <int D>
@@ -111,12 +158,14 @@ struct DqSplit {
   // The adders of one warpgroup (its warps 0 and 1) have all finished their reduce-adds.
   __device__ static int added_bar(int wg) { return 5 + wg; }
   // The turns (see "The order of the adds" in the header). D = 128: one counter per (head, query
-  // tile, column half); warpgroup w of key block n adds its half at turn n. D = 64: one counter
-  // per (head, query tile); the two warpgroups add into the same columns, warpgroup w of key
-  // block n at turn 2n + w.
+  // tile, column half); warpgroup w adds its half at the block's rank (ch07_dq_order.h). D = 64:
+  // one counter per (head, query tile); the two warpgroups add into the same columns, warpgroup
+  // w at 2 rank + w.
   static constexpr int kCounters = kByColumns ? 2 : 1;  // per (head, query tile)
   __device__ static int counter(int wg) { return kByColumns ? wg : 0; }
-  __device__ static int turn(int64_t n, int wg) { return kByColumns ? int(n) : int(2 * n + wg); }
+  __device__ static int turn(int64_t rank, int wg) {
+    return kByColumns ? int(rank) : int(2 * rank + wg);
+  }
 };
 
 struct BwdParams {
@@ -132,6 +181,7 @@ struct BwdParams {
   float scale;       // softmax scale
   float scale_log2;  // scale * log2(e): P = exp2(s * scale_log2 - L2)
   bool causal;
+  bool rotate;  // full: key block n starts at query tile n mod n_qt (all blocks of a head fit)
 };
 
 // ---- The two instructions this kernel adds to hopper.cuh's ---------------------------------------
@@ -219,12 +269,11 @@ __device__ __forceinline__ void fence_proxy_async_global() {
 #endif
 }
 
-// Where warpgroup w adds in turn: its counter of the first query tile the block visits (the next
-// tile's is DqSplit::kCounters further) and its turn at every tile.
+// Where warpgroup w adds in turn: its counter of the head's query tile 0 (tile i's is
+// i * DqSplit::kCounters further) and its first column of the head's workspace rows.
 struct Turn {
   int* counter;
-  float* acc;  // this head's workspace rows, from the warpgroup's first column on
-  int turn;
+  float* acc;
 };
 
 // ---- dK, dV and dQ_tile ----------------------------------------------------------------------------
@@ -244,8 +293,8 @@ struct Smem {
   static constexpr int kDOffset = kLOffset + kStages * kBr * 4;           // float [kStages][kBr]
   static constexpr int kBarOffset = kDOffset + kStages * kBr * 4;
   static constexpr int kTurnOffset = kBarOffset + (1 + kStages) * 8;  // Turn [kWarpgroups]
-  static constexpr int kBytes =
-      kTurnOffset + kWarpgroups * int(sizeof(Turn)) + kAtomBytes;  // + alignment
+  static constexpr int kWalkOffset = kTurnOffset + kWarpgroups * int(sizeof(Turn));  // Walk
+  static constexpr int kBytes = kWalkOffset + int(sizeof(Walk)) + kAtomBytes;        // + alignment
   static_assert(kKVBytes % kAtomBytes == 0 && kQBytes % kAtomBytes == 0 &&
                     kdSBytes % kAtomBytes == 0,
                 "atoms stay aligned");
@@ -277,10 +326,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint64_t* kv_full = reinterpret_cast<uint64_t*>(smem + Sm::kBarOffset);
   uint64_t* q_full = kv_full + 1;  // one per stage: Q and dO bytes of the tile have landed
   Turn* sTurn = reinterpret_cast<Turn*>(smem + Sm::kTurnOffset);
+  Walk* sWalk = reinterpret_cast<Walk*>(smem + Sm::kWalkOffset);
 
   const int tid = threadIdx.x, wg = tid / 128, t = tid % 128, q = t % 4;
   const int64_t bh = int64_t(blockIdx.x) / p.n_tiles;
-  const int64_t kt = int64_t(blockIdx.x) % p.n_tiles;  // this block's key tile: its turn
+  // This block's key tile: the key tiles of a head are launched from the last to the first (see
+  // "Why it cannot deadlock" in the header).
+  const int64_t kt = p.n_tiles - 1 - int64_t(blockIdx.x) % p.n_tiles;
   const int64_t k0 = kt * kBc;
   const int64_t seq_q = p.seq_q, seq_k = p.seq_k;
   const float* lse = p.lse + bh * seq_q;
@@ -288,20 +340,20 @@ __global__ void __launch_bounds__(kThreads, 1)
   // This warpgroup's staging rows: 64 query rows of kStageLd floats.
   float* sSt = reinterpret_cast<float*>(smem + Sm::kStOffset + wg * Sm::kStageBytes);
 
-  // The Q tiles that see this block's keys: causal, from the one holding the first query that
-  // sees key k0 (every earlier tile is entirely masked, its dS is 0). Possibly none.
-  const int64_t n_qt = ceil_div(seq_q, kBr);
-  int64_t qt_begin = 0;
-  if (p.causal) {
-    const int64_t first = causal_first_query(k0, seq_q, seq_k);
-    if (first > 0) qt_begin = first / kBr;
-  }
-  const int n_iter = qt_begin < n_qt ? int(n_qt - qt_begin) : 0;
+  // The Q tiles that see this block's keys, in the order the block visits them (ch07_dq_order.h):
+  // causal, from the one holding the first query that sees key k0 (every earlier tile is entirely
+  // masked, its dS is 0) to the last; full, all of them, from tile kt mod n_qt when rotated (0
+  // otherwise), wrapping around. Kept in shared memory and read where used (the loop has no
+  // registers to spare for it).
+  if (tid == 0) *sWalk = Walk(seq_q, seq_k, p.causal, p.rotate, kt);
+  __syncthreads();
+  const int64_t n_qt = sWalk->n_qt;
+  const int n_iter = int(sWalk->iters);
 
-  // Thread 0: Q and dO of iteration j (Q tile qt_begin + j) into stage j % kStages.
+  // Thread 0: Q and dO of iteration j (Q tile sWalk->tile(j)) into stage j % kStages.
   auto request_q = [&](int j) {
     const int s = j % kStages;
-    const int row = int((qt_begin + j) * kBr);
+    const int row = int(sWalk->tile(j) * kBr);
     hopper::mbar_arrive_expect_tx(&q_full[s], 2 * Sm::kQBytes);
     for (int c = 0; c < kStrips; ++c) {
       hopper::tma_load_3d(sQ(s) + c * kBr * 128, &tm_q, &q_full[s], c * kSwizzleCols, row, int(bh));
@@ -311,7 +363,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
   // Warpgroup 0: threads 0..63 carry L2 of the tile's 64 queries, threads 64..127 their D.
   auto load_ld = [&](int j) {
-    const int64_t row = (qt_begin + j) * kBr + tid % kBr;
+    const int64_t row = sWalk->tile(j) * kBr + tid % kBr;
     if (tid < kBr) return load_l2(lse, row, seq_q);
     return row < seq_q ? delta[row] : 0.0f;
   };
@@ -339,8 +391,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (tid < 2 * kBr)
     for (int j = 0; j < kStages && j < n_iter; ++j) store_ld(j, load_ld(j));
   if (t == 0) {  // kept in shared memory: the loop has no registers to spare for them
-    sTurn[wg].counter = p.turns + ((bh * n_qt + qt_begin) * Dq::kCounters + Dq::counter(wg));
-    sTurn[wg].turn = Dq::turn(kt, wg);
+    sTurn[wg].counter = p.turns + (bh * n_qt * Dq::kCounters + Dq::counter(wg));
     sTurn[wg].acc = p.dq_acc + bh * seq_q * D + Dq::col0(wg);
   }
   __syncthreads();  // barriers initialised, L and D of the first stages stored, turns known
@@ -366,7 +417,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (n_iter > 0) hopper::mbar_wait(kv_full, 0);
   for (int j = 0; j < n_iter; ++j) {
     const int s = j % kStages;
-    const int64_t q0 = (qt_begin + j) * kBr;
+    const int64_t qt = sWalk->tile(j);
+    const int64_t q0 = qt * kBr;
     const bool prefetch = j + kStages < n_iter && tid < 2 * kBr;
     const float next_ld = prefetch ? load_ld(j + kStages) : 0.0f;
     const bool need_mask = k0 + kBc > seq_k || (p.causal && k0 + kBc - 1 > q0 + off);
@@ -502,10 +554,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     // adders are through, thread 0 passes the turn on. A row past seq_q adds nothing but takes
     // part in the handover all the same.
     if (adder) {
-      int* counter = sTurn[wg].counter + j * Dq::kCounters;
-      wait_turn(counter, sTurn[wg].turn);
+      const int64_t i = sWalk->tile(j);  // = qt, read again: no register holds it this long
+      int* counter = sTurn[wg].counter + i * Dq::kCounters;
+      wait_turn(counter, Dq::turn(sWalk->rank(j), wg));
       fence_proxy_async_global();
-      if (q0 + t < seq_q) bulk_reduce_add_f32(sTurn[wg].acc + (q0 + t) * D, st_row, kRowBytes);
+      const int64_t row = i * kBr + t;
+      if (row < seq_q) bulk_reduce_add_f32(sTurn[wg].acc + row * D, st_row, kRowBytes);
       hopper::bulk_commit_group();
       hopper::bulk_wait_group<0>();
       fence_proxy_async_global();
@@ -555,6 +609,8 @@ void launch(const AttentionBwdArgs& a, cudaStream_t stream) {
   const int64_t n_kt = ceil_div(s.seq_k, kBc);
   FA_UNSUPPORTED_IF(n_kt * s.bh() > INT_MAX,
                     std::string(kName) + ": more than 2^31-1 thread blocks");
+  FA_UNSUPPORTED_IF(ceil_div(s.seq_q, int64_t(kBr)) > INT_MAX,
+                    std::string(kName) + ": more than 2^31-1 query tiles");  // DqWalk's 32 bits
   BwdParams p{};
   p.lse = a.lse;
   p.delta = a.delta;
@@ -583,6 +639,12 @@ void launch(const AttentionBwdArgs& a, cudaStream_t stream) {
   const size_t turn_bytes = size_t(s.bh()) * size_t(p.n_qt) * DqSplit<D>::kCounters * sizeof(int);
   FA_REQUIRE(turn_bytes <= size_t(s.q_numel()) * 2, "the turn counters fit in dQ");
   FA_CUDA_CHECK(cudaMemsetAsync(a.dq, 0, turn_bytes, stream));
+  // Rotate (full attention) only when all n_kt blocks of a head can be resident at once: the
+  // rotated order makes them wait on each other both ways (see "Why it cannot deadlock").
+  int per_sm = 0;
+  FA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, dkdv_dq_kernel<T, D>,
+                                                              kThreads, kSmem));
+  p.rotate = !s.causal && n_kt <= int64_t(per_sm) * gpu_info().sm_count;
   dkdv_dq_kernel<T, D>
       <<<unsigned(n_kt * s.bh()), kThreads, kSmem, stream>>>(tm_q, tm_k, tm_v, tm_do, p);
   FA_CHECK_LAUNCH();
@@ -635,15 +697,17 @@ void attention_bwd_v3(const AttentionBwdArgs& a, cudaStream_t stream) {
 
 }  // namespace
 
-FA_REGISTER(AttentionBwdKernel,
-            {kName,
-             attention_bwd_v3,
-             "bwd_v2 with the reduce-adds into each query tile in a fixed order of key blocks (a "
-             "turn counter per query tile: acquire, add, wait for completion, release): "
-             "deterministic",
-             {DType::BF16, DType::F16},
-             {64, 128},
-             90,
-             true});
+FA_REGISTER(
+    AttentionBwdKernel,
+    {kName,
+     attention_bwd_v3,
+     "bwd_v2 with the reduce-adds into each query tile in a fixed order, the order in which "
+     "the key blocks reach it (full: block n starts at query tile n, wrapping around; a "
+     "turn counter per query tile: acquire, add, wait for completion, release): "
+     "deterministic",
+     {DType::BF16, DType::F16},
+     {64, 128},
+     90,
+     true});
 
 }  // namespace fa::ch07
