@@ -83,7 +83,10 @@
 //     GPU shows it), hence the rule.
 //   (Nothing else may hold the SMs for good: a block spinning here never yields its SM, so a
 //   kernel running beside this one on another stream can only delay it, and only as long as it
-//   runs by itself. The SM count is the device's: a launch confined to fewer SMs than
+//   runs by itself. Not so two rotated launches of this kernel at once on two streams: each
+//   could hold part of the SMs with part of a head and wait for the rest, a hang; the causal and
+//   not-rotated orders have no such case, the lowest running block of either launch always
+//   finishes. Likewise the SM count is the device's: a launch confined to fewer SMs than
 //   cudaDevAttrMultiProcessorCount says, e.g. by an MPS limit, could hang a rotated head.)
 //
 // Where the counters live: the workspace is exactly dQ's q_numel() floats, all of it the sum.
