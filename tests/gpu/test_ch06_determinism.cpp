@@ -1,9 +1,10 @@
 // test_ch06_determinism.cpp: a backward kernel that says deterministic = true must give bitwise
-// the same dQ, dK, dV and D when run three times on the same inputs, on two shapes: a small ragged
-// causal one and a larger full one (N 2048: sixteen or more key blocks add into every dQ row at
-// once, where an unordered accumulation does come out different). Kernels that accumulate with
-// atomics or reduce-adds (deterministic = false) are run the same way and the test only prints
-// whether their results differed: that is allowed, and worth seeing.
+// the same dQ, dK, dV and D when run three times on the same inputs, on two shapes at D 64 and
+// D 128 (where the kernel takes them): a small ragged causal one and a larger full one (N 2048:
+// sixteen or more key blocks add into every dQ row at once, where an unordered accumulation does
+// come out different). Kernels that accumulate with atomics or reduce-adds (deterministic =
+// false) are run the same way and the test only prints whether their results differed: that is
+// allowed, and worth seeing.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -44,13 +45,22 @@ TEST_P(BwdDeterminism, TwoRunsSameBits) {
   const fa::AttentionBwdKernel& k = kernel();
   FA_SKIP_WITHOUT_GPU(k.min_sm);
   const DType t = k.dtypes.front();
-  const int d = fa::supports(k.head_dims, 64) ? 64 : k.head_dims.front();
-  // Ragged, causal, seq_q != seq_k, several K tiles per Q tile: many blocks add into each dQ_i.
-  // Then a full one with 16+ key blocks per query row, long enough that the blocks of one query
-  // tile overlap in time.
-  const AttentionShape shapes[] = {{2, 3, 300, 517, d, true, 0.0f},
-                                   {2, 8, 2048, 2048, d, false, 0.0f}};
+  // D 64 and D 128 where the kernel takes them (a kernel may order its additions differently per
+  // head dim), else its first head dim.
+  std::vector<int> dims;
+  for (int d : {64, 128})
+    if (fa::supports(k.head_dims, d)) dims.push_back(d);
+  if (dims.empty()) dims.push_back(k.head_dims.front());
+  std::vector<AttentionShape> shapes;
+  for (int d : dims) {
+    // Ragged, causal, seq_q != seq_k, several K tiles per Q tile: many blocks add into each dQ_i.
+    // Then a full one with 16+ key blocks per query row, long enough that the blocks of one
+    // query tile overlap in time.
+    shapes.push_back({2, 3, 300, 517, d, true, 0.0f});
+    shapes.push_back({2, 8, 2048, 2048, d, false, 0.0f});
+  }
   for (const AttentionShape& s : shapes) {
+    const int d = s.head_dim;
     SCOPED_TRACE(s.str());
     // O and L from a forward kernel: chapter 05's best, else chapter 06's helper.
     const fa::AttentionFwdKernel* fwd = fa::best_forward_kernel(t, d);

@@ -66,6 +66,17 @@
 //     sum within fp32's last bit, not bit for bit.
 //   * Ring: 2 stages of K and V^T (32 KiB each at D = 256; fp8_v2 had 4 of 16 KiB). The bytes in
 //     flight are the same, a turn is twice as long.
+//   * The scales ride with their tiles. fp8_v2's consumers load k_scale[j] and v_scale[j-1] from
+//     global memory in every turn (every thread the same 4 bytes, an L2 round trip of several
+//     hundred cycles); issued before the waits, they still held up the first use whenever the
+//     tiles were already in. Here the producer thread loads k_scale[j] (v_scale[j]) before it
+//     waits for the stage to be free, stores it into the stage's slot in shared memory with a
+//     plain st.shared, and only then arrives (expect_tx) on the stage's full barrier; consumers
+//     read the slot after their full wait. The arrive of hopper.cuh's mbar_arrive_expect_tx has
+//     no .sem qualifier, so it is a release at CTA scope, and mbar_wait's try_wait an acquire
+//     (PTX ISA, mbarrier): a consumer that saw the phase complete sees the store. A slot is
+//     rewritten only after its stage's empty barrier has all 256 arrivals, each made after that
+//     thread's read. The same floats enter the same arithmetic.
 //   * Accuracy: S still accumulates on one accumulator over all of D, now 8 k32 steps (fp8_v2:
 //     4). The rule's floor, 2^-10 of fp8_accumulator_bound = |scale| max_i sum_d |Q_id| max_j
 //     |K_jd| (common/fp8.h), is a sum over D as well: it doubles with D as the chain of partial
@@ -85,8 +96,8 @@
 //               [j < n] bar.sync(turn); S_j (8 x m64n128k32, chained); bar.arrive(other's turn);
 //               wait 0; mask; online softmax dequantising on the way -> alpha_j; P_j -> e4m3 ->
 //               buffer j % 2; fence.proxy.async
-//   smem        Q 32 KiB + 2 x (K 32 + V^T 32) KiB + 2 x 2 x P 8 KiB = 192 KiB, + barriers and
-//               alignment (193.1 KiB)
+//   smem        Q 32 KiB + 2 x (K 32 + V^T 32) KiB + 2 x 2 x P 8 KiB = 192 KiB, + barriers, the
+//               scale slots (2 + 2 floats) and alignment (193.1 KiB)
 //   registers   producer 24, consumers 240 after setmaxnreg (compiled at 168); ptxas (CUDA 13.0,
 //               -Xptxas -v): 168 registers, 0 bytes spill stores / loads. Lowering kConsumerRegs
 //               shows what the consumers need: 232 fit, 224 spill 20 bytes (fp8_v2: 217..224)
@@ -108,6 +119,17 @@
 // sag under FP8 load (~1.6-1.7 GHz against the 1.83 of the peak), waits on K tiles with a 2-deep
 // ring, and fp8_v2 reached 34% where its arithmetic promised ~40%: hence ~45%, below the 1.0
 // PFLOP/s aimed at. Causal: ~10% lower (fp8_v2: 676.6 -> 613.7).
+// Measured (H100 80GB HBM3, 2026-11-26, B 2, H 16, N 8192, D 256; the numbers and logs are in
+// chapters/07_flash_hopper/README.md): with the scales still loaded from global memory by the
+// consumers, 943-961 TFLOP/s full, 865-880 causal, above the prediction; Nsight Compute: the
+// tensor pipe busy 50.6% of the active cycles, issue slots 43%, no pipe saturated, the largest
+// stalls "barrier", "wait" and "long scoreboard": latency, not throughput. Two changes tried in
+// scratch copies, timed against it in the same runs: P V in four column quarters on two
+// alternating 32-register tiles (each fold under the next quarter's wgmma) was 1% slower (the fold
+// gaps were not the limit), and a third K stage 4% slower; the scales through shared memory
+// (above) were 2.5-3.5% faster and are kept: 982-987 full, 904-911 causal. 0.99 of the 1.0
+// PFLOP/s aimed at: the rest is in the serial turn (one accumulator) and in the waves (2048
+// blocks of equal length on 132 SMs: 15.5 waves, the last half empty, ~3%).
 // Speed: measured in chapters/07_flash_hopper/README.md
 #include <cuda.h>
 #include <cuda_fp8.h>
@@ -151,11 +173,14 @@ struct Fp8V3Smem {
   // Consumer c's P buffer b at + (c * kPBuffers + b) * kPBytes.
   static constexpr int kPOffset = kVtOffset + kStages * kVtBytes;
   static constexpr int kBarOffset = kPOffset + kConsumers * kPBuffers * kPBytes;
-  static constexpr int kBytes = kBarOffset + (1 + 4 * kStages) * 8 + kAtomBytes;  // + alignment
+  // The producer's per-stage scale slots (floats): K's, then V's.
+  static constexpr int kScaleOffset = kBarOffset + (1 + 4 * kStages) * 8;
+  static constexpr int kBytes =
+      kScaleOffset + (kStages + kStages) * int(sizeof(float)) + kAtomBytes;  // + alignment
   static_assert(kQBytes % kAtomBytes == 0 && kKBytes % kAtomBytes == 0 &&
                     kVtBytes % kAtomBytes == 0 && kPBytes % kAtomBytes == 0,
                 "swizzle atoms stay 1024-byte aligned");
-  static_assert(kBytes <= 227 * 1024, "fits the 227 KiB a block may opt in to");
+  static_assert(kBytes <= 232448, "fits the 227 KiB (232448 bytes) a block may opt in to");
 };
 
 // fp8_v2's dequantising multiply and online softmax (ch07_common.cuh's online_softmax) in one:
@@ -217,6 +242,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto sK = [&](int s) { return smem + Sm::kKOffset + s * Sm::kKBytes; };
   auto sVt = [&](int s) { return smem + Sm::kVtOffset + s * Sm::kVtBytes; };
   uint64_t* q_full = reinterpret_cast<uint64_t*>(smem + Sm::kBarOffset);
+  // Per stage: k_scale[j] of the K tile in it, v_scale[j] of the V^T tile (header).
+  float* sKScale = reinterpret_cast<float*>(smem + Sm::kScaleOffset);
+  float* sVScale = sKScale + kStages;
   uint64_t* full_k = q_full + 1;          // per stage: the K tile has landed
   uint64_t* full_v = full_k + kStages;    // per stage: the V^T tile has landed
   uint64_t* empty_k = full_v + kStages;   // per stage: both consumers are done reading K
@@ -251,14 +279,20 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int st = 0; st < kStrips; ++st)
         hopper::tma_load_3d(sQ + st * kBr * kStripCols, &tm_q, q_full, st * kStripCols, int(q0),
                             int(bh));
+      const float* k_scale = p.k_scale + bh * p.kv_blocks;
+      const float* v_scale = p.v_scale + bh * p.kv_blocks;
       for (int j = 0; j < n_tiles; ++j) {
         const int s = j % kStages, use = j / kStages;
+        const float ks = k_scale[j];  // loaded before the wait: its latency hides there
         if (use > 0) hopper::mbar_wait(&empty_k[s], (use - 1) & 1);  // both consumers freed it
+        sKScale[s] = ks;  // before the release arrive (header)
         hopper::mbar_arrive_expect_tx(&full_k[s], Sm::kKBytes);
         for (int st = 0; st < kStrips; ++st)
           hopper::tma_load_3d(sK(s) + st * kBc * kStripCols, &tm_k, &full_k[s], st * kStripCols,
                               j * kBc, int(bh));
+        const float vs = v_scale[j];
         if (use > 0) hopper::mbar_wait(&empty_v[s], (use - 1) & 1);  // freed a turn after K
+        sVScale[s] = vs;
         hopper::mbar_arrive_expect_tx(&full_v[s], Sm::kVtBytes);
         hopper::tma_load_3d(sVt(s), &tm_vt, &full_v[s], j * kBc, 0, int(bh));
       }
@@ -284,8 +318,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   // past seq_q has no block (q_blocks ends before it): its Q rows are TMA's zeros, scale 1 serves.
   const float scale_q =
       wg_row0 < p.seq_q ? p.q_scale[bh * p.q_blocks + wg_row0 / kRowsPerWarpgroup] : 1.0f;
-  const float* k_scale = p.k_scale + bh * p.kv_blocks;
-  const float* v_scale = p.v_scale + bh * p.kv_blocks;
 
   float o[kOAcc];
 #pragma unroll
@@ -303,9 +335,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int s = j % kStages, sp = (j + kStages - 1) % kStages;  // stages of tile j and j - 1
     unsigned char* sP_j = sPc + (j % kPBuffers) * Sm::kPBytes;    // written by this turn's softmax
     const unsigned char* sP_prev = sPc + ((j + kPBuffers - 1) % kPBuffers) * Sm::kPBytes;
-    // The scales of this turn, loaded before the waits so that their latency hides there.
-    const float dequant = kS ? scale_q * k_scale[j] : 0.0f;
-    const float v_factor = kPV ? v_scale[j - 1] * p.inv_p_scale : 0.0f;
     float acc[kAcc];  // PV_{j-1} lo, then PV_{j-1} hi, then S_j: one accumulator at a time
 
     if constexpr (kPV) {
@@ -315,6 +344,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       // P_{j-2} V_{j-2} there too (buffer j % 2 is free for P_j).
       hopper::named_bar_sync(kOwnBar + consumer, 128);
       hopper::mbar_wait(&full_v[sp], ((j - 1) / kStages) & 1);
+      // v_scale[j-1], stored by the producer before the arrive this wait saw (header).
+      const float v_factor = sVScale[sp] * p.inv_p_scale;
       // A warp whose rows all kept their max folds with one FFMA per element (header).
       const bool keep = __all_sync(0xffffffffu, alpha[0] == 1.0f && alpha[1] == 1.0f);
 #pragma unroll
@@ -353,6 +384,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       // ---- S_j = Q K_j^T on one accumulator over D, in this consumer's turn: the S of the two
       // consumers alternate, and so do their softmaxes.
       hopper::mbar_wait(&full_k[s], (j / kStages) & 1);
+      const float dequant = scale_q * sKScale[s];  // k_scale[j] (header)
       hopper::named_bar_sync(kTurnBar + consumer, kTurnThreads);
       hopper::wgmma_fence();
 #pragma unroll
@@ -435,7 +467,8 @@ FA_REGISTER(AttentionFwdFp8Kernel,
              attention_fwd_fp8_v3,
              "Hopper FP8 (e4m3) at D = 256: fp8_v2 with P V in two column halves, each on a "
              "fresh 64-register tile folded into O before S is issued (O 128 + one accumulator "
-             "64 registers), S turns alternating between the consumers",
+             "64 registers), S turns alternating between the consumers, the K and V scales "
+             "delivered with their tiles through shared memory",
              {256},
              90,
              kRowsPerWarpgroup,
