@@ -144,6 +144,22 @@ TEST_P(AttentionBwdKernels, ManyHeadsBeyondGridLimit) {
   FA_EXPECT_PASS(fa::run_attention_bwd(kernel(), {70000, 1, 17, 17, d, true, 0.0f}, t, o));
 }
 
+// More key blocks per head than an H100 has SMs (32768 keys: 256 blocks of 128), and few query
+// tiles against many key blocks (100 x 8000): the shapes where a kernel that orders the work of
+// a head's blocks (07/bwd_v3_deterministic) takes its other paths. One head checked.
+TEST_P(AttentionBwdKernels, LongManyKeyBlocksPerHead) {
+  FA_SKIP_WITHOUT_GPU(kernel().min_sm);
+  auto [t, d] = variants(kernel()).front();
+  fa::RunOptions o = check_only(23);
+  o.check_heads = 1;
+  for (const AttentionShape& s : {AttentionShape{1, 2, 1024, 32768, d, false, 0.0f},
+                                  AttentionShape{1, 2, 100, 8000, d, false, 0.0f},
+                                  AttentionShape{1, 2, 100, 8000, d, true, 0.0f}}) {
+    SCOPED_TRACE(s.str() + " " + fa::dtype_name(t));
+    FA_EXPECT_PASS(fa::run_attention_bwd(kernel(), s, t, o));
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Registered, AttentionBwdKernels,
                          ::testing::ValuesIn(fa::entry_names<fa::AttentionBwdKernel>()),
                          RegistryNamePrinter());
