@@ -113,6 +113,13 @@
 // is not overlapped with tensor work, and a convert pass reads 4 and writes 2 bytes per dQ
 // element (under 2% at N 8192). Expected: 1.2-1.35x bwd_v1 at D 128, N >= 4096 (0.95-1.05x
 // cuDNN); at D 64 1.1-1.25x, the reductions nearer to a limit.
+// Measured (H100 80GB HBM3, 2026-11-26, bf16, one run with bwd_v1 and the peers): 0.90-0.94x
+// bwd_v1 at D 128 full, 0.95-1.12x causal, 0.79-0.88x at D 64: the prediction failed. Nsight
+// Compute at D 128 N 8192 full: this kernel alone lasts as long as bwd_v1's two (7.48 ms), its
+// tensor pipe busy 43.5% of the active cycles against bwd_v1's dK/dV kernel's 66.4%, +300
+// instructions a warp per tile, the barrier stalls more than doubled: the five products run, but
+// with the dQ product, its staging and the reduce-add in series between one tile's dK and the
+// next tile's S^T (notes/07_flash_hopper.md, "The single pass, measured").
 // Speed: measured in chapters/07_flash_hopper/README.md
 #include <cuda.h>
 

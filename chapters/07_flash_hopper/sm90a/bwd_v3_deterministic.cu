@@ -121,6 +121,11 @@
 // has its first-launched blocks wait at the wrap for the rest (132 mod n_kt = 4 SMs for the
 // benchmark's N, part of a wave). With more key blocks than SMs (seq_k > 16896 on 132 SMs) full
 // heads are not rotated and keep the skew.
+// Measured (H100 80GB HBM3, 2026-11-26, bf16, one run with bwd_v2): 0.80-0.85x bwd_v2 at D 128
+// full, 0.74-0.84x causal, 0.50-0.59x at D 64; the first order written (block n adds at turn n)
+// had measured 0.79-0.83x, 0.47-0.56x and 0.27-0.52x. Bitwise the same in three runs at D 64 and
+// D 128 (BwdDeterminism), and no hang on the shapes that take the other paths
+// (LongManyKeyBlocksPerHead).
 // Speed: measured in chapters/07_flash_hopper/README.md
 #include <cuda.h>
 
