@@ -170,55 +170,6 @@ struct BwdParams {
   bool causal;
 };
 
-// ---- The two instructions this kernel adds to hopper.cuh's ---------------------------------------
-// dQ_tile[64 x 64] (+)= A[64 x 16] B[16 x 64], both from shared memory, A MN-major (imm-trans-a
-// = 1: the tile holds A^T = dS^T, a row per k = key, 64 consecutive m = queries) and B MN-major
-// (K: a row per k = key, 64 consecutive n = columns). The PTX ISA allows the transposed A only
-// for 16-bit types read from shared memory, which both are here. Accumulator layout as
-// hopper.cuh's wgmma_ss.
-template <class T>
-__device__ __forceinline__ void wgmma_ss_n64_at(float (&d)[32], uint64_t desc_a, uint64_t desc_b,
-                                                int accumulate) {
-#if FA_SM90A
-#define FA_WGMMA_N64_AT(TYPE)                                                                      \
-  asm volatile(                                                                                    \
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                                 \
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPE "." TYPE                                  \
-      " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                   \
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "          \
-      "%32, %33, p, 1, 1, 1, 1;\n}\n"                                                              \
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),        \
-        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),    \
-        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), \
-        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), \
-        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])                                         \
-      : "l"(desc_a), "l"(desc_b), "r"(accumulate))
-  if constexpr (std::is_same_v<T, __nv_bfloat16>)
-    FA_WGMMA_N64_AT("bf16");
-  else
-    FA_WGMMA_N64_AT("f16");
-#undef FA_WGMMA_N64_AT
-#else
-  __trap();
-#endif
-}
-
-// dst[0 .. bytes/4) += src[0 .. bytes/4), fp32, element by element, atomically in L2: the TMA
-// engine reads `bytes` (a multiple of 16) from shared memory at `src` (16-byte aligned) and
-// reduce-adds them into global memory at `dst` (16-byte aligned). Asynchronous, like
-// hopper.cuh's tma_store_2d: it joins this thread's bulk group (bulk_commit_group closes it), and
-// `src` may be rewritten once bulk_wait_group_read says the group has been read.
-__device__ __forceinline__ void bulk_reduce_add_f32(float* dst, uint32_t src, uint32_t bytes) {
-#if FA_SM90A
-  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(
-                   __cvta_generic_to_global(dst)),
-               "r"(src), "r"(bytes)
-               : "memory");
-#else
-  __trap();
-#endif
-}
-
 // ---- dK, dV and dQ_tile ----------------------------------------------------------------------------
 template <int D>
 struct Smem {
@@ -450,8 +401,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     hopper::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < Dq::kKeys / 16; ++kk)
-      wgmma_ss_n64_at<T>(dq, desc_mn_major<kBc>(sdS + dq_key0 * 128, kk),
-                         desc_mn_major<kBc>(sK + dq_key0 * 128, kk, dq_col0), kk > 0);
+      hopper::wgmma_ss_n64_at<T>(dq, desc_mn_major<kBc>(sdS + dq_key0 * 128, kk),
+                                 desc_mn_major<kBc>(sK + dq_key0 * 128, kk, dq_col0), kk > 0);
     hopper::wgmma_commit();
     hopper::wgmma_wait<0>();  // dV, dK and dQ_tile have landed
     hopper::fence_registers(dq);
@@ -481,7 +432,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     hopper::fence_proxy_async_smem();  // before the TMA engine reads the rows
     hopper::named_bar_sync(Dq::stage_bar(wg), 128);
     if (adder) {
-      if (q0 + t < seq_q) bulk_reduce_add_f32(acc_row + q0 * D, st_row, kRowBytes);
+      if (q0 + t < seq_q) hopper::bulk_reduce_add_f32(acc_row + q0 * D, st_row, kRowBytes);
       hopper::bulk_commit_group();
     }
 
