@@ -166,12 +166,12 @@ def check_rule(torch, o, L, qc, kc, vc, qs, ks, vs, brq, brkv, causal, scale, wh
         what, err_l, bound_l, naive_l)
 
 
-def inputs(torch, shape, device, dtype):
+def inputs(torch, shape, device, dtype, d=D):
     b, h, nq, nk = shape
     g = torch.Generator(device=device).manual_seed(SEED + nq * 7 + nk)
 
     def draw(n):
-        x = torch.randn(b, h, n, D, generator=g, device=device) * INPUT_STD + INPUT_MEAN
+        x = torch.randn(b, h, n, d, generator=g, device=device) * INPUT_STD + INPUT_MEAN
         return x.to(dtype)
     return draw(nq), draw(nk), draw(nk)
 
@@ -392,7 +392,7 @@ def fp8_gpu_or_skip(kernel):
         pytest.skip("this torch has no torch.float8_e4m3fn")
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the FP8 kernels are sm_90a code: they run on compute capability 9.0 only")
-    err = fa.supported_fp8(kernel.name, D)
+    err = fa.supported_fp8(kernel.name, kernel.head_dims[0])
     if err is not None:
         pytest.skip(str(err))
     return torch
@@ -403,13 +403,14 @@ def fp8_gpu_or_skip(kernel):
 @pytest.mark.parametrize("kernel", KERNELS or NONE, ids=kernel_id)
 def test_kernel_against_float64(kernel, shape, causal):
     torch = fp8_gpu_or_skip(kernel)
-    q, k, v = inputs(torch, shape, "cuda", torch.bfloat16)
+    d = kernel.head_dims[0]  # 128, or 256 for 07/fp8_v3
+    q, k, v = inputs(torch, shape, "cuda", torch.bfloat16, d)
     o, L = fa.attention_fp8(q, k, v, causal=causal, kernel=kernel.name)
     assert o.dtype == torch.bfloat16 and o.shape == q.shape and L.shape == q.shape[:3]
     brq, brkv = kernel.block_rows_q, kernel.block_rows_kv
     (qc, qs), (kc, ks), (vc, vs) = ((fa.quantize_fp8(t, n)) for t, n in ((q, brq), (k, brkv),
                                                                          (v, brkv)))
-    check_rule(torch, o, L, qc, kc, vc, qs, ks, vs, brq, brkv, causal, softmax_scale(torch, D),
+    check_rule(torch, o, L, qc, kc, vc, qs, ks, vs, brq, brkv, causal, softmax_scale(torch, d),
                "%s %s causal=%s" % (kernel.name, shape, causal))
     # Codes and scales in give the same bits (the kernels accumulate nothing across blocks).
     o2, L2 = fa.attention_fp8(qc, kc, vc, causal=causal, kernel=kernel.name, q_scale=qs,
@@ -421,7 +422,8 @@ def test_kernel_against_float64(kernel, shape, causal):
 @pytest.mark.parametrize("kernel", KERNELS or NONE, ids=kernel_id)
 def test_kernel_rotated(kernel):
     torch = fp8_gpu_or_skip(kernel)
-    q, k, v = inputs(torch, (2, 3, 129, 127), "cuda", torch.float32)
+    d = kernel.head_dims[0]
+    q, k, v = inputs(torch, (2, 3, 129, 127), "cuda", torch.float32, d)
     q[..., 5] *= 20.0  # an outlier feature: what the rotation is for
     o, L = fa.attention_fp8(q, k, v, causal=True, kernel=kernel.name, rotate=True,
                             rotation_seed=11)
@@ -429,7 +431,7 @@ def test_kernel_rotated(kernel):
     qr, kr = fa.hadamard_rotate(q, 11), fa.hadamard_rotate(k, 11)
     (qc, qs), (kc, ks), (vc, vs) = ((fa.quantize_fp8(t, n)) for t, n in ((qr, brq), (kr, brkv),
                                                                          (v, brkv)))
-    check_rule(torch, o, L, qc, kc, vc, qs, ks, vs, brq, brkv, True, softmax_scale(torch, D),
+    check_rule(torch, o, L, qc, kc, vc, qs, ks, vs, brq, brkv, True, softmax_scale(torch, d),
                "%s rotated" % kernel.name)
 
 
