@@ -123,12 +123,14 @@
 // "FP8 at D = 256"): with the scales still loaded from global memory by the consumers, 943-961
 // TFLOP/s full and 865-880 causal at H 16, above the prediction; Nsight Compute: the tensor pipe
 // busy 50.6% of the active cycles, issue slots 43%, no pipe saturated, the largest stalls
-// "barrier", "wait" and "long scoreboard": latency, not throughput. Two changes tried in scratch
+// "barrier", "wait" and "long scoreboard": latency, not throughput. Changes tried in scratch
 // copies, timed against it in the same runs: P V in four column quarters on two alternating
 // 32-register tiles (each fold under the next quarter's wgmma) was 1% slower (the fold gaps were
-// not the limit), and a third K stage 4% slower; the scales through shared memory (above) were
-// 2.5-3.5% faster and are kept: 976-980 full and 898-907 causal at H 16, 960.4 and 848.1 at the
-// protocol's H 8 (bf16 v5 in the same run: 705.4, 676.2). 0.96-0.98 of the 1.0 PFLOP/s aimed at:
+// not the limit), a third K stage 4% slower, and a quarter of the exponentials computed by a
+// polynomial on the FMA pipe 3% slower (the MUFU is not the limit either: issue slots are); the
+// scales through shared memory (above) were 2.5-3.5% faster and are kept: 976-990 full and
+// 898-907 causal at H 16, 960.4 and 848.1 at the protocol's H 8 (bf16 v5 in the same run: 705.4,
+// 676.2). 0.96-0.99 of the 1.0 PFLOP/s aimed at:
 // the rest is in the serial turn (one accumulator) and in the waves (blocks of equal length on
 // 132 SMs: 15.5 waves at H 16, 7.8 at H 8, the last one part empty, ~3%).
 // Speed: measured in chapters/07_flash_hopper/README.md
