@@ -517,6 +517,15 @@ __device__ __forceinline__ void fence_proxy_async_smem() {
 #endif
 }
 
+// The same for global memory: orders this thread's accesses through the generic proxy (ordinary
+// loads and stores, flags and counters) with those through the async proxy (the TMA engine's
+// stores and reduce-adds).
+__device__ __forceinline__ void fence_proxy_async_global() {
+#if FA_SM90A
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+#endif
+}
+
 // ---- Two instructions of the single-pass backward (07/bwd_v2_dq_reduce, bwd_v3_deterministic) ---
 // dQ_tile[64 x 64] (+)= A[64 x 16] B[16 x 64], both from shared memory, A MN-major (imm-trans-a
 // = 1: the tile holds A^T = dS^T, a row per k = key, 64 consecutive m = queries) and B MN-major

@@ -187,14 +187,6 @@ __device__ __forceinline__ void tma_reduce_add_2d(const void* tmap, uint32_t src
 #endif
 }
 
-// Orders this thread's global-memory accesses through the generic proxy (ordinary loads and
-// stores, the flags) with those through the async proxy (the TMA engine's stores and reduces).
-__device__ __forceinline__ void fence_proxy_async_global() {
-#if FA_SM90A
-  asm volatile("fence.proxy.async.global;\n" ::: "memory");
-#endif
-}
-
 // The flag protocol: a release store publishes "this slab of C is stored", an acquire load
 // observes it (PTX memory consistency model: a release and an acquire at .gpu scope on the same
 // location synchronise, so what the releasing thread wrote before is visible to what the acquiring
@@ -442,7 +434,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         // The acquire above ordered the first part's stores (made by its async proxy, published
         // through the generic proxy) before this thread's generic accesses; this fence extends
         // that to the async-proxy reduces lane 0 issues next.
-        fence_proxy_async_global();
+        hopper::fence_proxy_async_global();
       }
 #pragma unroll
       for (int i = 0; i < kBN / kCCols; ++i) {
@@ -481,7 +473,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // its slab held any box (a warp with nothing to store has nothing to wait for either).
     if (first && lane == 0) {
       hopper::bulk_wait_group<0>();
-      fence_proxy_async_global();
+      hopper::fence_proxy_async_global();
       st_release_gpu(flag, epoch);
     }
   }

@@ -218,15 +218,6 @@ __device__ __forceinline__ void pass_turn(int* counter) {
   __trap();
 #endif
 }
-// The reduce-adds are writes of the async proxy (the TMA engine); the turn counter is read and
-// written by the generic proxy. This fence orders the two for global memory, in the issuing
-// thread: after the bulk group has completed and before the release that announces it, and
-// after the acquire and before the next reduce-adds.
-__device__ __forceinline__ void fence_proxy_async_global() {
-#if FA_SM90A
-  asm volatile("fence.proxy.async.global;\n" ::: "memory");
-#endif
-}
 
 // Where warpgroup w adds in turn: its counter of the head's query tile 0 (tile i's is
 // i * DqSplit::kCounters further) and its first column of the head's workspace rows.
@@ -516,12 +507,15 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int64_t i = sWalk->tile(j);  // = qt, read again: no register holds it this long
       int* counter = sTurn[wg].counter + i * Dq::kCounters;
       wait_turn(counter, Dq::turn(sWalk->rank(j), wg));
-      fence_proxy_async_global();
+      // The reduce-adds are writes of the async proxy (the TMA engine), the turn counter is read and
+      // written by the generic proxy: fenced after the acquire, and after the group completes,
+      // before the release that announces it.
+      hopper::fence_proxy_async_global();
       const int64_t row = i * kBr + t;
       if (row < seq_q) hopper::bulk_reduce_add_f32(sTurn[wg].acc + row * D, st_row, kRowBytes);
       hopper::bulk_commit_group();
       hopper::bulk_wait_group<0>();
-      fence_proxy_async_global();
+      hopper::fence_proxy_async_global();
       __syncwarp();  // the spin loops ended at different times: converge before the barrier
       hopper::named_bar_sync(Dq::added_bar(wg), kBr);  // warps 0 and 1 of this warpgroup
       if (t == 0) pass_turn(counter);
