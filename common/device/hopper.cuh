@@ -123,6 +123,15 @@ __device__ __forceinline__ uint64_t smem_desc_sw128(const void* tile, uint32_t l
          (uint64_t((sbo_bytes >> 4) & 0x3FFF) << 32) | (uint64_t(1) << 62);
 }
 
+// The descriptor of the same layout `bytes` further on in shared memory (a multiple of 16): only
+// the start address (bits 0-13, in 16-byte units) moves. Shared-window addresses are below 2^18,
+// so the field never carries into bit 14 and the sum can stay in the low 32 bits: a mainloop that
+// builds its descriptors once and advances them this way spends one integer add on each, where
+// smem_desc_sw128 converts a pointer, masks and shifts every time.
+__device__ __forceinline__ uint64_t smem_desc_advance(uint64_t desc, uint32_t bytes) {
+  return (desc & 0xFFFFFFFF00000000ull) | uint32_t(uint32_t(desc) + (bytes >> 4));
+}
+
 // Before the first wgmma of a batch: orders the warpgroup's earlier register and shared-memory
 // accesses before the asynchronous MMAs read them.
 __device__ __forceinline__ void wgmma_fence() {

@@ -34,14 +34,18 @@ TEST_P(GemmKernels, Long4096Cubed) {
 // Many ragged tiles: 4000 is no multiple of 64, 128 or 256, so 4000 x 4000 x 1000 is hundreds of
 // output tiles whose last row and column of tiles are partial, with K % 64 = 40: a persistent
 // kernel (one block per SM walking tiles) meets tails on its second and later tiles, where a bug
-// in carrying its pipeline from one tile to the next shows. The 16-bit inputs only: the fp32 runs
-// share no reference with them and would double the CPU's work.
+// in carrying its pipeline from one tile to the next shows. 1000 x 4800 x 4000 is 152 tiles of
+// 128 x 256 with 63 k-steps each: on an H100's 132 SMs a last wave of 20 tiles long enough for
+// 03/t14 to split it (its rule wants a tail of 32 k-steps; 4000 x 4000 x 1000 has 2). The 16-bit
+// inputs only: the fp32 runs share no reference with them and would double the CPU's work.
 TEST_P(GemmKernels, LongRaggedManyTiles) {
   FA_SKIP_WITHOUT_GPU(kernel().min_sm);
   fa::RunOptions o;
   o.time = false;
   for (fa::DType t : kernel().dtypes)
-    if (t != fa::DType::F32) FA_EXPECT_PASS(fa::run_gemm(kernel(), {4000, 4000, 1000}, t, o));
+    if (t != fa::DType::F32)
+      for (fa::GemmShape s : {fa::GemmShape{4000, 4000, 1000}, fa::GemmShape{1000, 4800, 4000}})
+        FA_EXPECT_PASS(fa::run_gemm(kernel(), s, t, o));
 }
 
 INSTANTIATE_TEST_SUITE_P(Registered, GemmKernels,
