@@ -34,7 +34,9 @@
 //             fall in the same 8 banks: 8 wavefronts each. With the 16-byte chunks of row r XORed
 //             with r % 8, the 32 lanes cover every bank exactly twice: 2 wavefronts, the least
 //             that 256 bytes can take. (Padding the rows instead is not possible: a TMA box is
-//             dense in shared memory.)
+//             dense in shared memory.) This count is wrong: an 8-byte access is served a
+//             half-warp at a time, and each half of this order covers half the banks twice, so
+//             Nsight Compute counts 4-5 wavefronts a store; 03/t17 fixes the order (no faster).
 //   edges     the TMA store writes only the elements inside the matrix, so ragged tiles need no
 //             predicates; a box that lies wholly outside (a warp's rows all >= M, or its columns
 //             all >= N) is not issued at all

@@ -1,6 +1,8 @@
 // 03/t13_lean_mainloop: t10 with the consumers' mainloop stripped of its address arithmetic.
-// Status: compiles; not yet run on a GPU.
-// Speed: not yet measured.
+// Status: verified on an H100 (GPU tests, the long ones included, and the four sanitizers pass).
+// Speed: measured in chapters/03_tiled_matmul/tuning/README.md (H100, 2026-11-26, bf16, cuBLAS
+// and t10 in the same runs): 98.3-99.1% of cuBLAS at 4096^3, 96.7-99.1% at 8192^3; -0.6 to +0.5%
+// against t10, no difference. The prediction failed: the clock never left 1980 MHz.
 //
 // What changed vs t10: how the consumers name a stage and build their wgmma descriptors, nothing
 // else. Nsight Compute on an H100 at 4096^3 bf16 puts t10 beside cuBLAS's kernel

@@ -1,6 +1,8 @@
 // 03/t15_balanced_grid: t13 with a persistent grid of whole rounds.
-// Status: compiles; not yet run on a GPU.
-// Speed: not yet measured.
+// Status: verified on an H100 (GPU tests, the long ones included, and the four sanitizers pass).
+// Speed: measured in chapters/03_tiled_matmul/tuning/README.md (H100, 2026-11-26, bf16, cuBLAS
+// and t13 in the same runs): 99.1-100.3% of cuBLAS at 4096^3 (+0.5-1.4% over t13, the fastest step
+// there), 97.2-100.2% at 8192^3.
 //
 // What changed vs t13: how many blocks the launcher starts, nothing else. t13, like t08 to t11,
 // starts one block per SM (132 on an H100) and block b computes tiles b, b + 132, b + 264, ... At

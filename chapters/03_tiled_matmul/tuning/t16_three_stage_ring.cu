@@ -1,6 +1,8 @@
 // 03/t16_three_stage_ring: t15 with a ring of three stages.
-// Status: compiles; not yet run on a GPU.
-// Speed: not yet measured.
+// Status: verified on an H100 (GPU tests, the long ones included, and the four sanitizers pass).
+// Speed: measured in chapters/03_tiled_matmul/tuning/README.md (H100, 2026-11-26, bf16, cuBLAS
+// and t15 in the same runs): 100.8-101.4% of cuBLAS at 8192^3 in all 9 rounds (+1.3-1.8% over
+// t15), 98.6-98.9% at 4096^3 (0.4-1.6% below t15).
 //
 // What changed vs t15: kStages, 4 -> 3. The ring holds three 48 KiB stages (144 KiB), so the
 // producer runs at most three k-steps ahead of the consumers instead of four, and the block holds
