@@ -185,8 +185,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   float acc[128];
   // The descriptors of stage 0, built once. A stage and a k16 step only move the start address,
   // so inside the mainloop each descriptor costs one add (smem_desc_advance).
-  const uint64_t desc_a0 = hopper::smem_desc_sw128(
-      a_tile(0) + consumer * kRowsPerConsumer * 128, 16, kAtomBytes);  // this consumer's 64 rows
+  const uint64_t desc_a0 = hopper::smem_desc_sw128(a_tile(0) + consumer * kRowsPerConsumer * 128,
+                                                   16, kAtomBytes);  // this consumer's 64 rows
   const uint64_t desc_b0 = hopper::smem_desc_sw128(b_tile(0), kBStripBytes, kAtomBytes);
   // The producer's fill counter, carried as what the consumers need of it: the stage it names
   // (fill % kStages), its use's parity ((fill / kStages) & 1), and the stage of the fill before.
@@ -356,13 +356,14 @@ void launch(const void* A, const void* B, float* C, GemmShape s, DType dtype, in
   FA_CHECK_LAUNCH();
 }
 
-void gemm_t10(const void* A, const void* B, float* C, GemmShape s, DType dtype,
+void gemm_t13(const void* A, const void* B, float* C, GemmShape s, DType dtype,
               cudaStream_t stream) {
   FA_UNSUPPORTED_IF(dtype == DType::F32, "03/t13_lean_mainloop takes bf16 and fp16 only");
   const GpuInfo& gpu = gpu_info();
-  FA_UNSUPPORTED_IF(gpu.sm != 90,
-                    "03/t13_lean_mainloop uses sm_90a instructions (wgmma, TMA): it runs on compute "
-                    "capability 9.0 (H100, H200) only");
+  FA_UNSUPPORTED_IF(
+      gpu.sm != 90,
+      "03/t13_lean_mainloop uses sm_90a instructions (wgmma, TMA): it runs on compute "
+      "capability 9.0 (H100, H200) only");
   FA_REQUIRE(gpu.sm_count > 0, "03/t13_lean_mainloop: the GPU reports no SMs");
   if (dtype == DType::BF16)
     launch<__nv_bfloat16>(A, B, C, s, dtype, gpu.sm_count, stream);
@@ -372,11 +373,12 @@ void gemm_t10(const void* A, const void* B, float* C, GemmShape s, DType dtype,
 
 }  // namespace
 
-FA_REGISTER(GemmKernel, {"03/t13_lean_mainloop",
-                         gemm_t10,
-                         "t10 with a lean mainloop: the wgmma descriptors built once and advanced by "
-                         "one add, the stage and phase carried as counters",
-                         {DType::BF16, DType::F16},
-                         90});
+FA_REGISTER(GemmKernel,
+            {"03/t13_lean_mainloop",
+             gemm_t13,
+             "t10 with a lean mainloop: the wgmma descriptors built once and advanced by "
+             "one add, the stage and phase carried as counters",
+             {DType::BF16, DType::F16},
+             90});
 
 }  // namespace fa::ch03

@@ -302,8 +302,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   float acc[128];
   // t13's lean mainloop: stage 0's descriptors built once and advanced by one add, the producer's
   // fill counter carried as the stage it names, its use's parity, and the stage of the fill before.
-  const uint64_t desc_a0 = hopper::smem_desc_sw128(
-      a_tile(0) + consumer * kRowsPerConsumer * 128, 16, kAtomBytes);  // this consumer's 64 rows
+  const uint64_t desc_a0 = hopper::smem_desc_sw128(a_tile(0) + consumer * kRowsPerConsumer * 128,
+                                                   16, kAtomBytes);  // this consumer's 64 rows
   const uint64_t desc_b0 = hopper::smem_desc_sw128(b_tile(0), kBStripBytes, kAtomBytes);
   int s = 0, prev_s = 0;
   uint32_t phase = 0;
@@ -597,9 +597,10 @@ void gemm_t14(const void* A, const void* B, float* C, GemmShape s, DType dtype,
               cudaStream_t stream) {
   FA_UNSUPPORTED_IF(dtype == DType::F32, "03/t14_stream_k_if_it_pays takes bf16 and fp16 only");
   const GpuInfo& gpu = gpu_info();
-  FA_UNSUPPORTED_IF(gpu.sm != 90,
-                    "03/t14_stream_k_if_it_pays uses sm_90a instructions (wgmma, TMA): it runs on compute "
-                    "capability 9.0 (H100, H200) only");
+  FA_UNSUPPORTED_IF(
+      gpu.sm != 90,
+      "03/t14_stream_k_if_it_pays uses sm_90a instructions (wgmma, TMA): it runs on compute "
+      "capability 9.0 (H100, H200) only");
   FA_REQUIRE(gpu.sm_count > 0, "03/t14_stream_k_if_it_pays: the GPU reports no SMs");
   if (dtype == DType::BF16)
     launch<__nv_bfloat16>(A, B, C, s, dtype, gpu.sm_count, stream);

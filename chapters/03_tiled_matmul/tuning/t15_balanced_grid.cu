@@ -186,8 +186,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   float acc[128];
   // The descriptors of stage 0, built once. A stage and a k16 step only move the start address,
   // so inside the mainloop each descriptor costs one add (smem_desc_advance).
-  const uint64_t desc_a0 = hopper::smem_desc_sw128(
-      a_tile(0) + consumer * kRowsPerConsumer * 128, 16, kAtomBytes);  // this consumer's 64 rows
+  const uint64_t desc_a0 = hopper::smem_desc_sw128(a_tile(0) + consumer * kRowsPerConsumer * 128,
+                                                   16, kAtomBytes);  // this consumer's 64 rows
   const uint64_t desc_b0 = hopper::smem_desc_sw128(b_tile(0), kBStripBytes, kAtomBytes);
   // The producer's fill counter, carried as what the consumers need of it: the stage it names
   // (fill % kStages), its use's parity ((fill / kStages) & 1), and the stage of the fill before.
@@ -360,13 +360,14 @@ void launch(const void* A, const void* B, float* C, GemmShape s, DType dtype, in
   FA_CHECK_LAUNCH();
 }
 
-void gemm_t10(const void* A, const void* B, float* C, GemmShape s, DType dtype,
+void gemm_t15(const void* A, const void* B, float* C, GemmShape s, DType dtype,
               cudaStream_t stream) {
   FA_UNSUPPORTED_IF(dtype == DType::F32, "03/t15_balanced_grid takes bf16 and fp16 only");
   const GpuInfo& gpu = gpu_info();
-  FA_UNSUPPORTED_IF(gpu.sm != 90,
-                    "03/t15_balanced_grid uses sm_90a instructions (wgmma, TMA): it runs on compute "
-                    "capability 9.0 (H100, H200) only");
+  FA_UNSUPPORTED_IF(
+      gpu.sm != 90,
+      "03/t15_balanced_grid uses sm_90a instructions (wgmma, TMA): it runs on compute "
+      "capability 9.0 (H100, H200) only");
   FA_REQUIRE(gpu.sm_count > 0, "03/t15_balanced_grid: the GPU reports no SMs");
   if (dtype == DType::BF16)
     launch<__nv_bfloat16>(A, B, C, s, dtype, gpu.sm_count, stream);
@@ -377,7 +378,7 @@ void gemm_t10(const void* A, const void* B, float* C, GemmShape s, DType dtype,
 }  // namespace
 
 FA_REGISTER(GemmKernel, {"03/t15_balanced_grid",
-                         gemm_t10,
+                         gemm_t15,
                          "t13 with a grid of whole rounds: ceil(tiles / rounds) blocks, so every "
                          "block computes the same number of tiles",
                          {DType::BF16, DType::F16},
