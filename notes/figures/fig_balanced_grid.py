@@ -40,10 +40,21 @@ def rounds_of(blocks):
 def panel(ax, x0, y_top, blocks, title, cell_w, cell_h):
     rounds = rounds_of(blocks)
     fs.text(ax, x0, y_top + 3.2, title, size=9, weight="bold")
-    for r, tiles in enumerate(rounds):
-        for (m, n) in tiles:
-            fs.rect(ax, x0 + n * cell_w, y_top - (m + 1) * cell_h, cell_w, cell_h,
-                    fc=ROUND_FILLS[r], ec="#FFFFFF", lw=0.4)
+    for r, tiles in enumerate(rounds):  # one rectangle per run of a round's tiles in a column
+        for n in range(TILES_N):
+            rows = sorted(m for m, c in tiles if c == n)
+            start = 0
+            while start < len(rows):
+                end = start
+                while end + 1 < len(rows) and rows[end + 1] == rows[end] + 1:
+                    end += 1
+                fs.rect(ax, x0 + n * cell_w, y_top - (rows[end] + 1) * cell_h, cell_w,
+                        (end - start + 1) * cell_h, fc=ROUND_FILLS[r], ec="none", lw=0)
+                start = end + 1
+    for n in range(1, TILES_N):  # the tiles' edges
+        ax.plot([x0 + n * cell_w] * 2, [y_top, y_top - TILES_M * cell_h], color="#FFFFFF", lw=0.4)
+    for m in range(1, TILES_M):
+        ax.plot([x0, x0 + TILES_N * cell_w], [y_top - m * cell_h] * 2, color="#FFFFFF", lw=0.4)
     for g in range(TILES_M // GROUP_M + 1):  # group boundaries
         y = y_top - g * GROUP_M * cell_h
         ax.plot([x0, x0 + TILES_N * cell_w], [y, y], color=fs.INK, lw=1.4)
