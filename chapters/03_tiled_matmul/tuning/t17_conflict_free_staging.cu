@@ -141,10 +141,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
 
   // The ring does not restart at a tile boundary: `fill` counts the stage fills of this block over
-  // all its tiles (tile after tile, k-step after k-step), and both sides derive the stage and the
-  // phase from it, stage = fill % kStages and use = fill / kStages, exactly as t07 did from kt.
-  // Producer and consumers walk the same tiles in the same order with the same k_tiles per tile,
-  // so their counts agree at every step. 64 bits, so it never wraps.
+  // all its tiles (tile after tile, k-step after k-step). The producer derives the stage and the
+  // phase from it, stage = fill % kStages and use = fill / kStages, exactly as t07 did from kt;
+  // the consumers carry the same two values as counters (the stage wraps at kStages, the phase
+  // flips when it does). Producer and consumers walk the same tiles in the same order with the
+  // same k_tiles per tile, so they agree at every step. 64 bits, so `fill` never wraps.
 
   if (warpgroup == 0) {
     // ---- producer: gives its registers back, then one thread fills the ring for every tile of
