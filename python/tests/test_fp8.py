@@ -403,7 +403,7 @@ def fp8_gpu_or_skip(kernel):
 @pytest.mark.parametrize("kernel", KERNELS or NONE, ids=kernel_id)
 def test_kernel_against_float64(kernel, shape, causal):
     torch = fp8_gpu_or_skip(kernel)
-    d = kernel.head_dims[0]  # 128, or 256 for 07/fp8_v3
+    d = kernel.head_dims[0]  # 128, or 256 for 07/fp8_v3 and v4
     q, k, v = inputs(torch, shape, "cuda", torch.bfloat16, d)
     o, L = fa.attention_fp8(q, k, v, causal=causal, kernel=kernel.name)
     assert o.dtype == torch.bfloat16 and o.shape == q.shape and L.shape == q.shape[:3]
