@@ -1,0 +1,462 @@
+// 03/t19_epilogue_under_mainloop: t18 with the next tile's first k-steps multiplied while C is
+// stored.
+// Status: verified on an H100: GPU tests, the long ones included (RaggedShapes runs its own code
+// at 1000^3, with tails in M, N and K). The four sanitizers found no error, but their GEMM shapes
+// had K < 256 and ran its fallback; the shape added for it (200 x 136 x 264) has not yet run.
+// Speed: measured in chapters/03_tiled_matmul/tuning/README.md (H100, 2026-11-26, bf16, cuBLAS and
+// t15 to t18 in the same runs, 6 rounds on two machines): 101.1-101.9% of cuBLAS at 4096^3 and
+// 101.9-102.8% at 8192^3, the first step past cuBLAS at both sizes in every round.
+//
+// What changed vs t18: when the next tile's first multiplies are issued. Since t08 the consumers
+// of a persistent block finish a tile, store its C, and only then start the next tile's mainloop:
+// while they stage C (shared-memory writes, then the TMA engine's drain to L2) no wgmma runs on
+// the SM. That costs more than it looks: a scratch copy of t15 with no epilogue at all ran 10%
+// faster at 4096^3 (822-830 against 749-754 TFLOP/s), one that wrote C to shared memory but
+// stored none of it 3.5% faster: the whole cost is ~4 us a tile of ~46 (tuning/README.md). t18
+// split the accumulator in two (acc_lo: columns 0..127, acc_hi: 128..255). Now a consumer:
+//   1. waits for its tile's wgmmas, releases the last stage (as before);
+//   2. stores acc_lo (boxes 0..3);
+//   3. issues the next tile's k-steps 0..3 on acc_lo only (m64n128k16 on B's strips 0, 1), waiting
+//      for their stages first: they were released before the epilogue, the producer has had
+//      them since;
+//   4. stores acc_hi (boxes 4..7) while those wgmmas run;
+//   5. starts the next tile with k-steps 0..3 on acc_hi only (their stages already waited for),
+//      then the rest of the mainloop on both halves.
+// About 1.3 us of tensor-core work (4 k-steps, half the columns: 2 x 64 x 128 x 256 x 2 FLOP a
+// consumer) now runs under the hi half's stores instead of after them.
+//
+//   ptxas     two conditions for the overlap to survive compilation (CUDA 13.0). (a) t18's two
+//             accumulators and branch-free stores (its header: without them ptxas serialised
+//             every wgmma). (b) The same number of groups in flight on every path: with the
+//             pre-issue behind `if (has_next)`, or in a loop of run-time length, ptxas put a
+//             wait for all groups before the hi stores (C7517, "warpgroup.wait is injected ... to
+//             allow use of registers defined by GMMA": at the join it cannot tell which groups are
+//             pending). So the kPreSteps groups are issued after every tile, the last one's on
+//             stale stages and discarded, and wgmma.wait_group kPreSteps (a no-op at run time)
+//             tells ptxas that the older groups, the ones that wrote acc_hi, are complete. Check
+//             the build for C7511, C7517 and C7518: any of them undoes the overlap.
+//   shapes    K >= kPreSteps x 64 = 256 (at least kPreSteps k-steps a tile); smaller K, like
+//             strides TMA cannot describe, runs v5's path (kFallback). RaggedShapes covers both.
+//   cost      the discarded k-steps after a block's last tile (4 of a block's 4 x 64 at 4096^3:
+//             half-width, on data already in shared memory, after the last tile's stores are
+//             issued: under the drain of its last boxes).
+//
+// Prediction: none written down before the first run; the estimate that led to it was ~1.2 us
+// hidden a tile, +2.5% at 4096^3 and +1.4% at 8192^3. Measured against t17 in the same runs:
+// +1.0-1.7% at 4096^3, +2.1-2.8% at 8192^3: the larger gain where a tile is twice as long, which
+// the model does not explain (tuning/README.md).
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cudaTypedefs.h>
+
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+#include "ch03_gemm.h"
+#include "ch03_mma_gemm.cuh"
+#include "gpu.h"
+#include "hopper.cuh"
+#include "tensor_map.h"
+#include "registry.h"
+
+namespace fa::ch03 {
+namespace {
+
+constexpr int kBM = 128, kBN = 256, kBK = 64;
+constexpr int kStages = 4;
+// k-steps of the next tile whose lo half runs under this tile's epilogue (header)
+constexpr int kPreSteps = 4;
+constexpr int kConsumers = 2;                     // warpgroups that multiply
+constexpr int kThreads = 128 * (1 + kConsumers);  // + the producer warpgroup
+// Registers per thread after the split. Launched at 168 (65536 / 384): 40 + 2 x 232 = 3 x 168.
+constexpr int kProducerRegs = 40;
+constexpr int kConsumerRegs = 232;
+static_assert(kProducerRegs + kConsumers * kConsumerRegs <= (1 + kConsumers) * 168,
+              "setmaxnreg: the consumers cannot take more than the block was launched with");
+constexpr int kRowsPerConsumer = kBM / kConsumers;    // 64: one wgmma M
+constexpr int kSwizzleCols = 64;                      // 128 bytes of 16-bit elements
+constexpr int kABytes = kBM * kBK * 2;                // 16 KiB
+constexpr int kBStripBytes = kBK * kSwizzleCols * 2;  // 8 KiB: 64 k-rows of one 64-column strip
+constexpr int kBBytes = kBK * kBN * 2;                // 32 KiB = 4 strips
+constexpr int kStageBytes = kABytes + kBBytes;        // what TMA delivers per stage
+constexpr int kAtomBytes = 1024;                      // 8 rows x 128 bytes: one swizzle atom
+// C's staging: each consumer warp stores its 16-row slab in boxes of 16 rows x 32 fp32 columns
+// (128 bytes a row: the widest box the 128-byte swizzle allows), through two buffers of its own.
+constexpr int kCRows = 16, kCCols = 32;
+constexpr int kCBoxBytes = kCRows * kCCols * 4;  // 2 KiB = 2 swizzle atoms
+constexpr int kCBuffers = 2;
+constexpr int kConsumerWarps = 4 * kConsumers;  // 8
+constexpr int kRingBytes = kStages * kStageBytes;
+constexpr int kStagingBytes = kConsumerWarps * kCBuffers * kCBoxBytes;  // 32 KiB
+// The ring, C's staging, the barriers, and room to align the ring to a swizzle atom: 230,464 bytes.
+constexpr int kSmemBytes = kRingBytes + kStagingBytes + 2 * kStages * 8 + kAtomBytes;
+static_assert(kSmemBytes <= 227 * 1024, "an H100 block may have 227 KiB of shared memory");
+static_assert(kRingBytes % kAtomBytes == 0 && kCBoxBytes % kAtomBytes == 0,
+              "the staging buffers start at swizzle atoms (multiples of 1024 bytes)");
+// Shapes TMA cannot load run this registered kernel. Called through the registry, not by
+// instantiating its template here: a kernel template instantiated in two translation units shares
+// its host-side "attribute already set" flag but not its device code (each file is its own CUDA
+// module), so the second copy would launch without its shared-memory opt-in.
+constexpr const char* kFallback = "03/v5_tensor_core";
+static_assert(kStageBytes % kAtomBytes == 0 && kABytes % kAtomBytes == 0, "atoms stay aligned");
+
+// Two fp32 to shared memory (an 8-byte st.shared at a shared-window address).
+__device__ __forceinline__ void st_shared_v2(uint32_t addr, float x, float y) {
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(x), "f"(y) : "memory");
+}
+
+// The grouped order of v5 and v6, now a function of a tile index rather than of blockIdx.x: tiles
+// are numbered in groups of kGroupM (8) block rows; inside a group, column by column, each column
+// top to bottom. The persistent grid walks this numbering with a stride of gridDim.x (block b takes
+// tiles b, b + G, b + 2G, ...), so at any moment the G tiles in flight are G consecutive numbers:
+// the same window of the order that one wave of v6's blocks covers, and the same L2 reuse (at
+// 4096^3 a group is 8 x 16 = 128 tiles, so the 132 in flight are one group and 4 tiles of the
+// next: at each k-step, 64-column slices of about 1150 rows of A and of all of B are live in L2).
+struct TileCoords {
+  int row0, col0;  // the first row and column of the tile in C (< 2^31: the launcher checks)
+};
+
+__device__ __forceinline__ TileCoords tile_coords(int64_t tile, int64_t tiles_m, int64_t tiles_n) {
+  const int64_t group_size = int64_t(mma_gemm::kGroupM) * tiles_n;
+  const int64_t first_m = (tile / group_size) * mma_gemm::kGroupM;
+  const int64_t group_rows =
+      (tiles_m - first_m < mma_gemm::kGroupM) ? tiles_m - first_m : mma_gemm::kGroupM;
+  const int64_t tile_m = first_m + (tile % group_size) % group_rows;
+  const int64_t tile_n = (tile % group_size) / group_rows;
+  return {int(tile_m * kBM), int(tile_n * kBN)};
+}
+
+template <class T>
+__global__ void __launch_bounds__(kThreads, 1)
+    gemm_t19_kernel(const __grid_constant__ CUtensorMap tmap_a,
+                    const __grid_constant__ CUtensorMap tmap_b,
+                    const __grid_constant__ CUtensorMap tmap_c, int64_t M, int64_t N, int64_t K) {
+  extern __shared__ unsigned char smem_raw[];
+  // The 128-byte swizzle repeats every 1024 bytes and wgmma assumes atoms start at multiples of
+  // 1024: align the stage buffers by hand (dynamic shared memory only promises 16 bytes).
+  const uint32_t raw = mma::smem_addr(smem_raw);
+  unsigned char* smem = smem_raw + ((kAtomBytes - raw % kAtomBytes) % kAtomBytes);
+  unsigned char* staging = smem + kRingBytes;  // [kConsumerWarps][kCBuffers] boxes of C
+  uint64_t* full = reinterpret_cast<uint64_t*>(staging + kStagingBytes);  // TMA -> MMA
+  uint64_t* empty = full + kStages;                                       // MMA -> TMA
+  auto a_tile = [&](int s) { return smem + s * kStageBytes; };
+  auto b_tile = [&](int s) { return smem + s * kStageBytes + kABytes; };
+
+  const int64_t tiles_m = ceil_div(M, kBM), tiles_n = ceil_div(N, kBN);
+  const int64_t tiles = tiles_m * tiles_n;
+  const int warpgroup = threadIdx.x / 128, t = threadIdx.x % 128;
+  const int k_tiles = int(ceil_div(K, kBK));
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      hopper::mbar_init(&full[s], 1);                  // the producer's expect_tx arrival
+      hopper::mbar_init(&empty[s], 128 * kConsumers);  // every consumer thread, once per use
+    }
+    hopper::mbar_fence_init();
+  }
+  __syncthreads();
+
+  // The ring does not restart at a tile boundary: `fill` counts the stage fills of this block over
+  // all its tiles (tile after tile, k-step after k-step). The producer derives the stage and the
+  // phase from it, stage = fill % kStages and use = fill / kStages, exactly as t07 did from kt;
+  // the consumers carry the same two values as counters (the stage wraps at kStages, the phase
+  // flips when it does). Producer and consumers walk the same tiles in the same order with the
+  // same k_tiles per tile, so they agree at every step. 64 bits, so `fill` never wraps.
+
+  if (warpgroup == 0) {
+    // ---- producer: gives its registers back, then one thread fills the ring for every tile of
+    // this block. It runs up to kStages fills ahead of the consumers, across tile boundaries: while
+    // they store one tile's C, the first stages of their next tile are already loading.
+    hopper::setmaxnreg_dec<kProducerRegs>();
+    if (t == 0) {
+      uint64_t fill = 0;
+      for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        const TileCoords tc = tile_coords(tile, tiles_m, tiles_n);
+        for (int kt = 0; kt < k_tiles; ++kt, ++fill) {
+          const int s = int(fill % kStages);
+          const uint64_t use = fill / kStages;
+          if (use > 0) hopper::mbar_wait(&empty[s], uint32_t((use - 1) & 1));  // consumers freed it
+          hopper::mbar_arrive_expect_tx(&full[s], kStageBytes);
+          hopper::tma_load_2d(a_tile(s), &tmap_a, &full[s], kt * kBK, tc.row0);
+          for (int j = 0; j < kBN / kSwizzleCols; ++j)
+            hopper::tma_load_2d(b_tile(s) + j * kBStripBytes, &tmap_b, &full[s],
+                                tc.col0 + j * kSwizzleCols, kt * kBK);
+        }
+      }
+    }
+    return;  // the producer's other threads have nothing to do
+  }
+
+  // ---- consumers: take the producer's registers (waits until the dec has released them) ----
+  hopper::setmaxnreg_inc<kConsumerRegs>();
+  const int consumer = warpgroup - 1;
+  const int w = t / 32, g = (t % 32) / 4, q = t % 4;  // the accumulator layout (hopper.cuh)
+  const int lane = t % 32;
+  // This warp's two staging buffers, and where this thread's values go in them. The buffer holds
+  // 16 rows of 128 bytes in the 128-byte swizzle the tensor map names: the 16-byte chunk c of row r
+  // lies at chunk c ^ (r % 8), rows 8 apart are 1024 bytes apart (the buffers start at multiples
+  // of 1024, so the engine's swizzle, taken from address bits, matches). Thread (g, q) holds, for
+  // the box's 4 groups of 8 columns jj = 0..3, columns 8jj + 2q, +1 (chunk 2jj + q / 2, 8 bytes
+  // into it when q is odd) of rows g and g + 8, both with r % 8 = g.
+  const uint32_t my_staging =
+      mma::smem_addr(staging) + uint32_t((consumer * 4 + w) * kCBuffers * kCBoxBytes);
+  const uint32_t my_row = uint32_t(g * 128 + (q & 1) * 8);
+  // The order of this thread's four column groups in a box: group jj is written by the jj-th store
+  // of even g and the (jj ^ 2)-th of odd g, so that each half-warp's 16 stores of one instruction
+  // fill all 32 banks once (see the header). In chunk units the store's chunk is then
+  // (2 jj) ^ my_chunk: (2 (jj ^ 2 (g & 1)) + (q >> 1)) ^ g, with the sum's two terms disjoint bits.
+  const bool odd_g = (g & 1) != 0;
+  const uint32_t my_chunk = uint32_t((q >> 1) ^ g ^ (4 * (g & 1)));
+  uint32_t boxes = 0;  // boxes this warp has stored, over all its tiles: box b uses buffer b % 2
+  // The descriptors of stage 0, built once. A stage and a k16 step only move the start address,
+  // so inside the mainloop each descriptor costs one add (smem_desc_advance).
+  const uint64_t desc_a0 = hopper::smem_desc_sw128(a_tile(0) + consumer * kRowsPerConsumer * 128,
+                                                   16, kAtomBytes);  // this consumer's 64 rows
+  const uint64_t desc_b0 = hopper::smem_desc_sw128(b_tile(0), kBStripBytes, kAtomBytes);
+  // The producer's fill counter, carried as what the consumers need of it: the stage it names
+  // (fill % kStages), its use's parity ((fill / kStages) & 1), and the stage of the fill before.
+  int s = 0, prev_s = 0;
+  uint32_t phase = 0;
+  // C's 64 x 256 per consumer as two accumulators (t18): columns 0..127 and 128..255.
+  float acc_lo[64], acc_hi[64];
+  // One wgmma k16 step on half the accumulator: B's strips 0, 1 (lo) or 2, 3 (hi).
+  auto half_step = [&](float(&d)[64], int half, uint32_t stage, int kk, int accumulate) {
+    const uint64_t da = hopper::smem_desc_advance(desc_a0, stage + kk * 32);
+    const uint64_t db = hopper::smem_desc_advance(
+        desc_b0, stage + kk * 2 * kAtomBytes + uint32_t(half * 2 * kBStripBytes));
+    hopper::wgmma_ss<128, T, 1>(d, da, db, accumulate);
+  };
+  // This tile's k-steps whose lo half was issued in the last tile's epilogue.
+  int pre = 0;
+  if (k_tiles == 0) {  // K = 0: no wgmma ever writes them; C is zeros
+#pragma unroll
+    for (int i = 0; i < 64; ++i) acc_lo[i] = acc_hi[i] = 0.f;
+  }
+  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const TileCoords tc = tile_coords(tile, tiles_m, tiles_n);
+    int kt = 0;
+    // The k-steps whose lo half is already in flight (their stages were waited for then): the hi
+    // half only. The wait_group<1> after each also covers the lo groups, issued before.
+    for (; kt < pre; ++kt) {
+      hopper::fence_registers(acc_hi);
+      hopper::wgmma_fence();
+      const uint32_t stage = uint32_t(s) * kStageBytes;
+#pragma unroll
+      for (int kk = 0; kk < kBK / 16; ++kk) half_step(acc_hi, 1, stage, kk, kt > 0 || kk > 0);
+      hopper::wgmma_commit();
+      hopper::wgmma_wait<1>();
+      hopper::fence_registers(acc_lo);
+      hopper::fence_registers(acc_hi);
+      if (kt > 0) hopper::mbar_arrive(&empty[prev_s]);
+      prev_s = s;
+      if (++s == kStages) s = 0, phase ^= 1;
+    }
+    for (; kt < k_tiles; ++kt) {
+      hopper::mbar_wait(&full[s], phase);
+      hopper::fence_registers(acc_lo);
+      hopper::fence_registers(acc_hi);
+      hopper::wgmma_fence();
+      const uint32_t stage = uint32_t(s) * kStageBytes;
+#pragma unroll
+      for (int kk = 0; kk < kBK / 16; ++kk) {
+        half_step(acc_lo, 0, stage, kk, kt > 0 || kk > 0);
+        half_step(acc_hi, 1, stage, kk, kt > 0 || kk > 0);
+      }
+      hopper::wgmma_commit();
+      hopper::wgmma_wait<1>();  // the batch of the previous k-step is done reading its stage
+      hopper::fence_registers(acc_lo);
+      hopper::fence_registers(acc_hi);
+      if (kt > 0) hopper::mbar_arrive(&empty[prev_s]);
+      prev_s = s;
+      if (++s == kStages) s = 0, phase ^= 1;
+    }
+    hopper::wgmma_wait<0>();
+    hopper::fence_registers(acc_lo);
+    hopper::fence_registers(acc_hi);
+    // The tile's last stage is free as soon as its wgmmas are done (t08): release it before the
+    // epilogue, so the producer refills it with the next tile's data meanwhile.
+    if (k_tiles > 0) hopper::mbar_arrive(&empty[prev_s]);
+
+    // Epilogue: this warp's 16 x 256 slab (rows 16w..16w+15 of this consumer's 64) leaves as 8
+    // boxes of 16 x 32 through the warp's two buffers, the 4 of acc_lo, then the 4 of acc_hi (t18:
+    // every box is written and gets a bulk group, an empty one when it lies outside C, so that no
+    // branch surrounds the reads of the accumulators). 64-bit sums: row0 + 112 need not fit an int.
+    const int64_t slab_row = int64_t(tc.row0) + consumer * kRowsPerConsumer + 16 * w;
+    constexpr int kBoxes = kBN / kCCols;  // 8: 4 a half
+    auto store_half = [&](float(&h)[64], int first) {
+      const int last = first + kBoxes / 2;
+#pragma unroll
+      for (int i = first; i < last; ++i) {
+        const int64_t box_col = int64_t(tc.col0) + i * kCCols;
+        const bool in_bounds = slab_row < M && box_col < N;
+        const uint32_t buf = my_staging + (boxes % kCBuffers) * kCBoxBytes;
+        // The buffer was last read by box `boxes - 2`: "at most 1 group still reading" (t10).
+        if (lane == 0) hopper::bulk_wait_group_read<1>();
+        __syncwarp();
+#pragma unroll
+        for (int jj = 0; jj < kCCols / 8; ++jj) {
+          // Group j (even g) or j2 (odd g) of the box, t17's conflict-free order; jl, jl2: the
+          // same groups counted in the half's accumulator.
+          const int j = i * (kCCols / 8) + jj, j2 = i * (kCCols / 8) + (jj ^ 2);
+          const uint32_t chunk = ((2 * uint32_t(jj)) ^ my_chunk) * 16;
+          const int jl = j % 16, jl2 = j2 % 16;
+          st_shared_v2(buf + my_row + chunk, odd_g ? h[4 * jl2] : h[4 * jl],
+                       odd_g ? h[4 * jl2 + 1] : h[4 * jl + 1]);  // row g
+          st_shared_v2(buf + 1024 + my_row + chunk, odd_g ? h[4 * jl2 + 2] : h[4 * jl + 2],
+                       odd_g ? h[4 * jl2 + 3] : h[4 * jl + 3]);  // row g + 8
+        }
+        hopper::fence_proxy_async_smem();  // each thread's writes, visible to the engine...
+        __syncwarp();  // ...before lane 0 (ordered after every lane's fence) issues
+        if (lane == 0) {
+          if (in_bounds) hopper::tma_store_2d(&tmap_c, buf, int(box_col), int(slab_row));
+          hopper::bulk_commit_group();  // one group a box: the waits above count boxes
+        }
+        ++boxes;
+      }
+    };
+    store_half(acc_lo, 0);
+    // The idea of this step: the next tile's first kPreSteps k-steps, lo half, go to the tensor
+    // cores now, and run while this warp stores the hi half. After a block's last tile the same
+    // wgmmas run on whatever the stages hold and are discarded (no wait for a fill that never
+    // comes): every path has the same kPreSteps groups in flight here, and the wait_group below
+    // (a no-op at run time) shows ptxas that the groups that wrote acc_hi are complete (header).
+    const bool has_next = tile + gridDim.x < tiles;
+    pre = kPreSteps;
+    {
+      int s2 = s;
+      uint32_t phase2 = phase;
+      hopper::fence_registers(acc_lo);
+#pragma unroll
+      for (int kp = 0; kp < kPreSteps; ++kp) {
+        if (has_next) hopper::mbar_wait(&full[s2], phase2);
+        hopper::wgmma_fence();
+        const uint32_t stage = uint32_t(s2) * kStageBytes;
+#pragma unroll
+        for (int kk = 0; kk < kBK / 16; ++kk) half_step(acc_lo, 0, stage, kk, kp > 0 || kk > 0);
+        hopper::wgmma_commit();
+        if (++s2 == kStages) s2 = 0, phase2 ^= 1;
+      }
+      hopper::wgmma_wait<kPreSteps>();
+    }
+    store_half(acc_hi, kBoxes / 2);
+  }
+  hopper::wgmma_wait<0>();  // the discarded lo half issued after the last tile
+  // The stores still in flight read this block's shared memory and write C: finish them before the
+  // block exits (its shared memory may then be given to another block).
+  if (lane == 0) hopper::bulk_wait_group<0>();
+}
+
+// ---- host side ---------------------------------------------------------------------------------
+
+// A row-major [rows, cols] 16-bit matrix, read in boxes of box_rows x 64 columns (128 bytes, the
+// widest box the 128-byte swizzle allows), swizzled in shared memory, zeros outside the matrix.
+CUtensorMap make_tmap(const void* base, int64_t rows, int64_t cols, int box_rows, DType dtype) {
+  CUtensorMap map;
+  const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
+  const cuuint64_t strides[1] = {cuuint64_t(cols) * 2};  // bytes between rows
+  const cuuint32_t box[2] = {cuuint32_t(kSwizzleCols), cuuint32_t(box_rows)};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  const CUresult rc = tensor_map_encode_fn()(
+      &map,
+      dtype == DType::BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2,
+      const_cast<void*>(base), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  FA_REQUIRE(rc == CUDA_SUCCESS, "cuTensorMapEncodeTiled failed with CUresult " +
+                                     std::to_string(int(rc)) + " (rows " + std::to_string(rows) +
+                                     ", cols " + std::to_string(cols) + ")");
+  return map;
+}
+
+// C: a row-major [M, N] fp32 matrix, written in boxes of kCRows x kCCols (16 x 32: 128 bytes a row,
+// the widest box the 128-byte swizzle allows) from the staging buffers, laid out there with that
+// swizzle. The engine writes only the elements of a box that lie inside the matrix. Needs C 16-byte
+// aligned and N * 4 a multiple of 16 (the launcher's tma_ok).
+CUtensorMap make_tmap_c(float* C, int64_t M, int64_t N) {
+  CUtensorMap map;
+  const cuuint64_t dims[2] = {cuuint64_t(N), cuuint64_t(M)};
+  const cuuint64_t strides[1] = {cuuint64_t(N) * 4};  // bytes between rows
+  const cuuint32_t box[2] = {cuuint32_t(kCCols), cuuint32_t(kCRows)};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  const CUresult rc = tensor_map_encode_fn()(
+      &map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, C, dims, strides, box, elem_strides,
+      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  FA_REQUIRE(rc == CUDA_SUCCESS, "cuTensorMapEncodeTiled (C) failed with CUresult " +
+                                     std::to_string(int(rc)) + " (M " + std::to_string(M) + ", N " +
+                                     std::to_string(N) + ")");
+  return map;
+}
+
+template <class T>
+void set_smem_limit() {
+  static const bool done = [] {
+    FA_CUDA_CHECK(cudaFuncSetAttribute(gemm_t19_kernel<T>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+    return true;
+  }();
+  (void)done;
+}
+
+template <class T>
+void launch(const void* A, const void* B, float* C, GemmShape s, DType dtype, int sm_count,
+            cudaStream_t stream) {
+  // TMA's rules: 16-byte aligned base and row strides, sizes below 2^31 (coordinates are int32).
+  // C's map too: its rows are N * 4 bytes apart (a multiple of 16 since N % 8 == 0) and C must be
+  // 16-byte aligned (cudaMalloc's pointers are; a pointer into the middle of a buffer may not be).
+  const bool tma_ok = s.K % 8 == 0 && s.N % 8 == 0 && mma_gemm::aligned16(A) &&
+                      mma_gemm::aligned16(B) && mma_gemm::aligned16(C) &&
+                      s.M < (int64_t(1) << 31) && s.N < (int64_t(1) << 31) &&
+                      s.K < (int64_t(1) << 31) &&
+                      s.K >= int64_t(kPreSteps) * kBK;  // kPreSteps k-steps a tile at least
+  if (!tma_ok) {  // ragged strides, or K < 256: v5's mma.sync code (odd chunks by hand)
+    const GemmKernel* v5 = find_entry<GemmKernel>(kFallback);
+    FA_REQUIRE(v5 != nullptr, std::string(kFallback) + " is not linked in");
+    v5->run(A, B, C, s, dtype, stream);
+    return;
+  }
+  if (s.M == 0 || s.N == 0) return;
+  set_smem_limit<T>();
+  const CUtensorMap tmap_a = make_tmap(A, s.M, s.K, kBM, dtype);
+  const CUtensorMap tmap_b = make_tmap(B, s.K, s.N, kBK, dtype);
+  const CUtensorMap tmap_c = make_tmap_c(C, s.M, s.N);
+  // The persistent grid in whole rounds: as many rounds as one block per SM needs (225 KiB of
+  // shared memory allow no second block), and no more blocks than those rounds need, so every block
+  // walks the same number of tiles (blockIdx.x, + gridDim.x, ...) and each round's tiles are one
+  // window of the grouped order, the same window for every round.
+  const int64_t tiles = ceil_div(s.M, kBM) * ceil_div(s.N, kBN);
+  const int64_t rounds = ceil_div(tiles, int64_t(sm_count));
+  const int64_t blocks = ceil_div(tiles, rounds);
+  gemm_t19_kernel<T>
+      <<<unsigned(blocks), kThreads, kSmemBytes, stream>>>(tmap_a, tmap_b, tmap_c, s.M, s.N, s.K);
+  FA_CHECK_LAUNCH();
+}
+
+void gemm_t19(const void* A, const void* B, float* C, GemmShape s, DType dtype,
+              cudaStream_t stream) {
+  FA_UNSUPPORTED_IF(dtype == DType::F32, "03/t19_epilogue_under_mainloop takes bf16 and fp16 only");
+  const GpuInfo& gpu = gpu_info();
+  FA_UNSUPPORTED_IF(
+      gpu.sm != 90,
+      "03/t19_epilogue_under_mainloop uses sm_90a instructions (wgmma, TMA): it runs on compute "
+      "capability 9.0 (H100, H200) only");
+  FA_REQUIRE(gpu.sm_count > 0, "03/t19_epilogue_under_mainloop: the GPU reports no SMs");
+  if (dtype == DType::BF16)
+    launch<__nv_bfloat16>(A, B, C, s, dtype, gpu.sm_count, stream);
+  else
+    launch<__half>(A, B, C, s, dtype, gpu.sm_count, stream);
+}
+
+}  // namespace
+
+FA_REGISTER(GemmKernel, {"03/t19_epilogue_under_mainloop",
+                         gemm_t19,
+                         "t18 with the next tile's first 4 k-steps (their lo half) issued to the "
+                         "tensor cores before the hi half of C is stored, so that the epilogue "
+                         "runs under them",
+                         {DType::BF16, DType::F16},
+                         90});
+
+}  // namespace fa::ch03
