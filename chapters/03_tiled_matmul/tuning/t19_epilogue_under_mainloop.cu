@@ -4,7 +4,7 @@
 // at 1000^3, with tails in M, N and K). The four sanitizers found no error, but their GEMM shapes
 // had K < 256 and ran its fallback; the shape added for it (200 x 136 x 264) has not yet run.
 // Speed: measured in chapters/03_tiled_matmul/tuning/README.md (H100, 2026-11-26, bf16, cuBLAS and
-// t15 to t18 in the same runs, 6 rounds on two machines): 101.1-101.9% of cuBLAS at 4096^3 and
+// t15 to t18 in the same runs, 6 rounds on two machines): 101.0-101.9% of cuBLAS at 4096^3 and
 // 101.9-102.8% at 8192^3, the first step past cuBLAS at both sizes in every round.
 //
 // What changed vs t18: when the next tile's first multiplies are issued. Since t08 the consumers
