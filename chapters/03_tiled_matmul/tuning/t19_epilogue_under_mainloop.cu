@@ -22,9 +22,9 @@
 //   4. stores acc_hi (boxes 4..7) while those wgmmas run;
 //   5. starts the next tile with k-steps 0..3 on acc_hi only (their stages already waited for),
 //      then the rest of the mainloop on both halves.
-// About 1.3 us of tensor-core work (4 k-steps, half the columns: 2 x 64 x 128 x 256 x 2 FLOP a
-// consumer) now runs under the hi half's stores instead of after them: the drawing is
-// notes/figures/fig_epilogue_overlap.svg.
+// About 1.3 us of tensor-core work (4 k-steps, half the columns: 2 x 64 x 128 x 256 FLOP a
+// consumer, both consumers at once) now runs under the hi half's stores instead of after them
+// (drawn in notes/figures/fig_epilogue_overlap.svg).
 //
 //   ptxas     two conditions for the overlap to survive compilation (CUDA 13.0). (a) t18's two
 //             accumulators and branch-free stores (its header: without them ptxas serialised
