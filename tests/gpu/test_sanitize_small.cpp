@@ -6,6 +6,7 @@
 // Library reference rows ("ref/...", cuBLAS) are left out: we cannot fix what a sanitizer says
 // about a closed-source library, and its kernels are not what this repository teaches.
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <string>
@@ -30,9 +31,11 @@ bool left_out(const std::string& name) {
 }
 
 // Run one case; a failed check or an exception (a CUDA error the sanitizer provoked, an illegal
-// address) fails the test but lets the remaining kernels run.
+// address) fails the test but lets the remaining kernels run. Each case is named in the log, so a
+// sanitizer run shows which kernels and shapes it covered (FA_SANITIZE_ONLY narrows the list).
 template <class F>
 void run_case(const std::string& what, F body) {
+  std::printf("  case %s\n", what.c_str());
   try {
     fa::RunResult r = body();
     if (r.status == fa::Status::Fail) ADD_FAILURE() << what << "\n" << r.report();
