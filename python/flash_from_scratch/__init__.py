@@ -17,8 +17,8 @@ helpers work without torch; the rest imports torch when called.
 from ._lib import (FlashError, Kernel, LibraryNotFound, NoGpuError, ServingKernel,
                    UnsupportedError, describe_gpu, find_library, list_kernels,
                    list_serving_kernels, supported)
-from .fp8 import (DEFAULT_FP8_FWD, Fp8Kernel, attention_fp8, dequantize_fp8, hadamard_rotate,
-                  list_fp8_kernels, quantize_fp8, supported_fp8)
+from .fp8 import (DEFAULT_FP8_FWD, Fp8Kernel, attention_fp8, default_fp8_kernel, dequantize_fp8,
+                  hadamard_rotate, list_fp8_kernels, quantize_fp8, supported_fp8)
 from .names import (APPEND_KV, AUTO, DEFAULT_BWD, DEFAULT_FWD, FP32_BWD, FP32_FWD,
                     HOPPER_VARLEN_FWD, PAGED_DECODE, PAGED_PREFILL, VARLEN_BWD, VARLEN_FWD,
                     VARLEN_WINDOW_BWD, VARLEN_WINDOW_FWD)
@@ -32,7 +32,7 @@ __all__ = ["list_kernels", "list_serving_kernels", "attention", "varlen_attentio
            "VARLEN_BWD", "VARLEN_WINDOW_BWD", "HOPPER_VARLEN_FWD", "PAGED_DECODE",
            "PAGED_PREFILL", "APPEND_KV", "attention_fp8", "quantize_fp8", "dequantize_fp8",
            "hadamard_rotate", "list_fp8_kernels", "supported_fp8", "Fp8Kernel",
-           "DEFAULT_FP8_FWD"]
+           "DEFAULT_FP8_FWD", "default_fp8_kernel"]
 
 
 def attention(q, k, v, causal=False, scale=None, kernel=AUTO, kernel_bwd=AUTO, return_lse=False,

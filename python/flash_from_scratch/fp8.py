@@ -27,7 +27,10 @@ from collections import namedtuple
 
 from . import _lib
 
-DEFAULT_FP8_FWD = "07/fp8_v1"
+# The kernel attention_fp8 runs when none is named, per head dim: chapter 07's fastest FP8 forward
+# for it (H100, 2026-11-26: fp8_v2 676.6 TFLOP/s at D 128, N 8192, where fp8_v1 ran 579.5;
+# fp8_v4 1031.9-1039.0 at D 256, where fp8_v3 ran 975.0-981.4). Both pass the FP8 rule.
+DEFAULT_FP8_FWD = {128: "07/fp8_v2", 256: "07/fp8_v4"}
 
 E4M3_MAX = 448.0  # fp8.h kE4M3Max: the largest finite e4m3 value
 P_SCALE = 256.0  # fp8.h kFp8PScale: P is stored as e4m3(P~ * 256); the C ABI passes it
@@ -80,6 +83,18 @@ def supported_fp8(kernel, head_dim):
         _lib.raise_for(code, kernel)
     except Exception as e:  # returned, not raised
         return e
+
+
+def default_fp8_kernel(head_dim):
+    """The FP8 forward attention_fp8 runs for head_dim when no kernel is named (DEFAULT_FP8_FWD);
+    UnsupportedError for a head dim that has none (a kernel of your own may still be named)."""
+    name = DEFAULT_FP8_FWD.get(int(head_dim))
+    if name is None:
+        dims = ", ".join(str(d) for d in sorted(DEFAULT_FP8_FWD))
+        raise _lib.UnsupportedError(
+            "no FP8 forward for head dim %d: chapter 07's take D = %s (name a kernel of your own "
+            "with kernel=; list_fp8_kernels() lists what is registered)" % (int(head_dim), dims))
+    return name
 
 
 def fp8_kernel(kernel):
@@ -242,7 +257,8 @@ def attention_fp8(q, k, v, *, causal=False, scale=None, kernel=None, q_scale=Non
       - torch.float8_e4m3fn codes with their fp32 scales q_scale [B, H, ceil(Nq / block_rows_q)],
         k_scale and v_scale [B, H, ceil(Nk / block_rows_kv)] (quantize_fp8's output; the block
         sizes are the kernel's: list_fp8_kernels()).
-    kernel: a registered FP8 forward ("07/fp8_v1" by default). scale: 1/sqrt(D) by default.
+    kernel: a registered FP8 forward; by default the fastest for D (default_fp8_kernel: 07/fp8_v2
+    at D 128, 07/fp8_v4 at D 256). scale: 1/sqrt(D) by default.
     No grouped K/V heads, no window. Non-contiguous inputs are copied.
 
     Returns (O, L): O bf16 [B, H, Nq, D], L fp32 [B, H, Nq] (natural-log logsumexp of each row
@@ -254,7 +270,6 @@ def attention_fp8(q, k, v, *, causal=False, scale=None, kernel=None, q_scale=Non
     """
     torch = _torch()
     from .ops import KERNEL_DEVICES, _dense, _index, _scale_arg, _stream
-    kernel = DEFAULT_FP8_FWD if kernel is None else kernel
     for name, t in (("q", q), ("k", k), ("v", v)):
         _check_4d(name, t)
         if t.device.type not in KERNEL_DEVICES:
@@ -294,6 +309,7 @@ def attention_fp8(q, k, v, *, causal=False, scale=None, kernel=None, q_scale=Non
             raise ValueError("q_scale, k_scale and v_scale go with float8_e4m3fn codes; for "
                              "%s inputs the scales are computed here" % q.dtype)
     scale = _scale_arg(scale, d)
+    kernel = default_fp8_kernel(d) if kernel is None else kernel
     # The kernel and this machine first (unknown name, no GPU, no such head dim), then the work.
     err = supported_fp8(kernel, d)
     if err is not None:

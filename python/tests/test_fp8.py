@@ -66,9 +66,16 @@ def test_list_fp8_kernels():
         assert k.name.startswith("07/") and k.head_dims and k.min_sm >= 90, k
         assert k.block_rows_q >= 1 and k.block_rows_kv >= 1 and k.about, k
     names = [k.name for k in KERNELS]
-    if fa.DEFAULT_FP8_FWD in names:
-        k = KERNELS[names.index(fa.DEFAULT_FP8_FWD)]
-        assert (k.head_dims, k.min_sm, k.block_rows_q, k.block_rows_kv) == ((128,), 90, 64, 128)
+    for d, name in fa.DEFAULT_FP8_FWD.items():  # a default runs the head dim it is the default of
+        if name in names:
+            k = KERNELS[names.index(name)]
+            assert d in k.head_dims and k.min_sm == 90, k
+
+
+def test_default_fp8_kernel():
+    assert fa.default_fp8_kernel(128) == "07/fp8_v2" and fa.default_fp8_kernel(256) == "07/fp8_v4"
+    with pytest.raises(fa.UnsupportedError, match="no FP8 forward for head dim 64.*D = 128, 256"):
+        fa.default_fp8_kernel(64)
 
 
 def test_refusals_without_a_gpu():
@@ -281,7 +288,7 @@ class EmulatedFp8Library:
         return b"emulated"
 
     def fa_py_list_fp8_kernels(self):
-        return ("07/fp8_v1\t128\t90\t%d\t%d\tx\n" % (self.brq, self.brkv)).encode()
+        return ("07/fp8_v2\t128\t90\t%d\t%d\tx\n" % (self.brq, self.brkv)).encode()
 
     def fa_py_supported_fp8(self, name, head_dim):
         return 0
@@ -328,7 +335,7 @@ def test_python_layer(emulated, shape, causal):
     q, k, v = inputs(torch, shape, "cpu", torch.float32)
     o, L = fa.attention_fp8(q, k, v, causal=causal)
     assert o.dtype == torch.bfloat16 and o.shape == q.shape and L.shape == q.shape[:3]
-    assert emu.calls[-1] == ("07/fp8_v1", 0.0, int(causal))
+    assert emu.calls[-1] == ("07/fp8_v2", 0.0, int(causal))  # default_fp8_kernel(128)
     (qc, qs), (kc, ks), (vc, vs) = (fa.quantize_fp8(t, n) for t, n in ((q, 16), (k, 32), (v, 32)))
     sc = softmax_scale(torch, D)
     want_o, want_l = naive_fp8(torch, qc, kc, vc, qs, ks, vs, 16, 32, causal, sc)
@@ -444,3 +451,27 @@ def test_kernel_refusals():
         fa.attention_fp8(q, q, q, kernel=KERNELS[0].name)
     with pytest.raises(ValueError, match="no kernel named"):
         fa.attention_fp8(q, q, q, kernel="07/nope")
+    with pytest.raises(fa.UnsupportedError, match="no FP8 forward for head dim 64"):
+        fa.attention_fp8(q, q, q)  # no default at D 64
+
+
+@pytest.mark.parametrize("d", sorted(fa.DEFAULT_FP8_FWD))
+def test_default_kernel_per_head_dim(d):
+    """attention_fp8 with no kernel named runs default_fp8_kernel(d), held to the rule with that
+    kernel's block sizes."""
+    names = [k.name for k in KERNELS]
+    name = fa.default_fp8_kernel(d)
+    if name not in names:
+        pytest.skip("%s is not registered in this build (or libfa_python.so is not built)" % name)
+    kernel = KERNELS[names.index(name)]
+    torch = fp8_gpu_or_skip(kernel)
+    q, k, v = inputs(torch, (2, 3, 129, 127), "cuda", torch.bfloat16, d)
+    o, L = fa.attention_fp8(q, k, v, causal=True)
+    brq, brkv = kernel.block_rows_q, kernel.block_rows_kv
+    (qc, qs), (kc, ks), (vc, vs) = ((fa.quantize_fp8(t, n)) for t, n in ((q, brq), (k, brkv),
+                                                                         (v, brkv)))
+    check_rule(torch, o, L, qc, kc, vc, qs, ks, vs, brq, brkv, True, softmax_scale(torch, d),
+               "default at D %d: %s" % (d, name))
+    o2, L2 = fa.attention_fp8(q, k, v, causal=True, kernel=name)
+    torch.cuda.synchronize()
+    assert torch.equal(o, o2) and torch.equal(L, L2)
