@@ -83,7 +83,10 @@ std::string kernels_text() {
   for (const fa::AttentionFwdFp8Kernel* k :
        fa::entries_with_prefix<fa::AttentionFwdFp8Kernel>("07/"))
     text += "  " + k->name +
-            "  (FP8 e4m3; run with --kernel=all, in a table of its own): " + k->about + "\n";
+            (k->name.rfind("07/fp8_v", 0) == 0
+                 ? "  (FP8 e4m3; run with --kernel=all, in a table of its own): "
+                 : "  (FP8 e4m3 tuning step: the GPU tests run and time it, tuning/README.md): ") +
+            k->about + "\n";
   text += "the peer in every table (chapter 05's best forward):\n";
   if (const AttentionFwdKernel* peer = fa::find_entry<AttentionFwdKernel>(kPeer))
     text += "  " + fa::describe_kernel(*peer) + "\n";
@@ -180,11 +183,12 @@ int run(const std::vector<std::string>& args) {
     fa::print_table(std::cout, "07: bf16 D=128 at B=2, H=16, N=" + std::to_string(big_seq), rows);
     all.insert(all.end(), rows.begin(), rows.end());
   }
-  // 3. The FP8 forwards (their own signature, AttentionFwdFp8Kernel): with --kernel=all, on the
-  // chosen shape and at the big row, checked by fp8.h's rule against the float64 reference on the
-  // dequantised values, next to the 16-bit rows above.
+  // 3. The FP8 forwards of the main path (their own signature, AttentionFwdFp8Kernel): with
+  // --kernel=all, on the chosen shape and at the big row, checked by fp8.h's rule against the
+  // float64 reference on the dequantised values, next to the 16-bit rows above. The tuning steps
+  // (07/fp8_t..., tuning/README.md) run in the GPU tests, which time them too.
   const std::vector<const fa::AttentionFwdFp8Kernel*> fp8 =
-      fa::entries_with_prefix<fa::AttentionFwdFp8Kernel>("07/");
+      fa::entries_with_prefix<fa::AttentionFwdFp8Kernel>("07/fp8_v");
   if (!named && !fp8.empty()) {
     rows.clear();
     fa::Fp8RunOptions o8;

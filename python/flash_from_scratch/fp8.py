@@ -29,7 +29,8 @@ from . import _lib
 
 # The kernel attention_fp8 runs when none is named, per head dim: chapter 07's fastest FP8 forward
 # for it (H100, 2026-11-26: fp8_v2 676.6 TFLOP/s at D 128, N 8192, where fp8_v1 ran 579.5;
-# fp8_v4 1031.9-1039.0 at D 256, where fp8_v3 ran 975.0-981.4). Both pass the FP8 rule.
+# fp8_v4 1029.3-1031.5 at D 256, B 2, H 8, where fp8_v3 ran 999.1-1000.5 in the same rounds).
+# Both pass the FP8 rule.
 DEFAULT_FP8_FWD = {128: "07/fp8_v2", 256: "07/fp8_v4"}
 
 E4M3_MAX = 448.0  # fp8.h kE4M3Max: the largest finite e4m3 value

@@ -4,6 +4,7 @@
 // the Hadamard rotation. The check is fp8.h's rule (the float64 reference on the dequantised
 // inputs, 2 x the naive FP8 forward's error + 1e-4). Skips without a GPU of the kernel's min_sm.
 #include <cmath>
+#include <cstdio>
 #include <iostream>
 
 #include "test_util.h"
@@ -125,6 +126,7 @@ TEST(SanitizeSmall, AttentionFwdFp8Kernels) {
       for (auto [nq, nk] : {std::pair<int64_t, int64_t>{17, 33}, {33, 17}})
         for (bool causal : {false, true}) {
           const AttentionShape s{1, 2, nq, nk, d, causal, 0.0f};
+          std::printf("  case %s %s\n", k->name.c_str(), s.str().c_str());  // the log's list
           const fa::RunResult r = fa::run_attention_fwd_fp8(*k, s, check_only(5));
           EXPECT_NE(r.status, fa::Status::Fail) << k->name << " " << s.str() << "\n" << r.report();
         }

@@ -1,6 +1,9 @@
 // 07/fp8_v3: the FP8 (e4m3) forward at D = 256 (sm_90a: H100, H200). A copy of 07/fp8_v2
 // (fp8_v2.cu: read it first, and its header) with the head dim doubled and the register budget
-// that follows from it.
+// that follows from it. Three measured steps of the tuning appendix (tuning/README.md), in the
+// order they were taken: t31 the port to D = 256 (tuning/fp8_t31_d256_port.cu), t32 the scales
+// delivered with their tiles (tuning/fp8_t32_scales_with_tiles.cu), t33 the softmax's multiplies
+// in the exponent's FFMA (this file, instruction for instruction). The bullets below say which.
 //
 // Why: fp8_v2 at D = 128 runs level with the bf16 v4 (~670 TFLOP/s on an H100) because there the
 // softmax of a tile, 8192 exponentials on the MUFU (16 per clock per SM) plus ~8 instructions per
@@ -12,13 +15,13 @@
 // "FlashAttention-3", 2024, the FP8 forward benchmark).
 //
 // What changed vs 07/fp8_v2
-//   * D = 256, Bc = 128. A row of Q or K is 256 bytes, two 128-byte swizzle strips: Q and K come
+//   * [t31] D = 256, Bc = 128. A row of Q or K is 256 bytes, two 128-byte swizzle strips: Q and K come
 //     in two TMA boxes each (columns 0..127 and 128..255, strip s at s * rows * 128 bytes, as the
 //     bf16 rungs lay out D = 128), and desc_k_major's k32 step kk lies in strip kk / 4. A V^T tile
 //     is 256 rows (d) of 128 keys, one box; P V's column half h reads rows 128h .. 128h + 127.
 //     The host side (prepare_fp8_launch, make_tmap_u8) is fp8_v2's: its boxes are already 128
 //     bytes wide and box_rows tall, so the maps of D = 256 need nothing new.
-//   * Registers are THE problem. O is 64 x 256 fp32, 128 registers a thread; S_j is 64; a fresh
+//   * [t31] Registers are THE problem. O is 64 x 256 fp32, 128 registers a thread; S_j is 64; a fresh
 //     P V tile over all 256 columns would be another 128. fp8_v2's turn keeps S_j, PV_{j-1} and O
 //     live together (64 + 64 + 64 at D = 128): here that would be 64 + 128 + 128 = 320, far over
 //     the 240 a consumer gets. So P V is computed in two column halves (m64n128k32 on V^T rows
@@ -34,24 +37,24 @@
 //     N: m64n64k32 from shared memory reads as many operand bytes per FLOP as twice the work
 //     would, close to the shared-memory bandwidth, and doubles the per-tile overhead (waits,
 //     barriers, row statistics, scale loads) per FLOP.
-//   * The turn token of v3 now orders only the S wgmmas: a consumer waits for its turn, issues
+//   * [t31] The turn token of v3 now orders only the S wgmmas: a consumer waits for its turn, issues
 //     S_j, and hands the turn over; its P V halves are issued outside the token, whenever their
 //     P is ready. So the S_j of the two consumers alternate, and with them the softmaxes: one
 //     consumer's softmax runs while the other's P V halves and S run, and a consumer's short
 //     folds leave the tensor cores to whatever the other has queued.
-//   * The P buffers need a barrier of their own: in fp8_v2 the turn's bar.sync (all 128 threads
+//   * [t31] The P buffers need a barrier of their own: in fp8_v2 the turn's bar.sync (all 128 threads
 //     of a consumer, before its wgmmas) made every thread's P_{j-1} stores visible to P_{j-1}
 //     V_{j-1}; here P V is issued before the turn's bar.sync, so a named barrier of the consumer's
 //     128 threads (3 + consumer) comes first. Two buffers per consumer, alternating, as fp8_v2:
 //     P_j (buffer j % 2) is written after the softmax of S_j in turn j; the last reader of that
 //     buffer is P_{j-2} V_{j-2}, issued and waited (wait_group 0) by every warp in turn j - 1,
 //     before the consumer barrier of turn j that every thread passes before it writes P_j.
-//   * The fold moves: fp8_v2 folds PV_{j-1} after the softmax of S_j, O = alpha_j (O +
+//   * [t31] The fold moves: fp8_v2 folds PV_{j-1} after the softmax of S_j, O = alpha_j (O +
 //     scale_v[j-1] / p_scale PV_{j-1}). Here PV_{j-1} is folded before S_j exists, so O (still
 //     scaled to the max m_{j-2}) takes the alpha of the softmax before, and PV_{j-1}, whose P is
 //     already scaled to m_{j-1}, none: O = alpha_{j-1} O + (scale_v[j-1] / p_scale) PV_{j-1}.
 //     The sum is the same; alpha is carried one turn in two registers.
-//   * The softmax's multiplies ride in the exponent's FFMA (online_softmax_fp8, in this file):
+//   * [t33] The softmax's multiplies ride in the exponent's FFMA (online_softmax_fp8, in this file):
 //     the row max is taken on the raw accumulators and dequantised once, and P' = 2^(S_raw (c
 //     scale_q scale_k[j]) - c m + log2 p_scale) = P~ p_scale comes out of one FFMA + MUFU, where
 //     fp8_v2 multiplies every S element by its scales and every P element by p_scale before the
@@ -59,14 +62,9 @@
 //     p_scale once, before the epilogue (p_scale = 256: exact); O's fold factor keeps its
 //     1 / p_scale, as fp8_v2. The factor must be positive for the max to commute with it, so a
 //     negative softmax scale flips the sign bits of Q's codes in shared memory once, at the start.
-//   * The fold O = alpha O + f PV is 2 instructions per O element (256 a thread per tile). When
-//     every row of a warp keeps its max (alpha = 1 for both rows of every thread: most tiles of
-//     a long row once its max has settled), the warp folds O = fmaf(f, PV, O), one FFMA, which
-//     rounds once where the general form (f PV, then fmaf(O, alpha, .)) rounds twice: the same
-//     sum within fp32's last bit, not bit for bit.
-//   * Ring: 2 stages of K and V^T (32 KiB each at D = 256; fp8_v2 had 4 of 16 KiB). The bytes in
+//   * [t31] Ring: 2 stages of K and V^T (32 KiB each at D = 256; fp8_v2 had 4 of 16 KiB). The bytes in
 //     flight are the same, a turn is twice as long.
-//   * The scales ride with their tiles. fp8_v2's consumers load k_scale[j] and v_scale[j-1] from
+//   * [t32] The scales ride with their tiles. fp8_v2's consumers load k_scale[j] and v_scale[j-1] from
 //     global memory in every turn (every thread the same 4 bytes, an L2 round trip of several
 //     hundred cycles); issued before the waits, they still held up the first use whenever the
 //     tiles were already in. Here the producer thread loads k_scale[j] (v_scale[j]) before it
@@ -77,7 +75,7 @@
 //     (PTX ISA, mbarrier): a consumer that saw the phase complete sees the store. A slot is
 //     rewritten only after its stage's empty barrier has all 256 arrivals, each made after that
 //     thread's read. The same floats enter the same arithmetic.
-//   * Accuracy: S still accumulates on one accumulator over all of D, now 8 k32 steps (fp8_v2:
+//   * [t31] Accuracy: S still accumulates on one accumulator over all of D, now 8 k32 steps (fp8_v2:
 //     4). The rule's floor, 2^-10 of fp8_accumulator_bound = |scale| max_i sum_d |Q_id| max_j
 //     |K_jd| (common/fp8.h), is a sum over D as well: it doubles with D as the chain of partial
 //     sums does, so the ratio of the error allowed to the error made is what it is at D = 128.
@@ -99,8 +97,8 @@
 //   smem        Q 32 KiB + 2 x (K 32 + V^T 32) KiB + 2 x 2 x P 8 KiB = 192 KiB, + barriers, the
 //               scale slots (2 + 2 floats) and alignment (193.1 KiB)
 //   registers   producer 24, consumers 240 after setmaxnreg (compiled at 168); ptxas (CUDA 13.0,
-//               -Xptxas -v): 168 registers, 0 bytes spill stores / loads. Lowering kConsumerRegs
-//               shows what the consumers need: 232 fit, 224 spill 20 bytes (fp8_v2: 217..224)
+//               -Xptxas -v): 168 registers, 12 bytes spill stores / loads, all of them around the
+//               last turn's P V (3 registers, once a block; the SASS has no other local access)
 //   ragged      as fp8_v2: TMA zero-fills Q rows past seq_q, K rows and V^T columns past seq_k;
 //               keys past seq_k are masked; O and L stores are predicated on the row; causal
 //               (bottom-right) and rows with no visible key as v4 (O = 0, L = -inf). A consumer
@@ -119,20 +117,18 @@
 // sag under FP8 load (~1.6-1.7 GHz against the 1.83 of the peak), waits on K tiles with a 2-deep
 // ring, and fp8_v2 reached 34% where its arithmetic promised ~40%: hence ~45%, below the 1.0
 // PFLOP/s aimed at. Causal: ~10% lower (fp8_v2: 676.6 -> 613.7).
-// Measured (H100 80GB HBM3, 2026-11-26, B 2, N 8192, D 256; logs in notes/07_flash_hopper.md,
-// "FP8 at D = 256"): with the scales still loaded from global memory by the consumers, 943-961
-// TFLOP/s full and 865-880 causal at H 16, above the prediction; Nsight Compute: the tensor pipe
-// busy 50.6% of the active cycles, issue slots 43%, no pipe saturated, the largest stalls
-// "barrier", "wait" and "long scoreboard": latency, not throughput. Changes tried in scratch
-// copies, timed against it in the same runs: P V in four column quarters on two alternating
-// 32-register tiles (each fold under the next quarter's wgmma) was 1% slower (the fold gaps were
-// not the limit), a third K stage 4% slower, and a quarter of the exponentials computed by a
-// polynomial on the FMA pipe 3% slower (the MUFU is not the limit either: issue slots are); the
-// scales through shared memory (above) were 2.5-3.5% faster and are kept: 976-990 full and
-// 898-907 causal at H 16, 960.4 and 848.1 at the protocol's H 8 (bf16 v5 in the same run: 705.4,
-// 676.2). 0.96-0.99 of the 1.0 PFLOP/s aimed at:
-// the rest is in the serial turn (one accumulator) and in the waves (blocks of equal length on
-// 132 SMs: 15.5 waves at H 16, 7.8 at H 8, the last one part empty, ~3%).
+// Measured (H100 80GB HBM3, 2026-11-26, B 2, N 8192, D 256, three rounds with the steps before
+// it in the same run: tuning/README.md): 994.5-1000.1 TFLOP/s full and 871.5-873.3 causal at the
+// protocol's H 8, 1005.0-1014.2 and 923.6-926.9 at H 16; t31 ran 947.1-956.0 full at H 8, t32
+// 983.9-984.3. Above the prediction. Nsight Compute on the first version of this kernel (t31's
+// scales from global memory, t33's softmax and the fold below) found the tensor pipe busy 50.6%
+// of the active cycles, issue slots 43%, no pipe saturated, the largest stalls "barrier", "wait"
+// and "long scoreboard": latency, not throughput. Tried and dropped (notes/07_flash_hopper.md,
+// "FP8 at D = 256"): P V in four column quarters, a third K stage, a share of the exponentials on
+// the FMA pipe, and a fold of one FFMA for the warps whose rows all kept their max (a vote and a
+// second copy of the fold: 1.6-2.8% slower than this file, 972.5-978.5 in the same rounds; not
+// analysed further). What holds it now: the serial turn (one accumulator) and the waves (blocks of equal length on 132 SMs: 15.5 waves at H 16, 7.8 at
+// H 8, the last one part empty, ~3%).
 // Speed: measured in chapters/07_flash_hopper/README.md
 #include <cuda.h>
 #include <cuda_fp8.h>
@@ -349,8 +345,6 @@ __global__ void __launch_bounds__(kThreads, 1)
       hopper::mbar_wait(&full_v[sp], ((j - 1) / kStages) & 1);
       // v_scale[j-1], stored by the producer before the arrive this wait saw (header).
       const float v_factor = sVScale[sp] * p.inv_p_scale;
-      // A warp whose rows all kept their max folds with one FFMA per element (header).
-      const bool keep = __all_sync(0xffffffffu, alpha[0] == 1.0f && alpha[1] == 1.0f);
 #pragma unroll
       for (int h = 0; h < kHalves; ++h) {
         hopper::wgmma_fence();
@@ -362,22 +356,12 @@ __global__ void __launch_bounds__(kThreads, 1)
         hopper::wgmma_wait<0>();
         hopper::fence_registers(acc);
         float* oh = o + h * kAcc;  // columns 128h .. 128h + 127: the same fragment layout
-        if (keep) {
 #pragma unroll
-          for (int i = 0; i < kAcc; i += 4) {
-            oh[i] = fmaf(v_factor, acc[i], oh[i]);
-            oh[i + 1] = fmaf(v_factor, acc[i + 1], oh[i + 1]);
-            oh[i + 2] = fmaf(v_factor, acc[i + 2], oh[i + 2]);
-            oh[i + 3] = fmaf(v_factor, acc[i + 3], oh[i + 3]);
-          }
-        } else {
-#pragma unroll
-          for (int i = 0; i < kAcc; i += 4) {
-            oh[i] = fmaf(oh[i], alpha[0], v_factor * acc[i]);
-            oh[i + 1] = fmaf(oh[i + 1], alpha[0], v_factor * acc[i + 1]);
-            oh[i + 2] = fmaf(oh[i + 2], alpha[1], v_factor * acc[i + 2]);
-            oh[i + 3] = fmaf(oh[i + 3], alpha[1], v_factor * acc[i + 3]);
-          }
+        for (int i = 0; i < kAcc; i += 4) {
+          oh[i] = fmaf(oh[i], alpha[0], v_factor * acc[i]);
+          oh[i + 1] = fmaf(oh[i + 1], alpha[0], v_factor * acc[i + 1]);
+          oh[i + 2] = fmaf(oh[i + 2], alpha[1], v_factor * acc[i + 2]);
+          oh[i + 3] = fmaf(oh[i + 3], alpha[1], v_factor * acc[i + 3]);
         }
       }
       hopper::mbar_arrive(&empty_v[sp]);  // done with V_{j-1}
@@ -471,7 +455,8 @@ FA_REGISTER(AttentionFwdFp8Kernel,
              "Hopper FP8 (e4m3) at D = 256: fp8_v2 with P V in two column halves, each on a "
              "fresh 64-register tile folded into O before S is issued (O 128 + one accumulator "
              "64 registers), S turns alternating between the consumers, the K and V scales "
-             "delivered with their tiles through shared memory",
+             "delivered with their tiles through shared memory, the softmax's multiplies in the "
+             "exponent's FFMA",
              {256},
              90,
              kRowsPerWarpgroup,

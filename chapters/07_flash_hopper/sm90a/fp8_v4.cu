@@ -4,8 +4,11 @@
 // Status: verified on an H100 (the FP8 tests, the long ones included, the four sanitizers, and
 // python/tests/test_fp8.py).
 // Speed: measured in chapters/07_flash_hopper/README.md and notes/07_flash_hopper.md ("fp8_v4"):
-// 1031.9-1039.0 TFLOP/s full and 893.7-899.0 causal at B 2, H 8, N 8192, D 256 (fp8_v3 975.0-981.4
-// and 853.2-858.8 in the same runs, H100 80GB HBM3, 2026-11-26).
+// 1031.9-1039.0 TFLOP/s full and 893.7-899.0 causal at B 2, H 8, N 8192, D 256 (H100 80GB HBM3,
+// 2026-11-26). fp8_v3 ran 975.0-981.4 and 853.2-858.8 in the same runs in its earlier form, which
+// folded with one FFMA when no row's max moved; without that fold (today's fp8_v3) it ran
+// 994.5-1000.1 and 871.5-873.3 in a later run (tuning/README.md). fp8_v4 is built on the earlier
+// form, but it has no fold at all: the difference is not in this file.
 //
 // What changed vs fp8_v3: where P V is summed. fp8_v3 computes P_{j-1} V_{j-1} on a fresh 64-
 // register tile, one column half at a time, waits for it and folds it into O in fp32,
@@ -19,7 +22,8 @@
 //     cannot be added as they come out of the tensor cores. But O is multiplied by alpha every
 //     turn anyway: O is kept in units of the last V tile added, O = (v_scale[j] / p_scale) O',
 //     and before P_j V_j goes in, O' is multiplied by alpha_j v_scale[j-1] / v_scale[j] (one FMUL
-//     an element, skipped when the factor is 1 for every row of a warp, as fp8_v3 skipped alpha).
+//     an element, skipped when the factor is 1 for every row of a warp: rare, each V tile having
+//     a scale of its own).
 //     The epilogue multiplies by v_scale[last] / p_scale once.
 //   * The accumulator. An FP8 wgmma does not add in full fp32: it keeps about 14 bits below the
 //     largest term of each sum (DeepSeek-AI, "DeepSeek-V3 Technical Report", 2024, section 3.3.2:
