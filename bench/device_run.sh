@@ -8,7 +8,8 @@
 # Stages: build, test, testlong, tour, bench, benchquick, sdpa, memdemo, sanitize, mystery, ch07,
 # python, ncu_decode, ncu_fwd, ncu_bwd, ncu_ch07, ncu_cudnn, timeline07 (chapter 07's measured timeline, in a
 # build folder of its own), ladder (the main path of 05-08 in one run, with the
-# peers), serving (chapter 09: its program, the serving benchmarks, PyTorch's peers), rung (one kernel version end to end: RUNG=name [BASE=name]),
+# peers), serving (chapter 09: its program, the serving benchmarks, PyTorch's peers), e2e (fa.attention()
+# end to end beside SDPA, bench/attention_e2e.py), rung (one kernel version end to end: RUNG=name [BASE=name]),
 # rounds (RUNG and BASE against PyTorch SDPA, several alternating rounds, medians), pack
 # (fold the logs into one archive: the device returns at most 8 files).
 #
@@ -321,26 +322,47 @@ for stage in "$@"; do
     ladder)
       # The main path of chapters 05-08 in one run, beside the peers measured in the same run: the
       # chapter READMEs' ladder tables come from here. After `build`. fa_bench of the forward rungs
-      # (05/v0-v5, 07/v1-v4) and the backward rungs (06/v1-v5, 07/bwd_v1) at D LADDER_D (default
+      # (05/v0-v5, 07/v1-v5) and the backward rungs (06/v1-v5, 07/bwd_v1-v3) at D LADDER_D (default
       # 128) on the protocol shapes (B = 16384/N, H = 2048/D), then PyTorch SDPA (FlashAttention-2
       # and cuDNN) on the same shapes; the decoding rungs 08/v1-v5 on the decode shapes with the
-      # copy ceiling, then PyTorch's decode peers. Logs and CSVs: ladder_{fwd,bwd,decode}*.
-      D=${LADDER_D:-128}
-      for part in fwd bwd decode; do
-        case $part in
-          fwd) F="attn_fwd/(05/v[0-5]|07/v[1-5])[^/]*/(bf16|fp32)/D$D/" ;;
-          bwd) F="attn_bwd/(06/v[1-5]|07/bwd_v1)[^/]*/bf16/D$D/" ;;
-          decode) F="ceiling/copy|attn_decode/08/v[1-5]" ;;
-        esac
-        log "ladder $part: fa_bench $F"
-        "$BUILD/bin/fa_bench" --benchmark_filter="$F" --benchmark_out="$OUT/ladder_$part.json" \
-          --benchmark_out_format=json > "$OUT/ladder_$part.log" 2>&1
-        log "ladder $part fa_bench rc=$?"
-        S=bench/compare_sdpa.py
-        [[ $part == decode ]] && S=bench/compare_decode.py
-        PYTHONUNBUFFERED=1 python3 "$S" "$OUT/ladder_$part.json" --out "$OUT/ladder_${part}_peers" \
-          > "$OUT/ladder_${part}_peers.log" 2>&1
-        log "ladder $part peers rc=$?"; grep -E "^\|" "$OUT/ladder_${part}_peers.log" | head -60
+      # copy ceiling, then PyTorch's decode peers. Logs and CSVs: ladder_{fwd,bwd}_d<D>*, ladder_decode*.
+      # LADDER_D may list head dims ("64 128 256"); each gets its own logs (ladder_<part>_d<D>*).
+      for D in ${LADDER_D:-128}; do
+        for part in fwd bwd; do
+          case $part in
+            fwd) F="attn_fwd/(05/v[0-5]|07/v[1-5])[^/]*/(bf16|fp32)/D$D/" ;;
+            bwd) F="attn_bwd/(06/v[1-5]|07/bwd_v[1-3])[^/]*/bf16/D$D/" ;;
+          esac
+          log "ladder $part D$D: fa_bench $F"
+          "$BUILD/bin/fa_bench" --benchmark_filter="$F" --benchmark_out="$OUT/ladder_${part}_d$D.json" \
+            --benchmark_out_format=json > "$OUT/ladder_${part}_d$D.log" 2>&1
+          log "ladder $part D$D fa_bench rc=$?"
+          PYTHONUNBUFFERED=1 python3 bench/compare_sdpa.py "$OUT/ladder_${part}_d$D.json" \
+            --out "$OUT/ladder_${part}_d${D}_peers" > "$OUT/ladder_${part}_d${D}_peers.log" 2>&1
+          log "ladder $part D$D peers rc=$?"; grep -E "^\|" "$OUT/ladder_${part}_d${D}_peers.log" | head -40
+        done
+      done
+      log "ladder decode: fa_bench ceiling/copy|attn_decode/08/v[1-5]"
+      "$BUILD/bin/fa_bench" --benchmark_filter="ceiling/copy|attn_decode/08/v[1-5]" \
+        --benchmark_out="$OUT/ladder_decode.json" --benchmark_out_format=json > "$OUT/ladder_decode.log" 2>&1
+      log "ladder decode fa_bench rc=$?"
+      PYTHONUNBUFFERED=1 python3 bench/compare_decode.py "$OUT/ladder_decode.json" \
+        --out "$OUT/ladder_decode_peers" > "$OUT/ladder_decode_peers.log" 2>&1
+      log "ladder decode peers rc=$?"; grep -E "^\|" "$OUT/ladder_decode_peers.log" | head -20
+      ;;
+    e2e)
+      # What a PyTorch user gets (bench/attention_e2e.py): fa.attention() forward + backward with
+      # its defaults, beside named kernel pairs (E2E_PAIRS, space-separated FWD:BWD) and SDPA's
+      # FlashAttention-2 and cuDNN backends, at E2E_SHAPES (space-separated B,H,N,D; default the
+      # B 4, H 16, N 4096, D 128 of the dispatch's goal). Logs: e2e_<shape>.log and .csv.
+      for shape in ${E2E_SHAPES:-4,16,4096,128}; do
+        pairs=()
+        for pr in ${E2E_PAIRS:-07/v5_persistent:07/bwd_v1_tma_wgmma}; do pairs+=(--pair "$pr"); done
+        tag=${shape//,/_}
+        log "e2e $shape"
+        FA_LIBRARY="$PWD/$BUILD/lib/libfa_python.so" PYTHONUNBUFFERED=1 python3 bench/attention_e2e.py \
+          --shape "$shape" "${pairs[@]}" --csv "$OUT/e2e_$tag.csv" > "$OUT/e2e_$tag.log" 2>&1
+        log "e2e $shape rc=$?"; cat "$OUT/e2e_$tag.log"
       done
       ;;
     rung)

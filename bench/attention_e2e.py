@@ -1,0 +1,140 @@
+#!/usr/bin/env python3
+"""What a PyTorch user gets: fa.attention() forward + backward, end to end, beside SDPA.
+
+    python3 bench/attention_e2e.py                       # B 4, H 16, N 4096, D 128, bf16
+    python3 bench/attention_e2e.py --shape 2,16,8192,128 --pair 07/v5_persistent:07/bwd_v1_tma_wgmma
+    python3 bench/attention_e2e.py --csv out/e2e.csv
+
+Each column is one way to compute softmax(Q K^T / sqrt(D)) V and its gradients from PyTorch:
+  auto                 fa.attention(q, k, v) with its defaults (the dispatch's choice, fa.explain)
+  FWD:BWD              fa.attention(..., kernel=FWD, kernel_bwd=BWD): a named kernel pair
+  sdpa-flash, sdpa-cudnn   torch's scaled_dot_product_attention with one backend forced
+Every column is timed on the same tensors in the same process: CUDA events around one
+forward + backward (torch.autograd.grad of O with a fixed dO), 3 warm-up calls, the L2 flushed
+before each timed call (flash_from_scratch.bench.Timer, as common/timing.h), the median of
+--repeats. So the times include what a user pays besides the kernels: the allocations, the
+backward's preprocess and scratch, the Python layer. TFLOP/s count 4 * B * H * D per visible
+(query, key) pair for the forward and 2.5 times that for the backward (3.5 in all).
+"""
+import argparse
+import csv
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))  # a checkout, not installed
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--shape", default="4,16,4096,128", help="B,H,N,D (default 4,16,4096,128)")
+    p.add_argument("--heads_kv", type=int, default=0, help="K/V heads (0: as many as H)")
+    p.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"))
+    p.add_argument("--pair", action="append", default=[],
+                   help="FWD:BWD kernel pair to time beside the defaults (repeatable)")
+    p.add_argument("--repeats", type=int, default=20)
+    p.add_argument("--csv", help="write the table as CSV here")
+    args = p.parse_args(argv)
+
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    import flash_from_scratch as fa
+    from flash_from_scratch.bench import Timer
+    from flash_from_scratch.reference import attention_flops
+
+    if not torch.cuda.is_available():
+        print("attention_e2e: no CUDA GPU visible to torch")
+        return 1
+    b, h, n, d = (int(x) for x in args.shape.split(","))
+    hkv = args.heads_kv or h
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
+    timer = Timer("cuda", args.repeats)
+    print("attention_e2e on %s, torch %s; B %d, H %d, H_kv %d, N %d, D %d, %s" % (
+        torch.cuda.get_device_name(), torch.__version__, b, h, hkv, n, d, args.dtype))
+
+    def ours(fwd=None, bwd=None):
+        def f(q, k, v, causal):
+            if fwd is None:
+                return fa.attention(q, k, v, causal=causal)
+            return fa.attention(q, k, v, causal=causal, kernel=fwd, kernel_bwd=bwd)
+        return f
+
+    def sdpa(backend):
+        def f(q, k, v, causal):
+            with sdpa_kernel([backend]):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal,
+                                                      enable_gqa=hkv != h)
+        return f
+
+    columns = [("auto", ours())]
+    for pair in args.pair:
+        fwd, _, bwd = pair.partition(":")
+        columns.append((pair, ours(fwd, bwd or None)))
+    columns += [("sdpa-flash", sdpa(SDPBackend.FLASH_ATTENTION)),
+                ("sdpa-cudnn", sdpa(SDPBackend.CUDNN_ATTENTION))]
+
+    rows = []
+    for causal in (False, True):
+        g = torch.Generator(device="cuda").manual_seed(20261201)
+        q = torch.randn(b, h, n, d, device="cuda", dtype=dtype, generator=g) + 0.5
+        k, v = (torch.randn(b, hkv, n, d, device="cuda", dtype=dtype, generator=g) + 0.5
+                for _ in range(2))
+        do = torch.randn(b, h, n, d, device="cuda", dtype=dtype, generator=g)
+        for t in (q, k, v):
+            t.requires_grad_(True)
+        flops = attention_flops(b, h, n, n, d, causal, backward=False)
+        for label, f in columns:
+            def fwd_only(f=f):
+                with torch.no_grad():
+                    f(q, k, v, causal)
+
+            def fwd_bwd(f=f):
+                o = f(q, k, v, causal)
+                torch.autograd.grad(o, (q, k, v), do)
+            row = {"mask": "causal" if causal else "full", "column": label}
+            try:
+                row["fwd_ms"] = timer(fwd_only)
+                row["fwd_bwd_ms"] = timer(fwd_bwd)
+                row["fwd_tflops"] = flops / (row["fwd_ms"] * 1e-3) / 1e12
+                row["fwd_bwd_tflops"] = 3.5 * flops / (row["fwd_bwd_ms"] * 1e-3) / 1e12
+            except Exception as e:  # a column that cannot run here reads "-", never fatal
+                row["error"] = str(e).splitlines()[0]
+            if label == "auto" and hasattr(fa, "explain"):
+                row["kernels"] = "; ".join(fa.explain(q, k, v, causal=causal, brief=True))
+            rows.append(row)
+
+    print("| mask | column | forward ms | fwd+bwd ms | fwd+bwd TFLOP/s | vs sdpa-flash | "
+          "vs sdpa-cudnn |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
+    for r in rows:
+        ref = {x["column"]: x for x in rows if x["mask"] == r["mask"]}
+        if "error" in r:
+            print("| %s | %s | - | - | - | - | - |  (%s)" % (r["mask"], r["column"], r["error"]))
+            continue
+        ratios = []
+        for peer in ("sdpa-flash", "sdpa-cudnn"):
+            pr = ref.get(peer, {})
+            ratios.append("%.2fx" % (pr["fwd_bwd_ms"] / r["fwd_bwd_ms"]) if "fwd_bwd_ms" in pr
+                          else "-")
+        print("| %s | %s | %.3f | %.3f | %.1f | %s | %s |" % (
+            r["mask"], r["column"], r["fwd_ms"], r["fwd_bwd_ms"], r["fwd_bwd_tflops"], *ratios))
+    for r in rows:
+        if r.get("kernels"):
+            print("auto, %s: %s" % (r["mask"], r["kernels"]))
+    if args.csv:
+        os.makedirs(os.path.dirname(os.path.abspath(args.csv)), exist_ok=True)
+        fields = ["mask", "column", "fwd_ms", "fwd_bwd_ms", "fwd_tflops", "fwd_bwd_tflops",
+                  "kernels", "error"]
+        with open(args.csv, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=fields)
+            w.writeheader()
+            for r in rows:
+                w.writerow({k: ("%.4f" % r[k] if isinstance(r.get(k), float) else r.get(k, ""))
+                            for k in fields})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
