@@ -73,7 +73,7 @@ def main(out_dir):
 
     # Shared memory: resident K, V; the ring; bwd_v2's extra tiles.
     fs.rounded(ax, kx + 2.0, 66.0, kw - 4.0, 24.8, fc=fs.tint(fs.SKY, 0.08), ec=fs.BLUE, lw=0.7)
-    fs.text(ax, kx + 3.5, 88.6, "shared memory (16-bit tiles, 128-byte swizzle; 130 KiB at D 128)",
+    fs.text(ax, kx + 3.5, 88.6, "shared memory (16-bit tiles, 128-byte swizzle): 130 KiB at D 128, 182 KiB with bwd_v2's tiles",
             size=7.6, weight="bold", color=fs.BLUE)
     smem_tile(ax, 29.0, 80.2, 17.0, 6.4, "K_j\n128 × d")
     smem_tile(ax, 47.5, 80.2, 17.0, 6.4, "V_j\n128 × d")
