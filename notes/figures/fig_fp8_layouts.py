@@ -35,23 +35,23 @@ def k_arrow(ax, start, end, label, ha="center", dy=0.0, dx=0.0):
 def which_way(ax):
     fs.text(ax, 3.0, 88.0, "(a) Which way k, the contraction index, runs", size=8.4,
             weight="bold")
-    # S = Q K^T
+    def operand(x, y, w, h, fill, label):
+        fs.rect(ax, x, y, w, h, fc=fill)
+        fs.text(ax, x + w / 2, y + h / 2, label, size=6.2, ha="center")
+
+    # S = Q K^T: k = d along the rows of both operands
     fs.text(ax, 3.0, 83.8, "S = Q Kᵀ: k = d", size=7.4, weight="bold")
-    fs.rect(ax, 4.0, 73.0, 14.0, 7.0, fc=fs.SHARED_FILL)
-    fs.text(ax, 11.0, 76.5, "Q tile\n64 × D", size=6.2, ha="center")
+    operand(4.0, 73.0, 14.0, 7.0, fs.SHARED_FILL, "Q tile\n64 × D")
     k_arrow(ax, (4.5, 71.6), (17.5, 71.6), "k = d", dy=-1.4)
-    fs.rect(ax, 24.0, 70.0, 14.0, 10.0, fc=fs.SHARED_FILL)
-    fs.text(ax, 31.0, 75.0, "K tile\nBc keys × D", size=6.2, ha="center")
+    operand(24.0, 70.0, 14.0, 10.0, fs.SHARED_FILL, "K tile\nBc keys × D")
     k_arrow(ax, (24.5, 68.6), (37.5, 68.6), "k = d", dy=-1.4)
     fs.text(ax, 41.0, 77.0, "both K-major as stored:\nk runs along each 128-byte\nrow, any "
             "type", size=6.2, va="center")
-    # O += P V
+    # O += P V: k = key along P's rows, down V's columns
     fs.text(ax, 3.0, 61.4, "O += P V: k = key", size=7.4, weight="bold")
-    fs.rect(ax, 4.0, 49.0, 14.0, 9.0, fc=fs.REG_FILL)
-    fs.text(ax, 11.0, 53.5, "P\n64 × Bc keys", size=6.2, ha="center")
+    operand(4.0, 49.0, 14.0, 9.0, fs.REG_FILL, "P\n64 × Bc keys")
     k_arrow(ax, (4.5, 47.6), (17.5, 47.6), "k = key", dy=-1.4)
-    fs.rect(ax, 24.0, 46.0, 9.0, 12.0, fc=fs.SHARED_FILL)
-    fs.text(ax, 28.5, 52.0, "V tile\nBc keys\n× D", size=6.2, ha="center")
+    operand(24.0, 46.0, 9.0, 12.0, fs.SHARED_FILL, "V tile\nBc keys\n× D")
     k_arrow(ax, (22.6, 57.5), (22.6, 46.5), "k = key", ha="right", dx=-0.8)
     fs.text(ax, 35.0, 55.2, "V as stored: k runs down the columns (MN-major)", size=6.2)
     fs.text(ax, 35.0, 51.6, "bf16 / fp16: the wgmma reads it so (imm-trans-b = 1)", size=6.2,

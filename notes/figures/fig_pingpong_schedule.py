@@ -157,23 +157,21 @@ def main(out_dir):
           [("tc", "tensor cores"), ("c0", "warpgroup")], bars1, scale, x0)
 
     shift = 1400.0
-    bars3 = pingpong_schedule(intra=False, n_turns=10)
-    share3 = busy_share(bars3, shift, shift + WINDOW)
-    panel(ax, 57.0, "(b) 07/v3, ping-pong: a turn is S(j) and P(j−1) V(j−1) issued together; the "
-          "two consumers alternate — tensor cores busy %d%%" % round(100 * share3),
-          [("tc", "tensor cores"), ("c0", "consumer 0"), ("c1", "consumer 1")], bars3, scale,
-          x0, t_shift=shift,
-          slack=("c0", 2048 + 1024, 2048 + 2048, "its softmax may grow to one turn (%d "
-                 "clocks) before the tensor cores idle" % (S_CLK + PV_CLK)))
-
-    bars4 = pingpong_schedule(intra=True, n_turns=10)
-    share4 = busy_share(bars4, shift, shift + WINDOW)
-    panel(ax, 35.0, "(c) 07/v4, ping-pong + intra-warpgroup overlap: the softmax of S(j) runs "
-          "under the warpgroup's own P(j−1) V(j−1) — tensor cores busy %d%%" % round(100 * share4),
-          [("tc", "tensor cores"), ("c0", "consumer 0"), ("c1", "consumer 1")], bars4, scale,
-          x0, t_shift=shift,
-          slack=("c0", 2048 + S_CLK, 2048 + 2048, "to a turn and a half (%d clocks)"
-                 % (S_CLK + PV_CLK + S_CLK)))
+    two = [("tc", "tensor cores"), ("c0", "consumer 0"), ("c1", "consumer 1")]
+    panels = [
+        (False, 57.0, "(b) 07/v3, ping-pong: a turn is S(j) and P(j−1) V(j−1) issued together; "
+         "the two consumers alternate", 2048 + 1024,
+         "its softmax may grow to one turn (%d clocks) before the tensor cores idle"
+         % (S_CLK + PV_CLK)),
+        (True, 35.0, "(c) 07/v4, ping-pong + intra-warpgroup overlap: the softmax of S(j) runs "
+         "under the warpgroup's own P(j−1) V(j−1)", 2048 + S_CLK,
+         "to a turn and a half (%d clocks)" % (S_CLK + PV_CLK + S_CLK)),
+    ]
+    for intra, y_top, title, slack_from, slack_label in panels:
+        bars = pingpong_schedule(intra=intra, n_turns=10)
+        share = busy_share(bars, shift, shift + WINDOW)
+        panel(ax, y_top, "%s — tensor cores busy %d%%" % (title, round(100 * share)), two, bars,
+              scale, x0, t_shift=shift, slack=("c0", slack_from, 2048 + 2048, slack_label))
 
     # time axis and legend
     y_axis = 10.0
