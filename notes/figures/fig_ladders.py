@@ -328,7 +328,7 @@ class Panel:
 
     def missing_note(self, names):
         if names:
-            text = "not timed at this shape in this run: " + ", ".join(names)
+            text = "not timed at this shape: " + ", ".join(names)
             self.note = (self.note + "; " if self.note else "") + text
 
 
@@ -360,22 +360,28 @@ def gbs_panels(run, chapter, section, shapes, title_of, rung_prefix="v"):
     return panels
 
 
-def chapter_01(run):
-    rows = run.tour.select("01", "Row softmax")
-    shapes = sorted({r["shape"] for r in rows}, key=lambda s: rows.index(
-        next(r for r in rows if r["shape"] == s)))
-    panels = gbs_panels(run, "01", "Row softmax", shapes,
+def shapes_in_order(rows):
+    """The shapes of tour rows, in the order the table printed them."""
+    shapes = []
+    for r in rows:
+        if r["shape"] not in shapes:
+            shapes.append(r["shape"])
+    return shapes
+
+
+def softmax_chart(run, chapter, topic):
+    shapes = shapes_in_order(run.tour.select(chapter, "Row softmax"))
+    panels = gbs_panels(run, chapter, "Row softmax", shapes,
                         lambda s: f"fp32 {s.replace('x', ' × ')}")
-    return Chart("01", "safe softmax, GB/s of x read once and y written once", panels)
+    return Chart(chapter, f"{topic}, GB/s of x read once and y written once", panels)
+
+
+def chapter_01(run):
+    return softmax_chart(run, "01", "safe softmax")
 
 
 def chapter_02(run):
-    rows = run.tour.select("02", "Row softmax")
-    shapes = sorted({r["shape"] for r in rows}, key=lambda s: rows.index(
-        next(r for r in rows if r["shape"] == s)))
-    panels = gbs_panels(run, "02", "Row softmax", shapes,
-                        lambda s: f"fp32 {s.replace('x', ' × ')}")
-    return Chart("02", "online softmax, GB/s of x read once and y written once", panels)
+    return softmax_chart(run, "02", "online softmax")
 
 
 def chapter_03(run):
@@ -398,11 +404,7 @@ def chapter_03(run):
 
 
 def chapter_04(run):
-    rows = run.tour.select("04", "Transpose speed")
-    shapes = []
-    for r in rows:
-        if r["shape"] not in shapes:
-            shapes.append(r["shape"])
+    shapes = shapes_in_order(run.tour.select("04", "Transpose speed"))
     panels = gbs_panels(run, "04", "Transpose speed", shapes,
                         lambda s: f"transpose fp32 {s.replace('x', ' × ')}")
     return Chart("04", "coalesced loads: transpose, GB/s of the matrix read and written", panels,
@@ -438,7 +440,8 @@ def attention_panels(run, chapter, family, direction, pattern, start=None, n=CHA
             if start:
                 st = run.bench_rows(family, start.split("/")[0], re.escape(start))
                 start_v = st.get((start, f"bf16/D{CHART_D}/{mask}/N{n}"))
-            fp32 = {}
+            fp32 = {k: v for (k, rest), v in rows.items()
+                    if rest == f"fp32/D{CHART_D}/{mask}/N{n}" and k not in values}
         else:
             note = "the chapter program's own size, from the tour"
             tour = [r for r in run.tour.select(chapter, "")
@@ -481,6 +484,12 @@ def attention_panels(run, chapter, family, direction, pattern, start=None, n=CHA
             p.add(label, v, name, f"{v:.1f}" if v is not None else None)
         if missing:
             p.note = (p.note + "; " if p.note else "") + "PyTorch SDPA not timed at this shape"
+        # The rungs of the main path that the run timed elsewhere but not at this shape.
+        known = {r["kernel"] for r in run.tour.select(chapter, "")
+                 if re.match(pattern, r["kernel"])}
+        known |= {k for k, _ in rows}
+        shown = {b[0].split(" ")[0] for b in p.bars}
+        p.missing_note([k.split("/")[1] for k in sorted(known, key=rung_order) if k not in shown])
         panels.append(p)
     return panels
 
@@ -496,11 +505,6 @@ def attention_table(run, chapter, family, direction, pattern, start=None):
 
 def chapter_05(run):
     panels = attention_panels(run, "05", "attn_fwd", "fwd", r"^05/v\d+_")
-    main = sorted({r["kernel"] for r in run.tour.select("05", "")
-                   if is_main_path(r["kernel"], "05")}, key=rung_order)
-    for p in panels:
-        shown = {b[0].split(" ")[0] for b in p.bars}
-        p.missing_note([k.split("/")[1] for k in main if k not in shown])
     return Chart("05", "the fused forward, bf16, TFLOP/s (4·B·H·D per visible pair)", panels,
                  table=attention_table(run, "05", "attn_fwd", "fwd", r"^05/v\d+_"))
 
@@ -530,11 +534,7 @@ def chapter_08(run):
     panels = []
     if rows:
         copy = run.copy_ceiling(prefer_json=True)
-        shapes = []
-        for (kernel, rest) in rows:
-            if rest not in shapes:
-                shapes.append(rest)
-        for rest in sorted(shapes):
+        for rest in sorted({rest for _, rest in rows}):
             m = re.match(r"bf16/D(\d+)/B(\d+)_H(\d+)_Hkv(\d+)/Nq1/Nk(\d+)", rest)
             if not m:
                 continue
@@ -544,11 +544,7 @@ def chapter_08(run):
     else:
         copy = run.copy_ceiling()
         sel = run.tour.select("08", "08: the same queries")
-        shapes = []
-        for r in sel:
-            if r["shape"] not in shapes:
-                shapes.append(r["shape"])
-        for shape in shapes:
+        for shape in shapes_in_order(sel):
             s = parse_shape(shape)
             values = {r["kernel"]: r["gbs"] for r in sel if r["shape"] == shape
                       and is_main_path(r["kernel"], "08")}
