@@ -3,6 +3,7 @@
 // and D 256 here too).
 //
 //   fa_bench                                   everything
+//   fa_bench --benchmark_filter=attn_fwd/auto  the dispatch's choice at each protocol shape
 //   fa_bench --benchmark_filter=attn_fwd       one family (softmax, gemm, transpose, attn_fwd, attn_bwd,
 //                                              attn_decode, bwd_preprocess, and chapter 09's
 //                                              attn_varlen, attn_window, attn_paged, each with
@@ -25,6 +26,7 @@
 #include "buffer.h"
 #include "ceilings.h"
 #include "device_fill.h"
+#include "dispatch.h"
 #include "gpu.h"
 #include "harness.h"
 #include "registry.h"
@@ -82,6 +84,35 @@ void add_attention_protocol(const std::string& family, Run run) {
           }
       }
   }
+}
+
+// attn_fwd/auto/..., attn_bwd/auto/...: what a user of the library gets without naming a kernel,
+// the dispatch's choice (dispatch.h) on this GPU for each protocol shape, bf16. The row's label
+// names the kernel; bench/compare_sdpa.py reports these rows as "ours" beside the fastest
+// registered kernel of the same run.
+template <class K, class Run>
+void add_dispatch_protocol(const std::string& family, bool backward, Run run) {
+  const fa::DType t = fa::DType::BF16;
+  for (int d : {64, 128, 256})
+    for (bool causal : {false, true})
+      for (int64_t n : {512, 1024, 2048, 4096, 8192, 16384}) {
+        fa::AttentionShape s{16384 / n, 2048 / d, n, n, d, causal, 0.0f};
+        add(family + "auto/bf16/D" + std::to_string(d) + "/" + (causal ? "causal" : "full") + "/N" +
+                std::to_string(n),
+            [s, t, backward, run](benchmark::State& st) {
+              const fa::Pick k =
+                  fa::pick(backward ? fa::Problem::backward(s, t) : fa::Problem::forward(s, t));
+              const K* kernel = k ? fa::find_entry<K>(k.kernel) : nullptr;
+              if (kernel == nullptr) {
+                st.SkipWithError((k ? k.kernel + " is not of this family" : k.refusal).c_str());
+                for (auto _ : st) {
+                }
+                return;
+              }
+              st.SetLabel(k.kernel);
+              report(st, run(*kernel, s, t, timing_only()));
+            });
+      }
 }
 
 // Decoding: one query row per sequence against a long K/V cache, bf16, D 128, for every forward
@@ -300,6 +331,8 @@ void register_all() {
   // The FlashAttention protocol: 16384 tokens per batch, hidden 2048, N from 512 to 16384.
   add_attention_protocol<fa::AttentionFwdKernel>("attn_fwd/", fa::run_attention_fwd);
   add_attention_protocol<fa::AttentionBwdKernel>("attn_bwd/", fa::run_attention_bwd);
+  add_dispatch_protocol<fa::AttentionFwdKernel>("attn_fwd/", false, fa::run_attention_fwd);
+  add_dispatch_protocol<fa::AttentionBwdKernel>("attn_bwd/", true, fa::run_attention_bwd);
   add_decode_shapes();
   // Chapter 09: variable-length batches, sliding windows, the paged KV cache.
   add_varlen_shapes();

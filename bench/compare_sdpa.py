@@ -13,9 +13,13 @@ backward, and prints one markdown table; a CSV and a PNG plot go to --out (the p
 matplotlib; without it the table and the CSV are still written and the script says it skipped the
 plot).
 
-"ours" at a shape is the fastest of our kernels there; the table names that kernel in every row
-and gives its ratio to both backends. The CSV and the plot also keep each chapter's best (05, 06,
-07, ...): the plot draws one line per chapter, its legend naming the kernels behind it.
+"ours" at a shape is what a user of the library gets there: fa_bench's attn_fwd/auto and
+attn_bwd/auto rows, the dispatch's choice (common/dispatch.h; the row's label names the kernel).
+"best" is the fastest registered kernel at that shape in the same run, so that a dispatch row
+that picks a slower kernel shows (best/ours above 1). A JSON without auto rows reports the
+fastest kernel as "ours", as before the dispatch existed. The table names the kernel in every
+row and gives ours' ratio to both backends. The CSV and the plot also keep each chapter's best
+(05, 06, 07, ...): the plot draws one line per chapter, its legend naming the kernels behind it.
 
 Only square shapes (seq_q == seq_k) are compared: PyTorch's is_causal is aligned top-left, ours
 bottom-right, and the two agree only when seq_q == seq_k.
@@ -55,11 +59,13 @@ def parse_ours(path, include_baseline=False):
         kernel = m["kernel"]
         if kernel.startswith("ref/") or ("materialized" in kernel and not include_baseline):
             continue
+        if kernel == "auto":  # the dispatch's row: its label names the kernel it ran
+            kernel = "auto:" + b.get("label", "?")
         tf = b.get("TFLOPs")
         if tf is None:
             continue
         key = (m["family"], m["dtype"], int(m["d"]), m["mask"] == "causal", int(m["n"]))
-        chapter = kernel.split("/")[0]
+        chapter = "auto" if kernel.startswith("auto:") else kernel.split("/")[0]
         per_chapter = best.setdefault(key, {})
         if chapter not in per_chapter or tf > per_chapter[chapter][0]:
             per_chapter[chapter] = (float(tf), kernel)
@@ -219,10 +225,14 @@ def main():
         for direction, fam in (("fwd", "attn_fwd"), ("bwd", "attn_bwd")):
             if direction == "bwd" and not has_bwd:
                 continue
-            per_chapter = ours.get((fam, args.dtype, d, causal, n), {})
-            mine = best_of(per_chapter)
+            per_chapter = dict(ours.get((fam, args.dtype, d, causal, n), {}))
+            auto = per_chapter.pop("auto", None)
+            best = best_of(per_chapter)
+            mine = auto or best
             row[f"ours_{direction}"] = mine[0] if mine else None
             row[f"ours_{direction}_kernel"] = mine[1] if mine else ""
+            row[f"best_{direction}"] = best[0] if best else None
+            row[f"best_{direction}_kernel"] = best[1] if best else ""
             row[f"chapters_{direction}"] = per_chapter  # {chapter: (TFLOP/s, kernel)}
             for name, backend in backends.items():
                 row[f"{name}_{direction}"] = time_sdpa(torch, timer, backend, b, h, n, d, causal,
@@ -243,9 +253,9 @@ def print_table(rows, has_bwd):
     directions = ["fwd", "bwd"] if has_bwd else ["fwd"]
     head, sep = "| shape |", "| --- |"
     for t in directions:
-        head += (f" ours {t} | kernel {t} | flash {t} | cudnn {t} | ours/flash {t} |"
-                 f" ours/cudnn {t} |")
-        sep += " ---: | --- | ---: | ---: | ---: | ---: |"
+        head += (f" ours {t} | kernel {t} | best/ours {t} | flash {t} | cudnn {t} |"
+                 f" ours/flash {t} | ours/cudnn {t} |")
+        sep += " ---: | --- | ---: | ---: | ---: | ---: | ---: |"
     print(head)
     print(sep)
     for r in rows:
@@ -253,8 +263,8 @@ def print_table(rows, has_bwd):
         for t in directions:
             o, fl, cu = r.get(f"ours_{t}"), r.get(f"flash_{t}"), r.get(f"cudnn_{t}")
             kernel = r.get(f"ours_{t}_kernel") or "-"
-            line += (f" {fmt(o)} | `{kernel}` | {fmt(fl)} | {fmt(cu)} | {ratio(o, fl)} |"
-                     f" {ratio(o, cu)} |")
+            line += (f" {fmt(o)} | `{kernel}` | {ratio(r.get(f'best_{t}'), o)} | {fmt(fl)} |"
+                     f" {fmt(cu)} | {ratio(o, fl)} | {ratio(o, cu)} |")
         print(line)
 
 
@@ -267,8 +277,8 @@ def write_csv(rows, has_bwd, out):
     directions = ["fwd", "bwd"] if has_bwd else ["fwd"]
     fields = ["D", "causal", "N", "B", "H"]
     for t in directions:
-        fields += [f"ours_{t}", f"ours_{t}_kernel", f"flash_{t}", f"cudnn_{t}",
-                   f"ours_over_flash_{t}", f"ours_over_cudnn_{t}"]
+        fields += [f"ours_{t}", f"ours_{t}_kernel", f"best_{t}", f"best_{t}_kernel",
+                   f"flash_{t}", f"cudnn_{t}", f"ours_over_flash_{t}", f"ours_over_cudnn_{t}"]
         for c in chapters_of(rows, t):  # each chapter's best, e.g. ch05_fwd, ch05_fwd_kernel
             fields += [f"ch{c}_{t}", f"ch{c}_{t}_kernel"]
     os.makedirs(out, exist_ok=True)

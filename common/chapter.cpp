@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "check.h"
+#include "dispatch.h"
 #include "gpu.h"
 
 namespace fa {
@@ -112,9 +113,13 @@ int chapter_main(const std::string& number, int argc, char** argv) {
 
 // ---- Kernels -----------------------------------------------------------------------------------
 void add_kernel_options(Cli& cli, const std::string& prefix, int repeats_default) {
+  const bool attention = prefix == "05/" || prefix == "06/" || prefix == "07/" || prefix == "08/";
   cli.option("kernel", "all",
              "kernel name(s) to run, comma-separated (default: every " + prefix +
-                 " kernel, listed below)");
+                 " kernel, listed below)" +
+                 (attention ? "; auto: the kernel the dispatch picks for the problem on this GPU, "
+                              "from any chapter (common/dispatch.h)"
+                            : ""));
   if (repeats_default > 0)
     cli.option("repeats", std::to_string(repeats_default), "timed repeats (median reported)");
 }
@@ -282,6 +287,48 @@ double attention_bwd_bytes(const AttentionShape& s, DType t) {
   // q, o, dO, dQ and k, v, dK, dV in the dtype; L and D in fp32; the fp32 workspace of q's size.
   return (4 * q + 4 * k) * double(dtype_size(t)) + 2.0 * s.batch * s.heads * s.seq_q * 4.0 +
          q * 4.0;
+}
+
+// ---- --kernel=auto ------------------------------------------------------------------------------
+
+namespace {
+
+template <class K>
+std::vector<const K*> dispatch_kernels_for(Op op, const char* kind, const AttentionOptions& a,
+                                           std::ostream& os) {
+  const int sm = have_gpu() ? gpu_info().sm : 90;
+  if (!have_gpu()) os << "--kernel=auto without a GPU: what the dispatch picks on an sm_90 GPU\n";
+  std::vector<const K*> out;
+  for (DType t : a.dtypes)
+    for (bool causal : a.causal) {
+      AttentionShape s = a.shape;
+      s.causal = causal;
+      Problem p = op == Op::Fwd ? Problem::forward(s, t) : Problem::backward(s, t);
+      const Pick k = pick(p, sm);
+      os << "--kernel=auto, " << p.str() << ": " << k.explain() << "\n";
+      if (!k || k.kind != kind) continue;
+      const K* e = find_entry<K>(k.kernel);
+      if (e != nullptr && std::find(out.begin(), out.end(), e) == out.end()) out.push_back(e);
+    }
+  if (out.empty())
+    throw UsageError(
+        "--kernel=auto: the dispatch picks no kernel of this program's "
+        "kind for the request (above)");
+  return out;
+}
+
+}  // namespace
+
+template <>
+std::vector<const AttentionFwdKernel*> dispatch_kernels<AttentionFwdKernel>(
+    const AttentionOptions& a, std::ostream& os) {
+  return dispatch_kernels_for<AttentionFwdKernel>(Op::Fwd, "fwd", a, os);
+}
+
+template <>
+std::vector<const AttentionBwdKernel*> dispatch_kernels<AttentionBwdKernel>(
+    const AttentionOptions& a, std::ostream& os) {
+  return dispatch_kernels_for<AttentionBwdKernel>(Op::Bwd, "bwd", a, os);
 }
 
 }  // namespace fa

@@ -135,6 +135,14 @@ struct AttentionOptions {
 // Reads and validates them (positive sizes); throws fa::UsageError.
 AttentionOptions read_attention_options(const Cli& cli);
 
+// --kernel=auto in the attention programs: the kernels the dispatch (dispatch.h) picks for the
+// request, one choice per dtype and causal value, each printed to `os` with the row that chose it
+// and its log. On a machine without a GPU, the choice for an sm_90 GPU (said so). K is
+// AttentionFwdKernel or AttentionBwdKernel; a choice of another kind (a chapter 09 kernel for a
+// window or grouped heads) is printed and left out.
+template <class K>
+std::vector<const K*> dispatch_kernels(const AttentionOptions& a, std::ostream& os);
+
 // GPU memory of one run: q, k, v, o in the dtype and L in fp32 (forward); the backward adds dO,
 // dQ, dK, dV, D and the fp32 workspace.
 double attention_fwd_bytes(const AttentionShape& s, DType t);

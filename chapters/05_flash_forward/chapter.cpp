@@ -184,8 +184,9 @@ int run(const std::vector<std::string>& args) {
   // By default the main path; any 05 kernel by name (a tuning step, tuning/README.md).
   const std::string wanted = cli.get("kernel");
   const std::vector<const AttentionFwdKernel*> kernels =
-      wanted.empty() || wanted == "all" ? fa::entries_with_prefix<AttentionFwdKernel>(kMainPath)
-                                        : fa::select_kernels<AttentionFwdKernel>("05/", wanted);
+      wanted == "auto"                    ? fa::dispatch_kernels<AttentionFwdKernel>(req, std::cout)
+      : wanted.empty() || wanted == "all" ? fa::entries_with_prefix<AttentionFwdKernel>(kMainPath)
+                                          : fa::select_kernels<AttentionFwdKernel>("05/", wanted);
   fa::require_supported(kernels, req, cli.get("kernel") != "all");
   for (DType t : dtypes)
     fa::require_fits_in_gpu_memory(fa::attention_fwd_bytes(shape, t),

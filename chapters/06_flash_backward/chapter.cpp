@@ -345,7 +345,8 @@ int run(const std::vector<std::string>& args) {
   const AttentionShape shape = req.shape;
   const std::vector<DType>& dtypes = req.dtypes;
   std::vector<const AttentionBwdKernel*> kernels =
-      select_kernels<AttentionBwdKernel>("06/", cli.get("kernel"));
+      cli.get("kernel") == "auto" ? dispatch_kernels<AttentionBwdKernel>(req, std::cout)
+                                  : select_kernels<AttentionBwdKernel>("06/", cli.get("kernel"));
   require_supported(kernels, req, cli.get("kernel") != "all");
   // The main path (06/v1 .. v5) before the tuning steps (06/t04 .. t12), each in ladder order.
   std::stable_partition(kernels.begin(), kernels.end(),

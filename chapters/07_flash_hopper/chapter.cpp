@@ -120,7 +120,9 @@ int run(const std::vector<std::string>& args) {
   const AttentionShape& shape = req.shape;
   const bool named = cli.get("kernel") != "all";
   const std::vector<const AttentionFwdKernel*> selected =
-      fa::select_kernels<AttentionFwdKernel>("07/", cli.get("kernel"));
+      cli.get("kernel") == "auto"
+          ? fa::dispatch_kernels<AttentionFwdKernel>(req, std::cout)
+          : fa::select_kernels<AttentionFwdKernel>("07/", cli.get("kernel"));
   if (named) fa::require_supported(selected, req, true);  // each named kernel takes the request
   std::vector<const AttentionFwdKernel*> kernels = selected;
   if (const AttentionFwdKernel* peer = fa::find_entry<AttentionFwdKernel>(kPeer))

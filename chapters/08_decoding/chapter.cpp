@@ -131,8 +131,12 @@ int run(const std::vector<std::string>& args) {
   if (!shape.valid_heads())
     throw fa::UsageError("--heads=" + std::to_string(shape.heads) +
                          " must be a multiple of --heads_kv=" + std::to_string(shape.heads_kv));
+  fa::AttentionOptions asked = req;
+  asked.shape = shape;  // with --heads_kv
   const std::vector<const AttentionFwdKernel*> kernels =
-      fa::select_kernels<AttentionFwdKernel>("08/", cli.get("kernel"));
+      cli.get("kernel") == "auto"
+          ? fa::dispatch_kernels<AttentionFwdKernel>(asked, std::cout)
+          : fa::select_kernels<AttentionFwdKernel>("08/", cli.get("kernel"));
   fa::require_supported(kernels, req, cli.get("kernel") != "all");
   for (DType t : req.dtypes) {
     AttentionShape mha = shape;

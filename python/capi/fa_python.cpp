@@ -20,6 +20,7 @@
 
 #include "chapter.h"  // describe_kernel, dtype_list, throw_unknown_kernel
 #include "check.h"
+#include "dispatch.h"
 #include "fp8.h"  // kFp8PScale
 #include "gpu.h"
 #include "harness.h"  // missing_version, kernel_error_message, supports
@@ -28,6 +29,7 @@
 namespace {
 
 thread_local std::string g_error;
+thread_local std::string g_pick;  // fa_py_pick_result()
 
 // A refusal that is not the caller's mistake: no GPU, or no version of the kernel for it.
 struct NoGpu : fa::Error {
@@ -726,6 +728,60 @@ int fa_py_attention_fwd_fp8(const char* name, const void* q_codes, const void* k
     DeviceGuard guard(device);
     kernel.run(a, static_cast<cudaStream_t>(stream));
   });
+}
+
+int fa_py_pick(const char* op, const char* dtype, int64_t head_dim, int64_t seq_q, int64_t seq_k,
+               int causal, int window, int gqa, int64_t page_size, int deterministic, int sm) {
+  return guarded([&] {
+    fa::Problem p;
+    const std::string o = str_or_empty(op);
+    if (o == "fwd")
+      p.op = fa::Op::Fwd;
+    else if (o == "bwd")
+      p.op = fa::Op::Bwd;
+    else if (o == "varlen_fwd")
+      p.op = fa::Op::VarlenFwd;
+    else if (o == "varlen_bwd")
+      p.op = fa::Op::VarlenBwd;
+    else if (o == "paged_fwd")
+      p.op = fa::Op::PagedFwd;
+    else
+      throw fa::UsageError("op must be fwd, bwd, varlen_fwd, varlen_bwd or paged_fwd, not \"" + o +
+                           "\"");
+    p.dtype = read_dtype(dtype);
+    if (head_dim < 1 || seq_q < 0 || seq_k < 0 || page_size < 0)
+      throw fa::UsageError("head_dim must be at least 1, seq_q, seq_k and page_size at least 0");
+    p.head_dim = static_cast<int>(head_dim);
+    p.seq_q = seq_q;
+    p.seq_k = seq_k;
+    p.causal = causal != 0;
+    p.window = window != 0;
+    p.gqa = gqa != 0;
+    p.page_size = static_cast<int>(page_size);
+    p.deterministic = deterministic != 0;
+    if (sm == 0 && !fa::have_gpu()) throw NoGpu(fa::gpu_skip_reason(70));
+    const fa::Pick k = sm == 0 ? fa::pick(p) : fa::pick(p, sm);
+    if (!k) throw fa::Unsupported(k.refusal);
+    std::string passed;
+    for (size_t i = 0; i < k.passed_over.size(); ++i) passed += (i ? "; " : "") + k.passed_over[i];
+    g_pick = k.kernel + "\t" + k.kind + "\t" + std::to_string(k.sm) + "\t" + k.rule->conditions() +
+             "\t" + k.rule->why + "\t" + k.rule->measured + "\t" + passed;
+  });
+}
+
+const char* fa_py_pick_result(void) {
+  return g_pick.c_str();
+}
+
+const char* fa_py_dispatch_table(void) {
+  static const std::string table = [] {
+    std::ostringstream os;
+    for (const fa::Rule& r : fa::dispatch_table())
+      os << fa::op_name(r.op) << "\t" << r.kernel << "\t" << r.conditions() << "\t" << r.why << "\t"
+         << r.measured << "\n";
+    return os.str();
+  }();
+  return table.c_str();
 }
 
 }  // extern "C"

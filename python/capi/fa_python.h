@@ -20,7 +20,8 @@ extern "C" {
 
 // 2: chapter 09 (varlen, paged, append) and grouped K/V heads
 // 3: chapter 07's FP8 (e4m3) forward (fa_py_list_fp8_kernels, fa_py_attention_fwd_fp8)
-#define FA_PY_API_VERSION 3
+// 4: the dispatch (fa_py_pick, fa_py_dispatch_table)
+#define FA_PY_API_VERSION 4
 
 enum {
   FA_PY_OK = 0,
@@ -158,6 +159,23 @@ int fa_py_attention_fwd_fp8(const char* name, const void* q_codes, const void* k
                             const float* v_scale, void* o_bf16, float* lse, int64_t batch,
                             int64_t heads, int64_t seq_q, int64_t seq_k, int64_t head_dim,
                             float scale, int causal, int device, void* stream);
+
+// ---- The dispatch (common/dispatch.h): which kernel runs a problem ------------------------------
+// op is "fwd", "bwd" (fixed length), "varlen_fwd", "varlen_bwd" or "paged_fwd"; seq_q and seq_k
+// the lengths (varlen: the longest sequence; 0 when not known); causal, window, gqa and
+// deterministic are 0 or 1; page_size 0 except for paged_fwd; sm the GPU to choose for
+// (major*10+minor), 0 for this machine's. On FA_PY_OK fa_py_pick_result() holds one line of
+// tab-separated fields:
+//   kernel  kind ("fwd", "bwd", "varlen_fwd", "varlen_bwd", "paged_fwd")  sm  conditions  why
+//   measured (the log, relative to the repository)  passed over ("kernel: reason; ..." or "")
+// Otherwise the code and message say why nothing runs the problem (FA_PY_NO_GPU without a GPU
+// and sm 0; FA_PY_UNSUPPORTED when no row's kernel takes it).
+int fa_py_pick(const char* op, const char* dtype, int64_t head_dim, int64_t seq_q, int64_t seq_k,
+               int causal, int window, int gqa, int64_t page_size, int deterministic, int sm);
+const char* fa_py_pick_result(void);
+
+// The table itself, a row per line, tab-separated: op  kernel  conditions  why  measured.
+const char* fa_py_dispatch_table(void);
 
 #ifdef __cplusplus
 }

@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Attention in plain PyTorch ops, checked and timed with flash_from_scratch's tools.
 
-    PYTHONPATH=python python3 python/examples/naive_attention.py [--dtype bf16] [--no-bench]
+    python3 python/examples/naive_attention.py [--dtype bf16] [--no-bench]
+
+(with the package installed, README "From PyTorch"; from a checkout without installing it,
+PYTHONPATH=python in front).
 
 my_attention is the textbook computation: S = scale * Q K^T, the bottom-right causal mask, softmax,
 O = P V. It materialises S (Nq x Nk per head), which FlashAttention never does. Replace its body
@@ -20,13 +23,14 @@ try:
 except ImportError:
     sys.exit("naive_attention.py needs PyTorch, which is not installed. Install it (with CUDA for "
              "the checks to run), e.g.\n  python3 -m pip install torch pytest\n"
-             "then rerun: PYTHONPATH=python python3 python/examples/naive_attention.py")
+             "then rerun: python3 python/examples/naive_attention.py")
 
 try:
     import flash_from_scratch as fa
 except ImportError:
-    sys.exit("flash_from_scratch not found: run from the repository root with PYTHONPATH=python, "
-             "e.g.\n  PYTHONPATH=python python3 python/examples/naive_attention.py")
+    sys.exit("flash_from_scratch not found: install it (python3 -m pip install --no-build-isolation "
+             ". in the repository), or run from the repository root with PYTHONPATH=python, e.g.\n"
+             "  PYTHONPATH=python python3 python/examples/naive_attention.py")
 from flash_from_scratch.bench import write_csv  # noqa: E402  (after the checks above)
 
 

@@ -1,19 +1,21 @@
 """ctypes binding of libfa_python.so (python/capi/fa_python.h). Needs neither torch nor a GPU.
 
 The library is found through, in order: the environment variable FA_LIBRARY (a path to the .so),
-then the build folders of this checkout (build/lib, build-*/lib, newest first).
+the copy `pip install` put inside the package (flash_from_scratch/lib/), then the build folders
+of a checkout the package is imported from (build/lib, build-*/lib, newest first).
 """
 import ctypes
 import glob
 import os
 from collections import namedtuple
 
-API_VERSION = 3  # FA_PY_API_VERSION
+API_VERSION = 4  # FA_PY_API_VERSION
 
 # Return codes of the C ABI.
 OK, USAGE, UNSUPPORTED, NO_GPU, ERROR = 0, 1, 2, 3, 4
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+REPO_ROOT = os.path.dirname(os.path.dirname(PACKAGE_DIR))  # when imported from a checkout
 LIBRARY_NAME = "libfa_python.so"
 
 
@@ -53,11 +55,12 @@ def candidate_paths():
     env = os.environ.get("FA_LIBRARY")
     if env:
         return [env]
+    installed = os.path.join(PACKAGE_DIR, "lib", LIBRARY_NAME)
     found = glob.glob(os.path.join(REPO_ROOT, "build*", "lib", LIBRARY_NAME))
     default = os.path.join(REPO_ROOT, "build", "lib", LIBRARY_NAME)
     # build/ first (the README's preset), then the others, newest first.
     rest = sorted((p for p in found if p != default), key=os.path.getmtime, reverse=True)
-    return [default] + rest
+    return [installed, default] + rest
 
 
 def find_library():
@@ -69,8 +72,10 @@ def find_library():
     if os.environ.get("FA_LIBRARY"):
         raise LibraryNotFound("FA_LIBRARY=%s: no such file" % os.environ["FA_LIBRARY"])
     raise LibraryNotFound(
-        "%s is not built: run `cmake --preset default && cmake --build --preset default` in %s "
-        "(it lands in build/lib), or set FA_LIBRARY to its path" % (LIBRARY_NAME, REPO_ROOT))
+        "%s is not built: `pip install --no-build-isolation .` in the repository builds and "
+        "installs it with the package; or run `cmake --preset default && cmake --build --preset "
+        "default` in %s (it lands in build/lib), or set FA_LIBRARY to its path"
+        % (LIBRARY_NAME, REPO_ROOT))
 
 
 _lib = None
@@ -131,6 +136,13 @@ def lib():
     handle.fa_py_paged_append.restype = ctypes.c_int
     handle.fa_py_paged_append.argtypes = [c_str, vp, vp, vp, vp, vp, vp, vp, i64, i64, i64, i64,
                                           i64, i64, i64, c_str, ctypes.c_int, vp]
+    handle.fa_py_pick.restype = ctypes.c_int
+    handle.fa_py_pick.argtypes = [c_str, c_str, i64, i64, i64, ctypes.c_int, ctypes.c_int,
+                                  ctypes.c_int, i64, ctypes.c_int, ctypes.c_int]
+    handle.fa_py_pick_result.restype = c_str
+    handle.fa_py_pick_result.argtypes = []
+    handle.fa_py_dispatch_table.restype = c_str
+    handle.fa_py_dispatch_table.argtypes = []
     handle.path = path
     _lib = handle
     return _lib
@@ -196,6 +208,37 @@ def supported(kind, name, dtype, head_dim, gqa=False, window=False, page_size=0)
         raise_for(code, name)
     except Exception as e:  # returned, not raised
         return e
+
+
+Pick = namedtuple("Pick", "kernel kind sm conditions why measured passed_over")
+Pick.__doc__ = ("The dispatch's choice (common/dispatch.h): the kernel and its registry kind, the GPU "
+                "(sm) it was chosen for, the table row that chose it (conditions, why) and the log "
+                "that measured it (measured, a path in the repository), and the rows above it whose "
+                "kernel could not run the problem (passed_over, 'kernel: reason' strings).")
+
+DispatchRule = namedtuple("DispatchRule", "op kernel conditions why measured")
+
+
+def pick(op, dtype, head_dim, seq_q=0, seq_k=0, causal=False, window=False, gqa=False,
+         page_size=0, deterministic=False, sm=0):
+    """The dispatch's Pick for a problem: op 'fwd', 'bwd', 'varlen_fwd', 'varlen_bwd' or
+    'paged_fwd'; sm the GPU to choose for (90 for an H100), 0 for this machine's. Raises
+    UnsupportedError (NoGpuError for sm 0 on a machine without a GPU) when nothing runs it."""
+    h = lib()
+    code = h.fa_py_pick(op.encode(), dtype.encode(), int(head_dim), int(seq_q), int(seq_k),
+                        int(bool(causal)), int(bool(window)), int(bool(gqa)), int(page_size),
+                        int(bool(deterministic)), int(sm))
+    raise_for(code, "dispatch")
+    kernel, kind, got_sm, conditions, why, measured, passed = (
+        h.fa_py_pick_result().decode("utf-8").split("\t", 6))
+    return Pick(kernel, kind, int(got_sm), conditions, why, measured,
+                tuple(x for x in passed.split("; ") if x))
+
+
+def dispatch_table():
+    """The dispatch's rows, in the order they are read (DispatchRule)."""
+    return [DispatchRule(*line.split("\t", 4))
+            for line in lib().fa_py_dispatch_table().decode("utf-8").splitlines()]
 
 
 class HostInt64:

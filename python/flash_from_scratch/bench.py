@@ -57,12 +57,11 @@ def bench_attention(fn, shapes=None, dtype=torch.bfloat16, causal=(False, True),
     the rows (dicts, ms and TFLOP/s per column; None where a column could not run) and prints
     the table."""
     from . import ops
+    from .names import AUTO
 
     shapes = DEFAULT_SHAPES if shapes is None else shapes
-    if kernel is None:
-        kernel = ops.FP32_FWD if dtype == torch.float32 else ops.DEFAULT_FWD
-    if kernel_bwd is None:
-        kernel_bwd = ops.FP32_BWD if dtype == torch.float32 else ops.DEFAULT_BWD
+    kernel = AUTO if kernel is None else kernel  # the dispatch's choice, as attention() makes it
+    kernel_bwd = AUTO if kernel_bwd is None else kernel_bwd
     timer = Timer(device, repeats)
     columns = [(name, fn),
                ("ours " + kernel, lambda q, k, v, causal, scale: ops.attention(

@@ -270,10 +270,11 @@ def attention_fp8(q, k, v, *, causal=False, scale=None, kernel=None, q_scale=Non
     harness's words.
     """
     torch = _torch()
-    from .ops import KERNEL_DEVICES, _dense, _index, _scale_arg, _stream
+    from . import _common
+    from ._common import dense as _dense, device_index as _index, stream as _stream
     for name, t in (("q", q), ("k", k), ("v", v)):
         _check_4d(name, t)
-        if t.device.type not in KERNEL_DEVICES:
+        if t.device.type not in _common.KERNEL_DEVICES:
             raise ValueError("%s is on %s: the kernels take CUDA tensors" % (name, t.device))
     if not (q.device == k.device == v.device):
         raise ValueError("q, k and v must be on one device; they are on %s, %s and %s"
@@ -309,7 +310,7 @@ def attention_fp8(q, k, v, *, causal=False, scale=None, kernel=None, q_scale=Non
         if any(s is not None for s in scales):
             raise ValueError("q_scale, k_scale and v_scale go with float8_e4m3fn codes; for "
                              "%s inputs the scales are computed here" % q.dtype)
-    scale = _scale_arg(scale, d)
+    scale = _common.scale_arg(scale)
     kernel = default_fp8_kernel(d) if kernel is None else kernel
     # The kernel and this machine first (unknown name, no GPU, no such head dim), then the work.
     err = supported_fp8(kernel, d)

@@ -1,289 +1,188 @@
-"""attention(): the repository's kernels as a differentiable PyTorch function.
+"""The repository's kernels as PyTorch operators: attention() and the operators under it.
 
-The forward kernel computes O and L (the natural-log logsumexp of each row of scale * Q K^T); the
-autograd Function saves exactly what FlashAttention saves, Q, K, V, O and L, and its backward
-calls the backward kernel on them (dO in, dQ, dK, dV out; D = rowsum(dO * O) and an fp32 dQ
-accumulator are scratch). Layouts and semantics are notes/conventions.md's: [batch, heads, seq,
-head_dim], causal masks aligned bottom-right, scale 1/sqrt(head_dim) by default.
+Every kernel call goes through an operator registered with torch.library (namespace
+flash_from_scratch), so that autograd, torch.compile and torch.export see each call as one node:
 
-Grouped-query attention (k, v with H_kv < H heads, H a multiple of H_kv; query head h reads K/V
-head h // (H / H_kv)) and the sliding window (window=(left, right), FlashAttention's meaning)
-are chapter 09's. The forward runs on a kernel that takes them: chapter 08's fixed-length
-kernels take grouped heads; otherwise the problem goes to chapter 09's variable-length kernels as
-a batch of equal lengths (serving.py; for batch > 1 Q, K, V are copied into the packed
-[heads, batch * seq, D] layout and O back). No backward kernel takes grouped heads: the backward
-repeats K and V over the group (repeat_interleave, H heads), runs the kernel, and sums each
-group's dK, dV in fp32 here, in Python (serving.py's varlen backward does the same).
+    torch.ops.flash_from_scratch.attention_fwd(q, k, v, causal, scale, window_left, window_right,
+                                               kernel, kernel_bwd, deterministic) -> (O, L)
+    torch.ops.flash_from_scratch.attention_bwd(dO, q, k, v, O, L, causal, scale, window_left,
+                                               window_right, kernel, deterministic) -> (dQ, dK, dV)
+    torch.ops.flash_from_scratch.varlen_fwd / varlen_bwd     the same on packed batches
+    torch.ops.flash_from_scratch.paged_fwd, append_kv        the paged KV cache (no autograd)
+
+Each has a fake implementation (register_fake: the output shapes, nothing computed), so a model
+that calls attention() compiles with torch.compile(fullgraph=True); the forward operators have
+their backward registered (register_autograd), so the compiled graph differentiates through them.
+
+Which kernel runs: kernel="auto" (the default) is the dispatch's choice for the problem on this
+GPU (common/dispatch.h, one table; fa.explain() says which row chose what and the log that
+measured it), resolved when the operator runs, not when it is traced. A named kernel runs as
+named. The forward saves exactly what FlashAttention saves, Q, K, V, O and L (the natural-log
+logsumexp of each row of scale * Q K^T); the backward kernel recomputes the rest. Layouts and
+semantics are notes/conventions.md's: [batch, heads, seq, head_dim], causal masks aligned
+bottom-right, scale 1/sqrt(head_dim) by default, the sliding window FlashAttention's.
+
+Grouped K/V heads (k, v with H_kv < H heads) and the window run on the forward kernels that take
+them (the dispatch sends them to chapter 09's, on the batch packed as one of equal lengths); no
+backward kernel takes grouped heads, so the backward operator repeats K and V over the group and
+sums each group's dK, dV in fp32.
 """
-import math
+from typing import Tuple
 
 import torch
 
-from . import _lib
-from .names import (AUTO, DEFAULT_BWD, DEFAULT_FWD, FP32_BWD, FP32_FWD, VARLEN_BWD,  # noqa: F401
-                    VARLEN_FWD, VARLEN_WINDOW_BWD, VARLEN_WINDOW_FWD)
+from . import _launch
+from ._common import check_inputs, choose, dense, dtype_name, scale_arg, window_arg
+from .names import AUTO
 
-DTYPE_NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
+NAMESPACE = "flash_from_scratch"
+Tensor = torch.Tensor
 
-# Where the kernels' tensors live. A test of the Python layer alone widens it to "cpu" and puts
-# an emulation of the library in its place (tests/test_serving.py); nothing else changes it.
-KERNEL_DEVICES = ("cuda",)
-
-# The kernels load 16-byte vectors (cp.async, float4): each tensor's base must be 16-byte aligned.
-_ALIGN = 16
+# The benchmarks' launch into given outputs (bench/compare_serving.py, the tests).
+attention_fwd_into = _launch.attention_fwd_into
 
 
-def dtype_name(dtype):
-    """'fp32', 'fp16' or 'bf16' for torch.float32, torch.float16, torch.bfloat16."""
-    try:
-        return DTYPE_NAMES[dtype]
-    except KeyError:
-        raise ValueError("%s is not a dtype the kernels take (fp32, fp16 or bf16: torch.float32, "
-                         "torch.float16, torch.bfloat16)" % dtype) from None
+def _scale_or_none(scale):
+    return scale if scale > 0.0 else None  # the operators carry 0.0 for "1/sqrt(head_dim)"
 
 
-def _dense(t):
-    """t itself when contiguous and 16-byte aligned, else a contiguous aligned copy (autograd
-    carries the gradient back to the original)."""
-    if not t.is_contiguous():
-        t = t.contiguous()
-    if t.data_ptr() % _ALIGN != 0:
-        t = t.clone()
-    return t
+# ---- Fixed length ------------------------------------------------------------------------------
 
-
-def check_inputs(q, k, v):
-    """Raises TypeError / ValueError unless q [B, H, Nq, D] and k, v [B, H_kv, Nk, D] (H a
-    multiple of H_kv) are CUDA tensors of one dtype (fp32, fp16, bf16) on one device. Returns
-    (B, H, H_kv, Nq, Nk, D)."""
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError("%s must be a torch.Tensor, not %s" % (name, type(t).__name__))
-        if t.dim() != 4:
-            raise ValueError("%s must be [batch, heads, seq, head_dim] (4 dimensions); its shape "
-                             "is %s" % (name, tuple(t.shape)))
-        if t.device.type not in KERNEL_DEVICES:
-            raise ValueError("%s is on %s: the kernels take CUDA tensors" % (name, t.device))
-    if not (q.device == k.device == v.device):
-        raise ValueError("q, k and v must be on one device; they are on %s, %s and %s"
-                         % (q.device, k.device, v.device))
-    if not (q.dtype == k.dtype == v.dtype):
-        raise ValueError("q, k and v must have one dtype; they are %s, %s and %s"
-                         % (q.dtype, k.dtype, v.dtype))
-    dtype_name(q.dtype)
-    b, h, nq, d = q.shape
-    hkv, nk = k.shape[1], k.shape[2]
-    if (k.shape != (b, hkv, nk, d) or v.shape != k.shape or hkv < 1 or hkv > h
-            or h % hkv != 0):
-        raise ValueError("shapes must be q [B, H, Nq, D], k and v [B, H_kv, Nk, D] with H a "
-                         "multiple of H_kv; they are %s, %s and %s"
-                         % (tuple(q.shape), tuple(k.shape), tuple(v.shape)))
-    return b, h, hkv, nq, nk, d
-
-
-def window_arg(window, causal):
-    """(left, right) as ints >= -1, and whether it narrows attention (AttentionShape::
-    has_window: a left edge, or a right edge without causal masking)."""
-    try:
-        left, right = (int(x) for x in window)
-    except (TypeError, ValueError):
-        raise ValueError("window must be a pair (left, right) of ints, -1 for unlimited; got %r"
-                         % (window,)) from None
-    if left < -1 or right < -1:
-        raise ValueError("window (left, right) must be >= 0, or -1 for unlimited; got %r"
-                         % (window,))
-    return (left, right), left >= 0 or (not causal and right >= 0)
-
-
-def _scale_arg(scale, head_dim):
-    """The scale passed to the kernels: 0 means 1/sqrt(head_dim) there (AttentionShape.scale)."""
-    if scale is None:
-        return 0.0
-    scale = float(scale)
-    if not math.isfinite(scale) or scale <= 0.0:
-        # The C library's words for the same refusal (a kernel may take the row max on raw
-        # scores, which is only right for a positive scale).
-        raise ValueError("scale must be a finite number > 0 (0 means 1/sqrt(head_dim))")
-    return scale
-
-
-def _index(device):
-    """The CUDA device ordinal the library makes current for the call (0 where torch gives
-    none: a CPU tensor under the emulation of tests/test_serving.py)."""
-    return device.index if device.index is not None else 0
-
-
-def _stream(device):
-    if device.type != "cuda":  # only reached with KERNEL_DEVICES widened (tests/test_serving.py)
-        return None
-    return torch.cuda.current_stream(device).cuda_stream
-
-
-def group_expand(t, heads, dim):
-    """K or V with H_kv heads at `dim`, repeated to `heads` (query head h reads K/V head
-    h // group): t itself when there is no group, else a contiguous copy."""
-    hkv = t.shape[dim]
-    return t if hkv == heads else t.repeat_interleave(heads // hkv, dim=dim)
-
-
-def group_sum(dt, hkv, dim, dtype):
-    """The gradient of an expanded K or V (H heads at `dim`) summed over each group back to
-    H_kv heads: accumulated in fp32, rounded once to dtype."""
-    h = dt.shape[dim]
-    if h == hkv:
-        return dt
-    shape = dt.shape[:dim] + (hkv, h // hkv) + dt.shape[dim + 1:]
-    return dt.float().reshape(shape).sum(dim=dim + 1).to(dtype)
-
-
-def attention_fwd_into(q, k, v, o, lse, causal=False, scale=None, kernel=DEFAULT_FWD):
-    """Launches fixed-length forward `kernel` on q [B, H, Nq, D], k, v [B, H_kv, Nk, D], writing
-    o (like q) and lse (fp32 [B, H, Nq]); allocates and copies nothing (what the benchmarks
-    time). All contiguous and 16-byte aligned on one CUDA device."""
+@torch.library.custom_op(NAMESPACE + "::attention_fwd", mutates_args=())
+def attention_fwd_op(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float,
+                     window_left: int, window_right: int, kernel: str, kernel_bwd: str,
+                     deterministic: bool) -> Tuple[Tensor, Tensor]:
+    """(O, L) = attention of q [B, H, Nq, D] over k, v [B, H_kv, Nk, D]. kernel_bwd and
+    deterministic are the backward's, carried for it (the forward does not read them)."""
     b, h, hkv, nq, nk, d = check_inputs(q, k, v)
-    args = (q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr())
-    if hkv == h:
-        _lib.attention_fwd(kernel, *args, b, h, nq, nk, d, dtype_name(q.dtype),
-                           _scale_arg(scale, d), bool(causal), _index(q.device),
-                           _stream(q.device))
-    else:
-        _lib.attention_fwd_gqa(kernel, *args, b, h, hkv, nq, nk, d, dtype_name(q.dtype),
-                               _scale_arg(scale, d), bool(causal), _index(q.device),
-                               _stream(q.device))
+    window, has_window = window_arg((window_left, window_right), causal)
+    name, kind = choose("fwd", kernel, dtype_name(q.dtype), d, nq, nk, causal, has_window,
+                        hkv != h)
+    return _launch.fixed_fwd(kind, name, dense(q), dense(k), dense(v), causal,
+                             _scale_or_none(scale), window)
 
 
-class FlashAttentionFunction(torch.autograd.Function):
-    """(q, k, v, causal, scale, kernel, kernel_bwd) -> (O, L); L is not differentiable. k and v
-    may have fewer heads than q (the forward kernel must take grouped heads)."""
-
-    @staticmethod
-    def forward(ctx, q, k, v, causal, scale, kernel, kernel_bwd):
-        b, h, hkv, nq, nk, d = check_inputs(q, k, v)
-        o = torch.empty((b, h, nq, d), dtype=q.dtype, device=q.device)
-        lse = torch.empty((b, h, nq), dtype=torch.float32, device=q.device)
-        if hkv == h:
-            _lib.attention_fwd(kernel, q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(),
-                               lse.data_ptr(), b, h, nq, nk, d, dtype_name(q.dtype), scale,
-                               causal, _index(q.device), _stream(q.device))
-        else:
-            _lib.attention_fwd_gqa(kernel, q.data_ptr(), k.data_ptr(), v.data_ptr(),
-                                   o.data_ptr(), lse.data_ptr(), b, h, hkv, nq, nk, d,
-                                   dtype_name(q.dtype), scale, causal, _index(q.device),
-                                   _stream(q.device))
-        ctx.save_for_backward(q, k, v, o, lse)
-        ctx.causal, ctx.scale, ctx.kernel_bwd = causal, scale, kernel_bwd
-        ctx.mark_non_differentiable(lse)
-        return o, lse
-
-    @staticmethod
-    def backward(ctx, do, _dlse):
-        q, k, v, o, lse = ctx.saved_tensors
-        b, h, hkv, nq, nk, d = check_inputs(q, k, v)
-        if ctx.kernel_bwd is None:
-            raise RuntimeError("attention(..., kernel_bwd=None) has no backward kernel")
-        # No backward kernel takes grouped heads: run it on K, V repeated over the group.
-        k, v = group_expand(k, h, 1), group_expand(v, h, 1)
-        do = _dense(do.to(q.dtype))
-        dq = torch.empty_like(q, memory_format=torch.contiguous_format)
-        dk = torch.empty_like(k, memory_format=torch.contiguous_format)
-        dv = torch.empty_like(v, memory_format=torch.contiguous_format)
-        delta = torch.empty((b, h, nq), dtype=torch.float32, device=q.device)
-        workspace = torch.zeros(q.numel(), dtype=torch.float32, device=q.device)  # zeroed: required
-        _lib.attention_bwd(ctx.kernel_bwd, q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(),
-                           do.data_ptr(), lse.data_ptr(), dq.data_ptr(), dk.data_ptr(),
-                           dv.data_ptr(), delta.data_ptr(), workspace.data_ptr(), b, h, nq, nk, d,
-                           dtype_name(q.dtype), ctx.scale, ctx.causal, _index(q.device),
-                           _stream(q.device))
-        dk, dv = group_sum(dk, hkv, 1, q.dtype), group_sum(dv, hkv, 1, q.dtype)
-        return dq, dk, dv, None, None, None, None
+@attention_fwd_op.register_fake
+def _(q, k, v, causal, scale, window_left, window_right, kernel, kernel_bwd, deterministic):
+    b, h, nq, d = q.shape
+    return q.new_empty((b, h, nq, d)), q.new_empty((b, h, nq), dtype=torch.float32)
 
 
-def _require(kind, kernel, dtype, head_dim, **asks):
-    err = _lib.supported(kind, kernel, dtype, head_dim, **asks)
-    if err is not None:
-        raise err
+@torch.library.custom_op(NAMESPACE + "::attention_bwd", mutates_args=())
+def attention_bwd_op(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor,
+                     causal: bool, scale: float, window_left: int, window_right: int, kernel: str,
+                     deterministic: bool) -> Tuple[Tensor, Tensor, Tensor]:
+    """(dQ, dK, dV) from dO and what the forward saved; dK, dV with k's H_kv heads."""
+    b, h, hkv, nq, nk, d = check_inputs(q, k, v)
+    window, has_window = window_arg((window_left, window_right), causal)
+    name, kind = choose("bwd", kernel, dtype_name(q.dtype), d, nq, nk, causal, has_window,
+                        hkv != h, deterministic)
+    return _launch.fixed_bwd(kind, name, dense(dout.to(q.dtype)), dense(q), dense(k), dense(v),
+                             dense(o), dense(lse), causal, _scale_or_none(scale), window)
 
 
-_SERVING_NAMES = None
+@attention_bwd_op.register_fake
+def _(dout, q, k, v, o, lse, causal, scale, window_left, window_right, kernel, deterministic):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
-def serving_kernel_names(kind):
-    """The registered names of a kind ('fwd', 'bwd' of chapters 05-08; 'varlen_fwd',
-    'varlen_bwd', 'paged_fwd', 'append' of chapter 09), read from the library once."""
-    global _SERVING_NAMES
-    if _SERVING_NAMES is None:
-        names = {}
-        for k in list(_lib.list_kernels()) + list(_lib.list_serving_kernels()):
-            names.setdefault(k.kind, set()).add(k.name)
-        _SERVING_NAMES = names
-    return _SERVING_NAMES.get(kind, set())
+def _attention_setup(ctx, inputs, output):
+    q, k, v, causal, scale, window_left, window_right, _kernel, kernel_bwd, deterministic = inputs
+    o, lse = output
+    ctx.save_for_backward(q, k, v, o, lse)
+    ctx.args = (causal, scale, window_left, window_right, kernel_bwd, deterministic)
+    ctx.mark_non_differentiable(lse)
 
 
-def _is_varlen(kernel, kind="fwd"):
-    """Whether `kernel` names a varlen kernel of `kind` ('fwd', 'bwd'): registered as one; or
-    not registered as a fixed-length one and named like chapter 09's (so that a missing 09/...
-    kernel is reported among the varlen kernels, not the fixed-length ones)."""
-    if kernel in serving_kernel_names("varlen_" + kind):
-        return True
-    return kernel not in serving_kernel_names(kind) and kernel.startswith("09/")
+def _attention_backward(ctx, dout, _dlse):
+    q, k, v, o, lse = ctx.saved_tensors
+    causal, scale, window_left, window_right, kernel_bwd, deterministic = ctx.args
+    if not kernel_bwd:
+        raise RuntimeError("attention(..., kernel_bwd=None) has no backward kernel")
+    dq, dk, dv = attention_bwd_op(dout, q, k, v, o, lse, causal, scale, window_left,
+                                  window_right, kernel_bwd, deterministic)
+    return dq, dk, dv, None, None, None, None, None, None, None
 
 
-def attention(q, k, v, causal=False, scale=None, kernel=AUTO, kernel_bwd=AUTO,
-              return_lse=False, window=(-1, -1)):
+attention_fwd_op.register_autograd(_attention_backward, setup_context=_attention_setup)
+
+
+def attention(q, k, v, causal=False, scale=None, kernel=AUTO, kernel_bwd=AUTO, return_lse=False,
+              window=(-1, -1), deterministic=False):
     """softmax(scale * q k^T [+ bottom-right causal mask] [+ sliding window]) v with the
     repository's kernels.
 
     q: [B, H, Nq, D], k and v: [B, H_kv, Nk, D] (H a multiple of H_kv: grouped-query attention),
-    CUDA, one dtype. window=(left, right): query i sees keys j with d - left <= j <= d + right,
-    d = i + Nk - Nq its bottom-right diagonal, -1 unlimited (FlashAttention's meaning; causal is
-    right = 0, so causal=True, window=(W - 1, 0) is a causal window of W keys).
+    CUDA, one dtype (fp16, bf16 or fp32). window=(left, right): query i sees keys j with
+    d - left <= j <= d + right, d = i + Nk - Nq its bottom-right diagonal, -1 unlimited
+    (FlashAttention's meaning; causal is right = 0, so causal=True, window=(W - 1, 0) is a causal
+    window of W keys).
 
-    kernel="auto" (the default) picks fa.DEFAULT_FWD for plain attention (fp16, bf16; for fp32
-    pass kernel=fa.FP32_FWD, kernel_bwd=fa.FP32_BWD), chapter 09's 09/v2_window with a window and
-    09/v1_varlen with grouped heads. A named kernel is used as named: a fixed-length one (05/...,
-    08/... for grouped heads) or a chapter 09 varlen one (then Q, K, V run as a packed batch of
-    equal lengths; for B > 1 that is a copy in and out). kernel_bwd="auto" pairs the backward:
-    fa.DEFAULT_BWD, or 09/bwd_v2_window / 09/bwd_v1_varlen after a varlen forward; None means no
-    backward. Grouped heads in the backward: K and V repeated over the group, the group's dK, dV
-    summed in Python (the module's docstring). Non-contiguous inputs are copied.
+    kernel="auto" and kernel_bwd="auto" (the defaults): the dispatch's choice for this problem on
+    this GPU (fa.explain(q, k, v, ...) shows it and the measurement behind it). A named kernel
+    runs as named: a fixed-length one (05/..., 07/..., 08/...) or a chapter 09 varlen one (the
+    batch then runs packed as one of equal lengths: a copy in and out for B > 1).
+    kernel_bwd=None: no backward (an error if the inputs require grad). deterministic=True asks
+    the backward for the same bits in every run (the dispatch passes over the kernels that add
+    with atomics; a named one that does is refused). Non-contiguous inputs are copied.
 
     Returns O [B, H, Nq, D], or (O, L) with return_lse=True, L fp32 [B, H, Nq] (-inf for a row
-    that sees no key). Gradients flow to q, k and v.
-    Refusals raise ValueError (bad arguments) or flash_from_scratch.UnsupportedError (no version
-    of the kernel for this dtype / head dim / GPU / grouped heads / window), in the harness's
-    words; never a wrong answer.
+    that sees no key; not differentiable). Gradients flow to q, k and v.
+    Refusals raise ValueError (bad arguments) or flash_from_scratch.UnsupportedError (no kernel
+    for this dtype / head dim / GPU / grouped heads / window), in the harness's words; never a
+    wrong answer.
     """
     b, h, hkv, nq, nk, d = check_inputs(q, k, v)
-    scale = _scale_arg(scale, d)
+    scale = scale_arg(scale)
     causal = bool(causal)
-    window, has_window = window_arg(window, causal)
-    gqa = hkv != h
-    dt = dtype_name(q.dtype)
-    if kernel == AUTO:
-        kernel = VARLEN_WINDOW_FWD if has_window else VARLEN_FWD if gqa else DEFAULT_FWD
-    varlen = _is_varlen(kernel)
-    if kernel_bwd == AUTO:
-        kernel_bwd = ((VARLEN_WINDOW_BWD if has_window else VARLEN_BWD) if varlen
-                      else DEFAULT_BWD)
+    (left, right), has_window = window_arg(window, causal)
     needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
     if needs_grad and kernel_bwd is None:
         raise ValueError("inputs require grad but kernel_bwd is None")
-    if varlen:
-        from . import serving
-        if min(b, h, nq, nk, d) < 1:  # the fixed-length path's words for the same refusal
-            raise ValueError("batch, heads, seq_q, seq_k and head_dim must be at least 1 (got "
-                             "%d, %d, %d, %d, %d)" % (b, h, nq, nk, d))
-        _require("varlen_fwd", kernel, dt, d, gqa=gqa, window=has_window)
+    if not torch.compiler.is_compiling():
+        # Refuse now what the launch would refuse, before anything runs (a compiled graph gets
+        # the same refusal from the operator, when it runs).
+        dt = dtype_name(q.dtype)
+        choose("fwd", kernel, dt, d, nq, nk, causal, has_window, hkv != h)
         if needs_grad:
-            serving.require_varlen_bwd(kernel, kernel_bwd, dt, d, has_window)
-        o, lse = serving.attention_as_varlen(q, k, v, causal, scale, window, kernel, kernel_bwd)
-        return (o, lse) if return_lse else o
-    _require("fwd", kernel, dt, d, gqa=gqa, window=has_window)
-    if needs_grad:
-        if _is_varlen(kernel_bwd, "bwd"):
-            raise ValueError("kernel %s is a fixed-length forward: kernel_bwd must be a "
-                             "fixed-length backward (06/...), not %s" % (kernel, kernel_bwd))
-        _require("bwd", kernel_bwd, dt, d)  # refuse now rather than in backward()
-    o, lse = FlashAttentionFunction.apply(_dense(q), _dense(k), _dense(v), causal, scale, kernel,
-                                          kernel_bwd)
+            choose("bwd", kernel_bwd, dt, d, nq, nk, causal, has_window, hkv != h,
+                   bool(deterministic))
+    o, lse = attention_fwd_op(q, k, v, causal, scale, left, right, kernel, kernel_bwd or "",
+                              bool(deterministic))
     return (o, lse) if return_lse else o
+
+
+def explain(q, k, v, causal=False, window=(-1, -1), kernel=AUTO, kernel_bwd=AUTO,
+            deterministic=False, backward=True, brief=False, sm=0):
+    """Which kernels attention(q, k, v, ...) runs and why, as lines of text: for each direction
+    the kernel, the dispatch row that chose it, what that row's measurement showed and its log,
+    and the rows passed over (a kernel not in this build, one without this head dim...). Named
+    kernels are reported as named. sm: explain the choice for another GPU (90 for an H100)
+    instead of this machine's; q, k, v may then be meta or CPU tensors of the right shapes."""
+    from . import _lib
+    b, h, nq, d = q.shape
+    hkv, nk = k.shape[1], k.shape[2]
+    causal = bool(causal)
+    _, has_window = window_arg(window, causal)
+    dt = dtype_name(q.dtype)
+    lines = []
+    for direction, name in (("fwd", kernel), ("bwd", kernel_bwd)):
+        if direction == "bwd" and (not backward or name is None):
+            continue
+        label = "forward" if direction == "fwd" else "backward"
+        if name != AUTO:
+            lines.append("%s: %s (named)" % (label, name))
+            continue
+        p = _lib.pick(direction, dt, d, nq, nk, causal=causal, window=has_window,
+                      gqa=hkv != h, deterministic=deterministic and direction == "bwd", sm=sm)
+        if brief:
+            lines.append("%s: %s" % (label, p.kernel))
+            continue
+        lines.append("%s: %s  [%s on sm_%d]" % (label, p.kernel, p.conditions, p.sm))
+        lines.append("  why: %s" % p.why)
+        lines.append("  measured: %s" % p.measured)
+        lines.extend("  passed over: %s" % x for x in p.passed_over)
+    if not brief and hkv != h and backward and kernel_bwd is not None:
+        lines.append("grouped heads in the backward: K and V repeated over the group, the "
+                     "group's dK, dV summed in fp32")
+    return lines

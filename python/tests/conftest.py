@@ -47,3 +47,18 @@ def kernels_or_empty():
 @pytest.fixture
 def torch_cuda():
     return torch_cuda_or_skip()
+
+
+@pytest.fixture
+def emulated(monkeypatch):
+    """torch on CPU with the library replaced by emulated.EmulatedLibrary; returns (torch,
+    emulation). The kernels' device check is widened to CPU tensors for the test."""
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    from emulated import EmulatedLibrary
+    from flash_from_scratch import _common, _lib
+    emu = EmulatedLibrary(torch)
+    monkeypatch.setattr(_lib, "lib", lambda: emu)
+    monkeypatch.setattr(_common, "KERNEL_DEVICES", ("cuda", "cpu"))
+    _common.forget_choices()
+    yield torch, emu
+    _common.forget_choices()

@@ -321,10 +321,10 @@ class EmulatedFp8Library:
 @pytest.fixture
 def emulated(monkeypatch):
     torch = torch_fp8_or_skip()
-    from flash_from_scratch import _lib, ops
+    from flash_from_scratch import _common, _lib
     emu = EmulatedFp8Library(torch, 16, 32)  # small blocks: several scales per head
     monkeypatch.setattr(_lib, "lib", lambda: emu)
-    monkeypatch.setattr(ops, "KERNEL_DEVICES", ("cuda", "cpu"))
+    monkeypatch.setattr(_common, "KERNEL_DEVICES", ("cuda", "cpu"))
     return torch, emu
 
 

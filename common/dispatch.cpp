@@ -1,0 +1,431 @@
+// dispatch.cpp: the table of dispatch.h, and the walk down it.
+#include "dispatch.h"
+
+#include <sstream>
+#include <utility>
+
+#include "gpu.h"
+#include "harness.h"  // supports, missing_version, kDecodeSeqQ
+#include "registry.h"
+
+namespace fa {
+
+namespace {
+
+// The runs the rows cite (H200, 2026-12-01; notes/measured/README.md says what each holds).
+constexpr const char* kRun = "notes/measured/h200-2026-12-01/";
+std::string log(const char* file) {
+  return std::string(kRun) + file;
+}
+
+// A row, written as a chain: on(Op::Fwd, "07/v5_persistent").hopper().dims({128}).causal()...
+struct Row {
+  Rule r;
+  Row(Op op, const char* kernel) {
+    r.op = op;
+    r.kernel = kernel;
+  }
+  Row& hopper() {  // sm_90 exactly: chapter 07's and 09's Hopper kernels are sm_90a machine code
+    r.sm_min = r.sm_max = 90;
+    return *this;
+  }
+  Row& sm(int lo) {
+    r.sm_min = lo;
+    return *this;
+  }
+  Row& only(DType t) {
+    r.dtypes = {t};
+    return *this;
+  }
+  Row& dims(std::vector<int> d) {
+    r.head_dims = std::move(d);
+    return *this;
+  }
+  Row& full() {
+    r.causal = Rule::Tri::No;
+    return *this;
+  }
+  Row& causal() {
+    r.causal = Rule::Tri::Yes;
+    return *this;
+  }
+  Row& window() {
+    r.window = Rule::Tri::Yes;
+    return *this;
+  }
+  Row& grouped() {
+    r.gqa = Rule::Tri::Yes;
+    return *this;
+  }
+  Row& decoding() {
+    r.seq_q_max = kDecodeSeqQ;
+    return *this;
+  }
+  Row& keys(int64_t lo, int64_t hi) {
+    r.seq_k_min = lo;
+    r.seq_k_max = hi;
+    return *this;
+  }
+  Rule because(const char* why, const std::string& measured) {
+    r.why = why;
+    r.measured = measured;
+    return r;
+  }
+};
+Row on(Op op, const char* kernel) {
+  return Row(op, kernel);
+}
+
+constexpr int64_t kAny = -1;
+
+}  // namespace
+
+// The table. Read it top to bottom: specific rows first (decoding, windows, grouped heads, the
+// shapes where another rung measured faster), then each GPU's general choice, then the fallbacks
+// for the dtypes and head dims the fast kernels lack. Where two kernels measured within 2% of
+// each other the row keeps the simpler choice: that is inside the run-to-run spread.
+const std::vector<Rule>& dispatch_table() {
+  static const std::vector<Rule> table = {
+      // ---- forward, fixed length -------------------------------------------------------------
+      on(Op::Fwd, "08/v5_swizzled_ring")
+          .decoding()
+          .because("a query row or a few against a long cache is memory-bound: 4288-4554 GB/s, "
+                   "at or past SDPA's best on the three decode shapes",
+                   log("ladder_decode_peers.log")),
+      on(Op::Fwd, "09/hopper_v2_window")
+          .hopper()
+          .window()
+          .because("a sliding window skips whole tiles; on wgmma 1.59x 09/v2_window (mixed batch)",
+                   log("ch09_serving.log")),
+      on(Op::Fwd, "09/v2_window")
+          .window()
+          .because("the window's mma.sync kernel (before sm_90)", log("ch09_serving.log")),
+      on(Op::Fwd, "09/hopper_v1_varlen")
+          .hopper()
+          .grouped()
+          .because("grouped K/V heads on wgmma: 1.51x 09/v1_varlen on the mixed batch (no "
+                   "chapter 07 rung takes grouped heads)",
+                   log("ch09_serving.log")),
+      on(Op::Fwd, "09/v1_varlen")
+          .grouped()
+          .because("grouped K/V heads on mma.sync (before sm_90)", log("ch09_serving.log")),
+      on(Op::Fwd, "07/v1_tma_wgmma")
+          .hopper()
+          .dims({64})
+          .full()
+          .keys(0, 2048)
+          .because("at D 64 and up to 2048 keys the plain rung has the shortest prologue: "
+                   "373-440 TFLOP/s against v5's 344-424",
+                   log("ladder_fwd_d64.log")),
+      on(Op::Fwd, "07/v4_intra_overlap")
+          .hopper()
+          .dims({128, 256})
+          .causal()
+          .keys(16384, kAny)
+          .because("long causal rows: 602 / 625 TFLOP/s at N 16384 against v5's 573 / 601 "
+                   "(D 128 / 256)",
+                   log("ladder_fwd_d128.log")),
+      on(Op::Fwd, "07/v2_warp_specialized")
+          .hopper()
+          .dims({256})
+          .full()
+          .keys(0, 4096)
+          .because("D 256 full up to 4096 keys: 394-643 TFLOP/s, 1-3% past v5",
+                   log("ladder_fwd_d256.log")),
+      on(Op::Fwd, "07/v5_persistent")
+          .hopper()
+          .because("the fastest forward, or within 2% of it, at 29 of the 36 protocol shapes "
+                   "(D 64, 128, 256; 1.4-2.2x SDPA's FlashAttention-2)",
+                   log("ladder_fwd_d128_peers.log")),
+      on(Op::Fwd, "05/v5_fewer_instructions")
+          .because("the mma.sync forward for sm_80 and newer, and the head dims chapter 07 has "
+                   "no version for (32, 96): 1.04-1.19x FlashAttention-2 on the H100",
+                   log("ladder_fwd_d128.log")),
+      on(Op::Fwd, "05/v1_scalar_fp32")
+          .sm(70)
+          .only(DType::F32)
+          .because("fp32: the one fused fp32 forward (no tensor cores)",
+                   log("ladder_fwd_d128.log")),
+
+      // ---- backward, fixed length (grouped heads: the caller repeats K and V) ----------------
+      on(Op::Bwd, "09/hopper_bwd_v2_window")
+          .hopper()
+          .window()
+          .because("a window's backward on wgmma (chapter 09; the batch packed): 291.1 against "
+                   "09/bwd_v2_window's 185.2 TFLOP/s",
+                   log("ch09_serving.log")),
+      on(Op::Bwd, "09/bwd_v2_window")
+          .window()
+          .because("a window's backward on mma.sync (before sm_90)", log("ch09_serving.log")),
+      on(Op::Bwd, "07/bwd_v2_dq_reduce")
+          .hopper()
+          .dims({128})
+          .causal()
+          .keys(0, 1024)
+          .because("short causal rows at D 128: dQ in the same pass, 164 / 234 TFLOP/s against "
+                   "bwd_v1's 154 / 229 at N 512 / 1024 (not deterministic)",
+                   log("ladder_bwd_d128.log")),
+      on(Op::Bwd, "07/bwd_v1_tma_wgmma")
+          .hopper()
+          .because("the fastest backward at 34 of the 36 protocol shapes; deterministic",
+                   log("ladder_bwd_d128_peers.log")),
+      on(Op::Bwd, "06/v5_warp_tiles")
+          .because("the mma.sync backward with FlashAttention-2's warp tiles (D up to 128; dQ "
+                   "by atomics, not deterministic)",
+                   log("ladder_bwd_d128.log")),
+      on(Op::Bwd, "06/v3_atomic_dq")
+          .because("the mma.sync backward at D 256: 112-116 TFLOP/s against 06/v2's 82-85 (not "
+                   "deterministic)",
+                   log("ladder_bwd_d256.log")),
+      on(Op::Bwd, "06/v2_mma")
+          .because("the deterministic mma.sync backward (a dK/dV kernel and a dQ kernel)",
+                   log("ladder_bwd_d128.log")),
+      on(Op::Bwd, "06/v1_fp32")
+          .sm(70)
+          .only(DType::F32)
+          .because("fp32: the fp32 backward without atomics", log("fp32_bwd.log")),
+
+      // ---- chapter 09: packed batches ----------------------------------------------------------
+      on(Op::VarlenFwd, "09/hopper_v2_window")
+          .hopper()
+          .window()
+          .because("the window on wgmma: 1.59x 09/v2_window", log("ch09_serving.log")),
+      on(Op::VarlenFwd, "09/v2_window")
+          .window()
+          .because("the window on mma.sync", log("ch09_serving.log")),
+      on(Op::VarlenFwd, "09/hopper_v1_varlen")
+          .hopper()
+          .because("packed batches on wgmma: 422.8 against 09/v1_varlen's 279.5 TFLOP/s",
+                   log("ch09_serving.log")),
+      on(Op::VarlenFwd, "09/v1_varlen")
+          .because("packed batches on mma.sync (05/v5 over cu_seqlens)", log("ch09_serving.log")),
+      on(Op::VarlenBwd, "09/hopper_bwd_v2_window")
+          .hopper()
+          .window()
+          .because("the window's backward on wgmma: 291.1 against 185.2 TFLOP/s",
+                   log("ch09_serving.log")),
+      on(Op::VarlenBwd, "09/bwd_v2_window")
+          .window()
+          .because("the window's backward on mma.sync", log("ch09_serving.log")),
+      on(Op::VarlenBwd, "09/hopper_bwd_v1_varlen")
+          .hopper()
+          .because("packed backward on wgmma: 287.8 against 09/bwd_v1_varlen's 176.6 TFLOP/s; "
+                   "deterministic",
+                   log("ch09_serving.log")),
+      on(Op::VarlenBwd, "09/bwd_v1_varlen")
+          .because("packed backward on mma.sync (06/v5 over cu_seqlens)", log("ch09_serving.log")),
+      on(Op::PagedFwd, "09/paged_v1_decode")
+          .decoding()
+          .because("decoding through a block table: 4172-4277 GB/s, 97-99% of 08/v5 on the "
+                   "contiguous cache",
+                   log("ch09_serving.log")),
+      on(Op::PagedFwd, "09/paged_v2_prefill")
+          .because("chunks of queries through a block table: 367-378 TFLOP/s against the decode "
+                   "kernel's 138-156",
+                   log("ch09_serving.log")),
+  };
+  return table;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+const char* op_name(Op op) {
+  switch (op) {
+    case Op::Fwd:
+      return "fwd";
+    case Op::Bwd:
+      return "bwd";
+    case Op::VarlenFwd:
+      return "varlen_fwd";
+    case Op::VarlenBwd:
+      return "varlen_bwd";
+    case Op::PagedFwd:
+      return "paged_fwd";
+  }
+  return "?";
+}
+
+Problem Problem::forward(const AttentionShape& s, DType t) {
+  Problem p;
+  p.op = Op::Fwd;
+  p.dtype = t;
+  p.head_dim = static_cast<int>(s.head_dim);
+  p.seq_q = s.seq_q;
+  p.seq_k = s.seq_k;
+  p.causal = s.causal;
+  p.window = s.has_window();
+  p.gqa = s.is_gqa();
+  return p;
+}
+
+Problem Problem::backward(const AttentionShape& s, DType t) {
+  Problem p = forward(s, t);
+  p.op = Op::Bwd;
+  return p;
+}
+
+std::string Problem::str() const {
+  std::ostringstream os;
+  os << op_name(op) << " " << dtype_name(dtype) << " D" << head_dim;
+  if (seq_q > 0) os << " Nq" << seq_q;
+  if (seq_k > 0) os << " Nk" << seq_k;
+  os << (causal ? " causal" : " full");
+  if (window) os << " window";
+  if (gqa) os << " gqa";
+  if (page_size > 0) os << " page" << page_size;
+  if (deterministic) os << " deterministic";
+  return os.str();
+}
+
+std::string Rule::conditions() const {
+  std::ostringstream os;
+  if (sm_min == sm_max)
+    os << "sm_" << sm_min;
+  else
+    os << "sm_" << sm_min << "+";
+  if (!dtypes.empty()) {
+    os << ", ";
+    for (size_t i = 0; i < dtypes.size(); ++i) os << (i ? "/" : "") << dtype_name(dtypes[i]);
+  }
+  if (!head_dims.empty()) {
+    os << ", D ";
+    for (size_t i = 0; i < head_dims.size(); ++i) os << (i ? "/" : "") << head_dims[i];
+  }
+  if (causal != Tri::Any) os << (causal == Tri::Yes ? ", causal" : ", full");
+  if (window == Tri::Yes) os << ", window";
+  if (gqa == Tri::Yes) os << ", grouped K/V heads";
+  if (seq_q_max >= 0) os << ", seq_q <= " << seq_q_max;
+  if (seq_k_min > 0 && seq_k_max >= 0)
+    os << ", " << seq_k_min << " <= seq_k <= " << seq_k_max;
+  else if (seq_k_min > 0)
+    os << ", seq_k >= " << seq_k_min;
+  else if (seq_k_max >= 0)
+    os << ", seq_k <= " << seq_k_max;
+  return os.str();
+}
+
+namespace {
+
+bool tri_holds(Rule::Tri t, bool value) {
+  return t == Rule::Tri::Any || (t == Rule::Tri::Yes) == value;
+}
+
+// Whether the row's conditions describe the problem (not yet whether its kernel can run it).
+bool row_holds(const Rule& r, const Problem& p, int sm) {
+  if (r.op != p.op || sm < r.sm_min || sm > r.sm_max) return false;
+  if (!r.dtypes.empty() && !supports(r.dtypes, p.dtype)) return false;
+  if (!r.head_dims.empty() && !supports(r.head_dims, p.head_dim)) return false;
+  // A row for the window or for grouped heads is for those problems alone; a row without them is
+  // for every problem, and its kernel's registration decides (below).
+  if (!tri_holds(r.causal, p.causal) || !tri_holds(r.window, p.window) || !tri_holds(r.gqa, p.gqa))
+    return false;
+  if (r.seq_q_max >= 0 && p.seq_q > r.seq_q_max) return false;
+  if (p.seq_k < r.seq_k_min || (r.seq_k_max >= 0 && p.seq_k > r.seq_k_max)) return false;
+  return true;
+}
+
+std::string need_sm(int min_sm) {
+  return "needs sm_" + std::to_string(min_sm) + " or newer";
+}
+
+// Why kernel `name` cannot run `p` on a GPU of compute capability `sm` ("" when it can), and the
+// registry kind it was found under.
+std::string cannot_run(const std::string& name, const Problem& p, int sm, std::string* kind) {
+  const bool fwd = p.op == Op::Fwd || p.op == Op::VarlenFwd;
+  const bool bwd = p.op == Op::Bwd || p.op == Op::VarlenBwd;
+  // Fixed-length problems may go to a varlen kernel (a packed batch of equal lengths); packed
+  // problems only to varlen kernels.
+  if (fwd && p.op == Op::Fwd)
+    if (const AttentionFwdKernel* k = find_entry<AttentionFwdKernel>(name)) {
+      *kind = "fwd";
+      if (k->min_sm > sm) return need_sm(k->min_sm);
+      if (p.gqa && !k->gqa) return "takes no grouped K/V heads";
+      if (p.window) return "takes no sliding window";
+      return missing_version(k->dtypes, k->head_dims, p.dtype, p.head_dim);
+    }
+  if (fwd)
+    if (const VarlenFwdKernel* k = find_entry<VarlenFwdKernel>(name)) {
+      *kind = "varlen_fwd";
+      if (k->min_sm > sm) return need_sm(k->min_sm);
+      if (p.gqa && !k->gqa) return "takes no grouped K/V heads";
+      if (p.window && !k->window) return "takes no sliding window";
+      return missing_version(k->dtypes, k->head_dims, p.dtype, p.head_dim);
+    }
+  if (bwd && p.op == Op::Bwd)
+    if (const AttentionBwdKernel* k = find_entry<AttentionBwdKernel>(name)) {
+      *kind = "bwd";
+      if (k->min_sm > sm) return need_sm(k->min_sm);
+      if (p.window) return "takes no sliding window";
+      if (p.deterministic && !k->deterministic) return "not deterministic";
+      return missing_version(k->dtypes, k->head_dims, p.dtype, p.head_dim);
+    }
+  if (bwd)
+    if (const VarlenBwdKernel* k = find_entry<VarlenBwdKernel>(name)) {
+      *kind = "varlen_bwd";
+      if (k->min_sm > sm) return need_sm(k->min_sm);
+      if (p.window && !k->window) return "takes no sliding window";
+      if (p.deterministic && !k->deterministic) return "not deterministic";
+      return missing_version(k->dtypes, k->head_dims, p.dtype, p.head_dim);
+    }
+  if (p.op == Op::PagedFwd)
+    if (const PagedFwdKernel* k = find_entry<PagedFwdKernel>(name)) {
+      *kind = "paged_fwd";
+      if (k->min_sm > sm) return need_sm(k->min_sm);
+      if (p.window) return "takes no sliding window";
+      if (p.page_size > 0 && !supports(k->page_sizes, p.page_size))
+        return "no version for pages of " + std::to_string(p.page_size) + " keys";
+      return missing_version(k->dtypes, k->head_dims, p.dtype, p.head_dim);
+    }
+  return "not in this build";
+}
+
+}  // namespace
+
+Pick pick(const Problem& p, int sm) {
+  Pick out;
+  out.sm = sm;
+  for (const Rule& r : dispatch_table()) {
+    if (!row_holds(r, p, sm)) continue;
+    std::string kind;
+    const std::string why = cannot_run(r.kernel, p, sm, &kind);
+    if (!why.empty()) {
+      out.passed_over.push_back(r.kernel + ": " + why);
+      continue;
+    }
+    out.kernel = r.kernel;
+    out.kind = kind;
+    out.rule = &r;
+    return out;
+  }
+  std::ostringstream os;
+  os << "no registered kernel runs " << p.str() << " on sm_" << sm;
+  if (!out.passed_over.empty()) {
+    os << " (";
+    for (size_t i = 0; i < out.passed_over.size(); ++i) os << (i ? "; " : "") << out.passed_over[i];
+    os << ")";
+  }
+  out.refusal = os.str();
+  return out;
+}
+
+Pick pick(const Problem& p) {
+  const std::string why = gpu_skip_reason(70);
+  if (!why.empty()) {
+    Pick out;
+    out.refusal = why;
+    return out;
+  }
+  return pick(p, gpu_info().sm);
+}
+
+std::string Pick::explain(bool brief) const {
+  std::ostringstream os;
+  if (kernel.empty()) return refusal;
+  os << kernel << " (" << rule->conditions() << ")";
+  if (brief) return os.str();
+  os << "\n  why: " << rule->why << "\n  measured: " << rule->measured;
+  for (const std::string& s : passed_over) os << "\n  passed over: " << s;
+  return os.str();
+}
+
+}  // namespace fa

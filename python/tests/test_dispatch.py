@@ -1,0 +1,63 @@
+"""The dispatch from Python (common/dispatch.h through the C ABI): fa.pick, fa.dispatch_table
+and fa.explain. pick(..., sm=90) chooses for an H100/H200 whether or not one is here, so these
+run on any machine with the library built; tests/cpu/test_dispatch.cpp checks the table itself."""
+import os
+
+import pytest
+
+from conftest import REPO_ROOT, fa, library_or_skip
+
+
+def hopper_kernels_built():
+    return any(k.name == "07/v5_persistent" for k in fa.list_kernels())
+
+
+def test_protocol_shapes_pick_chapter_07_on_hopper():
+    library_or_skip()
+    if not hopper_kernels_built():
+        pytest.skip("this build targets no sm_90: no chapter 07 kernels")
+    for d in (64, 128, 256):
+        for causal in (False, True):
+            f = fa.pick("fwd", "bf16", d, 4096, 4096, causal=causal, sm=90)
+            b = fa.pick("bwd", "bf16", d, 4096, 4096, causal=causal, sm=90)
+            assert f.kernel.startswith("07/") and f.kind == "fwd", f
+            assert b.kernel.startswith("07/bwd_") and b.kind == "bwd", b
+            for p in (f, b):
+                assert os.path.isfile(os.path.join(REPO_ROOT, p.measured)), p.measured
+
+
+def test_each_row_names_its_log():
+    library_or_skip()
+    rows = fa.dispatch_table()
+    assert len(rows) > 10
+    for r in rows:
+        assert r.op in ("fwd", "bwd", "varlen_fwd", "varlen_bwd", "paged_fwd"), r
+        assert r.measured.startswith("notes/measured/") and r.why, r
+
+
+def test_refusals():
+    library_or_skip()
+    with pytest.raises(fa.UnsupportedError, match="no registered kernel runs fwd bf16 D80"):
+        fa.pick("fwd", "bf16", 80, 4096, 4096, sm=90)
+    with pytest.raises(ValueError, match="op must be fwd, bwd"):
+        fa.pick("sideways", "bf16", 128, sm=90)
+    if fa.describe_gpu().startswith("no GPU"):
+        with pytest.raises(fa.NoGpuError, match="no GPU"):
+            fa.pick("fwd", "bf16", 128, 4096, 4096)
+
+
+def test_explain_for_another_gpu():
+    """fa.explain on meta tensors (shapes only) for an sm_90 GPU: the kernel and its row, the
+    reason and the log, for both directions; grouped heads say how the backward runs."""
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    library_or_skip()
+    q = torch.empty(2, 8, 4096, 128, dtype=torch.bfloat16, device="meta")
+    k = torch.empty(2, 2, 4096, 128, dtype=torch.bfloat16, device="meta")
+    lines = fa.explain(q, k, k, causal=True, sm=90)
+    assert lines[0].startswith("forward: ") and "on sm_90]" in lines[0], lines
+    assert any(x.startswith("  measured: notes/measured/") for x in lines), lines
+    assert any(x.startswith("backward: ") for x in lines), lines
+    assert lines[-1].startswith("grouped heads in the backward"), lines
+    brief = fa.explain(q, q, q, causal=False, sm=80, brief=True)
+    assert brief == ["forward: 05/v5_fewer_instructions", "backward: 06/v5_warp_tiles"], brief
+    assert fa.explain(q, q, q, kernel="05/v2_mma", kernel_bwd=None) == ["forward: 05/v2_mma (named)"]

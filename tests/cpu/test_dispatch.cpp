@@ -1,0 +1,263 @@
+// The dispatch (common/dispatch.h): its table against the registry and the logs it cites, and
+// its choices for the problems users bring, on an H100/H200 (sm_90) and on an A100 (sm_80). No
+// GPU needed: pick(problem, sm) chooses for a GPU given by its compute capability.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "dispatch.h"
+#include "registry.h"
+
+namespace {
+
+using fa::DType;
+using fa::Op;
+
+bool starts_with(const std::string& s, const std::string& prefix) {
+  return s.rfind(prefix, 0) == 0;
+}
+
+// Whether this build holds chapter 07's sm_90a kernels (it does when it targets sm_90).
+bool have_hopper_kernels() {
+  return fa::find_entry<fa::AttentionFwdKernel>("07/v5_persistent") != nullptr;
+}
+
+fa::Problem fwd(DType t, int d, int64_t n, bool causal) {
+  fa::Problem p;
+  p.op = Op::Fwd;
+  p.dtype = t;
+  p.head_dim = d;
+  p.seq_q = p.seq_k = n;
+  p.causal = causal;
+  return p;
+}
+
+fa::Problem bwd(DType t, int d, int64_t n, bool causal) {
+  fa::Problem p = fwd(t, d, n, causal);
+  p.op = Op::Bwd;
+  return p;
+}
+
+std::string read_file(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// Each row's kernel is registered under a kind its op can run, takes what the row sends it (the
+// row's head dims, the window, grouped heads) and runs on the row's GPUs. A row may name a
+// kernel this build lacks only if it is an sm_90 row (the sm_90a kernels are built only for 90).
+TEST(Dispatch, EveryRowNamesAKernelThatTakesWhatTheRowSendsIt) {
+  for (const fa::Rule& r : fa::dispatch_table()) {
+    SCOPED_TRACE(std::string(fa::op_name(r.op)) + " row " + r.kernel + " (" + r.conditions() + ")");
+    std::vector<int> dims;
+    int min_sm = 0;
+    bool gqa = false, window = false, found = true;
+    if (const auto* k = fa::find_entry<fa::AttentionFwdKernel>(r.kernel); k && r.op == Op::Fwd) {
+      dims = k->head_dims, min_sm = k->min_sm, gqa = k->gqa;
+    } else if (const auto* k = fa::find_entry<fa::VarlenFwdKernel>(r.kernel);
+               k && (r.op == Op::Fwd || r.op == Op::VarlenFwd)) {
+      dims = k->head_dims, min_sm = k->min_sm, gqa = k->gqa, window = k->window;
+    } else if (const auto* k = fa::find_entry<fa::AttentionBwdKernel>(r.kernel);
+               k && r.op == Op::Bwd) {
+      dims = k->head_dims, min_sm = k->min_sm, gqa = true;  // the caller repeats K and V
+    } else if (const auto* k = fa::find_entry<fa::VarlenBwdKernel>(r.kernel);
+               k && (r.op == Op::Bwd || r.op == Op::VarlenBwd)) {
+      dims = k->head_dims, min_sm = k->min_sm, gqa = true, window = k->window;
+    } else if (const auto* k = fa::find_entry<fa::PagedFwdKernel>(r.kernel);
+               k && r.op == Op::PagedFwd) {
+      dims = k->head_dims, min_sm = k->min_sm, gqa = true;
+    } else {
+      found = false;
+    }
+    if (!found) {
+      EXPECT_EQ(r.sm_min, 90) << "not registered under a kind its op runs";
+      EXPECT_FALSE(have_hopper_kernels()) << "an sm_90 row whose kernel this sm_90 build lacks";
+      continue;
+    }
+    EXPECT_GE(r.sm_min, min_sm) << "the row sends GPUs the kernel does not run on";
+    for (int d : r.head_dims)
+      EXPECT_NE(std::find(dims.begin(), dims.end(), d), dims.end()) << "no D " << d << " version";
+    if (r.window == fa::Rule::Tri::Yes) EXPECT_TRUE(window) << "takes no window";
+    if (r.gqa == fa::Rule::Tri::Yes) EXPECT_TRUE(gqa) << "takes no grouped heads";
+    EXPECT_FALSE(r.why.empty());
+  }
+}
+
+// "A row never names a kernel without the measurement that put it there": each cites a log that
+// exists in the repository and holds the kernel's name.
+TEST(Dispatch, EveryRowCitesALogThatHoldsItsKernel) {
+  for (const fa::Rule& r : fa::dispatch_table()) {
+    SCOPED_TRACE(r.kernel + " cites " + r.measured);
+    ASSERT_TRUE(starts_with(r.measured, "notes/measured/"));
+    const std::filesystem::path log = std::filesystem::path(FA_SOURCE_DIR) / r.measured;
+    ASSERT_TRUE(std::filesystem::exists(log)) << "no such file";
+    EXPECT_NE(read_file(log).find(r.kernel), std::string::npos) << "the log does not name it";
+  }
+}
+
+// On an H100/H200 the protocol's shapes (D 64, 128, 256; N 512 to 16384; full and causal) run on
+// chapter 07's kernels, forward and backward, in bf16 and fp16.
+TEST(Dispatch, ProtocolShapesOnHopperRunChapter07) {
+  if (!have_hopper_kernels()) GTEST_SKIP() << "this build targets no sm_90: no chapter 07 kernels";
+  for (DType t : {DType::BF16, DType::F16})
+    for (int d : {64, 128, 256})
+      for (bool causal : {false, true})
+        for (int64_t n : {512, 1024, 2048, 4096, 8192, 16384}) {
+          const fa::Pick f = fa::pick(fwd(t, d, n, causal), 90);
+          const fa::Pick b = fa::pick(bwd(t, d, n, causal), 90);
+          SCOPED_TRACE(fwd(t, d, n, causal).str() + ": " + f.explain(true) + " / " +
+                       b.explain(true));
+          EXPECT_TRUE(starts_with(f.kernel, "07/"));
+          EXPECT_EQ(f.kind, "fwd");
+          EXPECT_TRUE(starts_with(b.kernel, "07/bwd_"));
+          EXPECT_EQ(b.kind, "bwd");
+        }
+  // The rows that measured another rung faster (dispatch.cpp).
+  EXPECT_EQ(fa::pick(fwd(DType::BF16, 64, 1024, false), 90).kernel, "07/v1_tma_wgmma");
+  EXPECT_EQ(fa::pick(fwd(DType::BF16, 64, 1024, true), 90).kernel, "07/v5_persistent");
+  EXPECT_EQ(fa::pick(fwd(DType::BF16, 128, 16384, true), 90).kernel, "07/v4_intra_overlap");
+  EXPECT_EQ(fa::pick(fwd(DType::BF16, 128, 4096, false), 90).kernel, "07/v5_persistent");
+  EXPECT_EQ(fa::pick(fwd(DType::BF16, 256, 2048, false), 90).kernel, "07/v2_warp_specialized");
+  EXPECT_EQ(fa::pick(bwd(DType::BF16, 128, 1024, true), 90).kernel, "07/bwd_v2_dq_reduce");
+  EXPECT_EQ(fa::pick(bwd(DType::BF16, 128, 4096, false), 90).kernel, "07/bwd_v1_tma_wgmma");
+}
+
+// Asked for a deterministic backward, the dispatch passes over the kernels that add with atomics
+// and says so.
+TEST(Dispatch, DeterministicBackwardPassesOverAtomics) {
+  fa::Problem p = bwd(DType::BF16, 128, 1024, true);
+  p.deterministic = true;
+  if (have_hopper_kernels()) {
+    const fa::Pick k = fa::pick(p, 90);
+    EXPECT_EQ(k.kernel, "07/bwd_v1_tma_wgmma");
+    ASSERT_FALSE(k.passed_over.empty());
+    EXPECT_EQ(k.passed_over[0], "07/bwd_v2_dq_reduce: not deterministic");
+  }
+  EXPECT_EQ(fa::pick(p, 80).kernel, "06/v2_mma");
+  p.deterministic = false;
+  EXPECT_EQ(fa::pick(p, 80).kernel, "06/v5_warp_tiles");
+  p.head_dim = 256;
+  EXPECT_EQ(fa::pick(p, 80).kernel, "06/v3_atomic_dq");
+}
+
+// Before sm_90 (an A100) no sm_90 row applies: chapter 05's and 06's final rungs.
+TEST(Dispatch, BeforeHopperChapters05And06) {
+  const fa::Pick f = fa::pick(fwd(DType::BF16, 128, 4096, true), 80);
+  EXPECT_EQ(f.kernel, "05/v5_fewer_instructions");
+  EXPECT_TRUE(f.passed_over.empty()) << "sm_90 rows must not even be considered on sm_80";
+  EXPECT_EQ(fa::pick(bwd(DType::F16, 64, 4096, false), 80).kernel, "06/v5_warp_tiles");
+}
+
+// The problems that are not plain attention: decoding, the window, grouped heads, fp32, head dims
+// chapter 07 has no version for, packed and paged batches.
+TEST(Dispatch, EachKindOfProblemGoesWhereItsRowSays) {
+  fa::Problem decode = fwd(DType::BF16, 128, 1, false);
+  decode.seq_k = 32768;
+  decode.gqa = true;
+  EXPECT_EQ(fa::pick(decode, 90).kernel, "08/v5_swizzled_ring");
+  EXPECT_EQ(fa::pick(decode, 80).kernel, "08/v5_swizzled_ring");
+
+  fa::Problem gqa = fwd(DType::BF16, 128, 4096, true);
+  gqa.gqa = true;
+  fa::Problem window = fwd(DType::BF16, 128, 4096, true);
+  window.window = true;
+  if (have_hopper_kernels()) {
+    EXPECT_EQ(fa::pick(gqa, 90).kernel, "09/hopper_v1_varlen");
+    EXPECT_EQ(fa::pick(gqa, 90).kind, "varlen_fwd");
+    EXPECT_EQ(fa::pick(window, 90).kernel, "09/hopper_v2_window");
+  }
+  EXPECT_EQ(fa::pick(gqa, 80).kernel, "09/v1_varlen");
+  EXPECT_EQ(fa::pick(window, 80).kernel, "09/v2_window");
+  fa::Problem window_bwd = window;
+  window_bwd.op = Op::Bwd;
+  EXPECT_EQ(fa::pick(window_bwd, 80).kernel, "09/bwd_v2_window");
+  EXPECT_EQ(fa::pick(window_bwd, 80).kind, "varlen_bwd");
+  fa::Problem gqa_bwd = gqa;
+  gqa_bwd.op = Op::Bwd;  // the caller repeats K and V: any backward serves
+  EXPECT_EQ(fa::pick(gqa_bwd, 80).kernel, "06/v5_warp_tiles");
+
+  EXPECT_EQ(fa::pick(fwd(DType::F32, 64, 1000, true), 90).kernel, "05/v1_scalar_fp32");
+  EXPECT_EQ(fa::pick(bwd(DType::F32, 64, 1000, true), 90).kernel, "06/v1_fp32");
+
+  const fa::Pick d96 = fa::pick(fwd(DType::BF16, 96, 4096, false), 90);
+  EXPECT_EQ(d96.kernel, "05/v5_fewer_instructions");
+  if (have_hopper_kernels()) {
+    ASSERT_FALSE(d96.passed_over.empty());
+    EXPECT_EQ(d96.passed_over.back(), "07/v5_persistent: this kernel has no bf16 D=96 version");
+  }
+
+  fa::Problem varlen = fwd(DType::F16, 64, 1000, false);
+  varlen.op = Op::VarlenFwd;
+  EXPECT_EQ(fa::pick(varlen, 80).kernel, "09/v1_varlen");
+  fa::Problem paged = fwd(DType::BF16, 128, 1, false);
+  paged.op = Op::PagedFwd;
+  paged.seq_k = 32768;
+  paged.page_size = 64;
+  EXPECT_EQ(fa::pick(paged, 90).kernel, "09/paged_v1_decode");
+  paged.seq_q = 512;
+  EXPECT_EQ(fa::pick(paged, 90).kernel, "09/paged_v2_prefill");
+  paged.page_size = 7;
+  EXPECT_FALSE(fa::pick(paged, 90));
+}
+
+// Nothing runs it: the refusal names the problem and every row passed over, never a wrong kernel.
+TEST(Dispatch, RefusesWhatNothingRuns) {
+  const fa::Pick d80 = fa::pick(fwd(DType::BF16, 80, 4096, false), 90);
+  EXPECT_FALSE(d80);
+  EXPECT_NE(d80.refusal.find("no registered kernel runs fwd bf16 D80 Nq4096 Nk4096 full on sm_90"),
+            std::string::npos)
+      << d80.refusal;
+  EXPECT_NE(d80.refusal.find("05/v5_fewer_instructions: this kernel has no bf16 D=80 version"),
+            std::string::npos)
+      << d80.refusal;
+  EXPECT_FALSE(fa::pick(fwd(DType::BF16, 128, 4096, false), 75)) << "no bf16 kernel before sm_80";
+}
+
+// Every choice runs its problem: for a grid of problems on both GPUs, the kernel chosen is
+// registered under the kind reported and takes the problem's dtype and head dim.
+TEST(Dispatch, EveryChoiceTakesItsProblem) {
+  int chosen = 0;
+  for (int sm : {80, 90})
+    for (Op op : {Op::Fwd, Op::Bwd})
+      for (DType t : {DType::F32, DType::F16, DType::BF16})
+        for (int d : {32, 64, 96, 128, 256})
+          for (int64_t n : {1, 17, 1000, 4096, 16384})
+            for (bool causal : {false, true}) {
+              fa::Problem p = fwd(t, d, n, causal);
+              p.op = op;
+              const fa::Pick k = fa::pick(p, sm);
+              SCOPED_TRACE(p.str() + " on sm_" + std::to_string(sm) + ": " + k.explain(true));
+              if (!k) continue;  // fp32 has one head dim; a refusal is allowed, a wrong kernel not
+              ++chosen;
+              std::vector<DType> dtypes;
+              std::vector<int> dims;
+              if (k.kind == "fwd") {
+                const auto* e = fa::find_entry<fa::AttentionFwdKernel>(k.kernel);
+                ASSERT_NE(e, nullptr);
+                dtypes = e->dtypes, dims = e->head_dims;
+              } else if (k.kind == "bwd") {
+                const auto* e = fa::find_entry<fa::AttentionBwdKernel>(k.kernel);
+                ASSERT_NE(e, nullptr);
+                dtypes = e->dtypes, dims = e->head_dims;
+              } else {
+                FAIL() << "a plain problem sent to kind " << k.kind;
+              }
+              EXPECT_NE(std::find(dtypes.begin(), dtypes.end(), t), dtypes.end());
+              EXPECT_NE(std::find(dims.begin(), dims.end(), d), dims.end());
+            }
+  EXPECT_GT(chosen, 300);
+}
+
+TEST(Dispatch, ExplainSaysTheRowAndTheLog) {
+  const fa::Pick k = fa::pick(fwd(DType::BF16, 128, 4096, false), 80);
+  const std::string text = k.explain();
+  EXPECT_NE(text.find("05/v5_fewer_instructions (sm_80+)"), std::string::npos) << text;
+  EXPECT_NE(text.find("measured: notes/measured/"), std::string::npos) << text;
+  EXPECT_EQ(k.explain(true), "05/v5_fewer_instructions (sm_80+)");
+}
+
+}  // namespace
