@@ -9,7 +9,8 @@
 # python, ncu_decode, ncu_fwd, ncu_bwd, ncu_ch07, ncu_cudnn, timeline07 (chapter 07's measured timeline, in a
 # build folder of its own), ladder (the main path of 05-08 in one run, with the
 # peers), serving (chapter 09: its program, the serving benchmarks, PyTorch's peers), e2e (fa.attention()
-# end to end beside SDPA, bench/attention_e2e.py), rung (one kernel version end to end: RUNG=name [BASE=name]),
+# end to end beside SDPA, bench/attention_e2e.py), dispatch (fa_bench's auto rows with peers),
+# pip (pip install from an empty build, timed, then used from outside the repository), rung (one kernel version end to end: RUNG=name [BASE=name]),
 # rounds (RUNG and BASE against PyTorch SDPA, several alternating rounds, medians), pack
 # (fold the logs into one archive: the device returns at most 8 files).
 #
@@ -349,6 +350,52 @@ for stage in "$@"; do
       PYTHONUNBUFFERED=1 python3 bench/compare_decode.py "$OUT/ladder_decode.json" \
         --out "$OUT/ladder_decode_peers" > "$OUT/ladder_decode_peers.log" 2>&1
       log "ladder decode peers rc=$?"; grep -E "^\|" "$OUT/ladder_decode_peers.log" | head -20
+      ;;
+    dispatch)
+      # The dispatch's choice at the protocol shapes (fa_bench attn_fwd/auto, attn_bwd/auto; the
+      # row's label names the kernel) beside every chapter 07 rung at D 128 and PyTorch SDPA on
+      # the same shapes, so that compare_sdpa.py's best/ours column shows a row that picks a
+      # slower kernel; the auto rows alone at D 64 and 256; the fp32 backwards (the dispatch's
+      # fp32 row). Logs: dispatch_d<D>*, fp32_bwd.log.
+      for D in 128 64 256; do
+        F="attn_(fwd|bwd)/auto/bf16/D$D/"
+        [[ $D == 128 ]] && F="attn_(fwd|bwd)/(auto|07/[^/]*)/bf16/D$D/"
+        log "dispatch D$D: fa_bench $F"
+        "$BUILD/bin/fa_bench" --benchmark_filter="$F" --benchmark_out="$OUT/dispatch_d$D.json" \
+          --benchmark_out_format=json > "$OUT/dispatch_d$D.log" 2>&1
+        log "dispatch D$D fa_bench rc=$?"
+        PYTHONUNBUFFERED=1 python3 bench/compare_sdpa.py "$OUT/dispatch_d$D.json" \
+          --out "$OUT/dispatch_d${D}_peers" > "$OUT/dispatch_d${D}_peers.log" 2>&1
+        log "dispatch D$D peers rc=$?"; grep -E "^\|" "$OUT/dispatch_d${D}_peers.log" | head -30
+      done
+      "$BUILD/bin/fa_bench" --benchmark_filter='attn_bwd/06/v1_fp32[^/]*/fp32/' > "$OUT/fp32_bwd.log" 2>&1
+      log "fp32 backwards rc=$?"
+      ;;
+    pip)
+      # README "From PyTorch": pip install in a fresh environment (a venv that sees this machine's
+      # torch), the library built from source into an empty build folder (build-python/), timed;
+      # then the installed package used from a folder outside the repository: its library, the
+      # dispatch's choice, an attention call forward and backward against SDPA. Logs: pip_*.
+      rm -rf build-python /tmp/fa_pip_venv
+      python3 -m venv --system-site-packages /tmp/fa_pip_venv
+      log "pip install --no-build-isolation . (empty build-python/)"
+      start=$(date +%s)
+      /tmp/fa_pip_venv/bin/python -m pip install --no-build-isolation --no-deps . > "$OUT/pip_install.log" 2>&1
+      rc=$?
+      log "pip install rc=$rc in $(($(date +%s) - start)) s"; tail -3 "$OUT/pip_install.log"
+      (cd /tmp && /tmp/fa_pip_venv/bin/python - > "$OUT/pip_use.log" 2>&1 <<'PY'
+import torch, flash_from_scratch as fa
+print("library inside the package:", "/site-packages/flash_from_scratch/lib/" in fa.find_library())
+q, k, v = (torch.randn(2, 8, 1000, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+           for _ in range(3))
+o = fa.attention(q, k, v, causal=True)
+o.float().square().sum().backward()
+ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True)
+print("max |O - SDPA fp32|: %.3g" % (o.float() - ref).abs().max().item())
+print(*fa.explain(q, k, v, causal=True), sep="\n")
+PY
+      )
+      log "pip use rc=$?"; cat "$OUT/pip_use.log"
       ;;
     e2e)
       # What a PyTorch user gets (bench/attention_e2e.py): fa.attention() forward + backward with
