@@ -377,7 +377,11 @@ for stage in "$@"; do
       # then the installed package used from a folder outside the repository: its library, the
       # dispatch's choice, an attention call forward and backward against SDPA. Logs: pip_*.
       rm -rf build-python /tmp/fa_pip_venv
-      python3 -m venv --system-site-packages /tmp/fa_pip_venv
+      python3 -m venv /tmp/fa_pip_venv
+      # The venv sees this machine's torch (python3 may itself be a venv, whose packages a new
+      # venv's --system-site-packages would not reach): a .pth line naming them.
+      python3 -c "import torch, os; print(os.path.dirname(os.path.dirname(torch.__file__)))" \
+        > "$(/tmp/fa_pip_venv/bin/python -c 'import site; print(site.getsitepackages()[0])')/machine_torch.pth"
       log "pip install --no-build-isolation . (empty build-python/)"
       start=$(date +%s)
       /tmp/fa_pip_venv/bin/python -m pip install --no-build-isolation --no-deps . > "$OUT/pip_install.log" 2>&1

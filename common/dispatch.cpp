@@ -183,7 +183,7 @@ const std::vector<Rule>& dispatch_table() {
       on(Op::Bwd, "06/v1_fp32")
           .sm(70)
           .only(DType::F32)
-          .because("fp32: the fp32 backward without atomics", log("fp32_bwd.log")),
+          .because("fp32: 11-14 TFLOP/s, twice 06/v1_fp32_atomic_dq's 6-7", log("fp32_bwd.log")),
 
       // ---- chapter 09: packed batches ----------------------------------------------------------
       on(Op::VarlenFwd, "09/hopper_v2_window")

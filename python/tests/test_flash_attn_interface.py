@@ -11,6 +11,7 @@ import pytest
 from conftest import torch_cuda_or_skip
 
 SEED = 20261201
+D = 64  # a head dim every kind of kernel takes (chapter 09's: 64 and 128)
 
 
 def _interface():
@@ -42,9 +43,9 @@ def _check_func(torch, device, dtype, close):
     fai = _interface()
     g = torch.Generator().manual_seed(SEED)
     for h, hkv, sq, sk, causal, window, scale in CASES:
-        q = _rnd(torch, g, (2, sq, h, 32), dtype, device).requires_grad_()
-        k = _rnd(torch, g, (2, sk, hkv, 32), dtype, device).requires_grad_()
-        v = _rnd(torch, g, (2, sk, hkv, 32), dtype, device).requires_grad_()
+        q = _rnd(torch, g, (2, sq, h, D), dtype, device).requires_grad_()
+        k = _rnd(torch, g, (2, sk, hkv, D), dtype, device).requires_grad_()
+        v = _rnd(torch, g, (2, sk, hkv, D), dtype, device).requires_grad_()
         out, lse, none = fai.flash_attn_func(q, k, v, softmax_scale=scale, causal=causal,
                                              window_size=window, return_attn_probs=True)
         assert none is None and out.shape == q.shape and out.is_contiguous()
@@ -72,8 +73,8 @@ def _check_varlen(torch, device, dtype, tol):
     lens_q, lens_k = [5, 0, 17, 1], [9, 3, 17, 1]
     cu_q = torch.tensor([0, 5, 5, 22, 23], dtype=torch.int32, device=device)
     cu_k = torch.tensor([0, 9, 12, 29, 30], dtype=torch.int32, device=device)
-    q = _rnd(torch, g, (23, 4, 32), dtype, device)
-    k, v = _rnd(torch, g, (30, 2, 32), dtype, device), _rnd(torch, g, (30, 2, 32), dtype, device)
+    q = _rnd(torch, g, (23, 4, D), dtype, device)
+    k, v = _rnd(torch, g, (30, 2, D), dtype, device), _rnd(torch, g, (30, 2, D), dtype, device)
     out, lse, _ = fai.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k),
                                              causal=True, window_size=(4, 0),
                                              return_attn_probs=True)
@@ -90,7 +91,7 @@ def _check_kvcache(torch, device, dtype, tol):
     puts them, nothing else changed, and the output is attention over cache_seqlens + new keys."""
     fai = _interface()
     g = torch.Generator().manual_seed(SEED)
-    b, sq, h, hkv, d, s_cache = 3, 2, 4, 2, 32, 48
+    b, sq, h, hkv, d, s_cache = 3, 2, 4, 2, D, 48
     lengths = torch.tensor([10, 0, 37], dtype=torch.int32, device=device)
     for paged in (False, True):
         full_k = _rnd(torch, g, (b, s_cache, hkv, d), dtype, device)
@@ -130,7 +131,7 @@ def _check_kvcache(torch, device, dtype, tol):
 def test_refusals_say_what_is_not_taken(emulated):
     torch, _ = emulated
     fai = _interface()
-    q = torch.randn(1, 4, 2, 32)
+    q = torch.randn(1, 4, 2, D)
     for kwargs, match in (({"dropout_p": 0.1}, "no dropout"), ({"softcap": 30.0}, "soft-capping"),
                           ({"alibi_slopes": torch.ones(2)}, "ALiBi")):
         with pytest.raises(ValueError, match=match):

@@ -19,6 +19,9 @@ def test_operators_are_registered():
         assert hasattr(torch.ops.flash_from_scratch, name), name
 
 
+D = 64  # a head dim every kind of kernel takes (chapter 09's: 64 and 128)
+
+
 def _samples(torch, device, dtype):
     """(operator, args) for every operator, on small ragged problems: plain, causal with grouped
     heads, a window; a packed batch with an empty sequence; a paged cache and an append."""
@@ -31,34 +34,34 @@ def _samples(torch, device, dtype):
     ops = torch.ops.flash_from_scratch
     out = []
     for (hkv, causal, window) in ((4, False, (-1, -1)), (2, True, (-1, -1)), (4, True, (5, 0))):
-        q, k, v = rnd(2, 4, 17, 32), rnd(2, hkv, 19, 32), rnd(2, hkv, 19, 32)
+        q, k, v = rnd(2, 4, 17, D), rnd(2, hkv, 19, D), rnd(2, hkv, 19, D)
         for t in (q, k, v):
             t.requires_grad_(True)
         args = (q, k, v, causal, 0.0, window[0], window[1], "auto", "auto", False)
         out.append((ops.attention_fwd.default, args))
         o, lse = ops.attention_fwd(*(t.detach() if torch.is_tensor(t) else t for t in args))
-        do = rnd(2, 4, 17, 32)
+        do = rnd(2, 4, 17, D)
         out.append((ops.attention_bwd.default, (do, q.detach(), k.detach(), v.detach(), o, lse,
                                                 causal, 0.0, window[0], window[1], "auto",
                                                 False)))
     plan = _launch.VarlenBatch.from_lengths([5, 0, 9], [7, 3, 9], device)
-    q, k, v = rnd(4, 14, 32), rnd(2, 19, 32), rnd(2, 19, 32)
+    q, k, v = rnd(4, 14, D), rnd(2, 19, D), rnd(2, 19, D)
     for t in (q, k, v):
         t.requires_grad_(True)
     vargs = (q, k, v, plan.dev_q, plan.dev_k, plan.cpu_q, plan.cpu_k, True, 0.0, -1, -1, "auto",
              "auto", False)
     out.append((ops.varlen_fwd.default, vargs))
     o, lse = ops.varlen_fwd(q.detach(), k.detach(), v.detach(), *vargs[3:])
-    out.append((ops.varlen_bwd.default, (rnd(4, 14, 32), q.detach(), k.detach(), v.detach(), o,
+    out.append((ops.varlen_bwd.default, (rnd(4, 14, D), q.detach(), k.detach(), v.detach(), o,
                                          lse, *vargs[3:11], "auto", False)))
     page = 16
-    kp, vp = rnd(6, 2, page, 32), rnd(6, 2, page, 32)
+    kp, vp = rnd(6, 2, page, D), rnd(6, 2, page, D)
     table = torch.tensor([[3, 0, -1], [5, 1, 2]], dtype=torch.int32, device=device)
     lens = torch.tensor([20, 40], dtype=torch.int32, device=device)
     host = torch.tensor([20, 40], dtype=torch.int64)
-    out.append((ops.paged_fwd.default, (rnd(2, 4, 3, 32), kp, vp, table, lens, host, True, 0.0,
+    out.append((ops.paged_fwd.default, (rnd(2, 4, 3, D), kp, vp, table, lens, host, True, 0.0,
                                         "auto")))
-    out.append((ops.append_kv.default, (rnd(2, 2, 3, 32), rnd(2, 2, 3, 32), kp.clone(),
+    out.append((ops.append_kv.default, (rnd(2, 2, 3, D), rnd(2, 2, 3, D), kp.clone(),
                                         vp.clone(), table, lens, host, "09/append_kv")))
     return out
 
@@ -81,7 +84,7 @@ class Block:
     """A small pre-norm transformer block whose attention is fa.attention (grouped heads,
     causal): what a model built on the package looks like to torch.compile."""
 
-    def __new__(cls, torch, dim=64, heads=4, heads_kv=2, device="cpu", dtype=None):
+    def __new__(cls, torch, dim=4 * D, heads=4, heads_kv=2, device="cpu", dtype=None):
         nn = torch.nn
 
         class _Block(nn.Module):
@@ -107,7 +110,7 @@ class Block:
 def _compiled_matches_eager(torch, device, dtype, backend, atol):
     torch.manual_seed(SEED)
     block = Block(torch, device=device, dtype=dtype)
-    x = (torch.randn(2, 37, 64, device=device) + 0.5).to(dtype)
+    x = (torch.randn(2, 37, 4 * D, device=device) + 0.5).to(dtype)
 
     def loss_and_grads(fn):
         block.zero_grad(set_to_none=True)
