@@ -112,9 +112,7 @@ Cli& Cli::section(const std::string& title, const std::string& text) {
 
 // What a value (each item of a list) must be, in words: "an integer, a power of two, at least 16".
 std::string Cli::rule(const Opt& o) {
-  std::string r = is_integer(o.type) ? "an integer"
-                  : o.type == Number ? "a number"
-                                     : "any text";
+  std::string r = is_integer(o.type) ? "an integer" : o.type == Number ? "a number" : "any text";
   if (o.pow2) r += ", a power of two";
   if (o.has_min && o.has_max)
     r += ", from " + bound(o.min) + " to " + bound(o.max);
@@ -141,8 +139,8 @@ void Cli::check(const Opt& o) {
     }
     if ((o.pow2 && !pow2) || (o.has_min && v < o.min) || (o.has_max && v > o.max)) {
       if (is_list(o.type))
-        throw UsageError(what + "=" + o.value + ": " + item + " is not allowed: each item must be " +
-                         rule(o));
+        throw UsageError(what + "=" + o.value + ": " + item +
+                         " is not allowed: each item must be " + rule(o));
       throw UsageError(what + "=" + o.value + ": must be " + rule(o));
     }
   }
@@ -293,7 +291,8 @@ int64_t Cli::get_int(const std::string& name) const {
 
 double Cli::get_double(const std::string& name) const {
   const Opt& o = find(name);
-  return o.type == Int ? double(get_int(name)) : parse_double("--" + name, find(name, Number).value);
+  return o.type == Int ? double(get_int(name))
+                       : parse_double("--" + name, find(name, Number).value);
 }
 
 bool Cli::get_bool(const std::string& name) const {

@@ -42,9 +42,9 @@ class Cli {
               const std::string& help);
   Cli& flag(const std::string& name, const std::string& help);  // boolean, default false
   // Rules on the value of the option declared last (of each item of a list):
-  Cli& at_least(double min);  // value >= min
-  Cli& at_most(double max);   // value <= max
-  Cli& power_of_two();        // 1, 2, 4, 8, ... (an integer type)
+  Cli& at_least(double min);              // value >= min
+  Cli& at_most(double max);               // value <= max
+  Cli& power_of_two();                    // 1, 2, 4, 8, ... (an integer type)
   Cli& example(const std::string& args);  // --help prints "example: <program> <args>"
   Cli& section(const std::string& title, const std::string& text);  // more --help text
 
@@ -53,12 +53,12 @@ class Cli {
   int exit_code() const { return exit_code_; }
 
   const std::string& program() const { return program_; }
-  bool given(const std::string& name) const;  // was it on the command line?
+  bool given(const std::string& name) const;       // was it on the command line?
   std::string get(const std::string& name) const;  // the text as given, any type
   // The typed getters: asking an option for another type than it declared is an internal error.
-  int64_t get_int(const std::string& name) const;       // Int
-  double get_double(const std::string& name) const;     // Number (or Int)
-  bool get_bool(const std::string& name) const;         // a flag
+  int64_t get_int(const std::string& name) const;                    // Int
+  double get_double(const std::string& name) const;                  // Number (or Int)
+  bool get_bool(const std::string& name) const;                      // a flag
   std::vector<int64_t> get_int_list(const std::string& name) const;  // IntList
   std::vector<std::string> get_list(const std::string& name) const;  // TextList
   uint64_t seed() const;  // the --seed option every program has (an Int, at least 0)

@@ -374,7 +374,8 @@ int run(const std::vector<std::string>& args) {
               "page sizes of the paged problems, comma-separated")
       .power_of_two()
       .at_least(16)
-      .option("chunk", Cli::Int, "128", "new tokens of the chunked prefill over the pages (0 = skip)")
+      .option("chunk", Cli::Int, "128",
+              "new tokens of the chunked prefill over the pages (0 = skip)")
       .at_least(0)
       .option("parts", Cli::TextList, "varlen,window,backward,paged,append",
               "what the GPU part runs");
@@ -400,8 +401,7 @@ int run(const std::vector<std::string>& args) {
   const float scale = static_cast<float>(cli.get_double("scale"));
   std::vector<int64_t> lengths = cli.get_int_list("lengths");
   if (lengths.empty())
-    lengths =
-        fa::ch09::mixed_lengths(fa::derive_seed(cli.seed(), 1), cli.get_int("tokens"), 2048);
+    lengths = fa::ch09::mixed_lengths(fa::derive_seed(cli.seed(), 1), cli.get_int("tokens"), 2048);
   int64_t total = 0;
   for (int64_t len : lengths) total += len;
   if (total == 0) throw fa::UsageError("--lengths: the batch holds no token");

@@ -115,8 +115,8 @@ TEST(Cli, PowersOfTwo) {
     c.option("page_size", Cli::IntList, "16,64,256", "p").power_of_two().at_least(16);
   };
   int code = 0;
-  for (const char* bad : {"--page_size=7", "--page_size=48", "--page_size=8", "--page_size=16,0",
-                          "--page_size=-16"})
+  for (const char* bad :
+       {"--page_size=7", "--page_size=48", "--page_size=8", "--page_size=16,0", "--page_size=-16"})
     expect_refused(parse_with(pages, {bad}, &code), code,
                    "each item must be an integer, a power of two, at least 16");
   EXPECT_TRUE(parse_with(pages, {"--page_size=16,32,1024"}).first);
