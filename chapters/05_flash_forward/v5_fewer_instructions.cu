@@ -240,12 +240,14 @@ struct KVCopyPlan {
   static constexpr int kRowsPerPass = Tl::kThreads / kChunks;
   static constexpr bool kPlanned = Tl::kThreads % kChunks == 0 && Tl::kBc % kRowsPerPass == 0 &&
                                    (!Sm::kSwizzle || kRowsPerPass % kSwizzleRows == 0);
-  // issue()'s constants, unused (so [[maybe_unused]]) where there is no plan (D 96 and 256).
-  [[maybe_unused]] static constexpr int kPasses = kPlanned ? Tl::kBc / kRowsPerPass : 0;
-  [[maybe_unused]] static constexpr uint32_t kTileBytes = Sm::kKVElems * 2;  // one K (or V) buffer
-  [[maybe_unused]] static constexpr uint32_t kVBytes = 2 * kTileBytes;       // V buffer 0 from K 0
-  // Pass i to pass i + 1:
-  [[maybe_unused]] static constexpr uint32_t kPassBytes = kRowsPerPass * Sm::kPitch * 2;
+  static constexpr int kPasses = kPlanned ? Tl::kBc / kRowsPerPass : 0;
+  static constexpr uint32_t kTileBytes = Sm::kKVElems * 2;  // one K (or V) buffer
+  static constexpr uint32_t kVBytes = 2 * kTileBytes;       // V buffer 0 from K buffer 0
+  static constexpr uint32_t kPassBytes = kRowsPerPass * Sm::kPitch * 2;  // pass i to i + 1
+  // The passes fill one buffer exactly, and V's buffers follow K's two (the kernel's sV). Naming
+  // the four constants here also uses them where there is no plan (D 96 and 256: no issue()).
+  static_assert(!kPlanned || (kPasses * kPassBytes == kTileBytes && kVBytes == 2 * kTileBytes),
+                "the copy plan's passes tile one K (or V) buffer");
 
   uint32_t dst;  // this thread's first chunk in K buffer 0 (32-bit shared address)
   uint32_t src;  // ... and its element offset in a tile of K or V (below 2^31: Bc x D)
