@@ -155,7 +155,7 @@ std::string Cli::usage() const {
     os << left;
     for (size_t i = left.size(); i < 34; ++i) os << ' ';
     os << " " << o.help;
-    if (!o.is_flag && o.type != Text)  // the type and rules: "[integers, each at least 1]"
+    if (!o.is_flag && o.type != Text && o.type != TextList)  // "[an integer, at least 1]"
       os << " [" << (is_list(o.type) ? "a list, each item " : "") << rule(o) << "]";
     os << "\n";
   }

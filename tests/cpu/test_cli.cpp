@@ -15,24 +15,30 @@ namespace {
 
 using fa::Cli;
 
-// parse(args) on a fresh Cli made by `declare`: (accepted, what it printed on stderr).
+// What parse(args) did on a fresh Cli made by `declare`.
+struct Parsed {
+  bool ok = false;
+  int code = 0;     // exit_code()
+  std::string err;  // what it printed on stderr
+};
+
 template <class Declare>
-std::pair<bool, std::string> parse_with(Declare declare, const std::vector<std::string>& args,
-                                        int* exit_code = nullptr) {
+Parsed parse_with(Declare declare, const std::vector<std::string>& args) {
   Cli cli("prog", "about");
   declare(cli);
   testing::internal::CaptureStderr();
-  const bool ok = cli.parse(args);
-  const std::string err = testing::internal::GetCapturedStderr();
-  if (exit_code != nullptr) *exit_code = cli.exit_code();
-  return {ok, err};
+  Parsed r;
+  r.ok = cli.parse(args);
+  r.err = testing::internal::GetCapturedStderr();
+  r.code = cli.exit_code();
+  return r;
 }
 
 // Refused with exit code 2, and the message says `says`.
-void expect_refused(std::pair<bool, std::string> r, int code, const std::string& says) {
-  EXPECT_FALSE(r.first);
-  EXPECT_EQ(code, 2);
-  EXPECT_NE(r.second.find(says), std::string::npos) << r.second;
+void expect_refused(const Parsed& r, const std::string& says) {
+  EXPECT_FALSE(r.ok);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find(says), std::string::npos) << r.err;
 }
 
 TEST(Cli, ParsesAndRejectsMalformedValues) {
@@ -44,23 +50,21 @@ TEST(Cli, ParsesAndRejectsMalformedValues) {
   EXPECT_EQ(ok.get_int_list("sizes"), (std::vector<int64_t>{3, 5}));
   EXPECT_TRUE(ok.get_bool("fast"));
 
-  int code = 0;
   auto rows = [](Cli& c) { c.option("rows", Cli::Int, "4096", "r"); };
-  expect_refused(parse_with(rows, {"--rows=12x"}, &code), code, "'12x' is not an integer");
-  expect_refused(parse_with(rows, {"--rows=2.5"}, &code), code, "'2.5' is not an integer");
-  expect_refused(parse_with(rows, {"--nope=1"}, &code), code, "unknown option --nope");
+  expect_refused(parse_with(rows, {"--rows=12x"}), "'12x' is not an integer");
+  expect_refused(parse_with(rows, {"--rows=2.5"}), "'2.5' is not an integer");
+  expect_refused(parse_with(rows, {"--nope=1"}), "unknown option --nope");
 }
 
 // The defect that made types declared: --scale's default "0" looked like an integer, so the old
 // parser refused --scale=0.125. A Number takes any finite number, whatever its default looks like.
 TEST(Cli, TheTypeIsDeclaredNotGuessedFromTheDefault) {
   auto scale = [](Cli& c) { c.option("scale", Cli::Number, "0", "softmax scale"); };
-  EXPECT_TRUE(parse_with(scale, {"--scale=0.125"}).first);
-  EXPECT_TRUE(parse_with(scale, {"--scale=1e-3"}).first);
-  EXPECT_TRUE(parse_with(scale, {"--scale=-0.5"}).first);  // legal: the kernels handle its sign
-  int code = 0;
-  expect_refused(parse_with(scale, {"--scale=abc"}, &code), code, "'abc' is not a number");
-  expect_refused(parse_with(scale, {"--scale=inf"}, &code), code, "not a finite number");
+  EXPECT_TRUE(parse_with(scale, {"--scale=0.125"}).ok);
+  EXPECT_TRUE(parse_with(scale, {"--scale=1e-3"}).ok);
+  EXPECT_TRUE(parse_with(scale, {"--scale=-0.5"}).ok);  // legal: the kernels handle its sign
+  expect_refused(parse_with(scale, {"--scale=abc"}), "'abc' is not a number");
+  expect_refused(parse_with(scale, {"--scale=inf"}), "not a finite number");
 
   Cli c("p", "t");
   c.option("scale", Cli::Number, "0", "s");
@@ -85,27 +89,24 @@ TEST(Cli, AttentionOptionsTakeAFractionalScale) {
 }
 
 TEST(Cli, OutOfRangeValuesExitTwoWithTheRule) {
-  int code = 0;
   auto counted = [](Cli& c) { c.option("batch", Cli::Int, "2", "B").at_least(1); };
-  expect_refused(parse_with(counted, {"--batch=0"}, &code), code,
-                 "--batch=0: must be an integer, at least 1");
-  EXPECT_TRUE(parse_with(counted, {"--batch=1"}).first);
+  expect_refused(parse_with(counted, {"--batch=0"}), "--batch=0: must be an integer, at least 1");
+  EXPECT_TRUE(parse_with(counted, {"--batch=1"}).ok);
 
   auto bounded = [](Cli& c) { c.option("n", Cli::Int, "4096", "n").at_least(16).at_most(16384); };
-  expect_refused(parse_with(bounded, {"--n=16385"}, &code), code,
+  expect_refused(parse_with(bounded, {"--n=16385"}),
                  "--n=16385: must be an integer, from 16 to 16384");
-  expect_refused(parse_with(bounded, {"--n=8"}, &code), code, "from 16 to 16384");
-  EXPECT_TRUE(parse_with(bounded, {"--n=16384"}).first);
+  expect_refused(parse_with(bounded, {"--n=8"}), "from 16 to 16384");
+  EXPECT_TRUE(parse_with(bounded, {"--n=16384"}).ok);
 
   auto number = [](Cli& c) { c.option("p", Cli::Number, "0.5", "p").at_least(0).at_most(1); };
-  expect_refused(parse_with(number, {"--p=1.5"}, &code), code,
-                 "--p=1.5: must be a number, from 0 to 1");
+  expect_refused(parse_with(number, {"--p=1.5"}), "--p=1.5: must be a number, from 0 to 1");
 
   // A list's rule holds for each item, and the message names the item that breaks it.
   auto lengths = [](Cli& c) { c.option("lengths", Cli::IntList, "", "l").at_least(0); };
-  EXPECT_TRUE(parse_with(lengths, {}).first);  // "" is the empty list
-  EXPECT_TRUE(parse_with(lengths, {"--lengths=0,1,17"}).first);
-  expect_refused(parse_with(lengths, {"--lengths=3,-1"}, &code), code,
+  EXPECT_TRUE(parse_with(lengths, {}).ok);  // "" is the empty list
+  EXPECT_TRUE(parse_with(lengths, {"--lengths=0,1,17"}).ok);
+  expect_refused(parse_with(lengths, {"--lengths=3,-1"}),
                  "--lengths=3,-1: -1 is not allowed: each item must be an integer, at least 0");
 }
 
@@ -114,21 +115,18 @@ TEST(Cli, PowersOfTwo) {
   auto pages = [](Cli& c) {
     c.option("page_size", Cli::IntList, "16,64,256", "p").power_of_two().at_least(16);
   };
-  int code = 0;
   for (const char* bad :
        {"--page_size=7", "--page_size=48", "--page_size=8", "--page_size=16,0", "--page_size=-16"})
-    expect_refused(parse_with(pages, {bad}, &code), code,
+    expect_refused(parse_with(pages, {bad}),
                    "each item must be an integer, a power of two, at least 16");
-  EXPECT_TRUE(parse_with(pages, {"--page_size=16,32,1024"}).first);
+  EXPECT_TRUE(parse_with(pages, {"--page_size=16,32,1024"}).ok);
   EXPECT_THROW(Cli("p", "t").option("x", Cli::Number, "1", "x").power_of_two(), fa::Error);
 }
 
 // Every program's --seed: the integers from 0 up. -1 used to wrap to 2^64 - 1.
 TEST(Cli, SeedsAreNotNegative) {
   auto none = [](Cli&) {};
-  int code = 0;
-  expect_refused(parse_with(none, {"--seed=-1"}, &code), code,
-                 "--seed=-1: must be an integer, at least 0");
+  expect_refused(parse_with(none, {"--seed=-1"}), "--seed=-1: must be an integer, at least 0");
   Cli cli("p", "t");
   ASSERT_TRUE(cli.parse({"--seed=0"}));
   EXPECT_EQ(cli.seed(), 0u);
