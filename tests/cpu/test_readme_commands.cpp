@@ -9,7 +9,8 @@
 // fa::printed_commands() (the --help examples and the advice the programs print) that no README
 // already shows word for word. Each runs with
 // the program of THIS build (the exercise build's programs take the same options), through
-// /bin/sh (for quotes and # comments), in a scratch directory, and must exit 0. On a machine
+// /bin/sh (for quotes and # comments), in a scratch directory, and must exit 0 (a test program
+// must also have run a test: a --gtest_filter that selects none exits 0 too). On a machine
 // without a GPU that is the CPU path: the programs run their CPU tier, say what they skipped and
 // exit 0; exit 2 would mean the command line itself is wrong.
 //
