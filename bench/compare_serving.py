@@ -36,7 +36,9 @@ backward 2.5x that. TFLOP/s of every row of a table count the pairs of the probl
 states (so the full causal kernel of (b) is credited with the full causal pairs, and its time is
 what the window saves). A peer that is missing or fails prints why and reads "-": never fatal.
 Writes serving_compare.csv and serving_compare.md to --out. Without torch, a GPU or the library
-it says so and exits 0 (nothing to time).
+it says so and exits 1, as compare_sdpa.py does: nothing was compared, and a script that runs it
+(bench/device_run.sh) must not read that as a comparison made. It exits 1 as well when not one
+of our kernels was timed (every row "-"), after writing the tables that say why.
 """
 import argparse
 import csv
@@ -508,19 +510,16 @@ def main():
     try:
         import torch
     except ImportError:
-        print("compare_serving: PyTorch is not installed, so there is nothing to time (install a "
-              "CUDA build of torch on the GPU machine: python3 -m pip install torch)")
-        return 0
+        sys.exit("compare_serving: PyTorch is not installed, so there is nothing to compare "
+                 "(install a CUDA build of torch on the GPU machine: python3 -m pip install torch)")
     if not torch.cuda.is_available():
-        print("compare_serving: no CUDA GPU visible to PyTorch, so there is nothing to time: run "
-              "it on the GPU machine, after fa_bench")
-        return 0
+        sys.exit("compare_serving: no CUDA GPU visible to PyTorch, so there is nothing to compare: "
+                 "run it on the GPU machine, after fa_bench")
     import flash_from_scratch as fa
     try:
         fa.find_library()
     except fa.LibraryNotFound as e:
-        print("compare_serving: %s" % e)
-        return 0
+        sys.exit("compare_serving: %s" % e)
     from flash_from_scratch import serving
     from compare_sdpa import Timer  # noqa: E402  (median of CUDA-event timings, L2 flushed)
 
@@ -536,6 +535,9 @@ def main():
             skip(part, "the whole part", "%s: %s" % (type(e).__name__, e))
         torch.cuda.empty_cache()
     write_outputs(args.out, gpu, torch.__version__)
+    if not any(r["ms"] is not None and r["impl"].startswith("ours ") for r in ROWS):
+        sys.exit("compare_serving: not one of our kernels was timed (the [skip] lines above say "
+                 "why), so nothing was compared")
     return 0
 
 

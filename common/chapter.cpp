@@ -114,14 +114,16 @@ int chapter_main(const std::string& number, int argc, char** argv) {
 // ---- Kernels -----------------------------------------------------------------------------------
 void add_kernel_options(Cli& cli, const std::string& prefix, int repeats_default) {
   const bool attention = prefix == "05/" || prefix == "06/" || prefix == "07/" || prefix == "08/";
-  cli.option("kernel", "all",
+  cli.option("kernel", Cli::TextList, "all",
              "kernel name(s) to run, comma-separated (default: every " + prefix +
                  " kernel, listed below)" +
                  (attention ? "; auto: the kernel the dispatch picks for the problem on this GPU, "
                               "from any chapter (common/dispatch.h)"
                             : ""));
   if (repeats_default > 0)
-    cli.option("repeats", std::to_string(repeats_default), "timed repeats (median reported)");
+    cli.option("repeats", Cli::Int, std::to_string(repeats_default),
+               "timed repeats (median reported)")
+        .at_least(1);
 }
 
 std::string dtype_list(const std::vector<DType>& dtypes) {
@@ -222,8 +224,11 @@ void require_fits_in_gpu_memory(double bytes, const std::string& what) {
 
 void add_matrix_options(Cli& cli, const std::string& rows, const std::string& cols,
                         const std::string& what) {
-  cli.option("rows", rows, "rows of the " + what + " (a list: one shape per entry, with --cols)")
-      .option("cols", cols, "columns of the " + what);
+  cli.option("rows", Cli::IntList, rows,
+             "rows of the " + what + " (a list: one shape per entry, with --cols)")
+      .at_least(1)
+      .option("cols", Cli::IntList, cols, "columns of the " + what)
+      .at_least(1);
 }
 
 std::vector<SoftmaxShape> read_matrix_shapes(const Cli& cli) {
@@ -234,7 +239,6 @@ std::vector<SoftmaxShape> read_matrix_shapes(const Cli& cli) {
   std::vector<SoftmaxShape> out;
   for (size_t i = 0; i < std::max(rows.size(), cols.size()); ++i) {
     const SoftmaxShape s{rows[rows.size() == 1 ? 0 : i], cols[cols.size() == 1 ? 0 : i]};
-    if (s.rows < 1 || s.cols < 1) throw UsageError("--rows and --cols must be at least 1");
     require_fits_in_gpu_memory(2.0 * double(s.rows) * double(s.cols) * sizeof(float),
                                "an input and an output of " + s.str() + " floats");
     out.push_back(s);
@@ -244,27 +248,33 @@ std::vector<SoftmaxShape> read_matrix_shapes(const Cli& cli) {
 
 // ---- Attention ---------------------------------------------------------------------------------
 void add_attention_options(Cli& cli, const AttentionDefaults& d) {
-  cli.option("batch", std::to_string(d.batch), "batch size B")
-      .option("heads", std::to_string(d.heads), "heads H")
-      .option("seq_q", std::to_string(d.seq_q), "query length N_q")
-      .option("seq_k", std::to_string(d.seq_k), "key length N_k (0 = seq_q)")
-      .option("head_dim", std::to_string(d.head_dim), "head dimension D (see the kernels below)")
+  cli.option("batch", Cli::Int, std::to_string(d.batch), "batch size B")
+      .at_least(1)
+      .option("heads", Cli::Int, std::to_string(d.heads), "heads H")
+      .at_least(1)
+      .option("seq_q", Cli::Int, std::to_string(d.seq_q), "query length N_q")
+      .at_least(1)
+      .option("seq_k", Cli::Int, std::to_string(d.seq_k), "key length N_k (0 = seq_q)")
+      .at_least(0)
+      .option("head_dim", Cli::Int, std::to_string(d.head_dim),
+              "head dimension D (see the kernels below)")
+      .at_least(1)
       .flag("causal",
             "causal mask only (bottom-right aligned); =false: no mask only; "
             "default: both")
-      .option("scale", "0", "softmax scale (0 = 1/sqrt(D))")
-      .option("dtype", d.dtype, "fp32, fp16, bf16, comma-separated, or all");
+      .option("scale", Cli::Number, "0", "softmax scale (0 = 1/sqrt(D))")
+      .option("dtype", Cli::TextList, d.dtype, "fp32, fp16, bf16, comma-separated, or all");
 }
 
 AttentionOptions read_attention_options(const Cli& cli) {
   AttentionOptions a;
   AttentionShape& s = a.shape;
-  s.batch = cli.get_count("batch");
-  s.heads = cli.get_count("heads");
-  s.seq_q = cli.get_count("seq_q");
-  s.seq_k = cli.get_count("seq_k", 0);
+  s.batch = cli.get_int("batch");
+  s.heads = cli.get_int("heads");
+  s.seq_q = cli.get_int("seq_q");
+  s.seq_k = cli.get_int("seq_k");
   if (s.seq_k == 0) s.seq_k = s.seq_q;
-  s.head_dim = cli.get_count("head_dim");
+  s.head_dim = cli.get_int("head_dim");
   s.scale = static_cast<float>(cli.get_double("scale"));
   if (cli.given("causal"))
     a.causal = {cli.get_bool("causal")};

@@ -1,6 +1,7 @@
 #include "cli.h"
 
 #include <cmath>
+#include <cstdio>
 #include <iostream>
 #include <limits>
 #include <sstream>
@@ -19,31 +20,83 @@ std::string canonical(std::string name) {
   return name;
 }
 
-// Does `text` parse with parse_int (or parse_double)?
-template <class Parse>
-bool parses(Parse parse, const std::string& text) {
-  try {
-    parse("", text);
-    return true;
-  } catch (const Error&) {
-    return false;
-  }
+bool is_list(Cli::Type t) {
+  return t == Cli::IntList || t == Cli::TextList;
+}
+
+bool is_integer(Cli::Type t) {
+  return t == Cli::Int || t == Cli::IntList;
+}
+
+// A bound as the user would write it: 16, not 16.000000; 0.5, not 5e-01.
+std::string bound(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.15g", v);
+  return buf;
+}
+
+// The items of a value: one for a scalar, each comma-separated one for a list ("" is none).
+std::vector<std::string> items_of(const std::string& value, Cli::Type type) {
+  if (!is_list(type)) return {value};
+  std::vector<std::string> out;
+  std::stringstream ss(value);
+  std::string item;
+  while (std::getline(ss, item, ',')) out.push_back(item);
+  return out;
 }
 
 }  // namespace
 
 Cli::Cli(std::string program, std::string about)
     : program_(std::move(program)), about_(std::move(about)) {
-  option("seed", "20261121", "seed of the random inputs (printed with every run)");
+  // A seed is a 64-bit pattern, but a negative one would wrap to 2^64 - 1 and print as a number
+  // the user never typed: seeds are the integers from 0 up.
+  option("seed", Int, "20261121", "seed of the random inputs (printed with every run)").at_least(0);
 }
 
-Cli& Cli::option(const std::string& name, const std::string& def, const std::string& help) {
-  opts_.push_back({canonical(name), def, help, false, false, def});
+Cli& Cli::option(const std::string& name, Type type, const std::string& def,
+                 const std::string& help) {
+  Opt o;
+  o.name = canonical(name);
+  o.value = o.default_value = def;
+  o.help = help;
+  o.type = type;
+  opts_.push_back(o);
   return *this;
 }
 
 Cli& Cli::flag(const std::string& name, const std::string& help) {
-  opts_.push_back({canonical(name), "false", help, true, false, "false"});
+  Opt o;
+  o.name = canonical(name);
+  o.value = o.default_value = "false";
+  o.help = help;
+  o.is_flag = true;
+  opts_.push_back(o);
+  return *this;
+}
+
+Cli& Cli::at_least(double min) {
+  FA_REQUIRE(!opts_.empty() && !opts_.back().is_flag && opts_.back().type != Text &&
+                 opts_.back().type != TextList,
+             "at_least() follows the declaration of a numeric option");
+  opts_.back().has_min = true;
+  opts_.back().min = min;
+  return *this;
+}
+
+Cli& Cli::at_most(double max) {
+  FA_REQUIRE(!opts_.empty() && !opts_.back().is_flag && opts_.back().type != Text &&
+                 opts_.back().type != TextList,
+             "at_most() follows the declaration of a numeric option");
+  opts_.back().has_max = true;
+  opts_.back().max = max;
+  return *this;
+}
+
+Cli& Cli::power_of_two() {
+  FA_REQUIRE(!opts_.empty() && !opts_.back().is_flag && is_integer(opts_.back().type),
+             "power_of_two() follows the declaration of an integer option");
+  opts_.back().pow2 = true;
   return *this;
 }
 
@@ -57,6 +110,42 @@ Cli& Cli::section(const std::string& title, const std::string& text) {
   return *this;
 }
 
+// What a value (each item of a list) must be, in words: "an integer, a power of two, at least 16".
+std::string Cli::rule(const Opt& o) {
+  std::string r = is_integer(o.type) ? "an integer" : o.type == Number ? "a number" : "any text";
+  if (o.pow2) r += ", a power of two";
+  if (o.has_min && o.has_max)
+    r += ", from " + bound(o.min) + " to " + bound(o.max);
+  else if (o.has_min)
+    r += ", at least " + bound(o.min);
+  else if (o.has_max)
+    r += ", at most " + bound(o.max);
+  return r;
+}
+
+// The value of `o` against its type and rules; fa::UsageError stating the rule when it breaks one.
+void Cli::check(const Opt& o) {
+  if (o.is_flag || o.type == Text || o.type == TextList) return;
+  const std::string what = "--" + o.name;
+  for (const std::string& item : items_of(o.value, o.type)) {
+    double v = 0;
+    bool pow2 = true;
+    if (is_integer(o.type)) {
+      const int64_t i = parse_int(what, item);
+      v = double(i);
+      pow2 = i > 0 && (i & (i - 1)) == 0;
+    } else {
+      v = parse_double(what, item);
+    }
+    if ((o.pow2 && !pow2) || (o.has_min && v < o.min) || (o.has_max && v > o.max)) {
+      if (is_list(o.type))
+        throw UsageError(what + "=" + o.value + ": " + item +
+                         " is not allowed: each item must be " + rule(o));
+      throw UsageError(what + "=" + o.value + ": must be " + rule(o));
+    }
+  }
+}
+
 std::string Cli::usage() const {
   std::ostringstream os;
   os << "usage: " << program_ << " [options]\n" << about_ << "\n\noptions:\n";
@@ -65,7 +154,10 @@ std::string Cli::usage() const {
         "  --" + o.name + (o.is_flag ? "[=true|false]" : "=<" + o.default_value + ">");
     os << left;
     for (size_t i = left.size(); i < 34; ++i) os << ' ';
-    os << " " << o.help << "\n";
+    os << " " << o.help;
+    if (!o.is_flag && o.type != Text && o.type != TextList)  // "[an integer, at least 1]"
+      os << " [" << (is_list(o.type) ? "a list, each item " : "") << rule(o) << "]";
+    os << "\n";
   }
   os << "  --help                            this message\n";
   for (const auto& s : sections_) os << "\n" << s.first << ":\n" << s.second;
@@ -74,6 +166,15 @@ std::string Cli::usage() const {
 }
 
 bool Cli::parse(const std::vector<std::string>& args) {
+  // The defaults obey their own rules, or the declaration is wrong (not the user's input).
+  for (const Opt& o : opts_) {
+    try {
+      check(o);
+    } catch (const UsageError& e) {
+      throw Error("internal: the default of --" + o.name + " breaks its own rule (" + e.what() +
+                  ")");
+    }
+  }
   try {
     for (size_t i = 0; i < args.size(); ++i) {
       const std::string& a = args[i];
@@ -109,24 +210,11 @@ bool Cli::parse(const std::vector<std::string>& args) {
       }
       opt->value = value;
     }
-    // Validate typed values now, so a typo fails before any work starts: an option whose default
-    // is an integer (or a number), or a list of them, must be given integers (or numbers). Whether
-    // a list is allowed is the program's business (get_int refuses one).
-    for (const Opt& o : opts_) {
-      if (o.is_flag || o.default_value.empty()) continue;
-      const std::string first_default = o.default_value.substr(0, o.default_value.find(','));
-      const bool ints = parses(parse_int, first_default);
-      const bool numbers = parses(parse_double, first_default);
-      std::stringstream items(o.value);
-      std::string item;
-      while (std::getline(items, item, ',')) {
-        if (ints)
-          parse_int("--" + o.name, item);
-        else if (numbers)
-          parse_double("--" + o.name, item);
-      }
-    }
-  } catch (const Error& e) {
+    // Every value against its declared type and rules now, so that a mistake fails before any
+    // work starts.
+    for (const Opt& o : opts_)
+      if (o.given) check(o);
+  } catch (const UsageError& e) {
     std::cerr << program_ << ": error: " << e.what() << "\n(" << program_
               << " --help lists the options)\n";
     exit_code_ = 2;
@@ -139,6 +227,13 @@ const Cli::Opt& Cli::find(const std::string& name) const {
   for (const Opt& o : opts_)
     if (o.name == canonical(name)) return o;
   throw Error("internal: option --" + name + " was never declared");
+}
+
+const Cli::Opt& Cli::find(const std::string& name, Type type) const {
+  const Opt& o = find(name);
+  if (o.is_flag || o.type != type)
+    throw Error("internal: option --" + name + " is read as another type than it declared");
+  return o;
 }
 
 bool Cli::given(const std::string& name) const {
@@ -189,40 +284,38 @@ double parse_double(const std::string& what, const std::string& text) {
   return v;
 }
 
+// The values were checked by parse(): these only convert them.
 int64_t Cli::get_int(const std::string& name) const {
-  return parse_int("--" + name, get(name));
-}
-
-int64_t Cli::get_count(const std::string& name, int64_t min_value) const {
-  const int64_t v = get_int(name);
-  if (v < min_value)
-    throw UsageError("--" + name + " must be at least " + std::to_string(min_value) + ", got " +
-                     get(name));
-  return v;
+  return parse_int("--" + name, find(name, Int).value);
 }
 
 double Cli::get_double(const std::string& name) const {
-  return parse_double("--" + name, get(name));
+  const Opt& o = find(name);
+  return o.type == Int ? double(get_int(name))
+                       : parse_double("--" + name, find(name, Number).value);
 }
+
 bool Cli::get_bool(const std::string& name) const {
-  return get(name) == "true";
+  const Opt& o = find(name);
+  if (!o.is_flag) throw Error("internal: option --" + name + " is not a flag");
+  return o.value == "true";
 }
+
 uint64_t Cli::seed() const {
-  return static_cast<uint64_t>(get_int("seed"));
+  return static_cast<uint64_t>(get_int("seed"));  // at least 0 (its rule)
 }
 
 std::vector<std::string> Cli::get_list(const std::string& name) const {
   std::vector<std::string> out;
-  std::stringstream ss(get(name));
-  std::string item;
-  while (std::getline(ss, item, ','))
+  for (const std::string& item : items_of(find(name, TextList).value, TextList))
     if (!item.empty()) out.push_back(item);
   return out;
 }
 
 std::vector<int64_t> Cli::get_int_list(const std::string& name) const {
   std::vector<int64_t> out;
-  for (const std::string& s : get_list(name)) out.push_back(parse_int("--" + name, s));
+  for (const std::string& item : items_of(find(name, IntList).value, IntList))
+    out.push_back(parse_int("--" + name, item));
   return out;
 }
 

@@ -5,7 +5,9 @@ Each fenced code block of the given Markdown files is one shell script (heredocs
 continuation lines stay whole). A block that needs the GPU machine (its text runs `ncu`,
 `bench/device_run.sh` or a program of build/bin/) is listed as such and not run: those ran on the
 GPU, as notes/measured/README.md records. Every other block runs under `bash -e -o pipefail` and
-must exit 0; its output is printed so a failure shows what went wrong.
+must exit 0, and must not have run a test selection that holds no test (a gtest filter or a ctest
+-R that matches nothing exits 0 and checks nothing); its output is printed so a failure shows what
+went wrong.
 
     python3 tests/doc_commands.py notes/profiling.md
 
@@ -18,6 +20,8 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NEEDS_GPU = re.compile(r"(^|\s)ncu\s|bench/device_run\.sh|build/bin/")
+# What gtest and ctest print when a filter selects nothing (both then exit 0).
+NO_TEST = re.compile(r"\[=+\] Running 0 tests? from|^No tests were found", re.MULTILINE)
 
 
 def blocks(path):
@@ -51,8 +55,10 @@ def main(paths):
             r = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", text], cwd=ROOT,
                                capture_output=True, text=True)
             status = "ok" if r.returncode == 0 else f"FAILED (exit {r.returncode})"
+            if r.returncode == 0 and NO_TEST.search(r.stdout + r.stderr):
+                status = "FAILED (it selects no test: a filter that matches nothing checks nothing)"
             print(f"{where}: {status}")
-            if r.returncode != 0:
+            if status != "ok":
                 failures += 1
                 print(text + r.stdout[-4000:] + r.stderr[-4000:])
     print(f"{ran} blocks run, {failures} failed; {skipped} need a GPU")

@@ -512,25 +512,37 @@ int run(const std::vector<std::string>& args) {
   Cli cli("ch00_gpu_basics",
           "The GPU you are on: device query, threads and blocks, measured ceilings, divergence, "
           "fusion.");
-  cli.option("n", "1000003", "vector-add length (ragged on purpose: not a multiple of 256)")
-      .option("rows", "1000", "matrix-add rows")
-      .option("cols", "1037", "matrix-add columns")
-      .option("fma_iters", "4096", "FMA steps per chain in the FMA-rate kernel (multiple of 16)")
-      .option("div_iters", "4096", "loop steps per thread in the divergence kernels")
-      .option("fusion_n", "64M", "elements of the fusion example (k = 1024, M = 1024^2)")
-      .option("gemm_n", "4096", "cuBLAS GEMM size n for the n x n x n ceilings")
-      .option("repeats", "20", "timed repeats of the FMA, divergence and fusion kernels (median)")
+  cli.option("n", Cli::Int, "1000003",
+             "vector-add length (ragged on purpose: not a multiple of 256)")
+      .at_least(1)
+      .option("rows", Cli::Int, "1000", "matrix-add rows")
+      .at_least(1)
+      .at_most(65535 * 8)  // gridDim.y is at most 65535, and a block covers 8 rows
+      .option("cols", Cli::Int, "1037", "matrix-add columns")
+      .at_least(1)
+      .option("fma_iters", Cli::Int, "4096",
+              "FMA steps per chain in the FMA-rate kernel (multiple of 16)")
+      .at_least(kFmaUnroll)
+      .at_most(1 << 24)
+      .option("div_iters", Cli::Int, "4096", "loop steps per thread in the divergence kernels")
+      .at_least(1)
+      .at_most(1 << 24)
+      .option("fusion_n", Cli::Int, "64M", "elements of the fusion example (k = 1024, M = 1024^2)")
+      .at_least(1)
+      .option("gemm_n", Cli::Int, "4096", "cuBLAS GEMM size n for the n x n x n ceilings")
+      .at_least(16)
+      .at_most(16384)
+      .option("repeats", Cli::Int, "20",
+              "timed repeats of the FMA, divergence and fusion kernels (median)")
+      .at_least(1)
       .example(printed_command("ch00.help").args);
   if (!cli.parse(args)) return cli.exit_code();
-  const int64_t n = cli.get_count("n"), rows = cli.get_count("rows"), cols = cli.get_count("cols");
-  const int64_t fma_iters = cli.get_count("fma_iters"), div_iters = cli.get_count("div_iters");
-  const int64_t fusion_n = cli.get_count("fusion_n"), gemm_n = cli.get_count("gemm_n", 16);
-  const int64_t repeats = cli.get_count("repeats");
-  if (rows > 65535 * 8) throw UsageError("--rows: at most 524280 (gridDim.y is limited to 65535)");
-  if (fma_iters % kFmaUnroll != 0 || fma_iters > (1 << 24))
-    throw UsageError("--fma_iters must be a multiple of 16, at most 16M");
-  if (div_iters > (1 << 24)) throw UsageError("--div_iters: at most 16M");
-  if (gemm_n > 16384) throw UsageError("--gemm_n must be in 16 .. 16384");
+  const int64_t n = cli.get_int("n"), rows = cli.get_int("rows"), cols = cli.get_int("cols");
+  const int64_t fma_iters = cli.get_int("fma_iters"), div_iters = cli.get_int("div_iters");
+  const int64_t fusion_n = cli.get_int("fusion_n"), gemm_n = cli.get_int("gemm_n");
+  const int64_t repeats = cli.get_int("repeats");
+  if (fma_iters % kFmaUnroll != 0)
+    throw UsageError("--fma_iters=" + std::to_string(fma_iters) + ": must be a multiple of 16");
   require_fits_in_gpu_memory(3.0 * 4 * double(n), "vector add of n = " + std::to_string(n));
   require_fits_in_gpu_memory(3.0 * 4 * double(rows) * double(cols), "the matrix add");
   require_fits_in_gpu_memory(4.0 * 4 * double(fusion_n), "--fusion_n=" + std::to_string(fusion_n));

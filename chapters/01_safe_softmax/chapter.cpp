@@ -156,7 +156,7 @@ int run(const std::vector<std::string>& args) {
   failures += gpu_demo();
   fa::RunOptions opt;
   opt.seed = cli.seed();
-  opt.timing.repeats = static_cast<int>(cli.get_count("repeats"));
+  opt.timing.repeats = static_cast<int>(cli.get_int("repeats"));
   std::vector<fa::RunResult> results;
   for (const fa::SoftmaxShape& shape : shapes)
     for (const fa::SoftmaxKernel* k : kernels) results.push_back(fa::run_softmax(*k, shape, opt));

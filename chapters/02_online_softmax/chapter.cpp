@@ -153,7 +153,7 @@ int run(const std::vector<std::string>& args) {
   }
   fa::RunOptions opt;
   opt.seed = cli.seed();
-  opt.timing.repeats = static_cast<int>(cli.get_count("repeats"));
+  opt.timing.repeats = static_cast<int>(cli.get_int("repeats"));
   std::vector<fa::RunResult> results;
   for (const fa::SoftmaxShape& s : shapes)
     for (const fa::SoftmaxKernel* k : kernels) results.push_back(fa::run_softmax(*k, s, opt));

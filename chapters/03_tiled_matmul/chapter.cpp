@@ -220,34 +220,41 @@ int sweep(std::ostream& os, const SweepRange& range, const std::string& csv_path
 // ---- GPU tier: the ladder ----------------------------------------------------------------------
 int run(const std::vector<std::string>& args) {
   Cli cli("ch03_tiled_matmul", "GEMM from one thread per output to the tensor cores.");
-  cli.option("m", "4096", "M of the timed runs: C[M, N] = A[M, K] B[K, N]")
-      .option("n", "4096", "N of the timed runs")
-      .option("k", "4096", "K of the timed runs")
-      .option("check", "509,515,521", "M,N,K of the correctness runs (ragged on purpose)")
-      .option("dtype", "fp32,bf16,fp16",
+  cli.option("m", Cli::Int, "4096", "M of the timed runs: C[M, N] = A[M, K] B[K, N]")
+      .at_least(1)
+      .option("n", Cli::Int, "4096", "N of the timed runs")
+      .at_least(1)
+      .option("k", Cli::Int, "4096", "K of the timed runs")
+      .at_least(1)
+      .option("check", Cli::IntList, "509,515,521",
+              "M,N,K of the correctness runs (ragged on purpose)")
+      .at_least(1)
+      .option("dtype", Cli::TextList, "fp32,bf16,fp16",
               "dtypes to run, or all (each kernel takes those it supports)");
   add_kernel_options(cli, "03/", 20);
-  cli.option("explain", "0", "N > 0: print tiles, waves and last-wave occupancy at N x N x N")
-      .option("sweep", "", "start:stop[:step]: the matmul mystery sweep (cuBLAS bf16 vs ours)")
-      .option("csv", "ch03_mystery.csv", "where --sweep writes its CSV")
+  cli.option("explain", Cli::Int, "0",
+             "N > 0: print tiles, waves and last-wave occupancy at N x N x N")
+      .at_least(0)
+      .option("sweep", Cli::Text, "",
+              "start:stop[:step]: the matmul mystery sweep (cuBLAS bf16 vs ours)")
+      .option("csv", Cli::Text, "ch03_mystery.csv", "where --sweep writes its CSV")
       .section("kernels (name, dtypes, oldest GPU, what it changes)",
                kernels_help<GemmKernel>("03/"))
       .example(printed_command("ch03.help").args);
   if (!cli.parse(args)) return cli.exit_code();
 
   // Validate everything before doing any work, so a bad value exits 2 at once.
-  const GemmShape time_shape{cli.get_count("m"), cli.get_count("n"), cli.get_count("k")};
+  const GemmShape time_shape{cli.get_int("m"), cli.get_int("n"), cli.get_int("k")};
   const std::vector<int64_t> chk = cli.get_int_list("check");
-  if (chk.size() != 3 || chk[0] < 1 || chk[1] < 1 || chk[2] < 1)
-    throw UsageError("--check: expected three positive sizes M,N,K");
+  if (chk.size() != 3) throw UsageError("--check: expected three positive sizes M,N,K");
   const GemmShape check_shape{chk[0], chk[1], chk[2]};
   const std::vector<DType> dtypes = read_dtypes(cli);
   for (const GemmShape& g : {time_shape, check_shape})
     require_fits_in_gpu_memory(
         (double(g.M) * g.K + double(g.K) * g.N) * 4.0 + double(g.M) * g.N * 4.0,
         "the GEMM " + g.str());
-  const int64_t repeats = cli.get_count("repeats");
-  const int64_t explain_n = cli.get_count("explain", 0);
+  const int64_t repeats = cli.get_int("repeats");
+  const int64_t explain_n = cli.get_int("explain");
   const std::string sweep_text = cli.get("sweep");
   SweepRange range;
   if (!sweep_text.empty()) {

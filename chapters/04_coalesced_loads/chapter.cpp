@@ -121,7 +121,9 @@ void copy_demos(std::ostream& os, TransposeShape s, double ceiling, const Timing
 int run(const std::vector<std::string>& args) {
   Cli cli("ch04_coalesced_loads", "Strides, coalescing, bank conflicts: copies and transposes.");
   add_matrix_options(cli, "8192", "8192", "timed matrix");
-  cli.option("check", "1000,1023", "rows,cols of the correctness runs (ragged on purpose)");
+  cli.option("check", Cli::IntList, "1000,1023",
+             "rows,cols of the correctness runs (ragged on purpose)")
+      .at_least(1);
   add_kernel_options(cli, "04/", 20);
   cli.section("transpose kernels (name, dtype, oldest GPU, what it changes)",
               kernels_help<TransposeKernel>("04/"))
@@ -129,9 +131,8 @@ int run(const std::vector<std::string>& args) {
   if (!cli.parse(args)) return cli.exit_code();
   const std::vector<SoftmaxShape> shapes = read_matrix_shapes(cli);  // rows x cols, like x of 01
   const std::vector<int64_t> chk = cli.get_int_list("check");
-  if (chk.size() != 2 || chk[0] < 1 || chk[1] < 1)
-    throw UsageError("--check: expected two positive sizes rows,cols");
-  const int64_t repeats = cli.get_count("repeats");
+  if (chk.size() != 2) throw UsageError("--check: expected two positive sizes rows,cols");
+  const int64_t repeats = cli.get_int("repeats");
   const std::vector<const TransposeKernel*> kernels =
       select_kernels<TransposeKernel>("04/", cli.get("kernel"));
 

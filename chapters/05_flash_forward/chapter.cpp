@@ -166,8 +166,12 @@ int run(const std::vector<std::string>& args) {
               "softmax.");
   fa::add_attention_options(cli, {});
   fa::add_kernel_options(cli, kMainPath, 20);
-  cli.option("check_heads", "4", "heads checked against the CPU reference (0 = automatic)")
-      .option("big_seq", "4096", "N of the extra bf16 D=128 timing row at B=4, H=16 (0 = skip)")
+  cli.option("check_heads", fa::Cli::Int, "4",
+             "heads checked against the CPU reference (0 = automatic)")
+      .at_least(0)
+      .option("big_seq", fa::Cli::Int, "4096",
+              "N of the extra bf16 D=128 timing row at B=4, H=16 (0 = skip)")
+      .at_least(0)
       .flag("memory_demo",
             "run at N=65536 (B=1, H=16, D=128, bf16): the baseline cannot, the "
             "fused kernel can")
@@ -191,9 +195,9 @@ int run(const std::vector<std::string>& args) {
   for (DType t : dtypes)
     fa::require_fits_in_gpu_memory(fa::attention_fwd_bytes(shape, t),
                                    "the forward pass at " + shape.str());
-  const int64_t repeats = cli.get_count("repeats");
-  const int64_t check_heads = cli.get_count("check_heads", 0);
-  const int64_t big_seq = cli.get_count("big_seq", 0);
+  const int64_t repeats = cli.get_int("repeats");
+  const int64_t check_heads = cli.get_int("check_heads");
+  const int64_t big_seq = cli.get_int("big_seq");
   if (big_seq > 0)
     fa::require_fits_in_gpu_memory(
         fa::attention_fwd_bytes({4, 16, big_seq, big_seq, 128, false, 0.0f}, DType::BF16),

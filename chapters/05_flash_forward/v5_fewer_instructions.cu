@@ -244,6 +244,10 @@ struct KVCopyPlan {
   static constexpr uint32_t kTileBytes = Sm::kKVElems * 2;  // one K (or V) buffer
   static constexpr uint32_t kVBytes = 2 * kTileBytes;       // V buffer 0 from K buffer 0
   static constexpr uint32_t kPassBytes = kRowsPerPass * Sm::kPitch * 2;  // pass i to i + 1
+  // The passes fill one buffer exactly, and V's buffers follow K's two (the kernel's sV). Naming
+  // the four constants here also uses them where there is no plan (D 96 and 256: no issue()).
+  static_assert(!kPlanned || (kPasses * kPassBytes == kTileBytes && kVBytes == 2 * kTileBytes),
+                "the copy plan's passes tile one K (or V) buffer");
 
   uint32_t dst;  // this thread's first chunk in K buffer 0 (32-bit shared address)
   uint32_t src;  // ... and its element offset in a tile of K or V (below 2^31: Bc x D)

@@ -351,7 +351,7 @@ int run(const std::vector<std::string>& args) {
   // The main path (06/v1 .. v5) before the tuning steps (06/t04 .. t12), each in ladder order.
   std::stable_partition(kernels.begin(), kernels.end(),
                         [](const AttentionBwdKernel* k) { return k->name.rfind("06/t", 0) != 0; });
-  const int repeats = static_cast<int>(cli.get_count("repeats"));
+  const int repeats = static_cast<int>(cli.get_int("repeats"));
   for (DType t : dtypes)
     require_fits_in_gpu_memory(attention_bwd_bytes(shape, t),
                                "the backward pass at " + shape.str());

@@ -109,8 +109,12 @@ int run(const std::vector<std::string>& args) {
   defaults.dtype = "bf16";
   fa::add_attention_options(cli, defaults);
   fa::add_kernel_options(cli, "07/", 20);
-  cli.option("check_heads", "4", "heads checked against the CPU reference (0 = automatic)")
-      .option("big_seq", "8192", "N of the extra bf16 D=128 timing row at B=2, H=16 (0 = skip)")
+  cli.option("check_heads", fa::Cli::Int, "4",
+             "heads checked against the CPU reference (0 = automatic)")
+      .at_least(0)
+      .option("big_seq", fa::Cli::Int, "8192",
+              "N of the extra bf16 D=128 timing row at B=2, H=16 (0 = skip)")
+      .at_least(0)
       .section("kernels (name, dtypes, head dims, oldest GPU, what it changes)", kernels_text())
       .example(fa::printed_command("ch07.help").args);
   if (!cli.parse(args)) return cli.exit_code();
@@ -132,9 +136,9 @@ int run(const std::vector<std::string>& args) {
   for (DType t : req.dtypes)
     fa::require_fits_in_gpu_memory(fa::attention_fwd_bytes(shape, t),
                                    "the forward pass at " + shape.str());
-  const int64_t repeats = cli.get_count("repeats");
-  const int64_t check_heads = cli.get_count("check_heads", 0);
-  const int64_t big_seq = cli.get_count("big_seq", 0);
+  const int64_t repeats = cli.get_int("repeats");
+  const int64_t check_heads = cli.get_int("check_heads");
+  const int64_t big_seq = cli.get_int("big_seq");
   const AttentionShape big_shape{2, 16, big_seq, big_seq, 128, false, 0.0f};
   if (big_seq > 0)
     fa::require_fits_in_gpu_memory(fa::attention_fwd_bytes(big_shape, DType::BF16),

@@ -117,9 +117,13 @@ int run(const std::vector<std::string>& args) {
   d.head_dim = 128;
   d.dtype = "bf16";
   fa::add_attention_options(cli, d);
-  cli.option("heads_kv", "8", "K/V heads H_kv (GQA: H a multiple of H_kv; 1 = MQA; 0 = H)");
+  cli.option("heads_kv", fa::Cli::Int, "8",
+             "K/V heads H_kv (GQA: H a multiple of H_kv; 1 = MQA; 0 = H)")
+      .at_least(0);
   fa::add_kernel_options(cli, "08/", 20);
-  cli.option("check_heads", "4", "heads checked against the CPU reference (0 = automatic)")
+  cli.option("check_heads", fa::Cli::Int, "4",
+             "heads checked against the CPU reference (0 = automatic)")
+      .at_least(0)
       .section("kernels (name, dtypes, head dims, oldest GPU, what it changes)",
                fa::kernels_help<AttentionFwdKernel>("08/"))
       .example(fa::printed_command("ch08.help").args);
@@ -127,7 +131,7 @@ int run(const std::vector<std::string>& args) {
 
   const fa::AttentionOptions req = fa::read_attention_options(cli);
   AttentionShape shape = req.shape;
-  shape.heads_kv = cli.get_count("heads_kv", 0);
+  shape.heads_kv = cli.get_int("heads_kv");
   if (!shape.valid_heads())
     throw fa::UsageError("--heads=" + std::to_string(shape.heads) +
                          " must be a multiple of --heads_kv=" + std::to_string(shape.heads_kv));
@@ -143,8 +147,8 @@ int run(const std::vector<std::string>& args) {
     mha.heads_kv = 0;  // the chapter 05 row and the heads_kv = heads row
     fa::require_fits_in_gpu_memory(fa::attention_fwd_bytes(mha, t), "the forward at " + mha.str());
   }
-  const int64_t repeats = cli.get_count("repeats");
-  const int64_t check_heads = cli.get_count("check_heads", 0);
+  const int64_t repeats = cli.get_int("repeats");
+  const int64_t check_heads = cli.get_int("check_heads");
   fa::print_chapter_header(std::cout, "08", "decoding: split-KV and grouped-query attention", cli);
 
   int failures = fa::unless_exercise_todo([&] { return cpu_model_checks(cli.seed()); }, std::cout);

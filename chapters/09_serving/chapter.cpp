@@ -334,32 +334,55 @@ int run(const std::vector<std::string>& args) {
   fa::Cli cli("ch09_serving",
               "Attention as it is served: variable-length batches packed without padding, "
               "sliding windows, a paged KV cache.");
-  cli.option("heads", "16", "heads H of the varlen and window problems")
-      .option("head_dim", "128", "head dimension D (see the kernels below)")
-      .option("dtype", "bf16", "fp16, bf16, comma-separated")
+  using Cli = fa::Cli;
+  cli.option("heads", Cli::Int, "16", "heads H of the varlen and window problems")
+      .at_least(1)
+      .option("head_dim", Cli::Int, "128", "head dimension D (see the kernels below)")
+      .at_least(1)
+      .option("dtype", Cli::TextList, "bf16", "fp16, bf16, comma-separated")
       .flag("causal",
             "varlen batches causal only (bottom-right aligned); =false: no mask only; "
             "default: both")
-      .option("scale", "0", "softmax scale (0 = 1/sqrt(D))")
-      .option("lengths", "",
+      .option("scale", Cli::Number, "0", "softmax scale (0 = 1/sqrt(D))")
+      .option("lengths", Cli::IntList, "",
               "the mixed batch's sequence lengths, comma-separated (default: a seeded mix of "
               "--tokens tokens with a 0 and a 1)")
-      .option("tokens", "4096", "tokens of the default mixed batch (sequences up to 2048)")
-      .option("window", "",
+      .at_least(0)
+      .option("tokens", Cli::Int, "4096",
+              "tokens of the default mixed batch (sequences up to 2048)")
+      .at_least(1)
+      .option("window", Cli::IntList, "",
               "left,right: the window's keys before and after the diagonal (-1: unlimited; "
               "right 0: causal). Default 255,0; 4095,0 with --full")
-      .option("window_seq", "0",
+      .at_least(-1)
+      .option("window_seq", Cli::Int, "0",
               "length N of the window problem, one sequence (0: 2048; 32768 "
               "with --full)")
-      .option("batch", "8", "sequences of the paged problems")
-      .option("decode_heads", "32", "query heads of the paged problems")
-      .option("heads_kv", "8", "K/V heads of the paged problems (0 = decode_heads)")
-      .option("seq_k", "32768", "keys per sequence of the paged problems")
-      .option("page_size", "16,64,256", "page sizes of the paged problems, comma-separated")
-      .option("chunk", "128", "new tokens of the chunked prefill over the pages (0 = skip)")
-      .option("parts", "varlen,window,backward,paged,append", "what the GPU part runs");
+      .at_least(0)
+      .option("batch", Cli::Int, "8", "sequences of the paged problems")
+      .at_least(1)
+      .option("decode_heads", Cli::Int, "32", "query heads of the paged problems")
+      .at_least(1)
+      .option("heads_kv", Cli::Int, "8", "K/V heads of the paged problems (0 = decode_heads)")
+      .at_least(0)
+      .option("seq_k", Cli::Int, "32768", "keys per sequence of the paged problems")
+      .at_least(1)
+      // The rule of every paged kernel (paged_v1_decode.cu): a power of two, since key j's page
+      // and row are j >> page_shift and a mask ("Why page sizes are powers of two"), and at least
+      // 16, since the loaders copy runs of 16 keys (kSmallRun) that lie in one page.
+      .option("page_size", Cli::IntList, "16,64,256",
+              "page sizes of the paged problems, comma-separated")
+      .power_of_two()
+      .at_least(16)
+      .option("chunk", Cli::Int, "128",
+              "new tokens of the chunked prefill over the pages (0 = skip)")
+      .at_least(0)
+      .option("parts", Cli::TextList, "varlen,window,backward,paged,append",
+              "what the GPU part runs");
   fa::add_kernel_options(cli, "09/", 20);
-  cli.option("check_heads", "1", "heads checked against the CPU reference (0 = automatic)")
+  cli.option("check_heads", Cli::Int, "1",
+             "heads checked against the CPU reference (0 = automatic)")
+      .at_least(0)
       .flag("full", "the large shapes: the window problem at N 32768 with 4095 keys to the left")
       .section("kernels (name, dtypes, head dims, oldest GPU, what it changes)", kernels_text())
       .example(fa::printed_command("ch09.help").args);
@@ -374,14 +397,11 @@ int run(const std::vector<std::string>& args) {
   const std::vector<bool> causal_list = cli.given("causal")
                                             ? std::vector<bool>{cli.get_bool("causal")}
                                             : std::vector<bool>{false, true};
-  const int64_t heads = cli.get_count("heads"), head_dim = cli.get_count("head_dim");
+  const int64_t heads = cli.get_int("heads"), head_dim = cli.get_int("head_dim");
   const float scale = static_cast<float>(cli.get_double("scale"));
   std::vector<int64_t> lengths = cli.get_int_list("lengths");
-  for (int64_t len : lengths)
-    if (len < 0) throw fa::UsageError("--lengths: a sequence length is at least 0");
   if (lengths.empty())
-    lengths =
-        fa::ch09::mixed_lengths(fa::derive_seed(cli.seed(), 1), cli.get_count("tokens"), 2048);
+    lengths = fa::ch09::mixed_lengths(fa::derive_seed(cli.seed(), 1), cli.get_int("tokens"), 2048);
   int64_t total = 0;
   for (int64_t len : lengths) total += len;
   if (total == 0) throw fa::UsageError("--lengths: the batch holds no token");
@@ -390,27 +410,25 @@ int run(const std::vector<std::string>& args) {
   std::vector<int64_t> window = cli.get_int_list("window");
   if (window.empty())
     window = full_size ? std::vector<int64_t>{4095, 0} : std::vector<int64_t>{255, 0};
-  if (window.size() != 2 || window[0] < -1 || window[1] < -1)
+  if (window.size() != 2)
     throw fa::UsageError("--window: give left,right (each -1 or more), e.g. --window=4095,0");
-  int64_t window_seq = cli.get_count("window_seq", 0);
+  int64_t window_seq = cli.get_int("window_seq");
   if (window_seq == 0) window_seq = full_size ? 32768 : 2048;
-  const int64_t batch = cli.get_count("batch"), decode_heads = cli.get_count("decode_heads");
-  const int64_t heads_kv = cli.get_count("heads_kv", 0), seq_k = cli.get_count("seq_k");
-  const int64_t chunk = cli.get_count("chunk", 0);
+  const int64_t batch = cli.get_int("batch"), decode_heads = cli.get_int("decode_heads");
+  const int64_t heads_kv = cli.get_int("heads_kv"), seq_k = cli.get_int("seq_k");
+  const int64_t chunk = cli.get_int("chunk");
   if (heads_kv > 0 && decode_heads % heads_kv != 0)
     throw fa::UsageError("--decode_heads=" + std::to_string(decode_heads) +
                          " must be a multiple of --heads_kv=" + std::to_string(heads_kv));
   const std::vector<int64_t> page_sizes = cli.get_int_list("page_size");
-  for (int64_t p : page_sizes)
-    if (p < 1) throw fa::UsageError("--page_size: a page holds at least one key");
   const std::vector<std::string> parts = cli.get_list("parts");
   for (const std::string& p : parts)
     if (!wants({"varlen", "window", "backward", "paged", "append"}, p))
       throw fa::UsageError("--parts: unknown part '" + p +
                            "' (varlen, window, backward, paged, append)");
   const Kernels kernels = select(cli.get("kernel"));
-  const int64_t repeats = cli.get_count("repeats");
-  const int64_t check_heads = cli.get_count("check_heads", 0);
+  const int64_t repeats = cli.get_int("repeats");
+  const int64_t check_heads = cli.get_int("check_heads");
 
   // The problems.
   VarlenShape mixed;

@@ -12,8 +12,11 @@ The two runs differ only by bf16 rounding inside attention, which training ampli
 band: over the last 50 steps, the 20-step moving averages of the two losses differ by at most
 0.05 + 15% of SDPA's, on average. Both must learn (the averaged loss ends below three quarters
 of where it started). The curves go to $FA_PYTHON_OUT (default python/out/): training_loss.csv
-always, training_loss.png when matplotlib is installed.
+always, training_loss.png when matplotlib is installed. Both name the GPU, the date, PyTorch's
+version and the kernels (the plot in its title, the CSV in a first "#" line), so that a copy kept
+in notes/measured/<gpu>-<date>/ says where it came from; the test prints their paths.
 """
+import datetime
 import math
 import os
 
@@ -98,9 +101,16 @@ def smooth(xs, w=SMOOTH):
     return [sum(xs[max(0, i - w + 1): i + 1]) / (i + 1 - max(0, i - w + 1)) for i in range(len(xs))]
 
 
-def save_curves(ours, sdpa, directory):
+def provenance(torch):
+    """'NVIDIA H100 80GB HBM3, 2026-12-01, PyTorch 2.11.0+cu130': where and when the run was."""
+    return "%s, %s, PyTorch %s" % (torch.cuda.get_device_name(), datetime.date.today().isoformat(),
+                                   torch.__version__)
+
+
+def save_curves(ours, sdpa, directory, where, gap, band):
     csv_path = os.path.join(directory, "training_loss.csv")
     with open(csv_path, "w") as f:
+        f.write("# %s; ours: %s + %s\n" % (where, fa.DEFAULT_FWD, fa.DEFAULT_BWD))
         f.write("step,ours,sdpa\n")
         for i, (a, b) in enumerate(zip(ours, sdpa)):
             f.write("%d,%.6f,%.6f\n" % (i, a, b))
@@ -119,7 +129,9 @@ def save_curves(ours, sdpa, directory):
     ax.set_ylabel("cross-entropy (reversal task)")
     ax.set_yscale("log")
     ax.legend()
-    ax.set_title("2-layer causal transformer, bf16 attention")
+    ax.set_title("2-layer causal transformer, bf16 attention, %d steps\n%s\n"
+                 "mean gap of the averages over the last %d steps %.4f (band %.4f)"
+                 % (len(ours), where, TAIL, gap, band), fontsize=9)
     fig.tight_layout()
     png_path = os.path.join(directory, "training_loss.png")
     fig.savefig(png_path, dpi=120)
@@ -138,15 +150,16 @@ def test_training_matches_sdpa():
     ours = train(torch, lambda q, k, v: fa.attention(q, k, v, causal=True), data)
     sdpa = train(torch, lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
                  data)
-    files = save_curves(ours, sdpa, out_dir())
-    assert all(math.isfinite(x) for x in ours + sdpa)
     so, ss = smooth(ours), smooth(sdpa)
     gap = sum(abs(a - b) for a, b in zip(so[-TAIL:], ss[-TAIL:])) / TAIL
     level = sum(ss[-TAIL:]) / TAIL
-    print("\nloss (20-step average): start %.3f, end ours %.4f, SDPA %.4f; mean gap over the "
+    band = BAND_ABS + BAND_REL * level
+    where = provenance(torch)
+    files = save_curves(ours, sdpa, out_dir(), where, gap, band)
+    assert all(math.isfinite(x) for x in ours + sdpa)
+    print("\n%s\nloss (20-step average): start %.3f, end ours %.4f, SDPA %.4f; mean gap over the "
           "last %d steps %.4f (band %.4f); curves: %s"
-          % (ss[SMOOTH - 1], so[-1], ss[-1], TAIL, gap, BAND_ABS + BAND_REL * level,
-             ", ".join(files)))
-    assert gap <= BAND_ABS + BAND_REL * level
+          % (where, ss[SMOOTH - 1], so[-1], ss[-1], TAIL, gap, band, ", ".join(files)))
+    assert gap <= band
     for curve in (so, ss):
         assert curve[-1] < 0.75 * curve[SMOOTH - 1], "the model did not learn the task"

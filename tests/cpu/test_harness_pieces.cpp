@@ -1,5 +1,5 @@
-// The checking machinery itself: the comparison rules, dtype conversion, the command line, and
-// the registry. If these are wrong, every "PASS" in the repository means nothing.
+// The checking machinery itself: the comparison rules, dtype conversion and the registry (the
+// command line: test_cli.cpp). If these are wrong, every "PASS" in the repository means nothing.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,7 +8,6 @@
 #include <stdexcept>
 #include <vector>
 
-#include "cli.h"
 #include "compare.h"
 #include "dtype.h"
 #include "last_reference.h"
@@ -89,23 +88,6 @@ TEST(Random, SeededReproducibleAndOffset) {
   mean /= a.size();
   EXPECT_NEAR(mean, fa::kDefaultInputMean, 0.05) << "inputs must not be zero-mean";
   for (float x : a) EXPECT_NE(x, 0.0f);
-}
-
-TEST(Cli, ParsesAndRejectsMalformedValues) {
-  fa::Cli ok("p", "t");
-  ok.option("rows", "4096", "r").option("sizes", "1,17", "s").flag("fast", "f");
-  EXPECT_TRUE(ok.parse({"--rows=1k", "--sizes", "3,5", "--fast"}));
-  EXPECT_EQ(ok.get_int("rows"), 1024);
-  EXPECT_EQ(ok.get_int_list("sizes"), (std::vector<int64_t>{3, 5}));
-  EXPECT_TRUE(ok.get_bool("fast"));
-
-  fa::Cli bad("p", "t");
-  bad.option("rows", "4096", "r");
-  EXPECT_FALSE(bad.parse({"--rows=12x"}));
-  EXPECT_EQ(bad.exit_code(), 2);
-  fa::Cli unknown("p", "t");
-  EXPECT_FALSE(unknown.parse({"--nope=1"}));
-  EXPECT_EQ(unknown.exit_code(), 2);
 }
 
 TEST(Registry, EveryRegisteredNameHasAChapterPrefix) {

@@ -141,20 +141,27 @@ int run(int argc, char** argv) {
   fa::Cli cli("ch07_timeline",
               "Chapter 07's measured timeline: the forward rungs v1-v4 with phase timestamps, "
               "one CSV row per phase of each warpgroup of the first few thread blocks.");
-  cli.option("out", "ch07_timeline.csv", "the CSV to write")
-      .option("seq", "8192", "N (seq_q = seq_k); B = 16384 / N, H = 2048 / D")
-      .option("head_dim", "128", "D: 64, 128 or 256")
-      .option("blocks", "4", "blocks written: 0 .. blocks-1, and those sharing an SM with them")
-      .option("pool", "512", "blocks recorded (blockIdx.x < pool): more than one wave")
-      .option("warmup", "3", "unrecorded launches of each rung before the recorded one")
-      .option("kernel", "all", "the rungs, comma-separated (default: 07/v1 to 07/v4)")
+  using Cli = fa::Cli;
+  cli.option("out", Cli::Text, "ch07_timeline.csv", "the CSV to write")
+      .option("seq", Cli::Int, "8192", "N (seq_q = seq_k); B = 16384 / N, H = 2048 / D")
+      .at_least(1)
+      .option("head_dim", Cli::Int, "128", "D: 64, 128 or 256")
+      .option("blocks", Cli::Int, "4",
+              "blocks written: 0 .. blocks-1, and those sharing an SM with them")
+      .at_least(1)
+      .option("pool", Cli::Int, "512", "blocks recorded (blockIdx.x < pool): more than one wave")
+      .at_least(1)
+      .option("warmup", Cli::Int, "3", "unrecorded launches of each rung before the recorded one")
+      .at_least(0)
+      .option("kernel", Cli::TextList, "all",
+              "the rungs, comma-separated (default: 07/v1 to 07/v4)")
       .example("--head_dim=64 --out=ch07_timeline_d64.csv");
   std::vector<std::string> args(argv + 1, argv + argc);
   if (!cli.parse(args)) return cli.exit_code();
-  const int64_t seq = cli.get_count("seq"), head_dim = cli.get_count("head_dim");
-  const int64_t blocks = cli.get_count("blocks");
-  const int pool = int(std::min<int64_t>(std::max(cli.get_count("pool"), blocks), 4096));
-  const int64_t warmup = cli.get_count("warmup", 0);
+  const int64_t seq = cli.get_int("seq"), head_dim = cli.get_int("head_dim");
+  const int64_t blocks = cli.get_int("blocks");
+  const int pool = int(std::min<int64_t>(std::max(cli.get_int("pool"), blocks), 4096));
+  const int64_t warmup = cli.get_int("warmup");
   if (head_dim != 64 && head_dim != 128 && head_dim != 256)
     throw fa::UsageError("--head_dim: 64, 128 or 256");
   std::vector<std::string> names(std::begin(kRungs), std::end(kRungs));
