@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "chapter.h"
+#include "dispatch.h"
 #include "gpu.h"
 #include "harness.h"
 #include "registry.h"
@@ -31,6 +32,9 @@ struct Api {
   decltype(&fa_py_list_fp8_kernels) list_fp8 = nullptr;
   decltype(&fa_py_supported_fp8) supported_fp8 = nullptr;
   decltype(&fa_py_attention_fwd_fp8) fwd_fp8 = nullptr;
+  decltype(&fa_py_pick) pick = nullptr;
+  decltype(&fa_py_pick_result) pick_result = nullptr;
+  decltype(&fa_py_dispatch_table) dispatch_table = nullptr;
 };
 
 template <class F>
@@ -52,6 +56,9 @@ const Api& api() {
     bind(x.handle, "fa_py_list_fp8_kernels", &x.list_fp8);
     bind(x.handle, "fa_py_supported_fp8", &x.supported_fp8);
     bind(x.handle, "fa_py_attention_fwd_fp8", &x.fwd_fp8);
+    bind(x.handle, "fa_py_pick", &x.pick);
+    bind(x.handle, "fa_py_pick_result", &x.pick_result);
+    bind(x.handle, "fa_py_dispatch_table", &x.dispatch_table);
     return x;
   }();
   return a;
@@ -114,9 +121,48 @@ TEST(PythonCApi, LoadsAndExportsOnlyItsCAbi) {
   ASSERT_NE(api().supported_fp8, nullptr);
   ASSERT_NE(api().fwd_fp8, nullptr);
   EXPECT_EQ(api().api_version(), FA_PY_API_VERSION);
-  EXPECT_EQ(FA_PY_API_VERSION, 3);
+  EXPECT_EQ(FA_PY_API_VERSION, 4);
   // The registry inside stays inside (fa_python.map): this process has its own.
   EXPECT_EQ(dlsym(api().handle, "_ZN2fa8have_gpuEv"), nullptr);  // fa::have_gpu()
+}
+
+// The dispatch through the C ABI chooses what fa::pick chooses (the library has its own copy of
+// the registry and the table), and refuses in its words.
+TEST(PythonCApi, PickIsTheDispatchsChoice) {
+  ASSERT_NE(api().pick, nullptr);
+  ASSERT_NE(api().pick_result, nullptr);
+  ASSERT_NE(api().dispatch_table, nullptr);
+  for (int sm : {80, 90})
+    for (const char* op : {"fwd", "bwd"})
+      for (int64_t d : {64, 96, 128, 256})
+        for (int causal : {0, 1}) {
+          fa::Problem p;
+          p.op = std::string(op) == "fwd" ? fa::Op::Fwd : fa::Op::Bwd;
+          p.dtype = fa::DType::BF16;
+          p.head_dim = static_cast<int>(d);
+          p.seq_q = p.seq_k = 4096;
+          p.causal = causal != 0;
+          const fa::Pick want = fa::pick(p, sm);
+          SCOPED_TRACE(p.str() + " on sm_" + std::to_string(sm));
+          ASSERT_EQ(api().pick(op, "bf16", d, 4096, 4096, causal, 0, 0, 0, 0, sm), FA_PY_OK)
+              << api().last_error();
+          const auto fields = table_rows(std::string(api().pick_result()) + "\n")[0];
+          ASSERT_EQ(fields.size(), 7u)
+              << "kernel, kind, sm, conditions, why, measured, passed over";
+          EXPECT_EQ(fields[0], want.kernel);
+          EXPECT_EQ(fields[1], want.kind);
+          EXPECT_EQ(fields[2], std::to_string(sm));
+          EXPECT_EQ(fields[5], want.rule->measured);
+        }
+  EXPECT_EQ(api().pick("fwd", "bf16", 80, 4096, 4096, 0, 0, 0, 0, 0, 90), FA_PY_UNSUPPORTED);
+  EXPECT_NE(std::string(api().last_error()).find("no registered kernel runs fwd bf16 D80"),
+            std::string::npos)
+      << api().last_error();
+  EXPECT_EQ(api().pick("sideways", "bf16", 64, 1, 1, 0, 0, 0, 0, 0, 90), FA_PY_USAGE);
+  if (!fa::have_gpu()) {
+    EXPECT_EQ(api().pick("fwd", "bf16", 64, 1, 1, 0, 0, 0, 0, 0, 0), FA_PY_NO_GPU);
+  }
+  EXPECT_EQ(table_rows(api().dispatch_table()).size(), fa::dispatch_table().size());
 }
 
 TEST(PythonCApi, ListsEveryRegisteredAttentionKernel) {
