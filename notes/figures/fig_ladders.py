@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """ladder_ch01.svg ... ladder_ch09.svg: each chapter's main path, rung by rung, beside its peers,
-every number from the logs of ONE run (notes/measured/<RUN>/), the GPU and date in the title.
+every number of a chart from the logs of ONE run (RUNS[chapter], a folder of notes/measured/), the
+GPU, the date and the run's folder in the chart's title.
 
-    python3 notes/figures/fig_ladders.py                  # the nine charts of RUN -> here
-    python3 notes/figures/fig_ladders.py --tables [05 07] # the same run as markdown ladder tables
-    python3 notes/figures/fig_ladders.py --run FOLDER --out DIR   # another run's charts, elsewhere
+    python3 notes/figures/fig_ladders.py                  # the nine charts, each of its RUNS -> here
+    python3 notes/figures/fig_ladders.py --tables [05 07] # the same runs as markdown ladder tables
+    python3 notes/figures/fig_ladders.py --run FOLDER --out DIR   # every chart from another run
 
 What each chart sets against what (the unit of the chapter's own tables):
   01, 02  row softmax, GB/s, against the copy bandwidth measured in the same run
@@ -19,14 +20,20 @@ What each chart sets against what (the unit of the chapter's own tables):
           padded to the longest sequence or called once per sequence, the window kernels without
           the window, paged decoding against chapter 08's kernel on the same cache stored whole
 
-To chart another run, change RUN (the name of its folder under notes/measured/). The files of
-the folder are found by what they hold, not by their names; the script uses:
+Each chapter's run is a choice of its own (RUNS below): a run that timed only the attention
+ladders (fa_bench and SDPA, no tour) can chart chapters 05-08 while chapters 01-04 and 09 stay on
+the last run that had a tour. A run is the name of its folder under notes/measured/, optionally
+followed by "/" and a glob of the files to read (e.g. "h200-2026-12-01/ladder_*": the ladder
+stage's files, not the later stages' JSONs of the same folder, which hold some of the same rows).
+The files are found by what they hold, not by their names; the script uses:
 
-  the tour log      (required) the output of `cmake --build --preset tour`, or of
-                    `bash bench/device_run.sh tour` (tour.log; a .gz is read as well): every
-                    chapter's program at its default sizes. The GPU's name, the copy bandwidth
-                    and cuBLAS come from it, and chapters 01-04 and 09 entirely; chapters 05-08
-                    when the run has no fa_bench JSON for them.
+  the tour log      (required for chapters 01-04 and 09) the output of
+                    `cmake --build --preset tour`, or of `bash bench/device_run.sh tour`
+                    (tour.log; a .gz is read as well): every chapter's program at its default
+                    sizes. The GPU's name, the copy bandwidth and cuBLAS come from it, and
+                    chapters 01-04 and 09 entirely; chapters 05-08 when the run has no fa_bench
+                    JSON for them. Without a tour the GPU's name is read from fa_bench's log
+                    ("fa_bench on <GPU> (sm_..."), the copy bandwidth from its JSON.
   fa_bench JSON     (optional) Google Benchmark JSON written by fa_bench (`--benchmark_out`),
                     e.g. the `ladder` stage of bench/device_run.sh: ladder_fwd_d128.json,
                     ladder_bwd_d128.json, ladder_decode.json. Where it has a chapter's rungs at
@@ -42,7 +49,7 @@ the folder are found by what they hold, not by their names; the script uses:
   compare_decode    (optional) bench/compare_decode.py's decode_compare.csv, or its printed
                     table in a log: SDPA's backends on the decode shapes (GB/s).
 
-A peer the run did not time at a rung's shape is not drawn; the panel says so. A chapter the run
+A peer the run did not time at a rung's shape is not drawn; the panel says so. A chapter its run
 has nothing for stops the script (no chart is left from another run).
 
 A new run, charts and tables together (what the issue asks: both from one named run):
@@ -50,8 +57,9 @@ A new run, charts and tables together (what the issue asks: both from one named 
      the tour log, ladder_{fwd,bwd}_d128.json with their peers' CSVs, ladder_decode.json with
      compare_decode's output; commit them as notes/measured/<gpu>-<date>/ with the run's section
      in notes/measured/README.md;
-  2. set RUN below to that folder and run `/usr/bin/python3 notes/figures/make_figures.py`
-     (Debian's matplotlib, which the committed SVGs are pinned to);
+  2. set the chapters' entries of RUNS below to that folder and run
+     `/usr/bin/python3 notes/figures/make_figures.py` (Debian's matplotlib, which the committed
+     SVGs are pinned to);
   3. `python3 notes/figures/fig_ladders.py --tables NN` prints chapter NN's ladder from the same
      run as a markdown table, every shape the run has (fa_bench: every N, full and causal): its
      figures replace those of the chapter README's ladder table, whose first columns (the rung,
@@ -74,8 +82,14 @@ import figstyle as fs  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(HERE))
 MEASURED = os.path.join(ROOT, "notes", "measured")
 
-# The run every chart and table comes from: a folder of notes/measured/.
-RUN = "h100-2026-11-26d"
+# The run each chapter's chart and table come from: a folder of notes/measured/, or a folder and a
+# glob of its files. Chapters 05-08: the ladder stage of the newest run, on an H200 (fa_bench JSON
+# with SDPA's FlashAttention-2 and cuDNN timed in the same run; no tour, and no softmax, GEMM,
+# transpose or serving benchmarks). Chapters 01-04 and 09: the newest run with a tour, on an H100.
+TOUR_RUN = "h100-2026-11-26d"
+LADDER_RUN = "h200-2026-12-01/ladder_*"
+RUNS = {"01": TOUR_RUN, "02": TOUR_RUN, "03": TOUR_RUN, "04": TOUR_RUN, "05": LADDER_RUN,
+        "06": LADDER_RUN, "07": LADDER_RUN, "08": LADDER_RUN, "09": TOUR_RUN}
 
 CHART_N = 8192  # the sequence length of the fa_bench charts (the protocol's shape, B 2, H 16)
 CHART_D = 128
@@ -161,14 +175,17 @@ def parse_shape(shape):
 class Run:
     """Everything the charts need from one folder of notes/measured/."""
 
-    def __init__(self, name):
-        self.name = name
-        self.folder = os.path.join(MEASURED, name)
+    def __init__(self, spec):
+        folder, _, pattern = spec.partition("/")
+        self.name, self.spec = folder, spec  # the folder; the folder and the glob of its files
+        self.folder = os.path.join(MEASURED, folder)
         if not os.path.isdir(self.folder):
-            raise SystemExit(f"fig_ladders: no run folder notes/measured/{name}/")
-        m = re.search(r"(\d{4}-\d\d-\d\d)", name)
-        self.date = m.group(1) if m else name
-        files = sorted(glob.glob(os.path.join(self.folder, "*")))
+            raise SystemExit(f"fig_ladders: no run folder notes/measured/{folder}/")
+        m = re.search(r"(\d{4}-\d\d-\d\d)", folder)
+        self.date = m.group(1) if m else folder
+        files = sorted(glob.glob(os.path.join(self.folder, pattern or "*")))
+        if not files:
+            raise SystemExit(f"fig_ladders: no file notes/measured/{spec} in the run folder")
         self.tour, self.bench, self.peers, self.decode_peers = None, {}, {}, {}
         self.copy_json = None
         jsons, csvs, logs = [], [], []
@@ -183,7 +200,11 @@ class Run:
         self._read_tour(logs)
         bench_dates = self._read_bench(jsons)
         self._read_peers(csvs, logs, bench_dates)
-        self.gpu = self.tour.gpu if self.tour and self.tour.gpu else name
+        self.gpu = self.tour.gpu or self._gpu_of_bench(logs) or folder
+
+    def where(self):
+        """notes/measured/<folder>/, or notes/measured/<folder>/<glob> where the run is a subset."""
+        return f"notes/measured/{self.spec}" + ("/" if self.spec == self.name else "")
 
     def _read_tour(self, logs):
         tours = []
@@ -193,10 +214,20 @@ class Run:
             text = read_text(path)
             if "FlashAttention from scratch: the tour" in text:
                 tours.append(Tour(text))
-        if not tours:
-            raise SystemExit(f"fig_ladders: notes/measured/{self.name}/ has no tour log")
-        # Several tours: the one with the most rows (a whole tour over a partial one).
-        self.tour = max(tours, key=lambda t: len(t.rows))
+        # Several tours: the one with the most rows (a whole tour over a partial one). None: an
+        # empty one, so that the chapters drawn from the tour find no rows (and stop the script).
+        self.tour = max(tours, key=lambda t: len(t.rows)) if tours else Tour("")
+
+    @staticmethod
+    def _gpu_of_bench(logs):
+        """The GPU fa_bench names in its log's first line ("fa_bench on NVIDIA H200 (sm_90, ...")."""
+        for path in logs:
+            if os.path.getsize(path) > 20_000_000:
+                continue
+            m = re.search(r"^fa_bench on (.+?) \(sm_", read_text(path), re.M)
+            if m:
+                return m.group(1).strip()
+        return None
 
     def _read_bench(self, jsons):
         """self.bench[name] = (counters, date); returns {path: (date, set of values)}."""
@@ -676,7 +707,7 @@ def draw(chart, run, out_dir):
     fig.text(fx(0.3), fy(height - 0.28), f"Chapter {chart.chapter}: {chart.topic}", fontsize=11,
              weight="bold", ha="left", va="center", color=fs.INK)
     fig.text(fx(0.3), fy(height - 0.52),
-             f"{run.gpu}, {run.date}: one run, notes/measured/{run.name}/", fontsize=8.5,
+             f"{run.gpu}, {run.date}: one run, {run.where()}", fontsize=8.5,
              ha="left", va="center", color="#555555")
     # The legend: only what this chart shows.
     kinds = {("peer" if b[2] in PEER_COLOURS and b[2] != "other" else b[2])
@@ -764,7 +795,8 @@ def markdown_table(chart, run):
             if b[0] not in labels:
                 labels.append(b[0])
     lines = [f"Chapter {chart.chapter}: {chart.topic}. {run.gpu}, {run.date} "
-             f"([notes/measured/{run.name}/](../../notes/measured/{run.name}/))", ""]
+             f"([notes/measured/{run.name}/](../../notes/measured/{run.name}/)"
+             f"{', ' + run.spec.partition('/')[2] if run.spec != run.name else ''})", ""]
     head = "| rung | " + " | ".join(p.title for p in panels) + " |"
     lines += [head, "| --- |" + " ---: |" * len(panels)]
     for label in labels:
@@ -785,31 +817,43 @@ def markdown_table(chart, run):
     return "\n".join(lines)
 
 
-def main(out_dir, run_name=RUN):
-    run = Run(run_name)
+def run_of(chapter, runs, override=None):
+    """The Run of a chapter: override (every chapter from one run) or RUNS[chapter], read once."""
+    spec = override or RUNS[chapter]
+    if spec not in runs:
+        runs[spec] = Run(spec)
+    return runs[spec]
+
+
+def main(out_dir, run_name=None):
+    runs = {}
     for build in CHAPTERS:
         fs.apply()
+        run = run_of(build.__name__[-2:], runs, run_name)
         chart = build(run)
         if not chart.panels:
-            # Never leave another run's chart in place: every chart is from RUN or none is.
-            raise SystemExit(f"fig_ladders: notes/measured/{run.name}/ has nothing for chapter "
-                             f"{chart.chapter}'s ladder (its tour log lacks the chapter?)")
+            # Never leave another run's chart in place: every chart is from its run or none is.
+            raise SystemExit(f"fig_ladders: {run.where()} has nothing for chapter "
+                             f"{chart.chapter}'s ladder (no tour log, or it lacks the chapter?)")
         draw(chart, run, out_dir)
 
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--run", default=RUN, help=f"a folder of notes/measured/ (default {RUN})")
+    ap.add_argument("--run", default=None,
+                    help="a folder of notes/measured/ (optionally /GLOB) for every chapter "
+                         "(default: each chapter's entry of RUNS)")
     ap.add_argument("--out", default=HERE, help="where the SVGs go (default: here)")
     ap.add_argument("--tables", nargs="*", metavar="NN",
                     help="print the chapters' ladder tables (markdown) instead of drawing")
     args = ap.parse_args()
     if args.tables is not None:
-        the_run = Run(args.run)
+        the_runs = {}
         for build in CHAPTERS:
             ch = build.__name__[-2:]
             if not args.tables or ch in args.tables:
+                the_run = run_of(ch, the_runs, args.run)
                 print(markdown_table(build(the_run), the_run) + "\n")
     else:
         os.makedirs(args.out, exist_ok=True)

@@ -14,7 +14,7 @@ Three panels, each with the SM's tensor cores above and the consumer warpgroups'
       rescale of O and the packing of P_j wait for it.
 Lengths are in clocks of one SM at D 128 for a 64 x 128 tile: S and P V 512 each at the full
 wgmma rate (4 * 64 * 128 * 128 FLOPs at ~4096 FLOPs a clock), a softmax of SOFTMAX clocks, about
-what v1's measured softmax took (453 ns on an H100, 2026-11-26, at 1.83 GHz; notes/07, §3), the
+what v1's measured softmax took (453 ns on an H100, 2026-11-26, at 1.83 GHz; notes/07, §10), the
 last PACK of it (rescale O, pack P) after the P V wait in v4. The brackets mark how long a
 softmax may grow before the tensor cores idle: one turn in v3, a turn and a half in v4.
 """

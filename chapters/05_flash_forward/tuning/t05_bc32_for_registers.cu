@@ -2,8 +2,8 @@
 // change: at head dims 96 and 128 a K/V tile is 32 keys instead of 64, which halves the S
 // accumulator and ends t04's spills.
 //
-// Why: what Nsight Compute saw (H100 80GB HBM3, bf16, N 8192, B 2, H 16; 2026-11-23; notes/05
-// section 8)
+// Why: what Nsight Compute saw (H100 80GB HBM3, bf16, N 8192, B 2, H 16; 2026-11-23;
+// notes/measured/ch05_history.md)
 //   t04 at D 64 did what it promised: ldmatrix count 134 M -> 67 M, tensor pipe busy 44% -> 53%,
 //   1.06x FlashAttention-2's forward at N 8192 (317.7 TFLOP/s against 301.0 measured in the same
 //   run; t03: 275.2). At D 128 it did not: 270.3 against FA2's 349.0 (t03 267.7), tensor pipe 43%.

@@ -30,12 +30,12 @@
 //   292.0; FA2 318.1, 0.98x). That +15% over t05 is partly t05's sample: the same kernel made 316.0
 //   at that shape in the run before (call3_bench.log). At the other D 128 shapes of the run t06 is
 //   2% slower (causal N 1024) to 7% faster than t05. Over N 1024 .. 16384 at D 128: 0.89x to
-//   0.98x FA2, short of it still (notes/05 section 8 has the profile). At D 64, t04/t05 are the
-//   ones at 1.01x to 1.11x.
+//   0.98x FA2, short of it still (notes/measured/ch05_history.md has the profile). At D 64,
+//   t04/t05 are the ones at 1.01x to 1.11x.
 //   Nsight Compute at D 128 N 8192 (call4_ncu_fwd_v6_skip_unmoved_rescale.txt): 1.109 G
 //   instructions against t05's 1.299 G (-15%), tensor pipe busy 54.5% (t05 51.3%, FA2 57.1%).
-//   The limit to Bc = 32 came after that run; the next one timed it (call5_bench.log, notes/05
-//   section 8).
+//   The limit to Bc = 32 came after that run; the next one timed it (call5_bench.log,
+//   notes/measured/ch05_history.md).
 //
 // The code: this step's tiles are TilesT06 (ch05_tuning_tiles.cuh: kExactAlpha, kSkipRescale);
 // the kernel and its launcher are ch05_mtiles_kernel.cuh's, where kExactAlpha marks this step's

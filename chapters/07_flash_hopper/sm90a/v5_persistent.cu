@@ -101,11 +101,12 @@
 //     plus the boundaries); N 16384 about even (1010 -> 1032 in the model, against the saved
 //     boundaries).
 //   * D 256 (Bc 64: twice the turns per tile) gains less, D 64 about as D 128.
-//   Not addressed: the deeper ring of cuDNN's kernel (232 KiB of shared memory against v4's 160
-//   at D 128; a third stage fits at D 128, 225 KiB), and a second Q buffer (or a prefetch of the
-//   next Q into L2), which would let the next Q arrive before the last S of the current tile:
-//   here its load starts then, and has about one P V and an epilogue to land before consumer 0
-//   needs it. Both are next rungs, to measure after this one.
+//   Not addressed: the deeper ring of cuDNN's kernel (227 KiB of shared memory, Nsight Compute's
+//   232.45 kB, against v4's 160 KiB of tiles, 161 KiB in all, at D 128; a third stage fits at
+//   D 128, 225 KiB), and a second Q buffer (or a prefetch of the next Q into L2), which would let
+//   the next Q arrive before the last S of the current tile: here its load starts then, and has
+//   about one P V and an epilogue to land before consumer 0 needs it. Both are next rungs, to
+//   measure after this one.
 //
 // Map of the kernel
 //   grid        min(work units, SMs) blocks, one per SM (the shared memory allows one anyway)
