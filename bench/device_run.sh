@@ -487,13 +487,10 @@ PY
         --benchmark_format=console --benchmark_out="$OUT/serving_bench.json" \
         --benchmark_out_format=json > "$OUT/serving_bench.log" 2>&1
       log "serving fa_bench rc=$?"; grep -E "attn_(varlen|window|paged)" "$OUT/serving_bench.log" | head -80
-      if [[ -f bench/compare_serving.py ]]; then
-        PYTHONUNBUFFERED=1 python3 bench/compare_serving.py "$OUT/serving_bench.json" --out "$OUT" \
-          > "$OUT/serving_peers.log" 2>&1
-        log "serving compare_serving rc=$?"; grep -E "^\|" "$OUT/serving_peers.log" | head -60
-      else
-        log "serving: bench/compare_serving.py not in this tree, peers skipped"
-      fi
+      # compare_serving.py times our kernels itself, beside the peers, on the same shapes.
+      FA_LIBRARY="$PWD/$BUILD/lib/libfa_python.so" PYTHONPATH=python PYTHONUNBUFFERED=1 \
+        python3 bench/compare_serving.py --out "$OUT/serving_compare" > "$OUT/serving_peers.log" 2>&1
+      log "serving compare_serving rc=$?"; grep -E "^\|" "$OUT/serving_peers.log" | head -60
       ;;
     pack)
       # The device returns at most 8 files per call: fold every log of this call into one archive
