@@ -6,9 +6,21 @@
 namespace fa {
 
 namespace {
+// file:line of a check, the file named relative to the repository: __FILE__ holds the path the
+// compiler was given, "../chapters/..." from a build folder inside the repository (Ninja's
+// relative paths) or the absolute path on the machine that built the library from a build folder
+// elsewhere, and a message must carry neither that machine's folders nor the build folder's
+// place (FA_SOURCE_ROOT is the repository root as the build saw it, with a trailing slash;
+// common/CMakeLists.txt).
 std::string where(const char* file, int line) {
+  std::string f = file;
+#ifdef FA_SOURCE_ROOT
+  const std::string root = FA_SOURCE_ROOT;
+  if (f.compare(0, root.size(), root) == 0) f = f.substr(root.size());
+#endif
+  while (f.compare(0, 3, "../") == 0) f = f.substr(3);
   std::ostringstream os;
-  os << file << ":" << line;
+  os << f << ":" << line;
   return os.str();
 }
 }  // namespace

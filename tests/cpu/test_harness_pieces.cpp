@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "check.h"
 #include "compare.h"
 #include "dtype.h"
 #include "last_reference.h"
@@ -169,3 +170,22 @@ TEST(LastReference, ReusedOnlyForTheSameBytes) {
 }
 
 }  // namespace
+
+// A failed check names its file relative to the repository, as a reader finds it there, not by
+// the path of the machine that built the library (a pip-installed library was built elsewhere).
+TEST(Check, MessagesNameFilesRelativeToTheRepository) {
+  try {
+    FA_UNSUPPORTED_IF(true, "no version for this");
+    FAIL() << "FA_UNSUPPORTED_IF(true, ...) did not throw";
+  } catch (const fa::Unsupported& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("(tests/cpu/test_harness_pieces.cpp:"), std::string::npos) << msg;
+    EXPECT_EQ(msg.find(FA_SOURCE_DIR), std::string::npos) << msg;
+  }
+  try {
+    FA_REQUIRE(1 + 1 == 3, "arithmetic");
+    FAIL() << "FA_REQUIRE(false, ...) did not throw";
+  } catch (const fa::Error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("tests/cpu/test_harness_pieces.cpp:", 0), 0u) << e.what();
+  }
+}
