@@ -107,12 +107,7 @@ __global__ void __launch_bounds__(kThreads) dkdv_dq_kernel(BwdParams p) {
       const int64_t i = q0 + r;
       const bool visible = valid_j && (!p.causal || j <= causal_last_key(i, p.seq_q, p.seq_k));
       const float pij = prob(s * p.scale, L_s[r], visible);
-      const float ds = pij * (dp - D_s[r]);
-#pragma unroll
-      for (int c = 0; c < kCols; ++c) {
-        dv[c] += pij * do_s[r][g + kGroup * c];
-        dk[c] += ds * q_s[r][g + kGroup * c];
-      }
+      const float ds = ds_dkdv(pij, dp, D_s[r], q_s[r], do_s[r], g, dk, dv);
       // dQ_i += scale * sum_j ds_ij k_j: first sum the warp's 8 key rows with shuffles (lanes
       // g, g+4, ..., g+28 hold the same columns), then lanes 0..3 add the warp's share.
       const int lane = threadIdx.x % 32;
