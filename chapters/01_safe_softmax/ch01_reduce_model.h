@@ -2,7 +2,7 @@
 // hold one register; __shfl_xor_sync(mask, v, offset) hands every lane the value of the lane whose
 // number differs in the bit `offset`, all lanes at once. A reduction built from such exchanges
 // leaves its result where the exchange pattern puts it, and the CPU can run the pattern lane by
-// lane and look. A CPU exercise (notes/coursework.md): the two functions of ch01_reduce_model.cpp.
+// lane and look. A CPU exercise (notes/coursework.md): warp_all_reduce in ch01_reduce_model.cpp.
 #pragma once
 #include <array>
 #include <cstdint>

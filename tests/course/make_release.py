@@ -66,6 +66,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import textwrap
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HERE = os.path.join("tests", "course")
@@ -78,8 +79,7 @@ END = re.compile(r"^\s*//\s*EXERCISE-END\s*$")
 SOURCE_EXT = (".cu", ".cpp", ".cuh", ".h")
 
 INSTRUCTOR_ONLY = ("tests/course/hidden/", "tests/course/autograder/", "tests/course/release/",
-                   "tests/course/make_release.py", "notes/answers/", "notes/coursework.md",
-                   "tests/cpu/test_mutants_cpu.cpp")
+                   "tests/course/make_release.py", "notes/answers/", "tests/cpu/test_mutants_cpu.cpp")
 MUTANTS_CPP = "tests/mutants/mutants.cpp"
 LEAVES_OUT = re.compile(r"^//\s*RELEASE-LEAVES-OUT:\s*(.+)$", re.M)
 RELEASE_NOTE = "STUDENT_RELEASE.md"
@@ -88,8 +88,7 @@ EXERCISE_LABEL = "exercise"
 GENERATED_HEADER = re.compile(r"\A// GENERATED from .*?\(preset \"exercises\"\)\.\n", re.S)
 # What a release README must not name: files and presets only the course repository has.
 INSTRUCTOR_WORDS = ("make_release", "build-exercises", "--preset exercises", "--target exercises",
-                    "tests/course/hidden", "fa_hidden_tests", "notes/coursework.md",
-                    "notes/answers")
+                    "tests/course/hidden", "fa_hidden_tests", "notes/answers")
 
 
 # ---- the files of the tree ----------------------------------------------------------------------
@@ -147,7 +146,8 @@ def walked_files(root):
         rel_folder = "" if rel_folder == "." else rel_folder + "/"
         dirs[:] = sorted(d for d in dirs if d != ".git" and not os.path.islink(os.path.join(folder, d))
                          and not ignored(rel_folder + d, True, rules))
-        found += [rel_folder + n for n in names if not ignored(rel_folder + n, False, rules)
+        found += [rel_folder + n for n in names if n != ".git"  # a worktree's .git is a file
+                  and not ignored(rel_folder + n, False, rules)
                   and os.path.isfile(os.path.join(folder, n))]
     return sorted(found)
 
@@ -192,9 +192,9 @@ def solution_kernels(text):
 
 
 def solution_blocks(text):
-    """[(block name, hint, [solution lines])] of a marked solution, and the set of its lines
-    outside the solution parts (the placeholders without their comment marker included)."""
-    blocks, outside, state = [], set(), "out"
+    """[(block name, hint, [solution lines])] of a marked solution, and its lines outside the
+    solution parts, in order (the placeholders without their comment marker included)."""
+    blocks, outside, state = [], [], "out"
     for line in text.splitlines():
         m = BEGIN.match(line)
         if state == "out" and m:
@@ -207,9 +207,9 @@ def solution_blocks(text):
         elif state == "solution":
             blocks[-1][2].append(line)
         elif state == "placeholder":
-            outside.add(re.sub(r"^(\s*)// ?", r"\1", line))
+            outside.append(re.sub(r"^(\s*)// ?", r"\1", line))
         else:
-            outside.add(line)
+            outside.append(line)
     return blocks, outside
 
 
@@ -293,19 +293,23 @@ def exercise_rows(root, solutions):
     return rows
 
 
+def wrap(text):
+    return textwrap.fill(text, width=100, break_long_words=False, break_on_hyphens=False)
+
+
 def chapter_exercise_section(root, chapter, rows, kernels):
     """The '## Exercise' section of a chapter README in the release."""
     mine = [r for r in rows if r[0].startswith(chapter + "/")]
     hints = sorted({os.path.relpath(os.path.join(os.path.dirname(exercise_path_for(s)), "HINTS.md"),
                                     chapter) for s, _, _ in mine})
     out = ["## Exercise", "",
-           "In this student release the exercise files stand where their solutions stand in the "
-           "course repository, with the key steps cut out: each cut is a "
-           "`// TODO(exercise <block>): <hint>` line followed by a stand-in that compiles. Every "
-           "build compiles them under the solution's names, so every program, test and "
-           "benchmark runs your code. The second tier of hints (why, and the shape of the "
-           "answer, still no code) is in " + ", ".join(f"`{h}`" for h in hints) + ".", "",
-           "| file | blocks | checked by (label) | needs |", "| --- | --- | --- | --- |"]
+           wrap("In this student release the exercise files stand where their solutions stand in "
+                "the course repository, with the key steps cut out: each cut is a "
+                "`// TODO(exercise <block>): <hint>` line followed by a stand-in that compiles. "
+                "Every build compiles them under the solution's names, so every program, test "
+                "and benchmark runs your code. The second tier of hints (why, and the shape of "
+                "the answer, still no code) is in " + ", ".join(f"`{h}`" for h in hints) + "."),
+           "", "| file | blocks | checked by (label) | needs |", "| --- | --- | --- | --- |"]
     for sol, blocks, checks in mine:
         rel = os.path.relpath(sol, chapter)
         checked = "; ".join(f"{c} (`{label}`)" for c, label, _ in checks) or (
@@ -313,20 +317,26 @@ def chapter_exercise_section(root, chapter, rows, kernels):
         needs = "a GPU" if any(g for _, _, g in checks) or not checks else "any machine, no GPU"
         out.append(f"| `{rel}` | " + ", ".join(f"`{b}`" for b in blocks) +
                    f" | {checked} | {needs} |")
-    built_on = sorted({k for s, _, _ in mine for k in kernels.get(s, [])
-                       if not k.startswith("cpu/")})
-    out += ["", "Build once, then run your exercises' tests (label `exercise` for the CPU ones, "
-            "`gpu-exercise` for the GPU ones):", "", "```bash",
+    out += ["", wrap("Build once, then run your exercises' tests (label `exercise` for the CPU "
+                     "ones, `gpu-exercise` for the GPU ones):"), "", "```bash",
             "cmake --preset default && cmake --build build",
             "ctest --test-dir build -L exercise --output-on-failure", "```", "",
-            "Untouched, each of these tests fails and names the file and the next block to "
-            "write: \"TODO in <file>: not implemented\". That is expected: the default test "
-            "preset (`ctest --preset default`, the quick start) leaves the label `exercise` "
-            "out, so the rest of the suite passes while you work. A GPU test of an exercise "
-            "kernel is reported as skipped on a machine without a GPU: skipped is not passed."]
-    if built_on:
-        out += ["", "Kernels built on these files (they fail with the exercise until it is "
-                "written): " + ", ".join(f"`{k}`" for k in built_on) + "."]
+            wrap("Untouched, each of these tests fails and names the file and the next block to "
+                 "write: \"TODO in <file>: not implemented\". That is expected: the default test "
+                 "preset (the quick start's test command) leaves the label `exercise` out, so the "
+                 "rest of the suite passes while you work. A GPU test of an exercise kernel is "
+                 "reported as skipped on a machine without a GPU: skipped is not passed.")]
+    number = os.path.basename(chapter)[:2]
+    built_on = {}
+    for sol, names in kernels.items():
+        for k in names:
+            if k.startswith(number + "/"):
+                built_on.setdefault(sol, []).append(k)
+    for sol in sorted(built_on):
+        where = f"`{os.path.relpath(sol, chapter)}`" if sol.startswith(chapter + "/") else (
+            f"`{sol}`, an exercise of chapter {sol.split('/')[1][:2]}")
+        out += ["", wrap(f"Built on {where} (they fail with it until it is written): " +
+                         ", ".join(f"`{k}`" for k in sorted(built_on[sol])) + ".")]
     return out
 
 
@@ -339,15 +349,7 @@ def release_readme(root, text, rows):
         label = "gpu-exercise" if gpu else EXERCISE_LABEL
         table.append(f"| `{sol}` | " + ", ".join(f"`{b}`" for b in blocks) +
                      f" | `{label}` | {'a GPU' if gpu else 'any machine'} |")
-    syllabus = ""
-    course = os.path.join(root, "notes", "coursework.md")
-    if os.path.isfile(course):
-        lines = read(course).split("\n")
-        bounds = section_bounds(lines, "## Syllabus: weeks, chapters, assignments and the GPU each needs")
-        if bounds:
-            syllabus = "\n".join(["#" + line if line.startswith("## ") else line
-                                  for line in lines[bounds[0]:bounds[1]]]).strip()
-    body = template.replace("{{EXERCISE_TABLE}}", "\n".join(table)).replace("{{SYLLABUS}}", syllabus)
+    body = template.replace("{{EXERCISE_TABLE}}", "\n".join(table))
     return replace_section(text, "## Exercises", body.rstrip("\n").split("\n"), "README.md")
 
 
@@ -368,7 +370,7 @@ def release_presets(text):
 def release_mutants_cmake(text, solutions):
     """tests/mutants/CMakeLists.txt without the one-line mutants of exercise rungs: a call's
     snippet is a line of the exercise's answer."""
-    chapters = dict(re.findall(r"^set\((_ch\d\d)\s+(\S+)\)$", text, re.M))
+    chapters = dict(re.findall(r"^\s*set\((_ch\d\d)\s+(\S+)\)\s*$", text, re.M))
     out, i, lines = [], 0, text.split("\n")
     while i < len(lines):
         line = lines[i]
@@ -448,6 +450,9 @@ def write_release(root, out, files=None):
         elif re.fullmatch(r"chapters/[^/]+/README\.md", f):
             chapter = os.path.dirname(f)
             text = drop_exercise_steps(read(src), chapter, set(solutions))
+            # A table row about the course repository's generated exercise file: the release has
+            # the student's file where the solution's row already names it.
+            text = re.sub(r"^\|\s*`(?:sm90a/)?exercises/[^`]*`\s*\|.*\n", "", text, flags=re.M)
             if any(s.startswith(chapter + "/") for s in solutions):
                 text = replace_section(text, "## Exercise",
                                        chapter_exercise_section(root, chapter, rows, kernels), f)
@@ -480,6 +485,15 @@ KEYWORDS = set("""alignas auto bool break case char const constexpr continue def
     int64_t uint8_t uint16_t uint32_t uint64_t size_t half __half float2 float4 dim3 INFINITY
     NAN""".split())
 MIN_TOKENS = 6
+# One spelling for the float and double forms of a type or a math function, so that an answer
+# written for the CPU in double is the same statement as one written for the GPU in float.
+CANONICAL = {"double": "float", "fmaxf": "max", "fmax": "max", "fminf": "min", "fmin": "min",
+             "expf": "exp", "__expf": "exp", "exp2f": "exp2", "logf": "log", "__logf": "log",
+             "log2f": "log2", "sqrtf": "sqrt", "fabsf": "abs", "fabs": "abs", "fmaf": "fma",
+             "rsqrtf": "rsqrt"}
+# Words that change nothing of what a statement computes.
+QUALIFIERS = {"const", "constexpr", "volatile", "__restrict__", "__forceinline__", "inline",
+              "static"}
 
 
 def is_name(t):
@@ -496,6 +510,20 @@ def number(t):
         return t
 
 
+def canonical(toks):
+    """Tokens with `std::` dropped and float/double spellings made one (CANONICAL)."""
+    out = []
+    for i, t in enumerate(toks):
+        if t == "std" and i + 1 < len(toks) and toks[i + 1] == "::":
+            continue
+        if t == "::" and out == [] or (t == "::" and i and toks[i - 1] == "std"):
+            continue
+        if t in QUALIFIERS:
+            continue
+        out.append(CANONICAL.get(t, t))
+    return out
+
+
 def tokens(text, diff=False):
     """The tokens of a text: diff markers at line starts dropped when `diff`."""
     out = []
@@ -503,7 +531,7 @@ def tokens(text, diff=False):
         if diff and line[:1] in "+- " and not line.startswith(("+++", "---")):
             line = line[1:]
         out += TOKEN.findall(line)
-    return out
+    return canonical(out)
 
 
 def shape(toks):
@@ -533,7 +561,7 @@ def statements(lines):
     text = re.sub(r"//[^\n]*", "", text)
     units, cur, depth = [], [], 0
     for line in text.split("\n"):
-        toks = TOKEN.findall(line)
+        toks = canonical(TOKEN.findall(line))
         for t in toks:
             cur.append(t)
             depth += (t in "([") - (t in ")]")
@@ -555,7 +583,7 @@ def fingerprints(root, solution):
     """[(block, [unit tokens])] to look for: the solution's statements, less short ones, headers
     and those that also stand outside its blocks."""
     blocks, outside = solution_blocks(read(os.path.join(root, solution)))
-    outside_shapes = {" ".join(shape(u)) for u in statements(list(outside))}
+    outside_shapes = {" ".join(shape(u)) for u in statements(outside)}
     out = []
     for name, _, lines in blocks:
         units = [u for u in statements(lines) if len(u) >= MIN_TOKENS and not is_header(u)
@@ -591,32 +619,65 @@ class Text:
 
 
 def chapter_of(path):
-    m = re.match(r"chapters/(\d\d)_[^/]+/", path)
+    m = re.match(r"chapters/(\d\d)_[^/]+/", path) or re.match(r"tests/\w+/test_ch(\d\d)_", path)
     return int(m.group(1)) if m else None
 
 
-def rung_of(path):
-    m = re.match(r"v(\d+)_", os.path.basename(path))
-    return int(m.group(1)) if m else None
+def ladder_order(root):
+    """{rung file: its place in its chapter's ladder}, from the ladder-diff markers of each
+    chapter README (in the order the README walks them; README.md of the tree, not the release,
+    which drops the steps that start at an exercise)."""
+    order = {}
+    for f in sorted(os.listdir(os.path.join(root, "chapters"))):
+        readme = os.path.join(root, "chapters", f, "README.md")
+        if not os.path.isfile(readme):
+            continue
+        for a, b in re.findall(r"<!-- ladder-diff: (\S+) (\S+) -->", read(readme)):
+            for x in (a, b):
+                path = os.path.normpath(os.path.join("chapters", f, x))
+                if path.startswith(f"chapters/{f}/") and path not in order:
+                    order[path] = len([p for p in order if p.startswith(f"chapters/{f}/")])
+    return order
 
 
-def place(path, solution):
+# Files outside the chapters' folders that belong to a chapter's material: the place of that
+# chapter in the book.
+BOOK_MATERIAL = {
+    "tests/cpu/test_fp8.cpp": 7,  # chapter 07's FP8 accuracy rule (notes/fp8_accuracy.md), whose
+                                  # CPU model of a tiled FP8 forward has 05's online softmax in it
+}
+# Files that hold an answer and stay in the release anyway, each with the reason: reported as
+# allowed, like the later rungs, never hidden.
+KNOWN_EXCEPTIONS = {
+    "chapters/user/example_softmax.cuh": "the worked example of chapters/user/ (its README and "
+                                         "its tests use it): its merge is the pair merge",
+}
+
+
+def place(path, solution, order):
     """Where a release file stands relative to an exercise's solution in the book: 'before' (the
-    exercise builds on it), 'later' (a later rung, which builds on the exercise) or 'other'."""
+    exercise builds on it), 'later' (a later rung, which builds on the exercise, or a known
+    exception) or 'other'."""
     if path.startswith("common/"):
         return "before"
+    if path in KNOWN_EXCEPTIONS:
+        return "later"
+    if path in BOOK_MATERIAL:
+        return "before" if BOOK_MATERIAL[path] < chapter_of(solution) else "later"
     ch, sch = chapter_of(path), chapter_of(solution)
     if ch is None or not path.endswith(SOURCE_EXT) or in_exercises_folder(path):
         return "other"
-    if ch < sch:
-        return "before"
-    if ch > sch:
-        return "later"
-    r, sr = rung_of(path), rung_of(solution)
-    if "/tuning/" in path and path.split("/")[1] == solution.split("/")[1]:
-        return "later"
-    if r is not None and sr is not None:
-        return "before" if r < sr else "later" if r > sr else "other"
+    if ch != sch:
+        return "before" if ch < sch else "later"
+    if path.startswith("tests/"):
+        return "other"  # a test of the exercise's own chapter: a twin of the answer is a leak
+    if os.path.basename(path) == "chapter.cpp":
+        return "before"  # the chapter's program: the CPU references the exercise is checked by
+    if path in order and solution in order:
+        return "before" if order[path] < order[solution] else (
+            "later" if order[path] > order[solution] else "other")
+    if "/tuning/" in path:
+        return "later"  # the measured steps between the chapter's later rungs
     return "other"
 
 
@@ -677,18 +738,20 @@ def markdown_ladder_blocks(text, folder):
 def find_leaks(root, out, solutions, texts=None):
     """([leak messages], [allowed carriers], number of statements looked for)."""
     texts = release_texts(out) if texts is None else texts
+    order = ladder_order(root)
     leaks, allowed, looked = [], [], 0
     for sol in solutions:
         for block, units in fingerprints(root, sol):
             for unit in units:
                 carriers = [(name, where) for name, (t, where) in texts.items() if t.holds(unit)]
-                if any(place(where, sol) == "before" for _, where in carriers):
+                if any(place(where, sol, order) == "before" for _, where in carriers):
                     continue  # the book's, before the exercise: the exercise builds on it
                 looked += 1
                 shown = " ".join(unit)
                 for name, where in carriers:
-                    if place(where, sol) == "later":
-                        allowed.append(f"{sol} [{block}] in {name} (a later rung): {shown}")
+                    if place(where, sol, order) == "later":
+                        why = KNOWN_EXCEPTIONS.get(where, "a later rung")
+                        allowed.append(f"{sol} [{block}] in {name} ({why}): {shown}")
                     else:
                         leaks.append(f"{name}: holds a statement of {sol}, block {block}: {shown}")
     return leaks, allowed, looked
@@ -741,9 +804,13 @@ def cut_markdown_leaks(root, out, solutions):
 def check_release(root, out, solutions):
     """The problems of a written release, as messages (empty: none)."""
     problems = []
+    graded = {f for e in rubric(root)["exercises"] for f in e.get("files", [])}
     for sol in solutions:
         if not os.path.isfile(os.path.join(out, sol)):
             problems.append(f"{sol}: no student file in the release")
+        if sol not in graded:
+            problems.append(f"{sol}: no exercise of tests/course/rubric.json lists it in its "
+                            f"files (the autograder would not know it)")
     leaks, allowed, looked = find_leaks(root, out, solutions)
     problems += ["LEAK: " + leak for leak in leaks]
     for folder, _, names in os.walk(out):

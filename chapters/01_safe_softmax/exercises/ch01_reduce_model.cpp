@@ -3,7 +3,8 @@
 // project is configured with -DFA_BUILD_EXERCISES=ON (preset "exercises").
 // ch01_reduce_model.cpp: the warp and block reductions of 01/v3_warp_shuffle_vec4, lane by lane
 // on the CPU (see ch01_reduce_model.h).
-// A CPU exercise (notes/coursework.md): the butterfly, and the block reduction built on it.
+// A CPU exercise (notes/coursework.md): the butterfly; the block reduction (as the kernel has it)
+// is built on it.
 // EXERCISE-KERNELS: cpu/01_warp_reduce
 #include "ch01_reduce_model.h"
 
@@ -53,9 +54,18 @@ std::vector<float> block_all_reduce(const std::vector<float>& v, bool is_max) {
     return r;
   };
   std::vector<float> out(v.size());
-  // TODO(exercise block-reduce): every warp reduces its own 32 values; lane 0 of each writes its warp's result to a shared buffer (one slot per warp); after the barrier, every warp reduces the buffer again, its lanes past the number of warps contributing the identity of the operation (which is not 0 for a maximum), so that every thread of the block ends with the block's result
-  (void)warps, (void)warp_regs, (void)kNegInf;
-  return fa::exercise_todo<std::vector<float>>("cpu/01_warp_reduce", "block-reduce");
+  // block_reduce: every warp reduces its own values; lane 0 of each writes the warp's result to
+  // its slot of a buffer in shared memory; after the barrier every warp reduces the buffer again,
+  // its lanes past the last warp holding the identity of the operation (-inf for a maximum: a 0
+  // would win over all-negative values). Every thread ends with the block's result.
+  std::vector<float> buf(kLanes, 0.0f);  // __shared__ float buf[32]
+  for (int w = 0; w < warps; ++w) buf[w] = warp_all_reduce(warp_regs(v, w), is_max)[0];
+  // __syncthreads(): every warp's slot is written before any warp reads the buffer.
+  const float identity = is_max ? kNegInf : 0.0f;
+  WarpRegs second;
+  for (int lane = 0; lane < kLanes; ++lane) second[lane] = lane < warps ? buf[lane] : identity;
+  const WarpRegs total = warp_all_reduce(second, is_max);
+  for (int t = 0; t < threads; ++t) out[t] = total[t % kLanes];
   return out;
 }
 
@@ -63,4 +73,4 @@ std::vector<float> block_all_reduce(const std::vector<float>& v, bool is_max) {
 
 // Registered so that a failing test names this file (see common/exercise.h).
 #include "registry.h"
-FA_REGISTER(Exercise, {"chapters/01_safe_softmax/exercises/ch01_reduce_model.cpp", {"cpu/01_warp_reduce"}, 2});
+FA_REGISTER(Exercise, {"chapters/01_safe_softmax/exercises/ch01_reduce_model.cpp", {"cpu/01_warp_reduce"}, 1});
