@@ -11,14 +11,6 @@ set_property(GLOBAL PROPERTY FA_CHAPTER_LIBS "")
 # exists beside a source <dir>/<file> (generated from a marked solution, common/exercise.h), the
 # student's version replaces the solution, under the same registered name, so every test,
 # benchmark and chapter program runs the student's code. Otherwise the sources unchanged.
-#
-# FA_SUBMISSION_DIR (set by the autograder, tests/course/autograder/): a folder laid out like the
-# repository. A file there replaces the repository's file of the same path in this build (the
-# student's exercise, compiled under the solution's kernel names; its own folder comes first on the
-# include path, so a submitted header is what its neighbours include), and a user_next_rung.cu there
-# (a build-the-next-rung assignment, notes/coursework.md) joins the chapter of its folder. The
-# source tree itself is never written.
-set(FA_SUBMISSION_DIR "" CACHE PATH "A folder whose files replace the repository's (the autograder)")
 function(_fa_exercise_sources out number)
   set(_sources "")
   foreach(src IN LISTS ARGN)
@@ -27,11 +19,7 @@ function(_fa_exercise_sources out number)
     if(NOT IS_ABSOLUTE "${_dir}")
       set(_dir ${CMAKE_CURRENT_SOURCE_DIR}/${_dir})
     endif()
-    file(RELATIVE_PATH _rel ${PROJECT_SOURCE_DIR} ${_dir}/${_name})
-    if(FA_SUBMISSION_DIR AND EXISTS ${FA_SUBMISSION_DIR}/${_rel})
-      list(APPEND _sources ${FA_SUBMISSION_DIR}/${_rel})
-      message(STATUS "submission: chapter ${number} builds ${FA_SUBMISSION_DIR}/${_rel}")
-    elseif(FA_BUILD_EXERCISES AND EXISTS ${_dir}/exercises/${_name})
+    if(FA_BUILD_EXERCISES AND EXISTS ${_dir}/exercises/${_name})
       list(APPEND _sources ${_dir}/exercises/${_name})
       file(RELATIVE_PATH _shown ${CMAKE_CURRENT_SOURCE_DIR} ${_dir}/exercises/${_name})
       message(STATUS "exercise: chapter ${number} builds ${_shown}")
@@ -42,21 +30,10 @@ function(_fa_exercise_sources out number)
   set(${out} ${_sources} PARENT_SCOPE)
 endfunction()
 
-# _fa_submitted_rung(<list-var> <folder>): appends the submission's user_next_rung.cu of <folder>
-# (see FA_SUBMISSION_DIR above), when there is one and the folder has none of its own.
-function(_fa_submitted_rung list folder)
-  file(RELATIVE_PATH _rel ${PROJECT_SOURCE_DIR} ${folder}/user_next_rung.cu)
-  if(FA_SUBMISSION_DIR AND EXISTS ${FA_SUBMISSION_DIR}/${_rel} AND NOT EXISTS ${folder}/user_next_rung.cu)
-    set(${list} ${${list}} ${FA_SUBMISSION_DIR}/${_rel} PARENT_SCOPE)
-    message(STATUS "submission: ${_rel} joins its chapter")
-  endif()
-endfunction()
-
 function(fa_add_chapter)
   cmake_parse_arguments(CH "" "NUMBER;NAME" "SOURCES" ${ARGN})
   set(lib fa_ch${CH_NUMBER})
   _fa_exercise_sources(CH_SOURCES ${CH_NUMBER} ${CH_SOURCES})
-  _fa_submitted_rung(CH_SOURCES ${CMAKE_CURRENT_SOURCE_DIR})
   add_library(${lib} OBJECT ${CH_SOURCES})
   target_link_libraries(${lib} PUBLIC fa_common)
   target_include_directories(${lib} PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
@@ -83,7 +60,6 @@ function(fa_add_chapter_sm90a)
   cmake_parse_arguments(CH "" "NUMBER;NAME" "SOURCES" ${ARGN})
   set(lib fa_ch${CH_NUMBER}_sm90a)
   _fa_exercise_sources(CH_SOURCES ${CH_NUMBER} ${CH_SOURCES})  # sm90a/exercises/<file> likewise
-  _fa_submitted_rung(CH_SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/sm90a)
   add_library(${lib} OBJECT ${CH_SOURCES})
   target_link_libraries(${lib} PUBLIC fa_common)
   target_include_directories(${lib} PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})

@@ -399,8 +399,7 @@ def test_without_gpu(args, rubric):
         if res["score"] >= res["max_score"]:
             errors.append("full marks without a GPU")
         for x in res["tests"]:
-            want = "after_published" if x["name"].split(": ", 1)[-1].startswith("hidden") or (
-                "the instructor suite" in x["name"]) else "visible"
+            want = "after_published" if ": hidden: " in x["name"] else "visible"
             if x.get("visibility") != want:
                 errors.append(f"results.json: {x['name']}: visibility {x.get('visibility')}, "
                               f"expected {want}")

@@ -79,7 +79,8 @@ END = re.compile(r"^\s*//\s*EXERCISE-END\s*$")
 SOURCE_EXT = (".cu", ".cpp", ".cuh", ".h")
 
 INSTRUCTOR_ONLY = ("tests/course/hidden/", "tests/course/autograder/", "tests/course/release/",
-                   "tests/course/make_release.py", "notes/answers/", "tests/cpu/test_mutants_cpu.cpp")
+                   "tests/course/make_release.py", "notes/answers/",
+                   "tests/cpu/test_mutants_cpu.cpp")
 MUTANTS_CPP = "tests/mutants/mutants.cpp"
 LEAVES_OUT = re.compile(r"^//\s*RELEASE-LEAVES-OUT:\s*(.+)$", re.M)
 RELEASE_NOTE = "STUDENT_RELEASE.md"
@@ -144,7 +145,8 @@ def walked_files(root):
     for folder, dirs, names in os.walk(root):
         rel_folder = os.path.relpath(folder, root)
         rel_folder = "" if rel_folder == "." else rel_folder + "/"
-        dirs[:] = sorted(d for d in dirs if d != ".git" and not os.path.islink(os.path.join(folder, d))
+        dirs[:] = sorted(d for d in dirs if d != ".git"
+                         and not os.path.islink(os.path.join(folder, d))
                          and not ignored(rel_folder + d, True, rules))
         found += [rel_folder + n for n in names if n != ".git"  # a worktree's .git is a file
                   and not ignored(rel_folder + n, False, rules)
@@ -406,9 +408,9 @@ def drop_exercise_steps(readme_text, chapter_folder, solutions):
     for line in readme_text.split("\n"):
         m = re.match(r"^<!-- ladder-diff: (\S+) (\S+) -->$", line.strip())
         if m and os.path.normpath(os.path.join(chapter_folder, m.group(1))) in solutions:
-            out.append(f"(The step from `{m.group(1)}` to `{m.group(2)}` is left out of the student "
-                       f"release: it would show the exercise's answer as the lines the next rung "
-                       f"adds.)")
+            out.append(f"(The step from `{m.group(1)}` to `{m.group(2)}` is left out of the "
+                       f"student release: it would show the exercise's answer as the lines the "
+                       f"next rung adds.)")
             skip = True
             continue
         if skip:
@@ -477,7 +479,8 @@ def write_release(root, out, files=None):
 
 # ---- the check ------------------------------------------------------------------------------
 
-TOKEN = re.compile(r"""[A-Za-z_]\w*|0[xX][0-9a-fA-F]+[uUlL]*|(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?[fFuUlL]*
+TOKEN = re.compile(r"""[A-Za-z_]\w*|0[xX][0-9a-fA-F]+[uUlL]*
+                    |(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?[fFuUlL]*
                     |<<=|>>=|->|\+\+|--|<<|>>|<=|>=|==|!=|&&|\|\||[-+*/%&|^]=|::|\S""", re.X)
 KEYWORDS = set("""alignas auto bool break case char const constexpr continue default do double else
     enum false float for if inline int long return short signed sizeof static static_cast struct
@@ -789,8 +792,9 @@ def cut_markdown_leaks(root, out, solutions):
                 text = Text(tokens("\n".join(body), diff=line.strip().endswith("diff")))
                 hit = next(((sol, block) for sol, block, u in units if text.holds(u)), None)
                 if hit:
-                    result += [line, f"(cut from the student release: this code is the answer to "
-                                     f"block {hit[1]} of {hit[0]})", lines[j] if j < len(lines) else line]
+                    note = (f"(cut from the student release: this code is the answer to block "
+                            f"{hit[1]} of {hit[0]})")
+                    result += [line, note, lines[j] if j < len(lines) else line]
                     cut.append(f"{rel}: a code block (block {hit[1]} of {hit[0]})")
                     changed = True
                 else:
@@ -852,7 +856,8 @@ def changed_sources(root, out, files):
     changed = {f for f in files if f.endswith(SOURCE_EXT) and os.path.isfile(os.path.join(out, f))
                and read(os.path.join(out, f)) != read(os.path.join(root, f))}
     headers = {f for f in changed if f.endswith((".h", ".cuh"))}
-    sources = [f for f in files if f.endswith((".cu", ".cpp")) and os.path.isfile(os.path.join(out, f))]
+    sources = [f for f in files
+               if f.endswith((".cu", ".cpp")) and os.path.isfile(os.path.join(out, f))]
     by_name = {}
     for f in files:
         if f.endswith((".h", ".cuh")):
@@ -917,7 +922,8 @@ def compile_release(root, out, files, build):
             print(f"  [{k + 1}/{len(todo)}] {src}", flush=True)
             p = subprocess.run(cleaned, cwd=entry["directory"], capture_output=True, text=True)
             if p.returncode != 0:
-                failures.append(f"{src} does not compile in the release:\n{(p.stdout + p.stderr)[-3000:]}")
+                failures.append(f"{src} does not compile in the release:\n"
+                                f"{(p.stdout + p.stderr)[-3000:]}")
     return failures
 
 

@@ -18,10 +18,13 @@ What a run does:
      their path in the student release (chapters/05_flash_forward/v1_scalar_fp32.cu) or, for a
      flat upload, by file name; a user_next_rung.cu is matched to its assignment's folder. Other
      files are listed as ignored.
-  2. They are placed into the instructor's tree without writing it: BUILD/submission/ holds every
-     exercise file, the submitted one or else the untouched exercise (a file left out scores what
-     the untouched exercise scores: nothing), and the build compiles each in place of the
-     solution (FA_SUBMISSION_DIR, cmake/Helpers.cmake).
+  2. They are placed into a copy of the instructor's tree, BUILD/tree/ (the source tree itself is
+     never written): the student release of it (make_release.py: every exercise in place of its
+     solution), the instructor's suite added back, and the submitted files at their paths (a file
+     left out stays the untouched exercise and scores what it scores: nothing). Files are
+     rewritten only when their bytes change, so the next submission rebuilds only what differs;
+     the build folder is BUILD/tree/build (with CCACHE_BASEDIR at a folder above both trees,
+     the compiler cache serves the sources the instructor's own build/ compiled).
   3. The build (only the test programs the checks run). A submitted file that does not compile
      is put back to its untouched exercise and the build is run again, so that the other
      exercises are still graded; every check of an exercise whose file did not compile scores 0
@@ -42,6 +45,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 import zipfile
@@ -127,23 +131,45 @@ def untouched(source, release_path):
     return make_release.student_text(source, release_path).encode()
 
 
-def place(source, overlay, files, submitted, assignments):
-    """Fill the overlay folder: every exercise file (submitted or untouched), and the submitted
-    user_next_rung.cu files; remove what a previous run left that this one has not."""
-    wanted = set()
-    for f in files:
-        data = open(submitted[f], "rb").read() if f in submitted else untouched(source, f)
-        write_if_changed(os.path.join(overlay, f), data)
-        wanted.add(f)
-    for f in assignments:
-        if f in submitted:
-            write_if_changed(os.path.join(overlay, f), open(submitted[f], "rb").read())
-            wanted.add(f)
-    for folder, _, names in os.walk(overlay):
+def sync_tree(src, dst, keep=("build",)):
+    """Make dst a copy of src: rewrite only the files whose bytes differ (the others keep their
+    time stamps), remove what src does not have, except the top-level names in `keep`."""
+    for folder, dirs, names in os.walk(src):
+        rel = os.path.relpath(folder, src)
         for n in names:
-            rel = os.path.relpath(os.path.join(folder, n), overlay).replace(os.sep, "/")
-            if rel not in wanted:
+            with open(os.path.join(folder, n), "rb") as f:
+                write_if_changed(os.path.normpath(os.path.join(dst, rel, n)), f.read())
+    for folder, dirs, names in os.walk(dst, topdown=True):
+        rel = os.path.relpath(folder, dst)
+        if rel == ".":
+            dirs[:] = [d for d in dirs if d not in keep]
+        for n in names:
+            if rel == "." and n in keep:
+                continue
+            if not os.path.exists(os.path.join(src, rel, n)):
                 os.remove(os.path.join(folder, n))
+        for d in list(dirs):
+            if not os.path.exists(os.path.join(src, rel, d)):
+                shutil.rmtree(os.path.join(folder, d))
+                dirs.remove(d)
+
+
+def prepare_tree(source, tree, submitted):
+    """The grading tree at `tree`: the student release of `source`, the instructor's suite and the
+    submitted files. Returns the release's exercise files."""
+    parent = os.path.dirname(tree)
+    os.makedirs(parent, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=parent, prefix="release_") as tmp:
+        out = os.path.join(tmp, "tree")
+        solutions, _, _ = make_release.write_release(source, out)
+        hidden = os.path.join(source, "tests", "course", "hidden")
+        if os.path.isdir(hidden):
+            shutil.copytree(hidden, os.path.join(out, "tests", "course", "hidden"))
+        for f, path in submitted.items():
+            with open(path, "rb") as src:
+                write_if_changed(os.path.join(out, f), src.read())
+        sync_tree(out, tree)
+    return solutions
 
 
 def run(cmd, cwd=None, timeout=None):
@@ -158,9 +184,8 @@ def run(cmd, cwd=None, timeout=None):
         return None, out
 
 
-def configure(source, build, overlay, gpu, extra):
-    cmd = ["cmake", "-S", source, "-B", build, "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release",
-           f"-DFA_SUBMISSION_DIR={overlay}", "-DFA_BUILD_EXERCISES=ON",
+def configure(tree, build, gpu, extra):
+    cmd = ["cmake", "-S", tree, "-B", build, "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release",
            f"-DFA_BUILD_BENCHMARKS={'ON' if gpu else 'OFF'}"] + extra
     return run(cmd)
 
@@ -175,27 +200,26 @@ def targets(rubric, gpu):
     return sorted(names)
 
 
-def failing_files(output, overlay, candidates):
-    """The overlay files a failed build's compiler messages point at."""
-    bad = []
-    for f in candidates:
-        path = os.path.join(overlay, f)
-        if re.search(re.escape(path) + r"[:(]\d+", output) or (
-                f"FAILED: " in output and re.search(r"FAILED: .*\n.*" + re.escape(path), output)):
-            bad.append(f)
-    return bad
+def failing_files(output, candidates):
+    """The exercise files a failed build's compiler messages point at ("<path>:<line>:" from gcc,
+    "<path>(<line>):" from nvcc; the path absolute, or relative where ccache's base_dir made it
+    so: matched by its end, the file's path in the tree)."""
+    return [f for f in candidates
+            if re.search(r"(?:^|[\s/])" + re.escape(f) + r"[:(]\d+", output, re.M)]
 
 
-def message_for(output, path):
+def message_for(output, release_path):
     """The lines of a compiler's output about one file (its errors first), trimmed."""
     lines = output.splitlines()
-    about = [ln for ln in lines if path in ln and ("error" in ln or "Error" in ln)]
-    rest = [ln for ln in lines if path in ln and ln not in about]
-    text = "\n".join(about + rest) or output
+    # The compiler's command lines name the file too, with every include folder of the machine:
+    # not what a student needs to read.
+    mine = [ln for ln in lines if release_path in ln and " -I" not in ln and " -o " not in ln]
+    about = [ln for ln in mine if "error" in ln.lower()]
+    text = "\n".join(about + [ln for ln in mine if ln not in about]) or output
     return text[-MAX_MESSAGE:]
 
 
-def build_with_fallback(source, build, overlay, files, submitted, tgts, jobs, timeout, log):
+def build_with_fallback(source, build, tree, files, submitted, tgts, jobs, timeout, log):
     """Build; a submitted file that does not compile is replaced by its untouched exercise and
     the build repeated. Returns (ok, {release path: compiler message}, build message)."""
     broken, deadline = {}, time.time() + timeout
@@ -211,12 +235,12 @@ def build_with_fallback(source, build, overlay, files, submitted, tgts, jobs, ti
         if rc is None:
             return False, broken, f"the build took longer than {timeout} s"
         left_in = [f for f in files if f in submitted and f not in broken]
-        bad = failing_files(out, overlay, left_in)
+        bad = failing_files(out, left_in)
         if not bad and left_in:
             # No compiler message names a file (a link error, say): put the submitted files back
             # one at a time until the build passes; the last one put back is the culprit.
             for f in left_in:
-                write_if_changed(os.path.join(overlay, f), untouched(source, f))
+                write_if_changed(os.path.join(tree, f), untouched(source, f))
                 rc2, out2 = run(cmd, timeout=max(1, deadline - time.time()))
                 log.write(f"$ (without {f}) {' '.join(cmd)}\n{out2}\n")
                 if rc2 == 0:
@@ -229,8 +253,8 @@ def build_with_fallback(source, build, overlay, files, submitted, tgts, jobs, ti
         if not bad:
             return False, broken, "the build failed:\n" + out[-MAX_MESSAGE:]
         for f in bad:
-            broken[f] = message_for(out, os.path.join(overlay, f))
-            write_if_changed(os.path.join(overlay, f), untouched(source, f))
+            broken[f] = message_for(out, f)
+            write_if_changed(os.path.join(tree, f), untouched(source, f))
 
 
 def gradescope_zip(source, out):
@@ -251,24 +275,25 @@ def gradescope_zip(source, out):
 
 def grade_submission(args, rubric, log):
     """The Gradescope test list and the run's top-level output."""
-    source, build = args.source, args.build
-    overlay = os.path.join(build, "submission")
+    source = args.source
+    tree = os.path.join(args.build, "tree")
+    build = os.path.join(tree, "build")
     files = exercise_files(source, rubric)
     assignments = assignment_files(source, rubric)
     submitted, notes = ({}, []) if args.prepare else match_submission(
         args.submission, list(files) + list(assignments))
-    place(source, overlay, files, submitted, assignments)
+    prepare_tree(source, tree, submitted)
     gpu = not args.no_gpu and grader.have_gpu()
     summary = [f"submission: {len(submitted)} exercise file(s): " +
                (", ".join(sorted(submitted)) or "none")] + notes
     summary.append("GPU: " + ("yes" if gpu else "none here: every GPU check is "
                               f"'{grader.NO_GPU}' (the course grades those on its own machines)"))
-    rc, out = configure(source, build, overlay, gpu, args.cmake_arg or [])
+    rc, out = configure(tree, build, gpu, args.cmake_arg or [])
     log.write(out)
     if rc != 0:
-        raise RuntimeError("cmake could not configure the instructor's tree:\n" + out[-MAX_MESSAGE:])
+        raise RuntimeError("cmake could not configure the grading tree:\n" + out[-MAX_MESSAGE:])
     tgts = targets(rubric, gpu)
-    ok, broken, why = build_with_fallback(source, build, overlay, list(files), submitted, tgts,
+    ok, broken, why = build_with_fallback(source, build, tree, list(files), submitted, tgts,
                                           args.jobs, args.build_timeout, log)
     for f, msg in broken.items():
         summary.append(f"does not compile: {f} (graded as the untouched exercise)")

@@ -14,8 +14,9 @@ under REFERENCE_BUILD/autograder_e2e/ (the submissions, the grading build and th
     message, and the rest is still graded.
 Each results.json must be Gradescope's format with a visibility on every check ("after_published"
 for the hidden suite's), and no run may leave a file in the repository. The first run builds the
-instructor's tree with the submission folder in place of the exercises (the sources the reference
-build compiled come from the compiler cache, when there is one); the others rebuild one file.
+grading tree (autograde.py: the student release plus the instructor's suite; with CCACHE_BASEDIR
+above both trees the sources the reference build compiled come from the compiler cache); the
+others rebuild one file.
 Also checked: grader.py and autograde.py exit 2 for a --build folder that does not exist.
 """
 import argparse
@@ -113,8 +114,7 @@ def main():
         for t in data["tests"]:
             missing_keys = {"name", "score", "max_score", "output", "visibility"} - set(t)
             expect(not missing_keys, f"{name}: {t.get('name')} lacks {sorted(missing_keys)}")
-            hidden = t["name"].split(": ", 1)[-1].startswith("hidden")
-            want = "after_published" if hidden else "visible"
+            want = "after_published" if ": hidden: " in t["name"] else "visible"
             expect(t.get("visibility") == want,
                    f"{name}: {t['name']}: visibility {t.get('visibility')}, expected {want}")
             gpu_check = "not graded: no GPU" in t["output"]
@@ -145,7 +145,8 @@ def main():
                f"wrong: {EXERCISE} was not marked down with the failing tests' output")
 
     # 3. A file that does not compile: 0 and the compiler's message, the rest still graded.
-    broken = solution.replace("MaxSum empty_state() {", "MaxSum empty_state() {\n  this is not C++;")
+    broken = solution.replace("MaxSum empty_state() {",
+                              "MaxSum empty_state() {\n  this is not C++;")
     rc, data, out = grade(work, "not_compiling", broken, reference)
     expect(rc == 0, f"not compiling: the autograder exited {rc}")
     if common_checks("not compiling", data):
