@@ -684,35 +684,39 @@ def place(path, solution, order):
     return "other"
 
 
+def text_files(out, limit=4 << 20):
+    """(path relative to out, bytes) of every file of a tree up to `limit` bytes that is text."""
+    for folder, _, names in os.walk(out):
+        for n in sorted(names):
+            path = os.path.join(folder, n)
+            if os.path.getsize(path) > limit:
+                continue
+            with open(path, "rb") as f:
+                data = f.read()
+            if b"\0" not in data[:4096]:
+                yield os.path.relpath(path, out), data
+
+
 def release_texts(out):
     """{name: (text object, the file whose place it has)}: every text file of the release; a
     ladder diff (a file of diffs/, a README block) has the place of the rung it starts from."""
     texts = {}
-    for folder, _, names in os.walk(out):
-        for n in names:
-            path = os.path.join(folder, n)
-            rel = os.path.relpath(path, out)
-            if os.path.getsize(path) > 4 << 20:
-                continue
-            with open(path, "rb") as f:
-                data = f.read()
-            if b"\0" in data[:4096]:
-                continue
-            text = data.decode("utf-8", "replace")
-            m = re.match(r"(chapters/[^/]+)/diffs/(.+)--(.+)\.diff$", rel)
-            if m:
-                first = text.split("\n", 1)[0]
-                a = first[4:].strip() if first.startswith("--- ") else ""
-                texts[rel] = (Text(tokens(text, diff=True)),
-                              os.path.normpath(os.path.join(m.group(1), a)) if a else rel)
-                continue
-            if rel.endswith(".md"):
-                rest, steps = markdown_ladder_blocks(text, os.path.dirname(rel))
-                for k, (block, a) in enumerate(steps):
-                    texts[f"{rel} (ladder step {k + 1})"] = (Text(tokens(block, diff=True)), a)
-                texts[rel] = (Text(tokens(rest)), rel)
-                continue
-            texts[rel] = (Text(tokens(text)), rel)
+    for rel, data in text_files(out):
+        text = data.decode("utf-8", "replace")
+        m = re.match(r"(chapters/[^/]+)/diffs/(.+)--(.+)\.diff$", rel)
+        if m:
+            first = text.split("\n", 1)[0]
+            a = first[4:].strip() if first.startswith("--- ") else ""
+            texts[rel] = (Text(tokens(text, diff=True)),
+                          os.path.normpath(os.path.join(m.group(1), a)) if a else rel)
+            continue
+        if rel.endswith(".md"):
+            rest, steps = markdown_ladder_blocks(text, os.path.dirname(rel))
+            for k, (block, a) in enumerate(steps):
+                texts[f"{rel} (ladder step {k + 1})"] = (Text(tokens(block, diff=True)), a)
+            texts[rel] = (Text(tokens(rest)), rel)
+            continue
+        texts[rel] = (Text(tokens(text)), rel)
     return texts
 
 
@@ -817,30 +821,24 @@ def check_release(root, out, solutions):
                             f"files (the autograder would not know it)")
     leaks, allowed, looked = find_leaks(root, out, solutions)
     problems += ["LEAK: " + leak for leak in leaks]
-    for folder, _, names in os.walk(out):
-        for n in names:
-            path = os.path.join(folder, n)
-            rel = os.path.relpath(path, out)
-            if os.path.getsize(path) > 8 << 20:
-                continue
-            with open(path, "rb") as f:
-                data = f.read()
-            text = data.decode("utf-8", "replace")
-            if b"EXERCISE" in data:
-                for no, line in enumerate(text.splitlines(), 1):
-                    bare = line[1:] if line[:1] in "+- " else line  # a diff line
-                    if any(p.match(x) for p in (BEGIN, END) for x in (bare, line)):
-                        problems.append(f"{rel}:{no}: an EXERCISE marker line (a solution region): "
-                                        f"{line.strip()[:80]}")
-            if n == "README.md":
-                for word in INSTRUCTOR_WORDS:
-                    if word in text:
-                        problems.append(f"{rel}: names `{word}`, which the release does not have")
-                for m in re.finditer(r"`((?:[\w./-]+/)?exercises/[\w.]+\.(?:cu|cuh|cpp|h))`", text):
-                    target = os.path.normpath(os.path.join(os.path.dirname(rel), m.group(1)))
-                    if not (os.path.isfile(os.path.join(out, target)) or
-                            os.path.isfile(os.path.join(out, m.group(1)))):
-                        problems.append(f"{rel}: names `{m.group(1)}`, not in the release")
+    for rel, data in text_files(out, 8 << 20):
+        n = os.path.basename(rel)
+        text = data.decode("utf-8", "replace")
+        if b"EXERCISE" in data:
+            for no, line in enumerate(text.splitlines(), 1):
+                bare = line[1:] if line[:1] in "+- " else line  # a diff line
+                if any(p.match(x) for p in (BEGIN, END) for x in (bare, line)):
+                    problems.append(f"{rel}:{no}: an EXERCISE marker line (a solution region): "
+                                    f"{line.strip()[:80]}")
+        if n == "README.md":
+            for word in INSTRUCTOR_WORDS:
+                if word in text:
+                    problems.append(f"{rel}: names `{word}`, which the release does not have")
+            for m in re.finditer(r"`((?:[\w./-]+/)?exercises/[\w.]+\.(?:cu|cuh|cpp|h))`", text):
+                target = os.path.normpath(os.path.join(os.path.dirname(rel), m.group(1)))
+                if not (os.path.isfile(os.path.join(out, target)) or
+                        os.path.isfile(os.path.join(out, m.group(1)))):
+                    problems.append(f"{rel}: names `{m.group(1)}`, not in the release")
     return problems, allowed, looked
 
 
@@ -882,13 +880,19 @@ def changed_sources(root, out, files):
 
 def compile_release(root, out, files, build):
     """Compile each changed source of the release with the flags BUILD uses for it (its
-    compile_commands.json), the tree's paths replaced by the release's. Returns the failures."""
+    compile_commands.json), the tree's paths replaced by the release's and FA_STUDENT_RELEASE
+    defined, as a release's build defines it (tests/mutants/CMakeLists.txt); the sources that read
+    FA_STUDENT_RELEASE are compiled too. Returns the failures."""
     db_path = os.path.join(build, "compile_commands.json")
     if not os.path.isfile(db_path):
         return [f"{db_path} is missing: configure the build first"]
     db = {os.path.realpath(e["file"]): e for e in json.loads(read(db_path))}
-    real_root, failures = os.path.realpath(root), []
-    todo = changed_sources(root, out, files)
+    real_root, real_out, failures = os.path.realpath(root), os.path.realpath(out), []
+    real_build = os.path.realpath(build)
+    todo = sorted(set(changed_sources(root, out, files)) | {
+        f for f in files if f.endswith((".cu", ".cpp")) and os.path.isfile(os.path.join(out, f))
+        and "FA_STUDENT_RELEASE" in read(os.path.join(out, f))})
+    takes_value = ("-o", "-MF", "-MT", "-MQ")
     with tempfile.TemporaryDirectory(prefix="release_objects_") as objects:
         for k, src in enumerate(todo):
             entry = db.get(os.path.realpath(os.path.join(root, src)))
@@ -896,31 +900,30 @@ def compile_release(root, out, files, build):
                 print(f"  {src}: not compiled by {build} (another architecture or option): skipped")
                 continue
             args = shlex.split(entry["command"]) if "command" in entry else list(entry["arguments"])
-            fixed, skip = [], False
-            for a in args:
-                if skip:
-                    skip = False
-                    fixed.append(os.path.join(objects, f"{k}.o"))
-                    continue
-                if a == "-o":
-                    skip = True
-                    fixed.append(a)
+            cmd, i = [], 0
+            while i < len(args):
+                a = args[i]
+                if a in takes_value:  # the object and the dependency file: ours, or none
+                    if a == "-o":
+                        cmd += ["-o", os.path.join(objects, f"{k}.o")]
+                    i += 2
                     continue
                 if a in ("-MD", "-MMD") or a.startswith(("-MF", "-MT", "-MQ")):
+                    i += 1
                     continue
-                fixed.append(a.replace(real_root, os.path.realpath(out)).replace(root, out))
-            # -MF and -MT take their value as the next argument with nvcc; drop those too.
-            cleaned, drop = [], False
-            for a in fixed:
-                if drop:
-                    drop = False
-                    continue
-                if a in ("-MF", "-MT", "-MQ"):
-                    drop = True
-                    continue
-                cleaned.append(a)
+                # The tree's paths become the release's, except those of the build folder
+                # (generated files, downloaded libraries).
+                a = a.replace(real_build, "\0").replace(real_root, real_out)
+                cmd.append(a.replace("\0", real_build))
+                i += 1
+            cmd.insert(1 if os.path.basename(cmd[0]) != "ccache" else 2, "-DFA_STUDENT_RELEASE=1")
+            # The release's build folder stands where the tree's does, so that with CCACHE_BASEDIR
+            # the relative paths, and the compiler cache's keys, are the same on the next run.
+            cwd = os.path.realpath(entry["directory"]).replace(real_build, os.path.join(
+                real_out, os.path.relpath(real_build, real_root)))
+            os.makedirs(cwd, exist_ok=True)
             print(f"  [{k + 1}/{len(todo)}] {src}", flush=True)
-            p = subprocess.run(cleaned, cwd=entry["directory"], capture_output=True, text=True)
+            p = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
             if p.returncode != 0:
                 failures.append(f"{src} does not compile in the release:\n"
                                 f"{(p.stdout + p.stderr)[-3000:]}")
@@ -986,6 +989,11 @@ def main(argv):
     if args.self_test == bool(args.out):
         ap.print_usage()
         return 2
+    if args.self_test and args.compile:
+        # Under the build folder, so that its own build folder stands where the tree's does.
+        out = os.path.join(os.path.abspath(args.compile), "student_release_check")
+        shutil.rmtree(out, ignore_errors=True)
+        return run(out, args.verbose, os.path.abspath(args.compile), args.walk)
     if args.self_test:
         with tempfile.TemporaryDirectory(prefix="student_release_") as tmp:
             return run(os.path.join(tmp, "release"), args.verbose, args.compile, args.walk)
