@@ -209,13 +209,23 @@ def failing_files(output, candidates):
 
 
 def message_for(output, release_path):
-    """The lines of a compiler's output about one file (its errors first), trimmed."""
+    """The compiler's messages about one file: each line that names it with the excerpt of the
+    code printed under it (the compiler's command lines, full of the machine's folders, left
+    out), errors first, trimmed."""
     lines = output.splitlines()
-    # The compiler's command lines name the file too, with every include folder of the machine:
-    # not what a student needs to read.
-    mine = [ln for ln in lines if release_path in ln and " -I" not in ln and " -o " not in ln]
-    about = [ln for ln in mine if "error" in ln.lower()]
-    text = "\n".join(about + [ln for ln in mine if ln not in about]) or output
+    picked = []
+    for k, ln in enumerate(lines):
+        if release_path not in ln or " -I" in ln or " -o " in ln:
+            continue
+        block = [ln]
+        for nxt in lines[k + 1:k + 4]:  # gcc: "   23 |   code" and "      |   ^"; nvcc: indented
+            if nxt.startswith((" ", "\t")) and release_path not in nxt:
+                block.append(nxt)
+            else:
+                break
+        picked.append(block)
+    picked.sort(key=lambda b: "error" not in b[0].lower())
+    text = "\n".join(line for b in picked for line in b) or output
     return text[-MAX_MESSAGE:]
 
 
