@@ -3,10 +3,12 @@
 
     python3 tests/course/make_release.py OUT_DIR     # write the release (OUT_DIR must not exist
                                                      # or be empty), then check it
-    python3 tests/course/make_release.py --self-test [--compile BUILD]
-        # write it into a temporary folder and check it (the CPU test StudentReleaseHasNoAnswers);
-        # --compile: also compile, with BUILD's flags, every source the release changed and every
-        # source that includes a header it changed (StudentReleaseCompiles, label cpu-long)
+    python3 tests/course/make_release.py --self-test [--walk] [--compile BUILD] [--verbose]
+        # write it into a temporary folder and check it; --walk: list the tree without git, as
+        # for an archive (the CPU test StudentReleaseHasNoAnswers); --compile: write it into
+        # BUILD/student_release_check and also compile, with BUILD's flags, every source the
+        # release changed and every source that includes a header it changed
+        # (StudentReleaseCompiles, label cpu-long)
     cmake --build build --target student_release     # the same as the first line, into
                                                      # build/student_release
 
@@ -17,11 +19,11 @@ that both ways list the same files).
 What goes in: every file of the tree, except
   - what only the instructor has: tests/course/hidden/ (the instructor suite), the autograder
     (tests/course/autograder/), this script and its templates (tests/course/release/), the answers
-    to the notes' questions (notes/answers/), the course note (notes/coursework.md), the CPU models
-    of the mutants (tests/cpu/test_mutants_cpu.cpp: each spells out the correct arithmetic beside
-    the mistake), and the hand-written mutants that tests/mutants/mutants.cpp names on its
-    RELEASE-LEAVES-OUT line (their correct twins are exercises' answers; mutants.cpp keeps their
-    launchers, which report "unsupported" in a release);
+    to the notes' questions (notes/answers/), the CPU models of the mutants
+    (tests/cpu/test_mutants_cpu.cpp: each spells out the correct arithmetic beside the mistake),
+    and the hand-written mutants that tests/mutants/mutants.cpp names on its RELEASE-LEAVES-OUT
+    line (their correct twins are exercises' answers; mutants.cpp keeps their launchers, which
+    report "unsupported" in a release);
   - every marked solution (a file with an EXERCISE-KERNELS line, common/exercise.h): in its place
     its generated exercise, chapters/NN_*/exercises/<file> written to chapters/NN_*/<file>, so that
     every build of the release compiles the student's file under the solution's kernel names. A
@@ -44,17 +46,20 @@ The check (check_release): every block of every marked solution is cut into stat
 normalised: comments and preprocessor lines dropped, whitespace ignored, number literals in one
 spelling, and the names of variables renamed in order of appearance (v0, v1, ...), so that a copy
 with other names or another layout is the same statement; function, member and namespace names,
-keywords and types stay. Statements shorter than 6 tokens, loop and branch headers, and those that
-also stand outside the blocks in the solution are not looked for. A statement found in a file
-that comes BEFORE the exercise in the book (common/, an earlier chapter, an earlier rung of the
-same chapter) is the book's, not the answer's: the exercise builds on it. Found anywhere else, it
-is a leak, except in the book's LATER rungs (a higher rung of the same chapter, its tuning/ steps,
-a later chapter's sources, and the ladder diffs between such rungs): they are the book, and they
-build on the exercise's idea (notes/coursework.md, "What the release cannot hide"); those are
-counted and listed with --verbose, never hidden. The check also fails on an EXERCISE(...) or
-EXERCISE-END marker left in any file (a diff line included), on a release README that names a
-file the release does not have (exercises/<file>.cu, make_release.py, the instructor suite, the
-`exercises` preset), and on a solution whose student file is missing.
+keywords and types stay; the float and double spellings of a type or a math function are one, and
+qualifiers such as const are dropped. Statements shorter than 6 tokens, loop and branch headers,
+and those that also stand outside the blocks in the solution are not looked for. A statement found
+in a file that comes BEFORE the exercise in the book (common/, an earlier chapter, an earlier rung
+of the same chapter in its README's ladder, the chapter's program) is the book's, not the answer's:
+the exercise builds on it. Found anywhere else, it is a leak, except in the book's LATER rungs (a
+higher rung of the same chapter, its tuning/ steps, a later chapter's sources, and the ladder diffs
+between such rungs): they are the book, and they build on the exercise's idea (notes/coursework.md,
+"What the release cannot hide"); those are counted and listed with --verbose, never hidden, and so
+are the KNOWN_EXCEPTIONS below, each with its reason. The check also fails on an EXERCISE(...) or
+EXERCISE-END marker left in any file (a diff line included), on a release README that names a file
+the release does not have (exercises/<file>.cu, make_release.py, the instructor suite, the
+`exercises` preset), on a solution whose student file is missing, and on a solution that no
+exercise of tests/course/rubric.json lists (the autograder maps submitted files through it).
 """
 import argparse
 import fnmatch
