@@ -130,8 +130,8 @@ int unless_exercise_todo(const std::function<int()>& checks, std::ostream& os) {
     return checks();
   } catch (const ExerciseTodo& e) {
     os << "\n  not checked: " << e.what()
-       << "\n  (a CPU exercise of the exercise build: `ctest --preset exercises -L cpu-exercise` "
-          "checks it)\n";
+       << "\n  (a CPU exercise: its tests carry the label `exercise`; `ctest -L exercise` in "
+          "this build's folder runs them)\n";
     return 0;
   }
 }

@@ -18,8 +18,8 @@
 // Generated files live in chapters/NN_*/exercises/; `cmake --build build --target exercises`
 // regenerates them, and the CPU test ExercisesInSync fails when one is stale.
 //
-// CPU exercises (the CPU models of chapters 02, 05, 06 and 08) are marked the same way; their
-// EXERCISE-KERNELS line names the exercise ("cpu/02_pair_merge") instead of a kernel, and their
+// CPU exercises (the CPU models of every chapter, notes/coursework.md) are marked the same way;
+// their EXERCISE-KERNELS line names the exercise ("cpu/02_pair_merge") instead of a kernel, and their
 // placeholder is a stand-in that throws, so a test of an unfinished model fails and says where:
 //   // EXERCISE-PLACEHOLDER
 //   // return fa::exercise_todo<MaxSum>("cpu/02_pair_merge", "pair-merge");
@@ -65,7 +65,7 @@ T exercise_todo(const std::string& exercise, const std::string& block) {
 // A chapter program's CPU checks, where they call a CPU exercise: `checks` returns its number of
 // failures; an unfinished exercise (ExerciseTodo) is reported on `os` as not checked and counts
 // as none, so that the exercise build's programs go on to their GPU part. The exercise's own
-// tests (label cpu-exercise) are what fail until it is written.
+// tests (label exercise) are what fail until it is written.
 int unless_exercise_todo(const std::function<int()>& checks, std::ostream& os);
 
 }  // namespace fa

@@ -6,6 +6,12 @@
 //    chunk, not per element).
 //  * group_merge<kGroup>(): all-reduce of Stats over a group of threads that shares a row: one
 //    warp (shuffles only) or a whole block (shuffles + one barrier).
+//
+// merge() is the exercise's GPU half (notes/coursework.md): the same operator as the CPU exercise's
+// pair merge (online_cpu.cpp), so a student release must not hold it. Every kernel below reduces
+// with it, chapter 08's split-KV merges and chapter 09's paged decode included: they are the
+// kernels of the list, and until it is written they fail with "TODO in" this file.
+// EXERCISE-KERNELS: 02/v1_online_two_pass, 02/v2_single_read, 08/v1_split_kv, 08/v2_parallel_merge, 08/v3_mma_split, 08/v4_block_stream, 08/v5_swizzled_ring, 08/t04_hoisted_addresses, 08/t06_l2_prefetch, 09/paged_v1_decode
 #pragma once
 #include <cuda_runtime.h>
 
@@ -40,8 +46,12 @@ __device__ __forceinline__ float rescale(float m_old, float m_new) {
 // into an FMA: an FMA would round merge(a, b) and merge(b, a) differently, and the lanes of a
 // butterfly (which merge in opposite orders) would end with slightly different l.
 __device__ __forceinline__ Stats merge(Stats a, Stats b) {
+  // EXERCISE(device-merge): the pair merge of the CPU exercise, in float on the GPU: the larger maximum, and each side's sum brought to it by its own factor (the helper above) before they are added. Keep each product and the sum rounded on their own, with no fused multiply-add: the lanes of a butterfly merge in opposite orders, and merge(a, b) must equal merge(b, a) to the bit
   const float m = fmaxf(a.m, b.m);
   return {m, __fadd_rn(__fmul_rn(a.l, rescale(a.m, m)), __fmul_rn(b.l, rescale(b.m, m)))};
+  // EXERCISE-PLACEHOLDER
+  // return a;  // stand-in: b is dropped
+  // EXERCISE-END
 }
 
 // The online step for N freshly loaded values: one new maximum, one rescale of the old sum,

@@ -15,7 +15,7 @@
 // Speed (H100 80GB HBM3, 2026-11-21): D 128 N 2048 fp32 12.8 TFLOP/s, causal 12.1 (fa_bench,
 // notes/measured/h100-2026-11-21/bench.log).
 //
-// EXERCISE-KERNELS: 06/v1_fp32
+// EXERCISE-KERNELS: 06/v1_fp32, 06/v1_fp32_atomic_dq
 // (The exercise also covers v1_fp32_common.cuh: exercises/v1_fp32.cu includes the exercise copy
 // of that header, which sits next to it.)
 #include "ch06_preprocess.h"
@@ -64,14 +64,22 @@ void launch_dkdv_dq(const BwdParams& p, int64_t bh, cudaStream_t st) {
   }
 }
 
+// Step 1, the preprocess: D for every row, before the dK/dV and dQ kernels run. 06/v1_fp32_atomic_dq
+// runs the same step, from here.
+void compute_delta(const AttentionBwdArgs& a, cudaStream_t st) {
+  // EXERCISE(delta): dS needs a per-row scalar D that the forward's output makes cheap to get; compute it before the dK/dV and dQ kernels run (the chapter already has a kernel for it)
+  launch_delta_preprocess(a.o, a.dout, a.delta, a.shape, a.dtype, st);
+  // EXERCISE-PLACEHOLDER
+  // (void)a, (void)st;  // stand-in: D is never computed
+  // EXERCISE-END
+}
+
 void run_v1_fp32(const AttentionBwdArgs& a, cudaStream_t st) {
   FA_UNSUPPORTED_IF(a.dtype != DType::F32, "06/v1_fp32 takes fp32 only");
   const AttentionShape& s = a.shape;
   if (s.bh() == 0) return;
   const BwdParams p = make_params(a);
-  // EXERCISE(delta): dS needs a per-row scalar D that the forward's output makes cheap to get; compute it before the dK/dV and dQ kernels run (the chapter already has a kernel for it)
-  launch_delta_preprocess(a.o, a.dout, a.delta, s, a.dtype, st);
-  // EXERCISE-END
+  compute_delta(a, st);
   switch (s.head_dim) {
     case 32:
       launch_dkdv_dq<32>(p, s.bh(), st);

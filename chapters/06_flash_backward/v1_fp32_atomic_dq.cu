@@ -15,7 +15,7 @@
 // three shuffles, where v1's dQ kernel keeps its sum in registers. The same idea on tensor cores,
 // with dS through shared memory so that a whole tile of dQ is one product, is 06/v3_atomic_dq.
 //
-// The map: launch_delta_preprocess (D), dkdv_dq_kernel (v1's dkdv_kernel, v1_fp32_common.cuh,
+// The map: compute_delta (D, v1_fp32.cu), dkdv_dq_kernel (v1's dkdv_kernel, v1_fp32_common.cuh,
 // with the dQ atomics after dS), copy_workspace_kernel. The tile, BwdParams, group_sum and prob
 // are v1's (v1_fp32_common.cuh), and so are make_params and grid_for (v1_fp32.cu).
 //
@@ -23,7 +23,6 @@
 // notes/measured/h100-2026-11-21/bench.log).
 #include <algorithm>
 
-#include "ch06_preprocess.h"
 #include "check.h"
 #include "registry.h"
 #include "v1_fp32_common.cuh"
@@ -33,6 +32,7 @@ namespace ch06_v1 {
 
 BwdParams make_params(const AttentionBwdArgs& a);  // v1_fp32.cu
 unsigned grid_for(int64_t tiles_per_head, int64_t bh);
+void compute_delta(const AttentionBwdArgs& a, cudaStream_t st);
 
 namespace {
 
@@ -107,12 +107,7 @@ __global__ void __launch_bounds__(kThreads) dkdv_dq_kernel(BwdParams p) {
       const int64_t i = q0 + r;
       const bool visible = valid_j && (!p.causal || j <= causal_last_key(i, p.seq_q, p.seq_k));
       const float pij = prob(s * p.scale, L_s[r], visible);
-      const float ds = pij * (dp - D_s[r]);
-#pragma unroll
-      for (int c = 0; c < kCols; ++c) {
-        dv[c] += pij * do_s[r][g + kGroup * c];
-        dk[c] += ds * q_s[r][g + kGroup * c];
-      }
+      const float ds = ds_dkdv(pij, dp, D_s[r], q_s[r], do_s[r], g, dk, dv);
       // dQ_i += scale * sum_j ds_ij k_j: first sum the warp's 8 key rows with shuffles (lanes
       // g, g+4, ..., g+28 hold the same columns), then lanes 0..3 add the warp's share.
       const int lane = threadIdx.x % 32;
@@ -160,7 +155,7 @@ void run_v1_fp32_atomic_dq(const AttentionBwdArgs& a, cudaStream_t st) {
   const AttentionShape& s = a.shape;
   if (s.bh() == 0) return;
   const BwdParams p = make_params(a);
-  launch_delta_preprocess(a.o, a.dout, a.delta, s, a.dtype, st);
+  compute_delta(a, st);
   switch (s.head_dim) {
     case 32:
       launch_atomic<32>(p, s.bh(), st);

@@ -67,6 +67,28 @@ __device__ __forceinline__ float prob(float s_scaled, float L, bool visible) {
   // EXERCISE-END
 }
 
+// One (query row i, key row j) pair of the dK/dV loop: dS_ij from P_ij, dP_ij and D_i, and row i's
+// terms of dV_j and dK_j. q_row and do_row are row i of Q and dO in shared memory; the thread owns
+// the columns g, g + kGroup, g + 2 kGroup, ... Returns dS_ij, which 06/v1_fp32_atomic_dq also
+// turns into its dQ term: both kernels take dK and dV from here, so neither repeats the other.
+template <int kCols>
+__device__ __forceinline__ float ds_dkdv(float pij, float dp, float Di, const float* q_row,
+                                         const float* do_row, int g, float (&dk)[kCols],
+                                         float (&dv)[kCols]) {
+  // EXERCISE(ds-dkdv): form dS for this (query, key) pair from P, dP and the row's D (the softmax's Jacobian); then add this query row's contributions to the key's dV and dK: differentiate O = P V with respect to V and S = Q K^T with respect to K (the softmax scale is applied once, at the store); return dS
+  const float ds = pij * (dp - Di);
+#pragma unroll
+  for (int c = 0; c < kCols; ++c) {
+    dv[c] += pij * do_row[g + kGroup * c];
+    dk[c] += ds * q_row[g + kGroup * c];
+  }
+  return ds;
+  // EXERCISE-PLACEHOLDER
+  // (void)pij, (void)dp, (void)Di, (void)q_row, (void)do_row, (void)g, (void)dk, (void)dv;
+  // return 0.0f;  // stand-in: dS = 0, dK and dV stay 0
+  // EXERCISE-END
+}
+
 // ---------------------------------------------------------------------------------------------
 // dK and dV of one K/V tile. The block keeps its Bc rows of K and V and their dK, dV accumulators
 // in registers for the whole kernel and streams the Q tiles (Q, dO, L, D) through shared memory:
@@ -137,16 +159,7 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(BwdParams p) {
       const int64_t i = q0 + r;
       const bool visible = valid_j && (!p.causal || j <= causal_last_key(i, p.seq_q, p.seq_k));
       const float pij = prob(s * p.scale, L_s[r], visible);
-      // EXERCISE(ds-dkdv): form dS for this (query, key) pair from P, dP and the row's D (the softmax's Jacobian); then add this query row's contributions to the key's dV and dK: differentiate O = P V with respect to V and S = Q K^T with respect to K (the softmax scale is applied once, at the store)
-      const float ds = pij * (dp - D_s[r]);
-#pragma unroll
-      for (int c = 0; c < kCols; ++c) {
-        dv[c] += pij * do_s[r][g + kGroup * c];
-        dk[c] += ds * q_s[r][g + kGroup * c];
-      }
-      // EXERCISE-PLACEHOLDER
-      // (void)pij, (void)dp;  // stand-in: dS = 0, dK and dV stay 0
-      // EXERCISE-END
+      ds_dkdv(pij, dp, D_s[r], q_s[r], do_s[r], g, dk, dv);
     }
   }
 

@@ -1,12 +1,16 @@
 #!/usr/bin/env python3
 """Grades the exercises and the build-the-next-rung assignments of a build.
 
-    python3 tests/course/grader.py --build build [--out results.json]
+    python3 tests/course/grader.py --build build [--out FILE]
 
 For each exercise of tests/course/rubric.json it runs the checks (a test binary of the build with a
 GoogleTest filter: the public GPU tests, the hidden suite fa_hidden_tests, the CPU exercise tests),
 reads their results (--gtest_output=json), prints a score table per exercise and writes a
-Gradescope results.json: {"score": x, "tests": [{"name", "score", "max_score", "output"}]}.
+Gradescope results.json (by default build/grading/results.json, inside the build folder):
+{"score", "max_score", "tests": [{"name", "score", "max_score", "output", "visibility"}]}, where a
+check of the hidden suite has the visibility "after_published" (a student sees its name and
+result once the instructor publishes the grades) and the others "visible". A build folder that
+does not exist, or has no bin/, is an error (exit 2), not a score of 0.
 
 A check scores its points when every test it selects passed and at least one ran; otherwise 0.
 Without a GPU the GPU checks are reported "not graded: no GPU" with 0 points, never full marks.
@@ -245,7 +249,8 @@ def grade(args, rubric, runner, gpu_present, only=None, assignment_as=None, assi
             progress(f"{ex['id']} {chk['name']}", s, m, t0)
             tests.append({"name": f"{ex['id']} {ex['title']}: {chk['name']}", "score": s,
                           "max_score": m, "output": out, "exercise": ex["id"],
-                          "check": chk["name"], "execution_time": round(time.time() - t0, 1)})
+                          "check": chk["name"], "binary": chk["binary"],
+                          "execution_time": round(time.time() - t0, 1)})
     kernels = None
     for a in rubric.get("assignments", []) if assignments else []:
         if only and a["id"] not in only and a["chapter"] not in only:
@@ -261,7 +266,7 @@ def grade(args, rubric, runner, gpu_present, only=None, assignment_as=None, assi
         for chk in checks:
             name = f"assignment {a['id']}: {chk['name']}"
             entry = {"name": name, "max_score": chk["points"], "exercise": "A" + a["chapter"],
-                     "check": chk["name"]}
+                     "check": chk["name"], "binary": chk.get("binary", "fa_bench")}
             if not submitted:
                 entry.update(score=0, output=f"not submitted: no kernel registered as "
                                              f"{a['kernel']} (notes/coursework.md)")
@@ -327,10 +332,19 @@ def print_table(tests, file=sys.stdout):
     print(f"{'total':<10} {tot:>7g} {mx:>5g}", file=file)
 
 
-def write_results(tests, path):
+def visibility(test):
+    """Gradescope's visibility of a check: the hidden suite's only once grades are published."""
+    hidden = test.get("binary") == "fa_hidden_tests" or test.get("check", "").startswith("hidden")
+    return "after_published" if hidden else "visible"
+
+
+def write_results(tests, path, extra=None):
     out = {"score": sum(t["score"] for t in tests),
-           "max_score": sum(t["max_score"] for t in tests),
-           "tests": [{k: v for k, v in t.items() if k not in ("exercise", "check")} for t in tests]}
+           "max_score": sum(t["max_score"] for t in tests)}
+    out.update(extra or {})
+    out["tests"] = [dict({k: v for k, v in t.items() if k not in ("exercise", "check", "binary")},
+                         visibility=t.get("visibility") or visibility(t)) for t in tests]
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as f:
         json.dump(out, f, indent=2)
         f.write("\n")
@@ -384,12 +398,32 @@ def test_without_gpu(args, rubric):
             errors.append("results.json lacks tests or their name/score/max_score/output")
         if res["score"] >= res["max_score"]:
             errors.append("full marks without a GPU")
+        for x in res["tests"]:
+            want = "after_published" if ": hidden: " in x["name"] else "visible"
+            if x.get("visibility") != want:
+                errors.append(f"results.json: {x['name']}: visibility {x.get('visibility')}, "
+                              f"expected {want}")
+    cpu_points, all_points = cpu_share(rubric)
+    print(f"points graded without a GPU: {cpu_points} of {all_points}")
+    if 2 * cpu_points <= all_points:
+        errors.append(f"only {cpu_points} of {all_points} points grade without a GPU: the CPU "
+                      f"exercises must carry more than half (rubric.json)")
     errors += check_substitution_and_mutants(args, rubric, runner)
     for e in errors:
         print("ERROR:", e)
     print("grader without a GPU:", "FAILED" if errors else "ok",
           f"({len(tests)} checks, {'exercise' if exercises else 'solution'} build)")
     return 1 if errors else 0
+
+
+def cpu_share(rubric):
+    """(points of the checks that need no GPU, all points), the assignments' included."""
+    cpu = sum(c["points"] for e in rubric["exercises"] for c in e["checks"]
+              if not c.get("gpu", True))
+    total = sum(c["points"] for e in rubric["exercises"] for c in e["checks"])
+    total += sum(sum(c["points"] for c in a["checks"]) + a["speed_points"]
+                 for a in rubric.get("assignments", []))
+    return cpu, total
 
 
 def mutant_exercise(rubric, mtype, mname):
@@ -496,7 +530,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default="build", help="the build folder (default: build)")
     ap.add_argument("--rubric", default=os.path.join(HERE, "rubric.json"))
-    ap.add_argument("--out", default="results.json", help="Gradescope results (default: %(default)s)")
+    ap.add_argument("--out", help="Gradescope results (default: BUILD/grading/results.json)")
     ap.add_argument("--substitute", default="",
                     help="kernel=mutant,... : run a mutant in place of a kernel (hidden suite)")
     ap.add_argument("--assignment-as", default="",
@@ -514,6 +548,12 @@ def main():
                     help="self-test: seconds per test program running a mutant")
     ap.add_argument("--verbose", action="store_true")
     args = ap.parse_args()
+    if not os.path.isdir(args.build) or not os.path.isdir(os.path.join(args.build, "bin")):
+        what = "does not exist" if not os.path.isdir(args.build) else "has no bin/ folder"
+        print(f"grader.py: the build folder {args.build} {what}: configure and build first "
+              f"(cmake --preset default && cmake --build build)", file=sys.stderr)
+        return 2
+    args.out = args.out or os.path.join(args.build, "grading", "results.json")
     with open(args.rubric) as f:
         rubric = json.load(f)
     if args.test_without_gpu:

@@ -2,7 +2,7 @@
 // ch02_online_cpu.h). The merge is the reduction operator of every GPU softmax kernel in chapter
 // 02 and of FlashAttention's tiles; a reduction tree is only correct if it is associative and
 // commutative, so those are checked numerically here. The merge is a CPU exercise: every test here
-// is in a CpuExercise* suite (label cpu-exercise, notes/coursework.md).
+// is in a CpuExercise* suite (label exercise, notes/coursework.md).
 #include <gtest/gtest.h>
 
 #include <algorithm>

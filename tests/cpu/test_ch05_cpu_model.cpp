@@ -3,7 +3,7 @@
 // bottom-right alignment with rows that see no key, a non-default scale. In double the tiling and
 // the online softmax must be exact up to rounding (1e-12); in float, what a GPU kernel would do.
 // The model is a CPU exercise: the tests that run it are in CpuExercise* suites (label
-// cpu-exercise, notes/coursework.md).
+// exercise, notes/coursework.md).
 #include <gtest/gtest.h>
 
 #include <cmath>

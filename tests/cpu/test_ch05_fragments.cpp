@@ -1,6 +1,6 @@
 // The m16n8k16 fragment maps of chapter 05 (chapters/05_flash_forward/ch05_fragments.h): which lane,
 // register and half hold which element of A, B and C, and the repack of P from S's accumulators
-// into an A fragment. A CPU exercise: the suite is CpuExercise* (label cpu-exercise).
+// into an A fragment. A CPU exercise: the suite is CpuExercise* (label exercise).
 //
 // Three independent statements of the same layout are compared: the PTX ISA's table (known
 // elements, written out below), the owner formulas of notes/figures/fig_mma_fragments.py (which

@@ -2,7 +2,7 @@
 // (ch06_cpu_model.cpp) against the float64 reference on ragged shapes, the D_i identity, and a
 // few steps of gradient descent driven by each. (The reference itself is checked against finite
 // differences in test_references.cpp.) The tiled backward's D_i and dS are a CPU exercise: the
-// tests that run it are in a CpuExercise* suite (label cpu-exercise, notes/coursework.md).
+// tests that run it are in a CpuExercise* suite (label exercise, notes/coursework.md).
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -1,7 +1,7 @@
 // Chapter 08 on the CPU: grouped-query attention in the float64 reference (against a brute-force
 // loop and against repeated K/V heads), the split-KV model (splitting a row's keys and merging the
 // (m, l, o) partials equals the whole row), and the launch plan. The merge is a CPU exercise: the
-// split-KV model's tests are in a CpuExercise* suite (label cpu-exercise, notes/coursework.md).
+// split-KV model's tests are in a CpuExercise* suite (label exercise, notes/coursework.md).
 #include <gtest/gtest.h>
 
 #include <cmath>

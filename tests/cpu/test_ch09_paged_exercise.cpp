@@ -4,7 +4,7 @@
 // page, so a row read from the wrong page, head or slot is either another key or a NaN. Two
 // checks, at pages of 16, 64 and 256 keys: every key's row is the contiguous row it was copied
 // from, bit for bit, and the CPU model's split-KV decode through paged_row equals the float64
-// reference over the contiguous keys. Suite CpuExercise* (label cpu-exercise).
+// reference over the contiguous keys. Suite CpuExercise* (label exercise).
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -16,7 +16,8 @@
 // generates their sources at configure time from the rung file (tests/mutants/CMakeLists.txt),
 // so a mutant is always today's rung plus one mistake, and its correct twin is the rung itself.
 // The older mutants below (one thread per row) are hand-written, each with a correct twin built
-// the same way.
+// the same way. A student release leaves their files out (a twin is an exercise's answer) and keeps
+// their launchers in mutants.cpp, where each reports "unsupported" (notes/coursework.md).
 #pragma once
 #include <cuda_runtime_api.h>
 

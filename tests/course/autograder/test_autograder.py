@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""The autograder end to end, on the CPU (the ctest test AutograderEndToEnd, label cpu-long).
+
+    python3 tests/course/autograder/test_autograder.py --reference-build build
+
+Three submissions of the CPU pair-merge exercise (cpu-02, chapters/02_online_softmax/
+online_cpu.cpp) go through autograde.py exactly as Gradescope runs it, with the paths moved
+under REFERENCE_BUILD/autograder_e2e/ (the submissions, the grading build and the results):
+  - correct: the solution itself, uploaded flat (the file alone): full marks for cpu-02, and only
+    for cpu-02 (every other exercise is graded as its untouched exercise: 0, the TODO message);
+  - wrong: the solution with the merge's rescale left out: cpu-02's merge checks score 0 with the
+    failing tests' reports;
+  - not compiling: the solution with a line that is not C++: cpu-02 scores 0 with the compiler's
+    message, and the rest is still graded.
+Each results.json must be Gradescope's format with a visibility on every check ("after_published"
+for the hidden suite's), and no run may leave a file in the repository. The first run builds the
+grading tree (autograde.py: the student release plus the instructor's suite; with CCACHE_BASEDIR
+above both trees the sources the reference build compiled come from the compiler cache); the
+others rebuild one file.
+Also checked: grader.py and autograde.py exit 2 for a --build folder that does not exist.
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCE = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
+EXERCISE = "cpu-02"
+FILE = "chapters/02_online_softmax/online_cpu.cpp"
+ANSWER = "a.l * rescale(a.m, m) + b.l * rescale(b.m, m)"
+
+
+def cache_value(build, name):
+    try:
+        text = open(os.path.join(build, "CMakeCache.txt")).read()
+    except OSError:
+        return None
+    m = re.search(rf"^{name}:\w+=(.*)$", text, re.M)
+    return m.group(1) if m else None
+
+
+def grade(work, name, text, reference_build):
+    """Run the autograder on a submission of one file; returns (exit code, results, output)."""
+    sub = os.path.join(work, "submissions", name)
+    shutil.rmtree(sub, ignore_errors=True)
+    os.makedirs(sub)
+    with open(os.path.join(sub, os.path.basename(FILE)), "w") as f:
+        f.write(text)
+    results = os.path.join(work, "results", name, "results.json")
+    cmd = [sys.executable, os.path.join(HERE, "autograde.py"), "--source", SOURCE,
+           "--submission", sub, "--results", results, "--build", os.path.join(work, "build"),
+           "--no-gpu", "--jobs", os.environ.get("FA_AUTOGRADER_JOBS", "2")]
+    for var in ("CMAKE_CUDA_ARCHITECTURES", "CMAKE_CUDA_COMPILER", "CMAKE_CXX_COMPILER"):
+        value = cache_value(reference_build, var)
+        if value:
+            cmd.append(f"--cmake-arg=-D{var}={value}")
+    os.makedirs(os.path.join(work, "build"), exist_ok=True)
+    print("$ " + " ".join(cmd), flush=True)
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    print(p.stdout[-4000:] + p.stderr[-4000:], flush=True)
+    data = None
+    if os.path.isfile(results):
+        with open(results) as f:
+            data = json.load(f)
+    return p.returncode, data, p.stdout + p.stderr
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reference-build", required=True,
+                    help="the build whose folder holds the test's files and whose settings it uses")
+    args = ap.parse_args()
+    reference = os.path.abspath(args.reference_build)
+    work = os.path.join(reference, "autograder_e2e")
+    os.makedirs(work, exist_ok=True)
+    errors = []
+
+    def expect(cond, what):
+        if not cond:
+            errors.append(what)
+            print("FAIL: " + what, flush=True)
+
+    before = set(os.listdir(SOURCE))
+    # A --build folder that does not exist is a usage error, not a score of 0.
+    missing = os.path.join(work, "no_such_build")
+    for cmd in ([sys.executable, os.path.join(os.path.dirname(HERE), "grader.py"), "--build",
+                 missing],
+                [sys.executable, os.path.join(HERE, "autograde.py"), "--build", missing,
+                 "--submission", work, "--results", os.path.join(work, "unused.json")]):
+        rc = subprocess.run(cmd, capture_output=True, text=True).returncode
+        expect(rc == 2, f"{os.path.basename(cmd[1])} --build <missing folder> exits {rc}, not 2")
+
+    solution = open(os.path.join(SOURCE, FILE)).read()
+    if ANSWER not in solution:
+        print(f"{FILE} no longer holds `{ANSWER}`: update this test's wrong submission")
+        return 1
+    rubric = json.load(open(os.path.join(SOURCE, "tests", "course", "rubric.json")))
+    ex = next(e for e in rubric["exercises"] if e["id"] == EXERCISE)
+    full = sum(c["points"] for c in ex["checks"])
+
+    def mine(data):
+        return [t for t in data["tests"] if t["name"].startswith(EXERCISE + " ")]
+
+    def common_checks(name, data):
+        expect(data is not None, f"{name}: no results.json")
+        if data is None:
+            return False
+        expect(isinstance(data.get("score"), (int, float)) and data.get("tests"),
+               f"{name}: results.json has no score or no tests")
+        for t in data["tests"]:
+            missing_keys = {"name", "score", "max_score", "output", "visibility"} - set(t)
+            expect(not missing_keys, f"{name}: {t.get('name')} lacks {sorted(missing_keys)}")
+            want = "after_published" if ": hidden: " in t["name"] else "visible"
+            expect(t.get("visibility") == want,
+                   f"{name}: {t['name']}: visibility {t.get('visibility')}, expected {want}")
+            gpu_check = "not graded: no GPU" in t["output"]
+            expect(not gpu_check or t["score"] == 0, f"{name}: {t['name']} scored without a GPU")
+        expect(len(mine(data)) == len(ex["checks"]), f"{name}: not every check of {EXERCISE}")
+        others = [t for t in data["tests"] if t["name"].startswith("cpu-")
+                  and not t["name"].startswith(EXERCISE + " ")]
+        expect(others and all(t["score"] == 0 and "TODO" in t["output"] for t in others),
+               f"{name}: the exercises not submitted must score 0 with their TODO message")
+        return True
+
+    # 1. The solution, uploaded as a flat file: full marks for the exercise, nothing else.
+    rc, data, out = grade(work, "correct", solution, reference)
+    expect(rc == 0, f"correct: the autograder exited {rc}")
+    if common_checks("correct", data):
+        expect(all(t["score"] == t["max_score"] for t in mine(data)),
+               f"correct: {EXERCISE} did not score full marks: " +
+               "; ".join(t["output"][:300] for t in mine(data) if t["score"] != t["max_score"]))
+        expect(data["score"] == full, f"correct: total {data['score']}, expected {full}")
+
+    # 2. The merge without the rescale: the merge's checks fail, with the tests' reports.
+    wrong = solution.replace(ANSWER, "a.l + b.l")
+    rc, data, out = grade(work, "wrong", wrong, reference)
+    expect(rc == 0, f"wrong: the autograder exited {rc}")
+    if common_checks("wrong", data):
+        expect(data["score"] < full and any(t["score"] == 0 and "FAILED" in t["output"]
+                                            for t in mine(data)),
+               f"wrong: {EXERCISE} was not marked down with the failing tests' output")
+
+    # 3. A file that does not compile: 0 and the compiler's message, the rest still graded.
+    broken = solution.replace("MaxSum empty_state() {",
+                              "MaxSum empty_state() {\n  this is not C++;")
+    rc, data, out = grade(work, "not_compiling", broken, reference)
+    expect(rc == 0, f"not compiling: the autograder exited {rc}")
+    if common_checks("not compiling", data):
+        expect(all(t["score"] == 0 and "does not compile" in t["output"] and
+                   "online_cpu.cpp" in t["output"] for t in mine(data)),
+               f"not compiling: {EXERCISE}'s checks must be 0 with the compiler's message")
+        expect("does not compile" in data.get("output", ""),
+               "not compiling: the run's output does not say which file did not compile")
+
+    after = set(os.listdir(SOURCE))
+    expect(after <= before, f"the runs left files in the repository: {sorted(after - before)}")
+    print("autograder end to end:", "FAILED" if errors else "ok")
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
