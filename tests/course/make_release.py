@@ -39,7 +39,8 @@ the exercise build); tests/mutants/CMakeLists.txt (the one-line mutants of exerc
 snippets are answer lines, are gone); the ladder diffs (chapters/*/diffs/ and the README blocks),
 written again from the release's own files, without the steps that start at an exercise (they
 would show its answer as the lines the next rung adds); and any fenced code block of a Markdown
-file that holds an answer. STUDENT_RELEASE.md at the top marks the tree as a release (CMake and
+file that holds an answer; the notes' lines that point at their answers (notes/answers/, left
+out). STUDENT_RELEASE.md at the top marks the tree as a release (CMake and
 the tests read it).
 
 The check (check_release): every block of every marked solution is cut into statements, each
@@ -450,6 +451,10 @@ def write_release(root, out, files=None):
             write(dest, student_text(root, f))
         elif f == "README.md":
             write(dest, release_readme(root, read(src), rows))
+        elif re.fullmatch(r"notes/[^/]+\.md", f):
+            # The notes point at their answers (notes/answers/, left out) on lines of their own.
+            write(dest, "".join(line for line in read(src).splitlines(keepends=True)
+                                if "answers/" not in line))
         elif f == "CMakePresets.json":
             write(dest, release_presets(read(src)))
         elif f == "tests/mutants/CMakeLists.txt":
