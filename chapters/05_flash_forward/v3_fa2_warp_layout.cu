@@ -57,7 +57,7 @@
 //
 // Speed (H100 80GB HBM3, 2026-11-23): bf16 D 64 N 8192 317.7 TFLOP/s, FlashAttention-2 301.0 in
 // the same run (1.06x); D 128 N 8192 270.3, FA2 349.0 (fa_bench, B = 16384/N, H = 2048/D;
-// notes/measured/h100-2026-11-23d/call2_bench.log, call2_sdpa.log).
+// notes/measured/h100-2026-11-23d/bench_05v4.log, sdpa_05v4.log).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>

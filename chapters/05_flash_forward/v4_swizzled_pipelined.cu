@@ -49,7 +49,7 @@
 //
 // Speed (H100 80GB HBM3, 2026-11-25): bf16 D 128 N 8192 342.7 TFLOP/s, FlashAttention-2 338.1 in
 // the same run; D 256 N 8192 297.2, FA2 317.3 (fa_bench, B = 16384/N, H = 2048/D;
-// notes/measured/h100-2026-11-25b/call2_bench.log, call2_sdpa.log).
+// notes/measured/h100-2026-11-25b/bench_final_forms.log, sdpa_final_forms.log).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>

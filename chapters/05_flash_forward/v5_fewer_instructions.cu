@@ -38,7 +38,7 @@
 //
 // Speed (H100 80GB HBM3, 2026-11-25): bf16 D 128 N 8192 381.0 TFLOP/s, FlashAttention-2 352.3
 // (medians of three alternating rounds of fa_bench and PyTorch SDPA, B = 16384/N, H = 2048/D;
-// notes/measured/h100-2026-11-25c/call4_rounds_D128.md).
+// notes/measured/h100-2026-11-25c/rounds_d128_v12.md).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>

@@ -87,7 +87,7 @@
 //
 // Speed (H100 80GB HBM3, 2026-11-23): D 128 N 8192 bf16 207.8 TFLOP/s, v2_mma 187.8,
 // FlashAttention-2 289.7 (fa_bench and PyTorch in one run,
-// notes/measured/h100-2026-11-23d/call4_bench.log).
+// notes/measured/h100-2026-11-23d/bench_05v6.log).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 

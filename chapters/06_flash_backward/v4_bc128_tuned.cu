@@ -73,7 +73,7 @@
 // dO tile as B fragments. That is the warp layout, v5's idea.
 //
 // Speed (H100 80GB HBM3, 2026-11-25): D 128 N 8192 bf16 237.4 TFLOP/s, FlashAttention-2 292.3
-// (fa_bench and PyTorch in one run, notes/measured/h100-2026-11-25/call2_v10_sdpa.log).
+// (fa_bench and PyTorch in one run, notes/measured/h100-2026-11-25/v10_sdpa.log).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 

@@ -55,7 +55,7 @@
 //
 // Speed (H100 80GB HBM3, 2026-11-25): D 128 N 8192 bf16 274.9 TFLOP/s (FlashAttention-2 295.2),
 // D 64 259.7 (277.5) (fa_bench and PyTorch in one run,
-// notes/measured/h100-2026-11-25/call8_v13_sdpa.log).
+// notes/measured/h100-2026-11-25/v13_sdpa.log).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 

@@ -26,7 +26,7 @@
 // (GQA-4) the kernel is instruction-bound (notes/08_decoding.md), which is v3's job.
 //
 // Speed (H100 80GB HBM3, 2026-11-23): bf16 D 128, seq_q 1, B 8 H 32 H_kv 8 seq_k 32768: 2509 GB/s,
-// 87.9% of copy; FlashAttention-2 3016 (notes/measured/h100-2026-11-23e/call6_decode.log).
+// 87.9% of copy; FlashAttention-2 3016 (notes/measured/h100-2026-11-23e/decode_v5_v6_fold.log).
 // EXERCISE-KERNELS: 08/v1_split_kv
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

@@ -21,7 +21,7 @@
 // Nsight Compute timed this merge at 5.95 us on that shape (notes/08_decoding.md).
 //
 // Speed (H100 80GB HBM3, 2026-11-23): bf16 D 128, seq_q 1, B 1 H 16 seq_k 131072: 2905 GB/s,
-// 101.7% of copy; FlashAttention-2 2885 (notes/measured/h100-2026-11-23e/call6_decode.log).
+// 101.7% of copy; FlashAttention-2 2885 (notes/measured/h100-2026-11-23e/decode_v5_v6_fold.log).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>

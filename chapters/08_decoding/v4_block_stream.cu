@@ -38,7 +38,7 @@
 // and the dtype / head-dim dispatch; the registration.
 //
 // Speed (H100 80GB HBM3, 2026-11-23): bf16 D 128, seq_q 1, B 8 H 32 H_kv 8 seq_k 32768: 2841 GB/s,
-// 99.5% of copy; FlashAttention-2 3016 (notes/measured/h100-2026-11-23e/call6_decode.log).
+// 99.5% of copy; FlashAttention-2 3016 (notes/measured/h100-2026-11-23e/decode_v5_v6_fold.log).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>

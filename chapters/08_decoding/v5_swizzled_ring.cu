@@ -32,7 +32,7 @@
 // and the dtype / head-dim dispatch; the registration.
 //
 // Speed (H100 80GB HBM3, 2026-11-24): bf16 D 128, seq_q 1, B 8 H 32 H_kv 8 seq_k 32768: 3015 GB/s,
-// 105.4% of copy; FlashAttention-2 3012, cuDNN 3031 (notes/measured/h100-2026-11-24/call2_decode.log).
+// 105.4% of copy; FlashAttention-2 3012, cuDNN 3031 (notes/measured/h100-2026-11-24/decode.log).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>

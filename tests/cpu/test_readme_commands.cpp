@@ -248,13 +248,13 @@ std::string words_of(const std::string& program, const std::string& args) {
 }
 
 // The commands that are quick on a CPU but took 24 s or more each on an H100 (2026-11-26: 63, 46,
-// 43, 42, 35 and 24 s; notes/measured/h100-2026-11-26/call1_ctest.log): big shapes checked against
+// 43, 42, 35 and 24 s; notes/measured/h100-2026-11-26/ctest.log): big shapes checked against
 // the float64 reference, a benchmark. Like the "(minutes)" ones they get the label cpu-long, so
 // the default label (the README's test command) stays short on a GPU; CI and `ctest -L long` run
 // them. A command edited in its README leaves this list and runs in the default label again.
 // Each one's code path keeps a shorter check in the default label. The second group took 29 to
 // 169 s each in the default label of 2026-11-26 on an H100, 16 tests at once
-// (notes/measured/h100-2026-11-26g/call9_ctest_default.log.gz), where their float64 checks run on
+// (notes/measured/h100-2026-11-26g/ctest_default.log.gz), where their float64 checks run on
 // one core each; next to each, the default-label check of the same path:
 bool slow_on_a_gpu(const std::string& program, const std::string& args) {
   static const std::vector<std::string> slow = {

@@ -6,7 +6,7 @@
 // What changed vs t08: the epilogue. t08's consumers store C straight from their accumulators:
 // each thread 64 predicated 8-byte st.global (mma_gemm::store_pair), 128 KiB of fp32 per 128 x 256
 // tile, and no wgmma runs on the SM until the last of them has issued. Nsight Compute on an H100
-// at 4096^3 bf16 (notes/measured/h100-2026-11-26c/call6_ncu_t08_cublas.txt) shows where that goes:
+// at 4096^3 bf16 (notes/measured/h100-2026-11-26c/ncu_t08_cublas.txt) shows where that goes:
 // t08's tensor pipe is active 88.6% of the time against cuBLAS's 91.6%, and its L1/TEX hit rate is
 // 72.6% where cuBLAS's is 0%: t08's C goes through the LSU and L1, cuBLAS's does not
 // (nvjet_sm90_tss_256x128_64x4_1x2_h_bz_coopA_NNT, 213 KiB of shared memory: its 4 x 48 KiB ring

@@ -6,7 +6,7 @@
 //
 // What changed vs t10: how the consumers name a stage and build their wgmma descriptors, nothing
 // else. Nsight Compute on an H100 at 4096^3 bf16 puts t10 beside cuBLAS's kernel
-// (notes/measured/h100-2026-11-26d/call2_ncu_t10.txt, call2_ncu_cublas.txt): 214.7 against 211.9
+// (notes/measured/h100-2026-11-26d/ncu_t10.txt, ncu_cublas.txt): 214.7 against 211.9
 // us, the tensor pipe busy 90.9% against 91.4% of the cycles, but t10 issues about twice the
 // instructions (issue slots busy 20.3% against 11.4%). Its machine code shows why. Every k-step,
 // each consumer warp rebuilds 8 descriptors from generic pointers (the shared window's base read

@@ -10,7 +10,7 @@
 // st.shared.v2 for each jj in turn, and t10's header counted 2 wavefronts for each: the 32 lanes
 // cover the 32 banks exactly twice. Nsight Compute says otherwise: at 8192^3 t15's 1,048,576
 // shared stores (2048 tiles x 8 warps x 64) took 5,228,021 wavefronts, 5.0 each, and it reports
-// them as bank conflicts (notes/measured/h100-2026-11-26e/call7_ncu_t15_8192.txt). The count of 2
+// them as bank conflicts (notes/measured/h100-2026-11-26e/ncu_t15_8192.txt). The count of 2
 // assumed the warp's 32 stores are served together. An 8-byte access is served a half-warp at a
 // time: lanes 0-15 (g = 0..3) and 16-31 (g = 4..7) separately, and each half must cover the 32
 // banks once to take one wavefront. A row is 128 bytes, so a store's bank is set by its 16-byte

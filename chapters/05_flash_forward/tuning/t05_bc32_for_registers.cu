@@ -13,7 +13,7 @@
 //   ncu counts 12.6 M local-memory loads), and to keep the spills that small t04 leaves the k16
 //   loop of S = Q K^T rolled, so each slice waits for its own ldmatrix: short-scoreboard stalls
 //   (shared-memory results) 2.9x t03's. Spilling alone is survivable: FA2's own D 128 kernel
-//   makes 14.7 M local loads (call4_ncu_fa2_fwd_d128.txt) and still keeps its tensor pipe 57%
+//   makes 14.7 M local loads (ncu_fa2_fwd_d128.txt) and still keeps its tensor pipe 57%
 //   busy. The rolled loop is the likelier cost.
 //
 // What changed vs t04
@@ -32,10 +32,10 @@
 //   csrc/flash_attn/src/flash_fwd_launch_template.h).
 //
 // Speed (H100 80GB HBM3, 2026-11-23, bf16, B = 16384/N, H = 2048/D; fa_bench with PyTorch SDPA in
-// the same run: notes/measured/h100-2026-11-23d/call3_sdpa.log, call3_bench.log)
+// the same run: notes/measured/h100-2026-11-23d/sdpa_05v5.log, bench_05v5.log)
 //   D 128, N 8192: 316.0 TFLOP/s (t04 270.4; FlashAttention-2 338.8, 0.93x); causal 297.2 (t04
 //   244.5; FA2 315.5, 0.94x). Over N 1024 .. 16384 at D 128: 0.82x to 0.96x FA2.
-//   Nsight Compute (call3_sdpa.log's table, call4_ncu_fwd_v5_bc32_for_registers.txt): no local
+//   Nsight Compute (sdpa_05v5.log's table, ncu_fwd_v5_bc32_for_registers.txt): no local
 //   loads, tensor pipe busy 51% (t04 43%), short-scoreboard stalls half of t04's, 100.7 M ldmatrix
 //   (t04 83.9 M: Q is now read from shared memory once per 32 keys instead of once per 64).
 //   At D 64 nothing changed (Bc stays 64): t05 has t04's tiles and loops there.

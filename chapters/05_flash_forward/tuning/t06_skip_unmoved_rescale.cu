@@ -20,21 +20,21 @@
 //   * Only where Bc = 32 (D = 96, 128 and 256). With Bc = 64 (D = 32, 64) the rescale is half as
 //     many instructions as the MMAs, and the skip measured slower than no skip: the branch cuts
 //     the tile's code in two, so ptxas can no longer hide the multiplies among the MMAs and
-//     exponentials around them. Measured with the skip at every head dim (call4_bench.log): D 64
+//     exponentials around them. Measured with the skip at every head dim (bench_05v6.log): D 64
 //     N 8192 314.7 TFLOP/s against t05's 336.9; slower than t05 at 11 of the 12 D 64 shapes, by
 //     up to 8%.
 //
 // Speed (H100 80GB HBM3, 2026-11-23, bf16, B = 16384/N, H = 2048/D; fa_bench and PyTorch SDPA in
-// the same run: notes/measured/h100-2026-11-23d/call4_sdpa.log, call4_bench.log):
+// the same run: notes/measured/h100-2026-11-23d/sdpa_05v6.log, bench_05v6.log):
 //   D 128, N 8192: 336.6 TFLOP/s (t05 292.7; FlashAttention-2 351.0, 0.96x), causal 311.5 (t05
 //   292.0; FA2 318.1, 0.98x). That +15% over t05 is partly t05's sample: the same kernel made 316.0
-//   at that shape in the run before (call3_bench.log). At the other D 128 shapes of the run t06 is
+//   at that shape in the run before (bench_05v5.log). At the other D 128 shapes of the run t06 is
 //   2% slower (causal N 1024) to 7% faster than t05. Over N 1024 .. 16384 at D 128: 0.89x to
 //   0.98x FA2, short of it still (notes/measured/ch05_history.md has the profile). At D 64,
 //   t04/t05 are the ones at 1.01x to 1.11x.
-//   Nsight Compute at D 128 N 8192 (call4_ncu_fwd_v6_skip_unmoved_rescale.txt): 1.109 G
+//   Nsight Compute at D 128 N 8192 (ncu_fwd_v6_skip_unmoved_rescale.txt): 1.109 G
 //   instructions against t05's 1.299 G (-15%), tensor pipe busy 54.5% (t05 51.3%, FA2 57.1%).
-//   The limit to Bc = 32 came after that run; the next one timed it (call5_bench.log,
+//   The limit to Bc = 32 came after that run; the next one timed it (bench_stages.log,
 //   notes/measured/ch05_history.md).
 //
 // The code: this step's tiles are TilesT06 (ch05_tuning_tiles.cuh: kExactAlpha, kSkipRescale);

@@ -8,7 +8,7 @@
 //   shared-memory wavefronts and L2 sectors well above the ideal: in chapter 08's split kernel
 //   2.6x and 1.5x (notes/08_decoding.md, "The answer"), in chapter 06's dK/dV kernel 2.6x and 1.5x
 //   as well (H100, 2026-11-23: 178.9 M wavefronts for an ideal 68.2 M;
-//   notes/measured/h100-2026-11-23f/call2_sass_v7.csv.gz read by bench/sass_memory.py). This
+//   notes/measured/h100-2026-11-23f/sass_v7.csv.gz read by bench/sass_memory.py). This
 //   kernel copies K and V the same way. FlashAttention-2's copies, into its swizzled tiles, are at
 //   the ideal counts. In chapter 08 the swizzle alone made the split kernel 6% faster.
 //
@@ -27,7 +27,7 @@
 //     groups. Shared memory at D 128: 64 KiB instead of 68 (the padding is gone).
 //
 // Speed (H100 80GB HBM3, 2026-11-25, bf16, B = 16384/N, H = 2048/D, t06 and PyTorch SDPA in the
-// same run: notes/measured/h100-2026-11-25/call1_v7_bench.log, call1_v7_sdpa.log)
+// same run: notes/measured/h100-2026-11-25/v7_bench.log, v7_sdpa.log)
 //   D 256: 1.11-1.24x t06 at all 12 shapes; N 8192 291.6 TFLOP/s (t06 246.0; FlashAttention-2
 //   327.7, 0.89x). Here a block has 64 query rows, so each byte copied feeds half the MMAs it
 //   feeds at D 128, and the copies' waste was a large share of the time.
@@ -35,7 +35,7 @@
 //   D 64: 0.93-1.03x t06, below 1 from N 2048 on. The four bases cost registers (ptxas, CUDA 13.0:
 //   4 bytes of spills at D 64 and 8 at D 128, t06 none), the copies were a small share of the
 //   time there, and t06 stays the faster kernel at D 64.
-//   Nsight Compute (D 128 N 8192, call1_ncu_fwd_*.txt, call1_ncu_fwd_memory.txt): the copies at
+//   Nsight Compute (D 128 N 8192, ncu_fwd_memory.txt, ncu_fwd_memory.txt): the copies at
 //   the ideal counts (67.63 M wavefronts, 270.53 M L2 sectors: FlashAttention-2's); 3.89 ms against
 //   FA2's 3.67; tensor pipe busy 54.2% (FA2 57.1%); 1.128 G instructions (t06 1.109 G, 2026-11-23).
 //   The form that XORed each read (its logs not kept) ran 1.248 G instructions and was 1-7% slower

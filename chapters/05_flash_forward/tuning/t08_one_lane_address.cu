@@ -17,12 +17,13 @@
 //   * K keeps its own mapping and bases. Reading K with Q's mapping as well (one set for all three
 //     tiles) returns K's four 8 x 8 matrices with the middle two swapped, and an MMA's B operand
 //     is a pair of consecutive registers: ptxas moved registers to rebuild the pairs. That form was
-//     measured first (2026-11-25, logs in notes/measured/h100-2026-11-25b/call1_*): 5-14% slower
+//     measured first (2026-11-25, notes/measured/h100-2026-11-25b/bench_first_forms.log,
+//     sdpa_first_forms.log, ncu_fwd_ours_first_forms.txt): 5-14% slower
 //     than t07 at D 128, and Nsight Compute counted 348 M IMAD (register moves among them) against
 //     t07's 101 M in the same kernel with t09's loads on top.
 //
 // Speed (H100 80GB HBM3, 2026-11-25, bf16, B = 16384/N, H = 2048/D, TFLOP/s, t07 and PyTorch SDPA
-// in the same run: notes/measured/h100-2026-11-25b/call2_bench.log, call2_sdpa.log)
+// in the same run: notes/measured/h100-2026-11-25b/bench_final_forms.log, sdpa_final_forms.log)
 //   D 128: 0.99-1.03x t07 (N 1024 306.1 against 298.0; N 8192 333.3 against 335.7).
 //   D 256: 0.98-1.08x t07. D 64: 0.99-1.04x t07 (t06 stays faster at some D 64 shapes).
 

@@ -4,14 +4,14 @@
 // step's matmuls.
 //
 // Why: t09's Nsight Compute source page (D 128 N 8192, notes/measured/h100-2026-11-25b/
-//   call2_ncu_fwd_ours_sass.csv.gz) shows, between the barrier at the top of the key loop and the
-//   first ldmatrix, about 100 instructions per warp and step that only work out where tile j + 1
-//   goes: tiles::load_tile_async computes each 16-byte chunk's row, column, 64-bit source, bounds
-//   test and destination from scratch (IMAD.WIDE, ISETP.EX, LEA.HI.X, SEL ... for each of its 8
-//   chunks). They are a seventh of the loop's instructions, issued while the other warp of the
-//   scheduler is usually at the same barrier. Chapter 08 met the same loader in its decoding
-//   kernel, and so does any copy loop: the plan of a thread's copies
-//   does not change from one tile to the next, only the tile does.
+//   ncu_fwd_ours_sass_final_forms.csv.gz) shows, between the barrier at the top of the key loop
+//   and the first ldmatrix, about 100 instructions per warp and step that only work out where
+//   tile j + 1 goes: tiles::load_tile_async computes each 16-byte chunk's row, column, 64-bit
+//   source, bounds test and destination from scratch (IMAD.WIDE, ISETP.EX, LEA.HI.X, SEL ... for
+//   each of its 8 chunks). They are a seventh of the loop's instructions, issued while the other
+//   warp of the scheduler is usually at the same barrier. Chapter 08 met the same loader in its
+//   decoding kernel, and so does any copy loop: the plan of a thread's copies does not change
+//   from one tile to the next, only the tile does.
 //
 // What changed vs t09
 //   * KVCopyPlan (ch05_mma_fwd_mtiles.cuh): each thread keeps its first chunk's 32-bit shared
@@ -26,11 +26,11 @@
 //     between passes) keep load_tile_async (KVCopyPlan::kPlanned).
 //
 // Speed (H100 80GB HBM3, 2026-11-25, bf16, B = 16384/N, H = 2048/D; notes/measured/
-// h100-2026-11-25c/: call1_* one round with t09 and PyTorch SDPA, call2_rounds_D128.md three
-// alternating rounds)
+// h100-2026-11-25c/: one round with t09 and PyTorch SDPA, whose logs were not kept;
+// rounds_d128_v11.md three alternating rounds)
 //   D 128: 1.00-1.06x t09 in one round; medians of three rounds 0.995-1.041x (N 1024 full 310.6
 //   against 305.9, N 8192 354.2 against 345.6). D 64: 0.99-1.05x. D 96 and 256 run t09's code.
-//   Nsight Compute at D 128 N 1024 (B 16, H 16; call1_ncu_fwd_N1024_*.txt): 154.8 M warp
+//   Nsight Compute at D 128 N 1024 (B 16, H 16; ncu_fwd_n1024_*_v10.txt): 154.8 M warp
 //   instructions (t07 168.4 M, measured earlier that day; FlashAttention-2 166.6 M), 786 K cycles
 //   (t07 814 K, FA2 733 K). Small, as chapter 08 found: the instructions went, the time mostly
 //   stayed. The same profile says where the rest of the gap is: the loop's ldmatrix count is 1.2x

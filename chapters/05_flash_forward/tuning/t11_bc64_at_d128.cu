@@ -20,12 +20,12 @@
 //   FA2).
 //
 // Speed (H100 80GB HBM3, 2026-11-25, bf16, B = 16384/N, H = 2048/D; notes/measured/
-// h100-2026-11-25c/call2_rounds_D128.md: medians of three alternating rounds, PyTorch SDPA in
+// h100-2026-11-25c/rounds_d128_v11.md: medians of three alternating rounds, PyTorch SDPA in
 // each)
 //   D 128 against t10: 1.022-1.055x non-causal, 1.007-1.042x causal; N 8192 361.9 TFLOP/s, N 1024
 //   321.6. Against FlashAttention-2: 0.965 (N 1024), 0.967 (2048), 0.997 (4096), 1.025 (8192),
 //   1.044 (16384); causal 1.020-1.039.
-//   Nsight Compute at N 1024 (call2_ncu_fwd_N1024_*.txt): ldmatrix 10.5 M (= FA2's), 131.1 M warp
+//   Nsight Compute at N 1024 (ncu_fwd_n1024_*_v11.txt): ldmatrix 10.5 M (= FA2's), 131.1 M warp
 //   instructions (FA2 166.6 M), 759 K cycles (t10 786 K, FA2 734 K). What is left: the epilogue,
 //   1043 instructions per warp and 6.4% of the samples (FA2: 572 and 3.1%). t12, the main path's
 //   v5_fewer_instructions.cu, takes it.

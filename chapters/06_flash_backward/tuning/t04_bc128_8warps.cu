@@ -51,10 +51,10 @@
 // ch06_kv128.cuh.
 //
 // Measured (H100 80GB HBM3, 2026-11-23, bf16, B = 16384/N, H = 2048/D, TFLOP/s in the 2.5x
-// convention, notes/measured/h100-2026-11-23f/call4_bench.log): D 128 full N 1024 180.8 (v3
+// convention, notes/measured/h100-2026-11-23f/bench_final.log): D 128 full N 1024 180.8 (v3
 // 179.3 in the same run). D 64 full N 8192: 182.7 (v3 182.8). t04 is slower than v3 at D 64 up to
 // N 4096 full (156.4 against 165.8 at N 1024) and N 8192 causal, and at D 128 causal up to N 2048
-// (the wider diagonal tiles). Nsight Compute (call1_ncu_bwd_v4.txt in that folder): the L2
+// (the wider diagonal tiles). Nsight Compute (ncu_bwd_v4.txt in that folder): the L2
 // reductions halved exactly (805,306,368 -> 402,653,184 sectors), the barrier stalls per warp did
 // not (126 K against v3's 77 K: one block of 8 warps waits for its slowest warp, not two blocks
 // of 4), and the instruction count fell 15% (3.40 G -> 2.89 G). FlashAttention-2's kernel on that
@@ -63,7 +63,7 @@
 //
 // A bug the tests caught: the first version kept v3's `64 * kLd` as the size of every tile, so V
 // started in the middle of the 128-row K tile and Q in the middle of V. Every ragged shape failed,
-// dV included (call1_ctest_v4_bug.log.gz in that folder); its timing was already this step's (the
+// dV included (ctest_v4_bug.log.gz in that folder); its timing was already this step's (the
 // same instructions).
 // Speed (H100 80GB HBM3, 2026-11-23): D 128 N 8192 bf16 210.3 TFLOP/s, v3_atomic_dq 206.2.
 #include "ch06_kv128.cuh"  // the tile, Params, the fragment loaders, the host side

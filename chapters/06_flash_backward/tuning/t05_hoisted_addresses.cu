@@ -32,7 +32,7 @@
 // step's idea is its TileCopy and the address bases ("t05:" there).
 //
 // Measured (H100 80GB HBM3, 2026-11-23, notes/measured/h100-2026-11-23f/): D 64 full N 8192
-// 191.2 TFLOP/s, t04 182.7 (+5%) (call4_bench.log). Nsight Compute (call2_ncu_bwd_v5.txt, D 128
+// 191.2 TFLOP/s, t04 182.7 (+5%) (bench_final.log). Nsight Compute (ncu_bwd_v5.txt, D 128
 // N 8192): 2.28 G instructions (t04: 2.89 G), LEA 316 M -> 59 M, IMAD 280 M -> 145 M; 14.98 ms
 // (t04: 15.53). A fifth fewer instructions bought 4%: the kernel was not short of issue slots
 // (issue active 24% -> 19%); its busiest unit is shared memory (L1 74%), as t08's header says.

@@ -17,7 +17,7 @@
 // The code: ch06_kv128_kernel.cuh, kv128_kernel<T, D, StepsT06>; this step's switch is
 // kEx2Approx (exp2_p there).
 //
-// Measured (H100 80GB HBM3, 2026-11-23, notes/measured/h100-2026-11-23f/call4_bench.log): causal
+// Measured (H100 80GB HBM3, 2026-11-23, notes/measured/h100-2026-11-23f/bench_final.log): causal
 // D 128 N 8192 205.9 -> 214.6 (+4%); D 64 full: 191.2 -> 196.5 (+3%).
 // Speed (H100 80GB HBM3, 2026-11-23): D 128 N 8192 bf16 219.5 TFLOP/s, t05 214.4.
 #include "ch06_kv128.cuh"         // the tile, Params, the block's pieces, the host side

@@ -18,7 +18,7 @@
 //
 // Measured (H100 80GB HBM3, 2026-11-23, notes/measured/h100-2026-11-23f/): D 64 full N 8192: t06
 // 196.5, t07 199.4 (+1.5%); D 128 full: 219.5, 218.2 (-0.6%; in an earlier run of the same day
-// 222.6, 220.5) (call4_bench.log). Nsight Compute at D 128 (call2_ncu_bwd_v7.txt): 2.12 G
+// 222.6, 220.5) (bench_final.log). Nsight Compute at D 128 (ncu_bwd_v7.txt): 2.12 G
 // instructions, as many as FlashAttention-2's kernel, and 14.57 ms against its 10.45. BRA 55 M ->
 // 41 M and BSSY / BSYNC 23 M -> 17 M each: the other branches of the loop (rows past seq_q, the
 // next tile) stay. At D 128 the duplicated loop costs ptxas 4 bytes of spills; the step is kept

@@ -19,10 +19,10 @@
 // The code: ch06_kv128_kernel.cuh, kv128_kernel<T, D, StepsT08>; this step's switch is
 // kWholeQTile (kChunk there).
 //
-// Measured (H100 80GB HBM3, 2026-11-23, notes/measured/h100-2026-11-23f/call4_bench.log): D 64:
+// Measured (H100 80GB HBM3, 2026-11-23, notes/measured/h100-2026-11-23f/bench_final.log): D 64:
 // 199.4 -> 206.9 (+3.8%); causal D 128: 212.8 -> 218.4. The same change at D 128, tried first on
 // top of t09's dQ, was +4.2% over 32-query chunks there (233.9 against 224.4,
-// call3_bench.log in that folder), which is why D 128 takes it too despite the spills.
+// bench_c32.log in that folder), which is why D 128 takes it too despite the spills.
 // Speed (H100 80GB HBM3, 2026-11-23): D 128 N 8192 bf16 226.5 TFLOP/s, t07 218.2.
 #include "ch06_kv128.cuh"         // the tile, Params, the block's pieces, the host side
 #include "ch06_kv128_kernel.cuh"  // kv128_kernel<T, D, Steps>: t05's kernel and the switches after it

@@ -19,12 +19,12 @@
 // The code: ch06_kv128_kernel.cuh, kv128_kernel<T, D, StepsT09>; this step's switch is
 // kDqTwoMtiles (kDqRowTiles there, and the m-tile loops of the dQ product).
 //
-// Measured (H100 80GB HBM3, 2026-11-23, notes/measured/h100-2026-11-23f/call4_bench.log): causal
+// Measured (H100 80GB HBM3, 2026-11-23, notes/measured/h100-2026-11-23f/bench_final.log): causal
 // N 16384: 232.4 -> 245.0; D 64 is t08's code (205.7 against 206.9: run-to-run spread). Against
-// PyTorch's FlashAttention-2 in the same run (call4_sdpa.log): D 128 full 0.93 / 0.88 / 0.83 /
+// PyTorch's FlashAttention-2 in the same run (sdpa_final.log): D 128 full 0.93 / 0.88 / 0.83 /
 // 0.78 / 0.77 at N 1024 / 2048 / 4096 / 8192 / 16384, causal 0.98 / 0.95 / 0.86 / 0.83 / 0.80.
 // What is left: the same instruction count as FA2's kernel but 1.33x its ldmatrix (402.7 M
-// against 302.0 M with this step's dQ and 32-query chunks, call3_ncu_bwd_v9_chunk32.txt) and 3x
+// against 302.0 M with this step's dQ and 32-query chunks, ncu_bwd_v9_chunk32.txt) and 3x
 // its barrier stalls; FA2 gives each warp 32 x 32 tiles of S and dP and 32 keys x 64 columns of
 // dK and dV, with P and dS through shared memory (notes/06_flash_backward.md, section 5c). The
 // next step, swizzled tiles, is the main path's 06/v4_bc128_tuned (v4_bc128_tuned.cu).

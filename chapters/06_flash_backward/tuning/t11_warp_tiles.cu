@@ -35,16 +35,16 @@
 // ptxas (CUDA 13.0, sm_90): 253 registers at D 128, 231 at D 64, no spills.
 //
 // Measured (H100 80GB HBM3, 2026-11-25, bf16, B = 16384/N, H = 2048/D, PyTorch SDPA in the same
-// run: notes/measured/h100-2026-11-25/call4_v11_sdpa.log, call4_v11_bench.log)
+// run: notes/measured/h100-2026-11-25/v11_sdpa.log, v11_bench.log)
 //   1.01-1.08x v4 (in the same run) at every shape, 1.04-1.08x at D 128 from N 1024 on;
 //   D 128 N 8192: 256.5 TFLOP/s (v4 237.2; FlashAttention-2 297.9, 0.86x); causal 250.5 (FA2
 //   260.2, 0.96x). Over N 1024 .. 16384: 0.77x (D 64, N 16384) to 1.04x FA2.
-//   Nsight Compute (D 128 N 8192, call4_ncu_bwd_*.txt, call4_ncu_bwd_opcodes.txt): 302.0 M
+//   Nsight Compute (D 128 N 8192, ncu_bwd_*_v11.txt, ncu_bwd_opcodes_v11.txt): 302.0 M
 //   ldmatrix and 1208 M wavefronts, 68.16 M shared stores: exactly FA2's counts (v4: 369.1 M,
 //   1476 M, 34.6 M). 12.38 ms against FA2's 10.34; tensor pipe busy 40.9% (v4 37.9%, FA2
 //   49.9%). What is left: barrier stalls, 108 K per warp against FA2's 31 K (t12).
 //   That run had a first form of the dQ atomics, with a pointer per row; the form here (one
-//   pointer, constant offsets) ran at 255.6 as t12's baseline (call5_v12_sdpa.log; PTX unchanged
+//   pointer, constant offsets) ran at 255.6 as t12's baseline (v12_sdpa.log; PTX unchanged
 //   since).
 // Speed (H100 80GB HBM3, 2026-11-25): D 128 N 8192 bf16 256.5 TFLOP/s, v4_bc128_tuned 237.2.
 #include "ch06_warp_tiles_kernel.cuh"  // warp_tiles_kernel<T, D, Steps>: this step

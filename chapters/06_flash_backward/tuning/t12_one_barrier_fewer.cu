@@ -16,14 +16,14 @@
 // ptxas (CUDA 13.0, sm_90): 252 registers at D 128, 233 at D 64, no spills.
 //
 // Measured (H100 80GB HBM3, 2026-11-25, bf16, B = 16384/N, H = 2048/D, PyTorch SDPA in the same
-// run: notes/measured/h100-2026-11-25/call5_v12_sdpa.log, call5_v12_bench.log)
+// run: notes/measured/h100-2026-11-25/v12_sdpa.log, v12_bench.log)
 //   1.02-1.11x t11 (in the same run) at every shape; D 128 N 8192: 273.3 TFLOP/s (t11 255.6;
 //   FlashAttention-2 293.4, 0.93x); causal 256.1 (FA2 268.1, 0.96x). Over N 1024 .. 16384:
 //   0.82x (D 64, N 16384) to 1.15x FA2 (D 128 N 1024 causal); at least 0.85x at every D 128 shape
 //   and at D 64 up to N 4096 (causal: every N).
-//   Nsight Compute (D 128 N 8192, call5_ncu_bwd_*.txt): barrier stalls 66 K per warp (t11
+//   Nsight Compute (D 128 N 8192, ncu_bwd_*_v12.txt): barrier stalls 66 K per warp (t11
 //   108 K, FA2 31 K); 11.77 ms against FA2's 10.74; tensor pipe busy 43.8% (FA2 50.0%).
-//   Measured again as the baseline of a step that was dropped (call6_x_v13_bench.log): 277.0 at
+//   Measured again as the baseline of a step that was dropped (x_v13_bench.log): 277.0 at
 //   D 128 N 8192 (FA2 290.8, 0.95x).
 // Speed (H100 80GB HBM3, 2026-11-25): D 128 N 8192 bf16 273.3 TFLOP/s, t11 255.6.
 #include "ch06_warp_tiles_kernel.cuh"  // warp_tiles_kernel<T, D, Steps>: this step

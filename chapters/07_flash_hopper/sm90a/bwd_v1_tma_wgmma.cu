@@ -108,7 +108,7 @@
 // exchanging them through shared memory (2 x 16 KiB of fp32 more, which still fits: 227 KiB),
 // which takes dkdv from 6 units back to 4 and dq from 5 to 3 at the price of a barrier per tile.
 // Speed (H100 80GB HBM3, 2026-11-23): D 128 N 8192 bf16 411.8 TFLOP/s (2.5x forward FLOPs),
-// FlashAttention-2 294.2 (notes/measured/h100-2026-11-23c/call4_sdpa.log).
+// FlashAttention-2 294.2 (notes/measured/h100-2026-11-23c/sdpa_flush.log).
 #include <cuda.h>
 
 #include "ch07_bwd_common.cuh"

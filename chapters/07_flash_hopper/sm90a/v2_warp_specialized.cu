@@ -39,7 +39,7 @@
 //   not done    a consumer whose 64 rows see none of a causal tile's keys still computes it (fully
 //               masked); the block-level range is v1's (ch07_tiles.h) with Br = 128
 // Speed (H100 80GB HBM3, 2026-11-23): D 128 N 8192 bf16 569.5 TFLOP/s, FlashAttention-2 341.7
-// (notes/measured/h100-2026-11-23c/call4_sdpa.log). At D 64 it is slower than v1 (notes/07,
+// (notes/measured/h100-2026-11-23c/sdpa_flush.log). At D 64 it is slower than v1 (notes/07,
 // section 4, "Why v2 loses to v1 at D = 64").
 #include <cuda.h>
 

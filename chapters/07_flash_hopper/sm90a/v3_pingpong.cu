@@ -62,7 +62,7 @@
 //   not done    the softmax of a consumer still waits for its own P V (one commit group per
 //               turn): v4 splits the turn so the softmax of S_j runs while P_{j-1} V_{j-1} does
 // Speed (H100 80GB HBM3, 2026-11-23): D 128 N 8192 bf16 628.4 TFLOP/s, FlashAttention-2 341.7
-// (notes/measured/h100-2026-11-23c/call4_sdpa.log).
+// (notes/measured/h100-2026-11-23c/sdpa_flush.log).
 #include <cuda.h>
 
 #include <type_traits>

@@ -45,7 +45,7 @@
 //   smem        as v3: D 64: 144 KiB, D 128: 160 KiB, D 256: 192 KiB
 //   registers   producer 24, consumers 240 after setmaxnreg (compiled at 168), no spills
 // Speed (H100 80GB HBM3, 2026-11-23): D 128 N 8192 bf16 592.7 TFLOP/s, FlashAttention-2 341.7
-// (notes/measured/h100-2026-11-23c/call4_sdpa.log).
+// (notes/measured/h100-2026-11-23c/sdpa_flush.log).
 #include <cuda.h>
 
 #include <type_traits>

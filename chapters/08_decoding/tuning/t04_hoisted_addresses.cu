@@ -4,7 +4,7 @@
 // the idea (its copies need it even more: 128 threads, 4 passes per step).
 //
 // Why. Nsight Compute on v3 at the grouped shape (B 8, H 32, H_kv 8, seq_k 32768, bf16, D 128;
-// H100, 2026-11-23, notes/measured/h100-2026-11-23d/call5_ncu_dec_v3_gqa.txt) counts 5.45 cycles
+// H100, 2026-11-23, notes/measured/h100-2026-11-23d/ncu_dec_v3_gqa.txt) counts 5.45 cycles
 // per issued instruction with about 1.4 warps per scheduler; its stall reasons are led by short
 // scoreboard (ldmatrix, shuffles, exp2) and long scoreboard (waiting for the copies), then
 // "selected" (issuing) and "wait" (fixed-latency dependencies): the warp seemed to spend most of
@@ -23,13 +23,14 @@
 // v3: same map, same ring, the same floating-point arithmetic in the same order.
 //
 // What it bought: Nsight Compute has the kernel at 393.0 us, 2.73 TB/s of DRAM, 41.8 M warp
-// instructions, 238 registers (notes/measured/h100-2026-11-23e/call1_ncu_v4_hoisted_addresses.txt;
+// instructions, 238 registers (notes/measured/h100-2026-11-23e/ncu_v4_hoisted_addresses.txt;
 // v3 397.6 us at 2.70 TB/s). Fewer instructions did not make it faster, and the variants that
 // removed more of them did not either (tuning/README.md): the step's arithmetic is not what holds
 // DRAM at 2.7 TB/s.
 //
 // Speed (H100 80GB HBM3, 2026-11-23): bf16 D 128, seq_q 1, B 8 H 32 H_kv 8 seq_k 32768: 2742 GB/s,
-// 96.0% of copy; v3 2705, FlashAttention-2 3016 (notes/measured/h100-2026-11-23e/call6_decode.log).
+// 96.0% of copy; v3 2705, FlashAttention-2 3016
+// (notes/measured/h100-2026-11-23e/decode_v5_v6_fold.log).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
