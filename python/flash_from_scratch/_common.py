@@ -115,6 +115,11 @@ def scale_arg(scale):
     return scale
 
 
+def scale_or_none(scale):
+    """The scale an operator carries (0.0 for "1/sqrt(head_dim)") as the launchers take it."""
+    return scale if scale > 0.0 else None
+
+
 def device_index(device):
     """The CUDA device ordinal the library makes current for the call (0 where torch gives
     none: a CPU tensor under the emulation of the Python-layer tests)."""

@@ -303,6 +303,15 @@ class PagedLengths:
         self.host = _lib.HostInt64(self.values)
         self.dev = device_int32(seqlens_k, torch.device(device), "seqlens_k")
 
+    @classmethod
+    def from_copies(cls, dev, host):
+        """From the operators' two copies, int32 on the device and int64 on the CPU, as they are."""
+        lengths = cls.__new__(cls)
+        lengths.values = host.tolist()
+        lengths.host = _lib.HostInt64(lengths.values)
+        lengths.dev = dev
+        return lengths
+
 
 def paged_fwd_into(q, k_pages, v_pages, o, lse, block_table, lengths, causal=False, scale=None,
                    kernel="09/paged_v1_decode"):

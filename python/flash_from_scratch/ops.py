@@ -31,8 +31,8 @@ from typing import Tuple
 
 import torch
 
-from . import _launch
-from ._common import check_inputs, choose, dense, dtype_name, scale_arg, window_arg
+from . import _launch, _lib
+from ._common import check_inputs, choose, dense, dtype_name, scale_arg, scale_or_none, window_arg
 from .names import AUTO
 
 NAMESPACE = "flash_from_scratch"
@@ -40,10 +40,6 @@ Tensor = torch.Tensor
 
 # The benchmarks' launch into given outputs (bench/compare_serving.py, the tests).
 attention_fwd_into = _launch.attention_fwd_into
-
-
-def _scale_or_none(scale):
-    return scale if scale > 0.0 else None  # the operators carry 0.0 for "1/sqrt(head_dim)"
 
 
 # ---- Fixed length ------------------------------------------------------------------------------
@@ -59,7 +55,7 @@ def attention_fwd_op(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float
     name, kind = choose("fwd", kernel, dtype_name(q.dtype), d, nq, nk, causal, has_window,
                         hkv != h)
     return _launch.fixed_fwd(kind, name, dense(q), dense(k), dense(v), causal,
-                             _scale_or_none(scale), window)
+                             scale_or_none(scale), window)
 
 
 @attention_fwd_op.register_fake
@@ -78,7 +74,7 @@ def attention_bwd_op(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, l
     name, kind = choose("bwd", kernel, dtype_name(q.dtype), d, nq, nk, causal, has_window,
                         hkv != h, deterministic)
     return _launch.fixed_bwd(kind, name, dense(dout.to(q.dtype)), dense(q), dense(k), dense(v),
-                             dense(o), dense(lse), causal, _scale_or_none(scale), window)
+                             dense(o), dense(lse), causal, scale_or_none(scale), window)
 
 
 @attention_bwd_op.register_fake
@@ -159,7 +155,6 @@ def explain(q, k, v, causal=False, window=(-1, -1), kernel=AUTO, kernel_bwd=AUTO
     and the rows passed over (a kernel not in this build, one without this head dim...). Named
     kernels are reported as named. sm: explain the choice for another GPU (90 for an H100)
     instead of this machine's; q, k, v may then be meta or CPU tensors of the right shapes."""
-    from . import _lib
     b, h, nq, d = q.shape
     hkv, nk = k.shape[1], k.shape[2]
     causal = bool(causal)

@@ -41,9 +41,9 @@ from typing import Tuple
 
 import torch
 
-from . import _launch
+from . import _launch, _lib
 from ._common import (check_heads, check_same, check_tensor, dense, dtype_name, group_expand,
-                      group_sum, require, scale_arg, window_arg)
+                      group_sum, require, scale_arg, scale_or_none, window_arg)
 from ._launch import (PagedLengths, VarlenBatch, check_packed, device_int32, host_ints,  # noqa: F401
                       is_int_dtype, paged_fwd_into, varlen_bwd_into, varlen_fwd_into)
 from .names import APPEND_KV, AUTO
@@ -56,15 +56,10 @@ def _needs_grad(*ts):
     return torch.is_grad_enabled() and any(t.requires_grad for t in ts)
 
 
-def _scale_or_none(scale):
-    return scale if scale > 0.0 else None
-
-
 class _Plan(VarlenBatch):
     """A VarlenBatch made from the operators' two copies of the offsets, without copying either."""
 
     def __init__(self, cu_q, cu_k, host_q, host_k):  # pylint: disable=super-init-not-called
-        from . import _lib
         self.device = cu_q.device
         self.cu_q, self.cu_k = host_q.tolist(), host_k.tolist()
         self.host_q, self.host_k = _lib.HostInt64(self.cu_q), _lib.HostInt64(self.cu_k)
@@ -76,7 +71,6 @@ def _pick_varlen(direction, kernel, dtype, d, plan, causal, has_window, gqa, det
     """(name) of the varlen kernel for `direction` ('fwd', 'bwd'): the dispatch's for "auto"."""
     kind = "varlen_" + direction
     if kernel == AUTO:
-        from . import _lib
         return _lib.pick(kind, dtype, d, plan.max_seqlen_q if plan.batch else 0,
                          plan.max_seqlen_k if plan.batch else 0, causal=causal,
                          window=has_window, gqa=gqa, deterministic=deterministic).kernel
@@ -100,7 +94,7 @@ def varlen_fwd_op(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seql
     name = _pick_varlen("fwd", kernel, dt, d, plan, causal, has_window, hkv != h)
     o = torch.empty_like(q)
     lse = torch.empty((h, q.shape[1]), dtype=torch.float32, device=q.device)
-    varlen_fwd_into(plan, q, k, v, o, lse, causal, _scale_or_none(scale), window, name)
+    varlen_fwd_into(plan, q, k, v, o, lse, causal, scale_or_none(scale), window, name)
     return o, lse
 
 
@@ -128,7 +122,7 @@ def varlen_bwd_op(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse:
     delta = torch.empty_like(lse)
     workspace = torch.zeros(q.numel(), dtype=torch.float32, device=q.device)  # zeroed: required
     varlen_bwd_into(plan, q, ke, ve, o, do, lse, dq, dk, dv, delta, workspace, causal,
-                    _scale_or_none(scale), window, name)
+                    scale_or_none(scale), window, name)
     return dq, group_sum(dk, hkv, 0, q.dtype), group_sum(dv, hkv, 0, q.dtype)
 
 
@@ -169,21 +163,16 @@ def paged_fwd_op(q: Tensor, k_pages: Tensor, v_pages: Tensor, block_table: Tenso
     num_pages, hkv, page_size, _ = k_pages.shape
     dt = dtype_name(q.dtype)
     if kernel == AUTO:
-        from . import _lib
         kernel = _lib.pick("paged_fwd", dt, d, seq_q, int(host_seqlens_k.max()) if b else 0,
                            causal=causal, gqa=hkv != h, page_size=page_size).kernel
     else:
         require("paged_fwd", kernel, dt, d, gqa=hkv != h, page_size=page_size)
-    lengths = PagedLengths.__new__(PagedLengths)
-    from . import _lib
-    lengths.values = host_seqlens_k.tolist()
-    lengths.host = _lib.HostInt64(lengths.values)
-    lengths.dev = seqlens_k
+    lengths = PagedLengths.from_copies(seqlens_k, host_seqlens_k)
     q = dense(q)
     o = torch.empty_like(q)
     lse = torch.empty((b, h, seq_q), dtype=torch.float32, device=q.device)
     paged_fwd_into(q, dense(k_pages), dense(v_pages), o, lse, block_table, lengths, causal,
-                   _scale_or_none(scale), kernel)
+                   scale_or_none(scale), kernel)
     return o, lse
 
 
@@ -198,11 +187,7 @@ def append_kv_op(k_new: Tensor, v_new: Tensor, k_pages: Tensor, v_pages: Tensor,
                  block_table: Tensor, seqlens_k: Tensor, host_seqlens_k: Tensor,
                  kernel: str) -> None:
     """k_new, v_new [B, H_kv, seq_q, D] into the pages, in place (seqlens_k counts them)."""
-    from . import _lib
-    lengths = PagedLengths.__new__(PagedLengths)
-    lengths.values = host_seqlens_k.tolist()
-    lengths.host = _lib.HostInt64(lengths.values)
-    lengths.dev = seqlens_k
+    lengths = PagedLengths.from_copies(seqlens_k, host_seqlens_k)
     _launch.paged_append_into(dense(k_new), dense(v_new), k_pages, v_pages, block_table, lengths,
                               kernel)
 
@@ -364,7 +349,6 @@ def paged_attention(q, k_pages, v_pages, block_table, seqlens_k, causal=False, s
     if kernel != AUTO:
         require("paged_fwd", kernel, dt, d, gqa=hkv != h, page_size=page_size)
     else:  # the dispatch decides when the operator runs; refuse now what it would refuse
-        from . import _lib
         _lib.pick("paged_fwd", dt, d, seq_q, max(lengths.values), causal=bool(causal),
                   gqa=hkv != h, page_size=page_size)
     o, lse = paged_fwd_op(q, k_pages, v_pages, table, lengths.dev, _host_tensor(lengths),
