@@ -424,7 +424,7 @@ PY
       # one call may run the stage for several rungs (RUNG=a ... rung; RUNG=b ... rung).
       # RUNG may name several versions of one chapter, separated by '|' (logs: rung_a+b+c_*).
       : "${RUNG:?set RUNG to a registered kernel name, e.g. RUNG=06/v5_warp_tiles}"
-      case "$RUNG" in 06/*) P=attn_bwd ;; 08/*) P=attn_decode ;; *) P=attn_fwd ;; esac
+      case "$RUNG" in 06/* | */bwd_*) P=attn_bwd ;; 08/*) P=attn_decode ;; *) P=attn_fwd ;; esac
       R=${RUNG//\//_}
       T=${R//|/+}
       log "rung $RUNG: ctest -R $R"

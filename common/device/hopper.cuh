@@ -584,4 +584,23 @@ __device__ __forceinline__ void bulk_reduce_add_f32(float* dst, uint32_t src, ui
 #endif
 }
 
+// The tensor form of the reduce-add (07/bwd_v4_dq_tile_reduce): the TMA engine reads one box of
+// `tmap` (an fp32 map; its swizzle says how the box lies in shared memory at `src`, which a
+// 128-byte swizzle wants 1024-byte aligned) and adds it, element by element and atomically in L2,
+// into the tensor at coordinates (c0, c1, c2), innermost first. Elements of the box outside the
+// tensor are not written (rows past the end of a sequence cost nothing and reach no other head).
+// Asynchronous like bulk_reduce_add_f32: it joins this thread's bulk group.
+__device__ __forceinline__ void tma_reduce_add_3d(const void* tmap, uint32_t src, int c0, int c1,
+                                                  int c2) {
+#if FA_SM90A
+  asm volatile(
+      "cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group"
+      " [%0, {%2, %3, %4}], [%1];\n" ::"l"(reinterpret_cast<uint64_t>(tmap)),
+      "r"(src), "r"(c0), "r"(c1), "r"(c2)
+      : "memory");
+#else
+  __trap();
+#endif
+}
+
 }  // namespace fa::hopper
