@@ -323,7 +323,7 @@ for stage in "$@"; do
     ladder)
       # The main path of chapters 05-08 in one run, beside the peers measured in the same run: the
       # chapter READMEs' ladder tables come from here. After `build`. fa_bench of the forward rungs
-      # (05/v0-v5, 07/v1-v5) and the backward rungs (06/v1-v5, 07/bwd_v1-v3) at D LADDER_D (default
+      # (05/v0-v5, 07/v1-v5) and the backward rungs (06/v1-v5, 07/bwd_v1-v5) at D LADDER_D (default
       # 128) on the protocol shapes (B = 16384/N, H = 2048/D), then PyTorch SDPA (FlashAttention-2
       # and cuDNN) on the same shapes; the decoding rungs 08/v1-v5 on the decode shapes with the
       # copy ceiling, then PyTorch's decode peers. Logs and CSVs: ladder_{fwd,bwd}_d<D>*, ladder_decode*.
@@ -332,7 +332,7 @@ for stage in "$@"; do
         for part in fwd bwd; do
           case $part in
             fwd) F="attn_fwd/(05/v[0-5]|07/v[1-5])[^/]*/(bf16|fp32)/D$D/" ;;
-            bwd) F="attn_bwd/(06/v[1-5]|07/bwd_v[1-3])[^/]*/bf16/D$D/" ;;
+            bwd) F="attn_bwd/(06/v[1-5]|07/bwd_v[1-5])[^/]*/bf16/D$D/" ;;
           esac
           log "ladder $part D$D: fa_bench $F"
           "$BUILD/bin/fa_bench" --benchmark_filter="$F" --benchmark_out="$OUT/ladder_${part}_d$D.json" \
