@@ -12,10 +12,12 @@ namespace fa {
 
 namespace {
 
-// The runs the rows cite (H200, 2026-12-01; notes/measured/README.md says what each holds).
+// The runs the rows cite (H200, 2026-12-01 and 2026-12-02; notes/measured/README.md says what
+// each holds).
 constexpr const char* kRun = "notes/measured/h200-2026-12-01/";
-std::string log(const char* file) {
-  return std::string(kRun) + file;
+constexpr const char* kRun1202 = "notes/measured/h200-2026-12-02/";
+std::string log(const char* file, const char* run = kRun) {
+  return std::string(run) + file;
 }
 
 // A row, written as a chain: on(Op::Fwd, "07/v5_persistent").hopper().dims({128}).causal()...
@@ -157,14 +159,12 @@ const std::vector<Rule>& dispatch_table() {
       on(Op::Bwd, "09/bwd_v2_window")
           .window()
           .because("a window's backward on mma.sync (before sm_90)", log("ch09_serving.log")),
-      on(Op::Bwd, "07/bwd_v2_dq_reduce")
+      on(Op::Bwd, "07/bwd_v4_dq_tile_reduce")
           .hopper()
-          .dims({128})
-          .causal()
-          .keys(0, 1024)
-          .because("short causal rows at D 128: dQ in the same pass, 164 / 234 TFLOP/s against "
-                   "bwd_v1's 154 / 229 at N 512 / 1024 (not deterministic)",
-                   log("ladder_bwd_d128.log")),
+          .dims({64, 128})
+          .because("one pass, dQ by two TMA tensor reduce-adds per tile: 1.04-1.12x bwd_v1 at D "
+                   "128 and 1.08-1.10x at D 64, every protocol shape (not deterministic)",
+                   log("bwd_v4_v2_v1.log", kRun1202)),
       on(Op::Bwd, "07/bwd_v1_tma_wgmma")
           .hopper()
           .because("the fastest backward at 34 of the 36 protocol shapes; deterministic",

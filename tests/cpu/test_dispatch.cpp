@@ -122,8 +122,9 @@ TEST(Dispatch, ProtocolShapesOnHopperRunChapter07) {
   EXPECT_EQ(fa::pick(fwd(DType::BF16, 128, 16384, true), 90).kernel, "07/v4_intra_overlap");
   EXPECT_EQ(fa::pick(fwd(DType::BF16, 128, 4096, false), 90).kernel, "07/v5_persistent");
   EXPECT_EQ(fa::pick(fwd(DType::BF16, 256, 2048, false), 90).kernel, "07/v2_warp_specialized");
-  EXPECT_EQ(fa::pick(bwd(DType::BF16, 128, 1024, true), 90).kernel, "07/bwd_v2_dq_reduce");
-  EXPECT_EQ(fa::pick(bwd(DType::BF16, 128, 4096, false), 90).kernel, "07/bwd_v1_tma_wgmma");
+  EXPECT_EQ(fa::pick(bwd(DType::BF16, 128, 1024, true), 90).kernel, "07/bwd_v4_dq_tile_reduce");
+  EXPECT_EQ(fa::pick(bwd(DType::BF16, 64, 4096, false), 90).kernel, "07/bwd_v4_dq_tile_reduce");
+  EXPECT_EQ(fa::pick(bwd(DType::BF16, 256, 4096, false), 90).kernel, "07/bwd_v1_tma_wgmma");
 }
 
 // Asked for a deterministic backward, the dispatch passes over the kernels that add with atomics
@@ -135,7 +136,7 @@ TEST(Dispatch, DeterministicBackwardPassesOverAtomics) {
     const fa::Pick k = fa::pick(p, 90);
     EXPECT_EQ(k.kernel, "07/bwd_v1_tma_wgmma");
     ASSERT_FALSE(k.passed_over.empty());
-    EXPECT_EQ(k.passed_over[0], "07/bwd_v2_dq_reduce: not deterministic");
+    EXPECT_EQ(k.passed_over[0], "07/bwd_v4_dq_tile_reduce: not deterministic");
   }
   EXPECT_EQ(fa::pick(p, 80).kernel, "06/v2_mma");
   p.deterministic = false;
