@@ -1,8 +1,8 @@
-// 07/fp8_t31_d256_port: fp8_v2 (sm90a/fp8_v2.cu) at D = 256, changed only where the registers
-// force it. The first step of chapter 07's FP8 tuning appendix (tuning/README.md): fp8_v2 ->
+// 07/fp8_t31_d256_port: fp8_v2 (fp8/fp8_v2.cu) at D = 256, changed only where the registers
+// force it. The first step of chapter 07's FP8 tuning appendix (fp8/tuning/README.md): fp8_v2 ->
 // fp8_v3 on the main path is this step and the two after it, t32 and t33 (= fp8_v3).
 // Status: verified on an H100 (the FP8 GPU tests, the long ones included, and the four
-// sanitizers); speed in tuning/README.md.
+// sanitizers); speed in fp8/tuning/README.md.
 //
 // What changed vs fp8_v2 (each bullet is spelt out in fp8_v3's header, "What changed"):
 //   * D = 256: Q and K rows are two 128-byte swizzle strips, two TMA boxes each; a V^T tile is
@@ -20,7 +20,7 @@
 // p_scale; the fold is two instructions an element.
 //
 // Map of the kernel, tiles, barriers, ragged shapes and refusals: fp8_v3's header
-// (sm90a/fp8_v3.cu), which describes the finished kernel; "(header)" below points there.
+// (fp8/fp8_v3.cu), which describes the finished kernel; "(header)" below points there.
 #include <cuda.h>
 #include <cuda_fp8.h>
 

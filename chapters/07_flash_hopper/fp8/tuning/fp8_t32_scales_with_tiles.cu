@@ -1,7 +1,7 @@
-// 07/fp8_t32_scales_with_tiles: t31 with the K and V scales delivered by the producer, in
-// shared memory beside their tiles. A step of chapter 07's FP8 tuning appendix (tuning/README.md).
+// 07/fp8_t32_scales_with_tiles: t31 with the K and V scales delivered by the producer, in shared
+// memory beside their tiles. A step of chapter 07's FP8 tuning appendix (fp8/tuning/README.md).
 // Status: verified on an H100 (the FP8 GPU tests, the long ones included, and the four
-// sanitizers); speed in tuning/README.md.
+// sanitizers); speed in fp8/tuning/README.md.
 //
 // What changed vs t31: where a consumer gets k_scale[j] and v_scale[j-1]. In t31 every consumer
 // thread loads the same 4 bytes from global memory in every turn, an L2 round trip of several
@@ -15,7 +15,7 @@
 // bit for bit.
 //
 // Map of the kernel, tiles, barriers, ragged shapes and refusals: fp8_v3's header
-// (sm90a/fp8_v3.cu), which describes the finished kernel; "(header)" below points there.
+// (fp8/fp8_v3.cu), which describes the finished kernel; "(header)" below points there.
 #include <cuda.h>
 #include <cuda_fp8.h>
 
