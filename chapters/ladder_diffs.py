@@ -6,9 +6,9 @@ one idea. The README says which steps to show with a marker line per step:
 
     <!-- ladder-diff: v2_mma.cu v3_warp_layout.cu -->
 
-(paths relative to the chapter's folder). This script writes the unified diff of the two files to
-the chapter's diffs/ folder (diffs/<a>--<b>.diff, which GitHub shows in colour) and, after each
-marker, a line with its size and a link to it, up to the line
+(paths relative to the README's folder). This script writes the unified diff of the two files to
+the diffs/ folder beside the README (diffs/<a>--<b>.diff, which GitHub shows in colour) and, after
+each marker, a line with its size and a link to it, up to the line
 
     <!-- end ladder-diff -->
 
@@ -17,7 +17,9 @@ block; a longer one only through its link, so that the chapter stays readable. T
 sees is always the diff of today's files: `--check` changes nothing and exits 1, naming what is
 stale (a README block, a diff file, a diff file no marker asks for), when the tree is not what
 this script would write (the CPU test LadderDiffsInSync runs it); without it the READMEs and the
-diffs/ folders are rewritten in place.
+diffs/ folders are rewritten in place. A README in a chapter's subfolder (a ladder of its own, or
+a tuning appendix showing its steps: chapters/07_flash_hopper/fp8/tuning/README.md) is read the
+same way, its diffs in its own diffs/ folder.
 
     python3 chapters/ladder_diffs.py            # regenerate every chapter README's diffs
     python3 chapters/ladder_diffs.py --check    # what CI runs
@@ -112,7 +114,7 @@ def write_if_changed(path, text, check, stale):
 def main(argv):
     check = "--check" in argv
     stale, steps = [], 0
-    for readme in sorted(glob.glob(os.path.join(HERE, "*", "README.md"))):
+    for readme in sorted(glob.glob(os.path.join(HERE, "*", "**", "README.md"), recursive=True)):
         folder = os.path.dirname(readme)
         with open(readme, encoding="utf-8") as f:
             text = f.read()

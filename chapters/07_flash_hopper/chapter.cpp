@@ -85,7 +85,7 @@ std::string kernels_text() {
     text += "  " + k->name +
             (k->name.rfind("07/fp8_v", 0) == 0
                  ? "  (FP8 e4m3; run with --kernel=all, in a table of its own): "
-                 : "  (FP8 e4m3 tuning step: the GPU tests run and time it, tuning/README.md): ") +
+                 : "  (FP8 tuning step: the GPU tests run and time it, fp8/tuning/README.md): ") +
             k->about + "\n";
   text += "the peer in every table (chapter 05's best forward):\n";
   if (const AttentionFwdKernel* peer = fa::find_entry<AttentionFwdKernel>(kPeer))
@@ -192,7 +192,7 @@ int run(const std::vector<std::string>& args) {
   // 3. The FP8 forwards of the main path (their own signature, AttentionFwdFp8Kernel): with
   // --kernel=all, on the chosen shape and at the big row, checked by fp8.h's rule against the
   // float64 reference on the dequantised values, next to the 16-bit rows above. The tuning steps
-  // (07/fp8_t..., tuning/README.md) run in the GPU tests, which time them too.
+  // (07/fp8_t..., fp8/tuning/README.md) run in the GPU tests, which time them too.
   const std::vector<const fa::AttentionFwdFp8Kernel*> fp8 =
       fa::entries_with_prefix<fa::AttentionFwdFp8Kernel>("07/fp8_v");
   if (!named && !fp8.empty()) {

@@ -36,9 +36,10 @@ each chapter README's "## Exercise" section (what the student's files are, which
 them, what an untouched one does); CMakePresets.json (the default test preset leaves out the label
 `exercise`, the exercises' expected failures, and the `exercises` presets are gone: the release IS
 the exercise build); tests/mutants/CMakeLists.txt (the one-line mutants of exercise rungs, whose
-snippets are answer lines, are gone); the ladder diffs (chapters/*/diffs/ and the README blocks),
-written again from the release's own files, without the steps that start at an exercise (they
-would show its answer as the lines the next rung adds); and any fenced code block of a Markdown
+snippets are answer lines, are gone); the ladder diffs (chapters/*/diffs/, the diffs/ of a README
+in a chapter's subfolder, and the README blocks), written again from the release's own files,
+without the steps that start at an exercise (they would show its answer as the lines the next rung
+adds); and any fenced code block of a Markdown
 file that holds an answer; the notes' lines that point at their answers (notes/answers/, left
 out). STUDENT_RELEASE.md at the top marks the tree as a release (CMake and
 the tests read it).
@@ -713,7 +714,9 @@ def release_texts(out):
     texts = {}
     for rel, data in text_files(out):
         text = data.decode("utf-8", "replace")
-        m = re.match(r"(chapters/[^/]+)/diffs/(.+)--(.+)\.diff$", rel)
+        # chapters/NN_x/diffs/, or the diffs/ of a README in a chapter's subfolder (a ladder's
+        # tuning appendix, chapters/07_flash_hopper/fp8/tuning/diffs/)
+        m = re.match(r"(chapters/.+?)/diffs/([^/]+)--([^/]+)\.diff$", rel)
         if m:
             first = text.split("\n", 1)[0]
             a = first[4:].strip() if first.startswith("--- ") else ""

@@ -4,10 +4,11 @@
 // LongCommand/.../N_program and LongCommandPrinted/.../N_program, label cpu-long, for the lines
 // whose comment says "(minutes)" and those slow_on_a_gpu lists):
 // each line of a code block (fenced, or indented by 4 spaces) in README.md, chapters/*/README.md
-// and chapters/*/tuning/README.md whose first word is one of this build's programs
-// (`./build/bin/X`, `build/bin/X`, `./build-exercises/bin/X` or a bare `X`), and every row of
-// fa::printed_commands() (the --help examples and the advice the programs print) that no README
-// already shows word for word. Each runs with
+// and the tuning appendices, chapters/*/tuning/README.md and chapters/*/*/tuning/README.md (a
+// ladder's own appendix: chapters/07_flash_hopper/fp8/tuning/), whose first word is one of this
+// build's programs (`./build/bin/X`, `build/bin/X`, `./build-exercises/bin/X` or a bare `X`), and
+// every row of fa::printed_commands() (the --help examples and the advice the programs print) that
+// no README already shows word for word. Each runs with
 // the program of THIS build (the exercise build's programs take the same options), through
 // /bin/sh (for quotes and # comments), in a scratch directory, and must exit 0 (a test program
 // must also have run a test: a --gtest_filter that selects none exits 0 too). On a machine
@@ -111,10 +112,12 @@ std::vector<std::string> readmes() {
     for (size_t i = 0; i < g.gl_pathc; ++i) out.push_back(g.gl_pathv[i]);
   globfree(&g);
   // The tuning appendices' READMEs after them, so that the numbers of the others stay.
-  glob_t t{};
-  if (glob((kSource + "/chapters/*/tuning/README.md").c_str(), 0, nullptr, &t) == 0)
-    for (size_t i = 0; i < t.gl_pathc; ++i) out.push_back(t.gl_pathv[i]);
-  globfree(&t);
+  for (const char* pattern : {"/chapters/*/tuning/README.md", "/chapters/*/*/tuning/README.md"}) {
+    glob_t t{};
+    if (glob((kSource + pattern).c_str(), 0, nullptr, &t) == 0)
+      for (size_t i = 0; i < t.gl_pathc; ++i) out.push_back(t.gl_pathv[i]);
+    globfree(&t);
+  }
   return out;
 }
 

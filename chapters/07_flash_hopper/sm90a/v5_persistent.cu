@@ -186,7 +186,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   using Tl = Tiles<D>;
   using Sm = V5Smem<D>;
   constexpr int kBc = Tl::kBc;
-  FA_TL_INIT(threadIdx.x / 128);  // the timeline build's phase marks (ch07_timeline.cuh)
   constexpr int kStages = Sm::kStages;
   extern __shared__ unsigned char smem_raw[];
   // The 128-byte swizzle repeats every 1024 bytes and the descriptors assume atoms start there.
@@ -240,16 +239,12 @@ __global__ void __launch_bounds__(kThreads, 1)
           for (int j = 0; j < n_tiles; ++j, ++fill) {
             const int s = int(fill % kStages);
             const uint64_t use = fill / kStages;
-            FA_TL_START(tl_slot);
             if (use > 0) hopper::mbar_wait(&empty_k[s], uint32_t(use - 1) & 1);  // both freed it
-            FA_TL_END(tl_slot, kProducerWait, j);
             hopper::mbar_arrive_expect_tx(&full_k[s], Sm::kKVBytes);
             for (int c = 0; c < Tl::kStrips; ++c)
               hopper::tma_load_3d(sK(s) + c * kBc * 128, &tm_k, &full_k[s], c * kSwizzleCols,
                                   j * kBc, bh);
-            FA_TL_START(tl_slot_v);
             if (use > 0) hopper::mbar_wait(&empty_v[s], uint32_t(use - 1) & 1);  // a turn after K
-            FA_TL_END(tl_slot_v, kProducerWait, j);
             hopper::mbar_arrive_expect_tx(&full_v[s], Sm::kKVBytes);
             for (int c = 0; c < Tl::kStrips; ++c)
               hopper::tma_load_3d(sV(s) + c * kBc * 128, &tm_v, &full_v[s], c * kSwizzleCols,
@@ -285,19 +280,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     // v5: stage and parity of tile j from the block's fill count, as the producer numbers them.
     const uint64_t f = fill + uint64_t(j);
     const int s = int(f % kStages), sp = int((f + kStages - 1) % kStages);  // tiles j and j - 1
-    FA_TL_START(tl_kv);
     if constexpr (kS) hopper::mbar_wait(&full_k[s], uint32_t(f / kStages) & 1);
     if constexpr (kPV) hopper::mbar_wait(&full_v[sp], uint32_t((f - 1) / kStages) & 1);
-    FA_TL_END(tl_kv, kWaitKV, j);
 
     // ---- This consumer's turn: S_j = Q K_j^T, then O += P_{j-1} V_{j-1}, two commit groups.
-    FA_TL_START(tl_turn);
     hopper::named_bar_sync(kTurnBar + consumer, kTurnThreads);
-    FA_TL_END(tl_turn, kWaitTurn, j);
     float sc[Tl::kSAcc];
     hopper::fence_registers(o);
     hopper::wgmma_fence();
-    FA_TL_START(tl_qk);
     if constexpr (kS) {
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk)
@@ -305,7 +295,6 @@ __global__ void __launch_bounds__(kThreads, 1)
                                     kk > 0);
       hopper::wgmma_commit();  // the older group: S_j
     }
-    FA_TL_START(tl_pv);
     if constexpr (kPV) {
 #pragma unroll
       for (int kk = 0; kk < Tl::kPSlices; ++kk)
@@ -324,15 +313,12 @@ __global__ void __launch_bounds__(kThreads, 1)
       else
         hopper::wgmma_wait<0>();
       hopper::fence_registers(sc);
-      FA_TL_END(tl_qk, kQK, j);
-      FA_TL_START(tl_softmax);
       hopper::mbar_arrive(&empty_k[s]);                    // done with K_j
       if (j == n_tiles - 1) hopper::mbar_arrive(q_empty);  // v5: and with this work tile's Q
       negate_if(sc, p.scale_log2 < 0.0f);
       if (j >= n_unmasked) mask_tile(sc, int64_t(j) * kBc, last_key, q);
       online_softmax(sc, m, l, c, alpha);
       hopper::fence_registers(sc);  // the exponentials are computed before the wait below
-      FA_TL_END(tl_softmax, kSoftmax, j);
     }
     if constexpr (kPV) {
       hopper::wgmma_wait<0>();
@@ -340,14 +326,11 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
       for (int kk = 0; kk < Tl::kPSlices; ++kk) hopper::fence_registers(pf[kk]);
       hopper::mbar_arrive(&empty_v[sp]);  // done with V_{j-1}
-      FA_TL_END(tl_pv, kPV, j - 1);
     }
     // ---- O now holds P_{j-1} V_{j-1}: rescale it for tile j, and P_j replaces P_{j-1}.
     if constexpr (kS) {
-      FA_TL_START(tl_pack);
       rescale(o, alpha);
       pack_p<T>(sc, pf);
-      FA_TL_END(tl_pack, kSoftmax, j);
     }
   };
   using Yes = std::true_type;
@@ -374,9 +357,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       l[0] = l[1] = 0.0f;
 
       if (n_tiles > 0) {  // a tile whose rows see no key has no Q and no turns (header)
-        FA_TL_START(tl_q);
         hopper::mbar_wait(q_full, q_loads & 1);
-        FA_TL_END(tl_q, kWaitQ, 0);
         turn(0, Yes{}, No{});  // S_0 only
         for (int j = 1; j < n_tiles; ++j) turn(j, Yes{}, Yes{});
         turn(n_tiles, No{}, Yes{});  // P_{n-1} V_{n-1} only
@@ -384,10 +365,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         fill += uint64_t(n_tiles);
       }
 
-      FA_TL_START(tl_epilogue);
       store_o_l<T, D>(o, m, l, c, static_cast<T*>(p.o) + int64_t(bh) * p.seq_q * D,
                       p.lse + int64_t(bh) * p.seq_q, wg_row0, p.seq_q, t);
-      FA_TL_END(tl_epilogue, kEpilogue, n_tiles);
     }
   }
   // v5: the token consumer 1 handed over after the block's last turn (at the start, if none).
@@ -425,9 +404,6 @@ struct Launch {
     FA_REQUIRE(sms > 0, std::string(kName) + ": the GPU reports no SMs");
     const unsigned blocks = sched.units < unsigned(sms) ? sched.units : unsigned(sms);  // >= 1
     set_smem_limit_once<kKernel, kSmemBytes>();
-#if FA_CH07_TIMELINE
-    timeline::upload();  // where this launch records its phases (ch07_timeline.cuh)
-#endif
     const CUtensorMap tm_q = make_tmap(a.q, s.bh(), s.seq_q, D, kBr, a.dtype);
     const CUtensorMap tm_k = make_tmap(a.k, s.bh(), s.seq_k, D, Tiles<D>::kBc, a.dtype);
     const CUtensorMap tm_v = make_tmap(a.v, s.bh(), s.seq_k, D, Tiles<D>::kBc, a.dtype);

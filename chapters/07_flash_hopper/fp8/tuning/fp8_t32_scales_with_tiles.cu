@@ -1,26 +1,21 @@
-// 07/fp8_t31_d256_port: fp8_v2 (sm90a/fp8_v2.cu) at D = 256, changed only where the registers
-// force it. The first step of chapter 07's FP8 tuning appendix (tuning/README.md): fp8_v2 ->
-// fp8_v3 on the main path is this step and the two after it, t32 and t33 (= fp8_v3).
+// 07/fp8_t32_scales_with_tiles: t31 with the K and V scales delivered by the producer, in shared
+// memory beside their tiles. A step of chapter 07's FP8 tuning appendix (fp8/tuning/README.md).
 // Status: verified on an H100 (the FP8 GPU tests, the long ones included, and the four
-// sanitizers); speed in tuning/README.md.
+// sanitizers); speed in fp8/tuning/README.md.
 //
-// What changed vs fp8_v2 (each bullet is spelt out in fp8_v3's header, "What changed"):
-//   * D = 256: Q and K rows are two 128-byte swizzle strips, two TMA boxes each; a V^T tile is
-//     256 rows of 128 keys; S is 8 k32 steps on one accumulator.
-//   * Registers: O is 128 a thread, so P V runs in two column halves on one fresh 64-register
-//     tile, each folded into O before the next is issued, and S only after both folds. A
-//     consumer's turn is PV_{j-1} lo, fold, PV_{j-1} hi, fold, S_j, softmax: in series.
-//   * The turn token orders only the S wgmmas; P V is issued outside it, after a barrier of the
-//     consumer's own 128 threads (the P buffers' barrier); the fold takes the alpha of the softmax
-//     before, O = alpha_{j-1} O + (scale_v[j-1] / p_scale) PV_{j-1}.
-//   * 2 ring stages of 32 KiB K and 32 KiB V^T (fp8_v2: 4 of 16 KiB): the same bytes in flight.
-// Kept from fp8_v2 as they were: every consumer thread loads its turn's k_scale[j] and
-// v_scale[j-1] from global memory at the start of the turn; the softmax multiplies each S element
-// by its dequantising factor (the sign of the softmax scale in it) and store_p_e4m3 each P by
-// p_scale; the fold is two instructions an element.
+// What changed vs t31: where a consumer gets k_scale[j] and v_scale[j-1]. In t31 every consumer
+// thread loads the same 4 bytes from global memory in every turn, an L2 round trip of several
+// hundred cycles; issued at the start of the turn, it still holds up the first use whenever the
+// tiles are already in shared memory. Here the producer thread loads each scale before it waits
+// for the stage to be free, stores it into the stage's slot with a plain st.shared, and only then
+// arrives (expect_tx) on the stage's full barrier; a consumer reads the slot after its full wait.
+// The arrive is a release at CTA scope and the wait an acquire (PTX ISA, mbarrier), so a consumer
+// that saw the phase complete sees the store; a slot is rewritten only after the stage's empty
+// barrier has all 256 arrivals. The same floats enter the same arithmetic: O and L are t31's,
+// bit for bit.
 //
 // Map of the kernel, tiles, barriers, ragged shapes and refusals: fp8_v3's header
-// (sm90a/fp8_v3.cu), which describes the finished kernel; "(header)" below points there.
+// (fp8/fp8_v3.cu), which describes the finished kernel; "(header)" below points there.
 #include <cuda.h>
 #include <cuda_fp8.h>
 
@@ -53,7 +48,7 @@ constexpr int kPVSteps = kBc / 32;  // k32 steps of P V
 constexpr int kStrips = kD / 128;   // 128-byte swizzle strips of a Q or K row
 constexpr int kStripCols = 128;     // bytes (= e4m3 columns) of one strip
 
-struct Fp8T31Smem {
+struct Fp8T32Smem {
   static constexpr int kQBytes = kBr * kD;                 // kStrips strips of [Br rows][128 B]
   static constexpr int kKBytes = kBc * kD;                 // kStrips strips of [Bc keys][128 B]
   static constexpr int kVtBytes = kD * kBc;                // V^T tile [D][Bc keys]
@@ -63,7 +58,10 @@ struct Fp8T31Smem {
   // Consumer c's P buffer b at + (c * kPBuffers + b) * kPBytes.
   static constexpr int kPOffset = kVtOffset + kStages * kVtBytes;
   static constexpr int kBarOffset = kPOffset + kConsumers * kPBuffers * kPBytes;
-  static constexpr int kBytes = kBarOffset + (1 + 4 * kStages) * 8 + kAtomBytes;  // + alignment
+  // The producer's per-stage scale slots (floats): K's, then V's.
+  static constexpr int kScaleOffset = kBarOffset + (1 + 4 * kStages) * 8;
+  static constexpr int kBytes =
+      kScaleOffset + (kStages + kStages) * int(sizeof(float)) + kAtomBytes;  // + alignment
   static_assert(kQBytes % kAtomBytes == 0 && kKBytes % kAtomBytes == 0 &&
                     kVtBytes % kAtomBytes == 0 && kPBytes % kAtomBytes == 0,
                 "swizzle atoms stay 1024-byte aligned");
@@ -71,10 +69,10 @@ struct Fp8T31Smem {
 };
 
 __global__ void __launch_bounds__(kThreads, 1)
-    flash_fwd_fp8_t31_kernel(const __grid_constant__ CUtensorMap tm_q,
+    flash_fwd_fp8_t32_kernel(const __grid_constant__ CUtensorMap tm_q,
                              const __grid_constant__ CUtensorMap tm_k,
                              const __grid_constant__ CUtensorMap tm_vt, const Fp8Params p) {
-  using Sm = Fp8T31Smem;
+  using Sm = Fp8T32Smem;
   extern __shared__ unsigned char smem_raw[];
   // The 128-byte swizzle repeats every 1024 bytes and the descriptors assume atoms start there.
   const uint32_t raw = mma::smem_addr(smem_raw);
@@ -83,6 +81,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto sK = [&](int s) { return smem + Sm::kKOffset + s * Sm::kKBytes; };
   auto sVt = [&](int s) { return smem + Sm::kVtOffset + s * Sm::kVtBytes; };
   uint64_t* q_full = reinterpret_cast<uint64_t*>(smem + Sm::kBarOffset);
+  // Per stage: k_scale[j] of the K tile in it, v_scale[j] of the V^T tile (header).
+  float* sKScale = reinterpret_cast<float*>(smem + Sm::kScaleOffset);
+  float* sVScale = sKScale + kStages;
   uint64_t* full_k = q_full + 1;          // per stage: the K tile has landed
   uint64_t* full_v = full_k + kStages;    // per stage: the V^T tile has landed
   uint64_t* empty_k = full_v + kStages;   // per stage: both consumers are done reading K
@@ -117,14 +118,20 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int st = 0; st < kStrips; ++st)
         hopper::tma_load_3d(sQ + st * kBr * kStripCols, &tm_q, q_full, st * kStripCols, int(q0),
                             int(bh));
+      const float* k_scale = p.k_scale + bh * p.kv_blocks;
+      const float* v_scale = p.v_scale + bh * p.kv_blocks;
       for (int j = 0; j < n_tiles; ++j) {
         const int s = j % kStages, use = j / kStages;
+        const float ks = k_scale[j];  // loaded before the wait: its latency hides there
         if (use > 0) hopper::mbar_wait(&empty_k[s], (use - 1) & 1);  // both consumers freed it
+        sKScale[s] = ks;  // before the release arrive (header)
         hopper::mbar_arrive_expect_tx(&full_k[s], Sm::kKBytes);
         for (int st = 0; st < kStrips; ++st)
           hopper::tma_load_3d(sK(s) + st * kBc * kStripCols, &tm_k, &full_k[s], st * kStripCols,
                               j * kBc, int(bh));
+        const float vs = v_scale[j];
         if (use > 0) hopper::mbar_wait(&empty_v[s], (use - 1) & 1);  // freed a turn after K
+        sVScale[s] = vs;
         hopper::mbar_arrive_expect_tx(&full_v[s], Sm::kVtBytes);
         hopper::tma_load_3d(sVt(s), &tm_vt, &full_v[s], j * kBc, 0, int(bh));
       }
@@ -151,8 +158,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   const float scale_q =
       wg_row0 < p.seq_q ? p.q_scale[bh * p.q_blocks + wg_row0 / kRowsPerWarpgroup] : 1.0f;
   const float signed_scale_q = p.scale_log2 < 0.0f ? -scale_q : scale_q;
-  const float* k_scale = p.k_scale + bh * p.kv_blocks;
-  const float* v_scale = p.v_scale + bh * p.kv_blocks;
 
   float o[kOAcc];
 #pragma unroll
@@ -171,10 +176,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     unsigned char* sP_j = sPc + (j % kPBuffers) * Sm::kPBytes;    // written by this turn's softmax
     const unsigned char* sP_prev = sPc + ((j + kPBuffers - 1) % kPBuffers) * Sm::kPBytes;
     float acc[kAcc];  // PV_{j-1} lo, then PV_{j-1} hi, then S_j: one accumulator at a time
-    // The scales of this turn, every thread loading the same floats from global memory at the
-    // start of the turn, as fp8_v2: their latency hides under the waits below, when it can.
-    const float v_factor = kPV ? v_scale[j - 1] * p.inv_p_scale : 0.0f;
-    const float dequant = kS ? signed_scale_q * k_scale[j] : 0.0f;
 
     if constexpr (kPV) {
       // ---- O = alpha_{j-1} O + scale_v[j-1] / p_scale PV_{j-1}, half by half: O is still
@@ -183,6 +184,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       // P_{j-2} V_{j-2} there too (buffer j % 2 is free for P_j).
       hopper::named_bar_sync(kOwnBar + consumer, 128);
       hopper::mbar_wait(&full_v[sp], ((j - 1) / kStages) & 1);
+      // v_scale[j-1], stored by the producer before the arrive this wait saw (header).
+      const float v_factor = sVScale[sp] * p.inv_p_scale;
 #pragma unroll
       for (int h = 0; h < kHalves; ++h) {
         hopper::wgmma_fence();
@@ -209,6 +212,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       // ---- S_j = Q K_j^T on one accumulator over D, in this consumer's turn: the S of the two
       // consumers alternate, and so do their softmaxes.
       hopper::mbar_wait(&full_k[s], (j / kStages) & 1);
+      const float dequant = signed_scale_q * sKScale[s];  // k_scale[j] (header)
       hopper::named_bar_sync(kTurnBar + consumer, kTurnThreads);
       hopper::wgmma_fence();
 #pragma unroll
@@ -251,13 +255,13 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 // ---- Host side ---------------------------------------------------------------------------------
-constexpr const char* kName = "07/fp8_t31_d256_port";
+constexpr const char* kName = "07/fp8_t32_scales_with_tiles";
 
-void attention_fwd_fp8_t31(const AttentionFwdFp8Args& a, cudaStream_t stream) {
+void attention_fwd_fp8_t32(const AttentionFwdFp8Args& a, cudaStream_t stream) {
   Fp8Launch l;
   if (!prepare_fp8_launch(a, kName, kD, kBr, kRowsPerWarpgroup, kBc, l)) return;
-  set_smem_limit_once<flash_fwd_fp8_t31_kernel, Fp8T31Smem::kBytes>();
-  flash_fwd_fp8_t31_kernel<<<l.blocks, kThreads, Fp8T31Smem::kBytes, stream>>>(l.tm_q, l.tm_k,
+  set_smem_limit_once<flash_fwd_fp8_t32_kernel, Fp8T32Smem::kBytes>();
+  flash_fwd_fp8_t32_kernel<<<l.blocks, kThreads, Fp8T32Smem::kBytes, stream>>>(l.tm_q, l.tm_k,
                                                                                l.tm_vt, l.p);
   FA_CHECK_LAUNCH();
 }
@@ -267,9 +271,9 @@ void attention_fwd_fp8_t31(const AttentionFwdFp8Args& a, cudaStream_t stream) {
 FA_REGISTER(
     AttentionFwdFp8Kernel,
     {kName,
-     attention_fwd_fp8_t31,
-     "Hopper FP8 (e4m3) at D = 256, tuning step: fp8_v2 ported to D = 256 (P V in two column "
-     "halves folded before S, S turns alternating), fp8_v2's scales and softmax",
+     attention_fwd_fp8_t32,
+     "Hopper FP8 (e4m3) at D = 256, tuning step: t31 with the K and V scales delivered by the "
+     "producer in shared memory beside their tiles",
      {256},
      90,
      kRowsPerWarpgroup,
