@@ -50,6 +50,11 @@
 // more at D 64, where bwd_v2 lost most (0.79-0.88x bwd_v1). If the wait is the L2's rate of
 // fp32 reductions instead (about 1.6 TB/s of them at 500 TFLOP/s, bwd_v2's header), the count
 // does not matter and this rung measures as bwd_v2: that is the test.
+// Measured (NVIDIA H200, 2026-12-02, bf16, protocol shapes, one run with bwd_v1 and bwd_v2;
+// notes/measured/h200-2026-12-02/bwd_v4_v2_v1.log): 1.10-1.14x bwd_v2 at D 128 (just under the
+// prediction), 1.23-1.39x at D 64; 1.05-1.10x bwd_v1 at every shape of both head dims, and
+// 0.80-0.98x cuDNN. The count mattered; it was not all of the wait (chapter README, tuning/).
+// ptxas (CUDA 13.0, sm_90a): 255 registers and 8 bytes of spill at D 128, 233 at D 64.
 // Speed: measured in chapters/07_flash_hopper/README.md
 #include <cuda.h>
 

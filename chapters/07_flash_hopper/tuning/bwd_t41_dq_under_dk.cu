@@ -1,6 +1,7 @@
-// 07/bwd_v5_dq_under_dk: bwd_v4 with dQ_tile computed before dK and staged while dK runs. Not
+// 07/bwd_t41_dq_under_dk: a tuning step after bwd_v4, off the main path because it measured as
+// bwd_v4 (tuning/README.md): dQ_tile computed before dK and staged while dK runs. Not
 // deterministic, as bwd_v2 and bwd_v4.
-// Copied from 07/bwd_v4_dq_tile_reduce (sm90a/bwd_v4_dq_tile_reduce.cu, and bwd_v2 before it:
+// Copied from 07/bwd_v4_dq_tile_reduce (../sm90a/bwd_v4_dq_tile_reduce.cu, and bwd_v2 before it:
 // read their headers first); one idea changed: the order of the last two products.
 //
 // Why: in bwd_v4 a warpgroup issues dK += dS^T Q, stores dS^T, meets the other warpgroup at the
@@ -29,7 +30,11 @@
 // Prediction: the staging is a few hundred cycles of a ~1.6 us iteration (five 64 x 64 x 128
 // products per warpgroup at D 128); taking it off the critical path gives 1.03-1.08x bwd_v4 at
 // D 128, about the same at D 64 (whose dK is half as long, so it covers less of the staging).
-// Speed: measured in chapters/07_flash_hopper/README.md
+// Measured (NVIDIA H200, 2026-12-02, bf16, the protocol shapes, beside bwd_v4 in one run;
+// notes/measured/h200-2026-12-02/bwd_t41_v4.log): 0.97-1.00x bwd_v4 at D 128, 0.99-1.01x at D 64.
+// The prediction failed: the staging was not on the critical path, or what it freed was taken
+// by dK's later start (it now waits for the dS barrier). The tensor pipe's idle time lies
+// elsewhere (tuning/README.md).
 #include <cuda.h>
 
 #include <algorithm>
@@ -40,7 +45,7 @@
 namespace fa::ch07 {
 namespace {
 
-constexpr const char* kName = "07/bwd_v5_dq_under_dk";
+constexpr const char* kName = "07/bwd_t41_dq_under_dk";
 constexpr int kWarpgroups = 2;
 constexpr int kThreads = 128 * kWarpgroups;
 constexpr int kStages = 2;
@@ -459,7 +464,7 @@ void dispatch_head_dim(const AttentionBwdArgs& a, cudaStream_t stream) {
   }
 }
 
-void attention_bwd_v5(const AttentionBwdArgs& a, cudaStream_t stream) {
+void attention_bwd_t41(const AttentionBwdArgs& a, cudaStream_t stream) {
   const AttentionShape& s = a.shape;
   FA_REQUIRE(s.seq_q >= 0 && s.seq_k >= 0 && s.bh() >= 0, "negative size");
   FA_UNSUPPORTED_IF(a.dtype != DType::BF16 && a.dtype != DType::F16,
@@ -487,7 +492,7 @@ void attention_bwd_v5(const AttentionBwdArgs& a, cudaStream_t stream) {
 
 FA_REGISTER(AttentionBwdKernel,
             {kName,
-             attention_bwd_v5,
+             attention_bwd_t41,
              "bwd_v4 with dQ_tile = dS K issued before dK += dS^T Q, so that dQ_tile is staged "
              "and reduce-added while dK runs; not deterministic",
              {DType::BF16, DType::F16},
