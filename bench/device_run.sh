@@ -10,7 +10,11 @@
 # build folder of its own), ladder (the main path of 05-08 in one run, with the
 # peers), serving (chapter 09: its program, the serving benchmarks, PyTorch's peers), e2e (fa.attention()
 # end to end beside SDPA, bench/attention_e2e.py), dispatch (fa_bench's auto rows with peers),
-# pip (pip install from an empty build, timed, then used from outside the repository), rung (one kernel version end to end: RUNG=name [BASE=name]),
+# pip (pip install from an empty build, timed, then used from outside the repository), release
+# (the student release made as CI makes it, its quick start's command 2 on this GPU from an empty
+# build folder, its exercises' label), releasetour (that release's command 1, after release),
+# autograde_gpu (the autograder's GPU path end to end: correct, wrong and not-compiling
+# submissions of a GPU exercise, after build), rung (one kernel version end to end: RUNG=name [BASE=name]),
 # rounds (RUNG and BASE against PyTorch SDPA, several alternating rounds, medians), pack
 # (fold the logs into one archive: the device returns at most 8 files).
 #
@@ -370,6 +374,67 @@ for stage in "$@"; do
       done
       "$BUILD/bin/fa_bench" --benchmark_filter='attn_bwd/06/v1_fp32[^/]*/fp32/' > "$OUT/fp32_bwd.log" 2>&1
       log "fp32 backwards rc=$?"
+      ;;
+    release)
+      # The student release (README "Exercises", tests/course/make_release.py) as a course hands it
+      # out and as CI makes it (.ci/run): from an archive of HEAD (git archive; this tree itself
+      # when it is no git checkout), into build/student_release. Its quick start on this GPU: README
+      # command 2 (configure, build, the default test label) from an empty build folder, timed;
+      # on an untouched release it must pass (the exercise kernels are their own label, and the
+      # chapter programs report them as not written yet). Then its exercises' label, which must
+      # fail, naming the TODOs. CCACHE_BASEDIR at this checkout: the release's unchanged sources
+      # hit the compiler cache of `build`. Logs: release_*.
+      export CCACHE_BASEDIR=$PWD
+      rm -rf build/archive build/student_release
+      mkdir -p build/archive
+      if git rev-parse --git-dir > /dev/null 2>&1; then
+        git archive --format=tar HEAD | tar -x -C build/archive
+        SRC=build/archive
+      else
+        SRC=.
+      fi
+      log "release: make_release.py from $SRC"
+      python3 "$SRC/tests/course/make_release.py" build/student_release > "$OUT/release_make.log" 2>&1 ||
+        { tail -20 "$OUT/release_make.log"; exit 1; }
+      log "release: command 2 (cmake --workflow --preset default, -j$JOBS)"
+      start=$(date +%s)
+      (cd build/student_release && CMAKE_BUILD_PARALLEL_LEVEL=$JOBS cmake --workflow --preset default) \
+        > "$OUT/release_command2.log" 2>&1
+      rc=$?
+      log "release command 2 rc=$rc in $(($(date +%s) - start)) s"
+      grep -E "tests passed|tests failed|Total Test time" "$OUT/release_command2.log"
+      grep -E "\*\*\*Failed|\(Failed\)|Timeout" "$OUT/release_command2.log" | head -40
+      (cd build/student_release && ctest --test-dir build -L exercise -j "$JOBS" --output-on-failure \
+        --timeout 900) > "$OUT/release_exercises.log" 2>&1
+      rc=$?
+      todo=$(grep -c "TODO in chapters/" "$OUT/release_exercises.log")
+      log "release exercises rc=$rc (must be non-zero), $todo lines name a TODO (must be > 0)"
+      grep -E "tests passed|tests failed" "$OUT/release_exercises.log"
+      ;;
+    releasetour)
+      # The student release's command 1 (the tour: every chapter program at its default sizes) on
+      # this GPU, after `release`: on an untouched release it exits 0, each exercise kernel
+      # reported as not written yet. Log: release_tour.log.
+      log "release: command 1 (cmake --build --preset tour)"
+      start=$(date +%s)
+      (cd build/student_release && cmake --build --preset tour) > "$OUT/release_tour.log" 2>&1
+      log "release command 1 rc=$? in $(($(date +%s) - start)) s"
+      grep -A14 "== Tour summary ==" "$OUT/release_tour.log"
+      grep -c "its exercise is not written yet" "$OUT/release_tour.log"
+      ;;
+    autograde_gpu)
+      # The autograder's GPU path end to end (tests/course/autograder/README.md, "The GPU half"),
+      # after `build`: test_autograder.py --gpu grades a correct, a wrong and a not-compiling
+      # submission of exercise 01 with the GPU checks (public and hidden), in a grading tree under
+      # $BUILD/autograder_e2e_gpu/ built with $JOBS jobs (the compiler cache of `build` serves its
+      # unchanged sources). Log: autograde_gpu.log.
+      export CCACHE_BASEDIR=$PWD
+      log "autograde_gpu: test_autograder.py --gpu"
+      start=$(date +%s)
+      FA_AUTOGRADER_JOBS=$JOBS python3 tests/course/autograder/test_autograder.py \
+        --reference-build "$BUILD" --gpu > "$OUT/autograde_gpu.log" 2>&1
+      log "autograde_gpu rc=$? in $(($(date +%s) - start)) s"
+      grep -E "^FAIL|autograder end to end" "$OUT/autograde_gpu.log"
       ;;
     pip)
       # README "From PyTorch": pip install in a fresh environment (a venv that sees this machine's

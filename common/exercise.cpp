@@ -1,6 +1,8 @@
 #include "exercise.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <ostream>
@@ -134,6 +136,35 @@ int unless_exercise_todo(const std::function<int()>& checks, std::ostream& os) {
           "this build's folder runs them)\n";
     return 0;
   }
+}
+
+std::string fnv1a64_hex(const std::string& bytes) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : bytes) h = (h ^ c) * 0x100000001b3ull;
+  char out[17];
+  std::snprintf(out, sizeof(out), "%016llx", static_cast<unsigned long long>(h));
+  return out;
+}
+
+std::string untouched_exercise(const std::string& kernel) {
+  namespace fs = std::filesystem;
+#ifdef FA_SOURCE_ROOT  // the tree this library was built from (common/CMakeLists.txt)
+  const fs::path root = FA_SOURCE_ROOT;
+#else
+  const fs::path root;
+  return "";
+#endif
+  static const std::string list = read_all(root / kHandedOut);
+  if (list.empty()) return "";
+  for (const Exercise& e : registry<Exercise>()) {
+    if (std::find(e.kernels.begin(), e.kernels.end(), kernel) == e.kernels.end()) continue;
+    // A line of the list: "<hash> <path>".
+    std::istringstream lines(list);
+    for (std::string hash, path; lines >> hash >> path;)
+      if (path == e.name && fs::exists(root / path) && hash == fnv1a64_hex(read_all(root / path)))
+        return e.name;
+  }
+  return "";
 }
 
 std::vector<std::string> find_marked_solutions(const std::string& repo_root) {

@@ -68,4 +68,16 @@ T exercise_todo(const std::string& exercise, const std::string& block) {
 // tests (label exercise) are what fail until it is written.
 int unless_exercise_todo(const std::function<int()>& checks, std::ostream& os);
 
+// A student release lists its exercise files as it hands them out, each with a hash of its bytes
+// (kHandedOut at the release's root, written by tests/course/make_release.py). The exercise file
+// of `kernel` (the Exercise registration naming it) when that file is still those bytes: the
+// kernel fails because its exercise is not written yet, which a chapter program reports as such
+// and does not count as a failed check, so that an untouched release's quick start passes on a
+// GPU too. "" in the course's own tree (no list), for a kernel no exercise names, and as soon as
+// the student changed the file: from then on a wrong answer fails the program as any other.
+inline constexpr const char* kHandedOut = "EXERCISES_AS_HANDED_OUT.txt";
+std::string untouched_exercise(const std::string& kernel);
+// The 64-bit FNV-1a hash of `bytes`, in 16 hex digits: the hash of that list.
+std::string fnv1a64_hex(const std::string& bytes);
+
 }  // namespace fa

@@ -29,6 +29,13 @@ namespace {
 struct BwdRefs {
   std::vector<double> dQ, dK, dV, D;
   std::vector<float> naive_dQ, naive_dK, naive_dV, naive_D;
+
+  // Shared between the test processes (reference_cache.h).
+  static constexpr bool kShared = true;
+  template <class F>
+  void each(F&& f) {
+    f(dQ), f(dK), f(dV), f(D), f(naive_dQ), f(naive_dK), f(naive_dV), f(naive_D);
+  }
 };
 
 }  // namespace

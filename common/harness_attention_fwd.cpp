@@ -34,6 +34,13 @@ namespace {
 struct FwdRefs {
   std::vector<double> O, L;
   std::vector<float> naiveO, naiveL;
+
+  // Shared between the test processes (reference_cache.h).
+  static constexpr bool kShared = true;
+  template <class F>
+  void each(F&& f) {
+    f(O), f(L), f(naiveO), f(naiveL);
+  }
 };
 
 template <class T>

@@ -7,12 +7,19 @@
 // running beside it, 46 s with this). So the harness keeps the last reference it computed, with a
 // copy of everything it was computed from, and reuses it only when a new check's inputs are the
 // same bytes: a cached reference can never stand in for different inputs.
+//
+// A Refs type that lists its vectors (a member template each(f) calling f on every one of them,
+// and kShared = true) is also shared between processes when the program asked for it
+// (reference_cache.h): what the GPU tests, each a process of its own, do.
 #pragma once
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
+
+#include "reference_cache.h"
 
 namespace fa {
 
@@ -32,6 +39,42 @@ struct RefInputs {
   }
 };
 
+// Refs types that may be kept in a file: those that say so (kShared) and list their vectors.
+template <class Refs, class = void>
+struct SharedOnDisk : std::false_type {};
+template <class Refs>
+struct SharedOnDisk<Refs, std::void_t<decltype(Refs::kShared)>> : std::true_type {};
+
+// compute()'s result for `key`, read from the shared folder's file when another process (or an
+// earlier run of this one) stored it, else computed and stored there.
+template <class Refs, class Compute>
+Refs shared_reference(const std::string& folder, const RefInputs& key, Compute& compute) {
+  SharedReferenceFile file(folder, key.scalars, key.data);
+  std::vector<std::string> stored;
+  Refs refs;
+  if (file.load(stored)) {
+    size_t i = 0;
+    bool whole = true;
+    refs.each([&](auto& v) {
+      using T = typename std::decay_t<decltype(v)>::value_type;
+      whole = whole && i < stored.size() && stored[i].size() % sizeof(T) == 0;
+      if (!whole) return;
+      v.resize(stored[i].size() / sizeof(T));
+      if (!v.empty()) std::memcpy(v.data(), stored[i].data(), stored[i].size());
+      ++i;
+    });
+    if (whole && i == stored.size()) return refs;
+  }
+  refs = compute();
+  stored.clear();
+  refs.each([&](auto& v) {
+    using T = typename std::decay_t<decltype(v)>::value_type;
+    stored.emplace_back(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+  });
+  file.store(stored);
+  return refs;
+}
+
 // The last reference of one kind (the harness keeps one for the forward, one for the backward).
 // get() returns compute()'s result for these inputs, calling compute() only if the inputs differ
 // from the last call's (or the last compute() threw).
@@ -43,7 +86,12 @@ class LastReference {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!valid_ || !key.same_as(key_)) {
       valid_ = false;  // stays false if compute() throws
-      refs_ = compute();
+      if constexpr (SharedOnDisk<Refs>::value) {
+        const std::string& folder = shared_references_folder();
+        refs_ = folder.empty() ? compute() : shared_reference<Refs>(folder, key, compute);
+      } else {
+        refs_ = compute();
+      }
       key_ = std::move(key);
       valid_ = true;
     }

@@ -25,6 +25,7 @@
 #include "chapter.h"
 #include "check.h"
 #include "cli.h"
+#include "exercise.h"
 #include "gpu.h"
 #include "random.h"
 #include "registry.h"
@@ -68,6 +69,16 @@ struct Checks {
     if (!detail.empty()) std::cout << ": " << detail;
     std::cout << "\n";
     if (!ok) ++failed;
+  }
+  // The check of an exercise kernel (00/vector_add, 00/matrix_add): in a student release whose
+  // exercise file is still as handed out (common/exercise.h) a failure says so and is not counted.
+  void expect_exercise(const std::string& kernel, bool ok, const std::string& what,
+                       const std::string& detail) {
+    const std::string file = ok ? "" : fa::untouched_exercise(kernel);
+    if (file.empty()) return expect(ok, what, detail);
+    std::cout << "  [TODO] " << what << ": " << detail << "; " << kernel
+              << "'s exercise is not written yet (TODO in " << file
+              << ", untouched): not counted as a failed check\n";
   }
 };
 
@@ -263,11 +274,11 @@ void threads_and_blocks(int64_t n, int64_t rows, int64_t cols, uint64_t seed, Ch
     vector_add(da.as<float>(), db.as<float>(), dc.as<float>(), n, block, nullptr);
     dc.download(got.data(), dc.bytes());
     int64_t bad = first_mismatch(got, want);
-    checks.expect(bad < 0,
-                  "vector add, n = " + std::to_string(n) + ", block " + std::to_string(block) +
-                      " (" + std::to_string(ceil_div(n, block)) +
-                      " blocks), equals the CPU loop bit for bit",
-                  bad < 0 ? "" : "first mismatch at i = " + std::to_string(bad));
+    checks.expect_exercise("00/vector_add", bad < 0,
+                           "vector add, n = " + std::to_string(n) + ", block " +
+                               std::to_string(block) + " (" + std::to_string(ceil_div(n, block)) +
+                               " blocks), equals the CPU loop bit for bit",
+                           bad < 0 ? "" : "first mismatch at i = " + std::to_string(bad));
   }
 
   // Matrix add on a 2D grid.
@@ -288,12 +299,12 @@ void threads_and_blocks(int64_t n, int64_t rows, int64_t cols, uint64_t seed, Ch
   matrix_add(dA.as<float>(), dB.as<float>(), dC.as<float>(), rows, cols, nullptr);
   dC.download(Cgot.data(), dC.bytes());
   int64_t badm = first_mismatch(Cgot, Cwant);
-  checks.expect(badm < 0,
-                "matrix add " + std::to_string(rows) + " x " + std::to_string(cols) +
-                    " on 32x8 blocks equals the CPU loop bit for bit",
-                badm < 0 ? ""
-                         : "first mismatch at row " + std::to_string(badm / cols) + ", col " +
-                               std::to_string(badm % cols));
+  checks.expect_exercise("00/matrix_add", badm < 0,
+                         "matrix add " + std::to_string(rows) + " x " + std::to_string(cols) +
+                             " on 32x8 blocks equals the CPU loop bit for bit",
+                         badm < 0 ? ""
+                                  : "first mismatch at row " + std::to_string(badm / cols) +
+                                        ", col " + std::to_string(badm % cols));
 
   // An invalid configuration: 2048 threads per block (the limit is 1024). The launch never
   // starts; cudaGetLastError reports it, FA_CHECK_LAUNCH turns it into fa::Error. This error is

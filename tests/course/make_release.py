@@ -91,6 +91,19 @@ INSTRUCTOR_ONLY = ("tests/course/hidden/", "tests/course/autograder/", "tests/co
 MUTANTS_CPP = "tests/mutants/mutants.cpp"
 LEAVES_OUT = re.compile(r"^//\s*RELEASE-LEAVES-OUT:\s*(.+)$", re.M)
 RELEASE_NOTE = "STUDENT_RELEASE.md"
+# The exercise files as the release hands them out, each with the FNV-1a hash of its bytes
+# (common/exercise.h, untouched_exercise): a chapter program reports a kernel whose exercise file
+# is still these bytes as "not written yet" and does not fail on it, so that the quick start of an
+# untouched release passes on a GPU; once the student changes the file, a wrong answer fails it.
+HANDED_OUT = "EXERCISES_AS_HANDED_OUT.txt"
+
+
+def fnv1a64_hex(data):
+    """The 64-bit FNV-1a hash of `data` (bytes), in 16 hex digits: fa::fnv1a64_hex."""
+    h = 0xcbf29ce484222325
+    for c in data:
+        h = ((h ^ c) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return f"{h:016x}"
 EXERCISE_LABEL = "exercise"
 # The generator's first lines, which say where the solution is; the release says something else.
 GENERATED_HEADER = re.compile(r"\A// GENERATED from .*?\(preset \"exercises\"\)\.\n", re.S)
@@ -481,6 +494,11 @@ def write_release(root, out, files=None):
           "What to do, and what an untouched exercise does:\nREADME.md, section "
           "\"Exercises\". The build and the tests read this file to know that the tree is a\n"
           "release.\n")
+    handed_out = []
+    for s in sorted(solutions):
+        with open(os.path.join(out, s), "rb") as f:
+            handed_out.append(f"{fnv1a64_hex(f.read())} {s}\n")
+    write(os.path.join(out, HANDED_OUT), "".join(handed_out))
     ladder = os.path.join(out, "chapters", "ladder_diffs.py")
     if os.path.isfile(ladder):  # the diffs of the release's own rungs, not the solutions'
         subprocess.run([sys.executable, ladder], check=True, stdout=subprocess.DEVNULL)

@@ -98,3 +98,16 @@ TEST(Exercises, ExercisesInSync) {
 }
 
 }  // namespace
+
+// A student release lists its exercise files as handed out (make_release.py writes the list with
+// the same hash), and a chapter program does not count the failure of a kernel whose exercise file
+// is unchanged. The hash must be the same in both languages, and a tree without the list (the
+// course's own) counts every failure.
+TEST(Exercises, UntouchedExercisesOnlyInARelease) {
+  EXPECT_EQ(fa::fnv1a64_hex(""), "cbf29ce484222325");  // FNV-1a's offset basis
+  EXPECT_EQ(fa::fnv1a64_hex("a"), "af63dc4c8601ec8c");
+  if (std::filesystem::exists(std::filesystem::path(FA_SOURCE_DIR) / fa::kHandedOut))
+    GTEST_SKIP() << "a student release: its exercise files may be untouched";
+  EXPECT_EQ(fa::untouched_exercise("05/v1_scalar_fp32"), "");
+  EXPECT_EQ(fa::untouched_exercise("00/vector_add"), "");
+}

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
 #include <limits>
 #include <stdexcept>
 #include <vector>
@@ -13,6 +15,7 @@
 #include "dtype.h"
 #include "last_reference.h"
 #include "random.h"
+#include "reference_cache.h"
 #include "registry.h"
 
 namespace {
@@ -167,6 +170,53 @@ TEST(LastReference, ReusedOnlyForTheSameBytes) {
                std::runtime_error);
   reference_of(e);  // the failed computation left nothing behind to reuse
   EXPECT_EQ(computed, 7);
+}
+
+// A reference shared between processes (reference_cache.h): the GPU test processes of one ctest
+// run compute each attention reference once. Another process (here: another LastReference, as a
+// new process starts with) reads it back for the same bytes and computes again for any other.
+struct TwoVectors {
+  std::vector<double> exact;
+  std::vector<float> naive;
+  static constexpr bool kShared = true;
+  template <class F>
+  void each(F&& f) {
+    f(exact), f(naive);
+  }
+};
+
+TEST(LastReference, SharedBetweenProcessesOnlyForTheSameBytes) {
+  char dir[] = "/tmp/fa_shared_refs_XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  fa::share_references_in(dir);
+  int computed = 0;
+  auto in_a_new_process = [&](const fa::RefInputs& in) {
+    fa::LastReference<TwoVectors> fresh;
+    return fresh.get(in, [&] {
+      ++computed;
+      return TwoVectors{{in.data[0][0], 1.0 / 3.0}, {float(in.scalars.size())}};
+    });
+  };
+  const fa::RefInputs a{"B2 H3 N1025 causal 1 bf16", {{1.5f, 2.0f}, {3.0f}}};
+  const TwoVectors first = in_a_new_process(a);
+  const TwoVectors second = in_a_new_process(a);
+  EXPECT_EQ(computed, 1) << "the second process must read the first one's reference";
+  EXPECT_EQ(second.exact, first.exact);
+  EXPECT_EQ(second.naive, first.naive);
+  EXPECT_EQ(second.exact[1], 1.0 / 3.0) << "float64 values come back bit for bit";
+
+  fa::RefInputs b = a;
+  b.data[1][0] = std::nextafter(3.0f, 4.0f);  // one bit of one input
+  in_a_new_process(b);
+  EXPECT_EQ(computed, 2);
+  fa::RefInputs c = a;
+  c.scalars = "B2 H3 N1025 causal 0 bf16";
+  in_a_new_process(c);
+  EXPECT_EQ(computed, 3);
+  fa::share_references_in("");  // the other tests of this process share nothing
+  in_a_new_process(a);
+  EXPECT_EQ(computed, 4);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <exception>
 #include <string>
 
+#include "exercise.h"
 #include "mutants.h"
 #include "test_util.h"
 
@@ -25,9 +26,17 @@ fa::RunOptions check_only() {
   return o;
 }
 
-// A library row, or a kernel FA_SANITIZE_ONLY leaves out (sanitize_selected, test_util.h).
+// A library row, a kernel FA_SANITIZE_ONLY leaves out (sanitize_selected, test_util.h), or, in a
+// student release, a kernel whose exercise file is still as handed out (common/exercise.h): its
+// own tests (label gpu-exercise) fail until it is written; here it would fail the smoke test of
+// every other kernel with it.
 bool left_out(const std::string& name) {
-  return name.rfind("ref/", 0) == 0 || !sanitize_selected(name);
+  if (name.rfind("ref/", 0) == 0 || !sanitize_selected(name)) return true;
+  const std::string todo = fa::untouched_exercise(name);
+  if (!todo.empty())
+    std::printf("  left out %s: its exercise is not written yet (TODO in %s)\n", name.c_str(),
+                todo.c_str());
+  return !todo.empty();
 }
 
 // Run one case; a failed check or an exception (a CUDA error the sanitizer provoked, an illegal

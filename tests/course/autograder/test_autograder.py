@@ -18,6 +18,14 @@ grading tree (autograde.py: the student release plus the instructor's suite; wit
 above both trees the sources the reference build compiled come from the compiler cache); the
 others rebuild one file.
 Also checked: grader.py and autograde.py exit 2 for a --build folder that does not exist.
+
+    python3 tests/course/autograder/test_autograder.py --reference-build build --gpu
+
+is the GPU path (README.md, "The GPU half"), on a machine with a GPU (bench/device_run.sh, stage
+autograde_gpu): the same three submissions of a GPU exercise, 01's warp reductions
+(chapters/01_safe_softmax/v3_warp_shuffle_vec4.cu; the wrong one sums over 16 lanes of 32), graded
+with the GPU checks, public and hidden, under REFERENCE_BUILD/autograder_e2e_gpu/. Only that
+exercise and cpu-02 (untouched) are graded (autograde.py --only), to keep the run short.
 """
 import argparse
 import json
@@ -29,9 +37,15 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
-EXERCISE = "cpu-02"
-FILE = "chapters/02_online_softmax/online_cpu.cpp"
-ANSWER = "a.l * rescale(a.m, m) + b.l * rescale(b.m, m)"
+# The submitted exercise, its file, a line of its answer, that line made wrong, and a line of the
+# file after which a line that is not C++ is put: without a GPU (Gradescope) and with one.
+CPU_CASE = dict(exercise="cpu-02", file="chapters/02_online_softmax/online_cpu.cpp",
+                answer="a.l * rescale(a.m, m) + b.l * rescale(b.m, m)", wrong="a.l + b.l",
+                before_junk="MaxSum empty_state() {")
+GPU_CASE = dict(exercise="01", file="chapters/01_safe_softmax/v3_warp_shuffle_vec4.cu",
+                answer="offset > 0; offset /= 2) v +=", wrong="offset > 1; offset /= 2) v +=",
+                before_junk="__device__ __forceinline__ float warp_sum(float v) {")
+EXERCISE, FILE, ANSWER = CPU_CASE["exercise"], CPU_CASE["file"], CPU_CASE["answer"]
 
 
 def cache_value(build, name):
@@ -43,7 +57,7 @@ def cache_value(build, name):
     return m.group(1) if m else None
 
 
-def grade(work, name, text, reference_build):
+def grade(work, name, text, reference_build, gpu=False):
     """Run the autograder on a submission of one file; returns (exit code, results, output)."""
     sub = os.path.join(work, "submissions", name)
     shutil.rmtree(sub, ignore_errors=True)
@@ -53,7 +67,8 @@ def grade(work, name, text, reference_build):
     results = os.path.join(work, "results", name, "results.json")
     cmd = [sys.executable, os.path.join(HERE, "autograde.py"), "--source", SOURCE,
            "--submission", sub, "--results", results, "--build", os.path.join(work, "build"),
-           "--no-gpu", "--jobs", os.environ.get("FA_AUTOGRADER_JOBS", "2")]
+           "--jobs", os.environ.get("FA_AUTOGRADER_JOBS", "2")]
+    cmd += ["--only", f"{EXERCISE},cpu-02"] if gpu else ["--no-gpu"]
     for var in ("CMAKE_CUDA_ARCHITECTURES", "CMAKE_CUDA_COMPILER", "CMAKE_CXX_COMPILER"):
         value = cache_value(reference_build, var)
         if value:
@@ -73,9 +88,14 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--reference-build", required=True,
                     help="the build whose folder holds the test's files and whose settings it uses")
+    ap.add_argument("--gpu", action="store_true",
+                    help="the GPU path: a GPU exercise's submissions, graded with the GPU")
     args = ap.parse_args()
+    global EXERCISE, FILE, ANSWER
+    case = GPU_CASE if args.gpu else CPU_CASE
+    EXERCISE, FILE, ANSWER = case["exercise"], case["file"], case["answer"]
     reference = os.path.abspath(args.reference_build)
-    work = os.path.join(reference, "autograder_e2e")
+    work = os.path.join(reference, "autograder_e2e_gpu" if args.gpu else "autograder_e2e")
     os.makedirs(work, exist_ok=True)
     errors = []
 
@@ -95,9 +115,10 @@ def main():
         expect(rc == 2, f"{os.path.basename(cmd[1])} --build <missing folder> exits {rc}, not 2")
 
     solution = open(os.path.join(SOURCE, FILE)).read()
-    if ANSWER not in solution:
-        print(f"{FILE} no longer holds `{ANSWER}`: update this test's wrong submission")
-        return 1
+    for line in (ANSWER, case["before_junk"]):
+        if solution.count(line) != 1:
+            print(f"{FILE} no longer holds `{line}` once: update this test's submissions")
+            return 1
     rubric = json.load(open(os.path.join(SOURCE, "tests", "course", "rubric.json")))
     ex = next(e for e in rubric["exercises"] if e["id"] == EXERCISE)
     full = sum(c["points"] for c in ex["checks"])
@@ -119,6 +140,8 @@ def main():
                    f"{name}: {t['name']}: visibility {t.get('visibility')}, expected {want}")
             gpu_check = "not graded: no GPU" in t["output"]
             expect(not gpu_check or t["score"] == 0, f"{name}: {t['name']} scored without a GPU")
+            expect(not (args.gpu and gpu_check and t["name"].startswith(EXERCISE + " ")),
+                   f"{name}: {t['name']} was not graded on this machine's GPU")
         expect(len(mine(data)) == len(ex["checks"]), f"{name}: not every check of {EXERCISE}")
         others = [t for t in data["tests"] if t["name"].startswith("cpu-")
                   and not t["name"].startswith(EXERCISE + " ")]
@@ -127,7 +150,7 @@ def main():
         return True
 
     # 1. The solution, uploaded as a flat file: full marks for the exercise, nothing else.
-    rc, data, out = grade(work, "correct", solution, reference)
+    rc, data, out = grade(work, "correct", solution, reference, args.gpu)
     expect(rc == 0, f"correct: the autograder exited {rc}")
     if common_checks("correct", data):
         expect(all(t["score"] == t["max_score"] for t in mine(data)),
@@ -136,8 +159,8 @@ def main():
         expect(data["score"] == full, f"correct: total {data['score']}, expected {full}")
 
     # 2. The merge without the rescale: the merge's checks fail, with the tests' reports.
-    wrong = solution.replace(ANSWER, "a.l + b.l")
-    rc, data, out = grade(work, "wrong", wrong, reference)
+    wrong = solution.replace(ANSWER, case["wrong"])
+    rc, data, out = grade(work, "wrong", wrong, reference, args.gpu)
     expect(rc == 0, f"wrong: the autograder exited {rc}")
     if common_checks("wrong", data):
         expect(data["score"] < full and any(t["score"] == 0 and "FAILED" in t["output"]
@@ -145,13 +168,12 @@ def main():
                f"wrong: {EXERCISE} was not marked down with the failing tests' output")
 
     # 3. A file that does not compile: 0 and the compiler's message, the rest still graded.
-    broken = solution.replace("MaxSum empty_state() {",
-                              "MaxSum empty_state() {\n  this is not C++;")
-    rc, data, out = grade(work, "not_compiling", broken, reference)
+    broken = solution.replace(case["before_junk"], case["before_junk"] + "\n  this is not C++;")
+    rc, data, out = grade(work, "not_compiling", broken, reference, args.gpu)
     expect(rc == 0, f"not compiling: the autograder exited {rc}")
     if common_checks("not compiling", data):
         expect(all(t["score"] == 0 and "does not compile" in t["output"] and
-                   "online_cpu.cpp" in t["output"] for t in mine(data)),
+                   os.path.basename(FILE) in t["output"] for t in mine(data)),
                f"not compiling: {EXERCISE}'s checks must be 0 with the compiler's message")
         expect("does not compile" in data.get("output", ""),
                "not compiling: the run's output does not say which file did not compile")
