@@ -603,4 +603,17 @@ __device__ __forceinline__ void tma_reduce_add_3d(const void* tmap, uint32_t src
 #endif
 }
 
+// dst[0] += a, dst[1] += b, atomically in L2, with nothing returned (07/bwd_v5_dq_red): the
+// vector form of `red` (sm_90), one instruction for 8 contiguous bytes, `dst` 8-byte aligned.
+// Relaxed, at GPU scope: the adds of one kernel are complete for the next kernel on its stream.
+__device__ __forceinline__ void red_add_f32x2(float* dst, float a, float b) {
+#if FA_SM90A
+  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(__cvta_generic_to_global(dst)),
+               "f"(a), "f"(b)
+               : "memory");
+#else
+  __trap();
+#endif
+}
+
 }  // namespace fa::hopper

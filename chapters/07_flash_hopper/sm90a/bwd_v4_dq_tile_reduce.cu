@@ -42,8 +42,8 @@
 //   barrier of the warpgroup; thread 0: two reduce-adds, commit; __syncthreads; refill.
 //   At the end thread 0 of each warpgroup waits for its groups to complete (wait_group 0).
 //
-// Shared memory: bwd_v2's with the staging 2 x 16 KiB in place of 2 x 18 KiB: 116 KiB at D 64,
-// 180 KiB at D 128.
+// Shared memory: bwd_v2's with the staging 2 x 16 KiB in place of 2 x 18 KiB: 114 KiB at D 64,
+// 178 KiB at D 128.
 //
 // Prediction: if the dQ path's wait is the engine working through 64 instructions, two bring it
 // to the length of a 16 KiB read: 1.15-1.3x bwd_v2 at D 128 and N >= 4096 (1.05-1.2x bwd_v1),
