@@ -603,7 +603,7 @@ __device__ __forceinline__ void tma_reduce_add_3d(const void* tmap, uint32_t src
 #endif
 }
 
-// dst[0] += a, dst[1] += b, atomically in L2, with nothing returned (07/bwd_v5_dq_red): the
+// dst[0] += a, dst[1] += b, atomically in L2, with nothing returned (07/bwd_t42_dq_red): the
 // vector form of `red` (sm_90), one instruction for 8 contiguous bytes, `dst` 8-byte aligned.
 // Relaxed, at GPU scope: the adds of one kernel are complete for the next kernel on its stream.
 __device__ __forceinline__ void red_add_f32x2(float* dst, float a, float b) {

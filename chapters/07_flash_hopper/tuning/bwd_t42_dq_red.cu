@@ -1,7 +1,8 @@
-// 07/bwd_v5_dq_red: bwd_v4's one pass with each thread adding its part of dQ_tile into the fp32
-// workspace straight from its registers (red.global.add.v2.f32): no staging in shared memory,
-// no TMA. Not deterministic, as bwd_v2 and bwd_v4.
-// Copied from 07/bwd_v4_dq_tile_reduce (sm90a/bwd_v4_dq_tile_reduce.cu, and bwd_v2 before it:
+// 07/bwd_t42_dq_red: a tuning step after bwd_v4, off the main path because it measured slower
+// (tuning/README.md): each thread adds its part of dQ_tile into the fp32 workspace straight from
+// its registers (red.global.add.v2.f32): no staging in shared memory, no TMA. Not deterministic,
+// as bwd_v2 and bwd_v4.
+// Copied from 07/bwd_v4_dq_tile_reduce (../sm90a/bwd_v4_dq_tile_reduce.cu, and bwd_v2 before it:
 // read their headers first); one idea changed: the path dQ_tile takes to global memory.
 //
 // Why: the single pass traded tensor work for shared-memory traffic, and shared memory is what
@@ -36,7 +37,13 @@
 // bwd_v4 at D 128 and N >= 4096, less at D 64 (whose products are half as long against the same
 // element-wise work). If L2's atomic units are (1,024 sector reductions per block and tile, from
 // 132 blocks at once), it measures as bwd_v4 or below: that is the test.
-// Speed: measured in chapters/07_flash_hopper/README.md
+// Measured (NVIDIA H200, 2026-12-02, bf16, the protocol shapes at D 64 and 128, beside bwd_v4 in
+// one run; notes/measured/h200-2026-12-02/bwd_t42_v4.log, timed under the name
+// 07/bwd_v5_dq_red): 0.88-0.93x bwd_v4 at D 128, 0.83-0.92x at D 64. The prediction failed the
+// other way: the adds from registers cost more than the staging they save. The TMA engine's box
+// reduce-add hands L2 whole 128-byte lines; 16 red instructions a thread hand it 32-byte pieces,
+// and each occupies the SM's load/store pipe that the other warpgroup's dS stores and fragment
+// loads also need. Shared-memory traffic alone was not what held bwd_v4 back.
 #include <cuda.h>
 
 #include <algorithm>
@@ -47,7 +54,7 @@
 namespace fa::ch07 {
 namespace {
 
-constexpr const char* kName = "07/bwd_v5_dq_red";
+constexpr const char* kName = "07/bwd_t42_dq_red";
 constexpr int kWarpgroups = 2;
 constexpr int kThreads = 128 * kWarpgroups;
 constexpr int kStages = 2;
@@ -417,7 +424,7 @@ void dispatch_head_dim(const AttentionBwdArgs& a, cudaStream_t stream) {
   }
 }
 
-void attention_bwd_v5(const AttentionBwdArgs& a, cudaStream_t stream) {
+void attention_bwd_t42(const AttentionBwdArgs& a, cudaStream_t stream) {
   const AttentionShape& s = a.shape;
   FA_REQUIRE(s.seq_q >= 0 && s.seq_k >= 0 && s.bh() >= 0, "negative size");
   FA_UNSUPPORTED_IF(a.dtype != DType::BF16 && a.dtype != DType::F16,
@@ -445,7 +452,7 @@ void attention_bwd_v5(const AttentionBwdArgs& a, cudaStream_t stream) {
 
 FA_REGISTER(AttentionBwdKernel,
             {kName,
-             attention_bwd_v5,
+             attention_bwd_t42,
              "bwd_v4 with dQ_tile added into the fp32 workspace from registers "
              "(red.global.add.v2.f32), no staging in shared memory and no TMA; not "
              "deterministic",
