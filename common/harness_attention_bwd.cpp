@@ -55,8 +55,8 @@ std::vector<int64_t> whole_groups(const AttentionShape& s, int64_t requested, do
   kv.heads = s.kv_heads();
   kv.heads_kv = 0;
   const int64_t g = s.group();
-  *kv_heads = heads_to_check(kv, requested > 0 ? ceil_div(requested, g) : 0, per_head * g,
-                             kRefBudget);
+  *kv_heads =
+      heads_to_check(kv, requested > 0 ? ceil_div(requested, g) : 0, per_head * g, kRefBudget);
   std::vector<int64_t> heads;
   for (int64_t k : *kv_heads)
     for (int64_t i = 0; i < g; ++i) heads.push_back(k * g + i);
@@ -89,9 +89,9 @@ RunResult run_attention_bwd(const AttentionBwdKernel& k, AttentionShape s, DType
   }
   const double per_head = 6.0 * double(s.seq_q) * s.seq_k * s.head_dim * (t == DType::F32 ? 1 : 2);
   std::vector<int64_t> kv_heads;  // the K/V heads whose dK, dV are checked
-  const std::vector<int64_t> heads =
-      s.is_gqa() ? whole_groups(s, opt.check_heads, per_head, &kv_heads)
-                 : heads_to_check(s, opt.check_heads, per_head, kRefBudget);
+  const std::vector<int64_t> heads = s.is_gqa()
+                                         ? whole_groups(s, opt.check_heads, per_head, &kv_heads)
+                                         : heads_to_check(s, opt.check_heads, per_head, kRefBudget);
   if (!s.is_gqa()) kv_heads = heads;
   const int64_t group = s.group();
   AttentionInputs in = make_attention_inputs(s, t, opt, heads, true);
@@ -202,7 +202,8 @@ RunResult run_attention_bwd(const AttentionBwdKernel& k, AttentionShape s, DType
                            : std::vector<int64_t>{s.batch, h, rows, s.head_dim};
           c.names = {"b", kv ? "h_kv" : "h", "i", "d"};
         } else {
-          c.dims = per_row ? std::vector<int64_t>{n, rows} : std::vector<int64_t>{n, rows, s.head_dim};
+          c.dims =
+              per_row ? std::vector<int64_t>{n, rows} : std::vector<int64_t>{n, rows, s.head_dim};
           c.names = {kv ? "checked-kv-head#" : "checked-head#", "i", "d"};
         }
         return c;

@@ -2,6 +2,8 @@
 // and head dim it lists: ragged lengths, seq_q != seq_k both ways, causal on and off (bottom-right
 // aligned, including rows that see no key), a non-default scale, inputs scaled up 5x, fresh inputs
 // on several runs, batch*heads beyond 65535, and (label long) a tensor past 2^31 elements.
+// Grouped K/V heads (GQA, MQA): the ragged shapes again for every kernel that declares gqa (the
+// backward's dK and dV summed over each group), and a refusal from every kernel that does not.
 // A variant this GPU cannot take (UNSUPPORTED) is skipped alone and the others still run
 // (VariantTest, test_util.h); each test prints "ran N of M variants".
 #include "test_util.h"
@@ -22,6 +24,9 @@ fa::RunOptions check_only(uint64_t seed) {
 // and 1 x 1.
 const std::vector<std::pair<int64_t, int64_t>> kRagged = {
     {1, 1}, {17, 17}, {113, 203}, {203, 113}, {127, 129}, {512, 256}, {1023, 1023}, {1025, 1025}};
+
+// Grouped K/V heads: 8 query heads over 4 (pairs), 2 (GQA) and 1 (MQA) K/V heads.
+const std::vector<int64_t> kKvHeads = {4, 2, 1};
 
 template <class K>
 std::vector<std::pair<fa::DType, int>> variants(const K& k) {
@@ -48,6 +53,27 @@ TEST_P(AttentionFwdKernels, RaggedShapesCausalAndNot) {
         SCOPED_TRACE(s.str() + " " + fa::dtype_name(t));
         FA_EXPECT_PASS(fa::run_attention_fwd(kernel(), s, t, check_only(nq * 7 + nk)));
       }
+}
+
+// A kernel that declares gqa on the ragged shapes with grouped K/V heads; any other must refuse.
+TEST_P(AttentionFwdKernels, GroupedKvHeads) {
+  FA_SKIP_WITHOUT_GPU(kernel().min_sm);
+  if (!kernel().gqa) {  // must refuse, never run (it would read the wrong K/V heads)
+    for (auto [t, d] : variants(kernel())) {
+      fa::RunResult r =
+          fa::run_attention_fwd(kernel(), {2, 8, 17, 17, d, true, 0.0f, 2}, t, check_only(1));
+      EXPECT_EQ(r.status, fa::Status::Unsupported) << r.report();
+    }
+    return;
+  }
+  for (auto [t, d] : variants(kernel()))
+    for (auto [nq, nk] : kRagged)
+      for (bool causal : {false, true})
+        for (int64_t hkv : kKvHeads) {
+          AttentionShape s{2, 8, nq, nk, d, causal, 0.0f, hkv};
+          SCOPED_TRACE(s.str() + " " + fa::dtype_name(t));
+          FA_EXPECT_PASS(fa::run_attention_fwd(kernel(), s, t, check_only(nq * 3 + nk + hkv)));
+        }
 }
 
 TEST_P(AttentionFwdKernels, NonDefaultScaleAndLargeInputs) {
@@ -127,6 +153,28 @@ TEST_P(AttentionBwdKernels, RaggedShapesCausalAndNot) {
         SCOPED_TRACE(s.str() + " " + fa::dtype_name(t));
         FA_EXPECT_PASS(fa::run_attention_bwd(kernel(), s, t, check_only(nq * 5 + nk)));
       }
+}
+
+// dK and dV of each K/V head summed over its group, against the reference's sum (the harness
+// checks whole groups); a kernel that does not declare gqa must refuse.
+TEST_P(AttentionBwdKernels, GroupedKvHeads) {
+  FA_SKIP_WITHOUT_GPU(kernel().min_sm);
+  if (!kernel().gqa) {  // must refuse, never run (it would read the wrong K/V heads)
+    for (auto [t, d] : variants(kernel())) {
+      fa::RunResult r =
+          fa::run_attention_bwd(kernel(), {2, 8, 17, 17, d, true, 0.0f, 2}, t, check_only(1));
+      EXPECT_EQ(r.status, fa::Status::Unsupported) << r.report();
+    }
+    return;
+  }
+  for (auto [t, d] : variants(kernel()))
+    for (auto [nq, nk] : kRagged)
+      for (bool causal : {false, true})
+        for (int64_t hkv : kKvHeads) {
+          AttentionShape s{2, 8, nq, nk, d, causal, 0.0f, hkv};
+          SCOPED_TRACE(s.str() + " " + fa::dtype_name(t));
+          FA_EXPECT_PASS(fa::run_attention_bwd(kernel(), s, t, check_only(nq * 3 + nk + hkv)));
+        }
 }
 
 TEST_P(AttentionBwdKernels, NonDefaultScale) {
