@@ -41,9 +41,9 @@
 //                  D = 256 (column halves, below): the same 224 as D = 128.
 //   dq,   D = 128: dQ 64 + S 32 + dP 32 + dS fragments 16 = 144; D = 64: 112; D = 256: 144.
 //   256 threads per block (two warpgroups, no producer warpgroup): up to 255 registers each.
-//   ptxas (CUDA 13.0, sm_90a, fp16 = bf16): dkdv 193 (D 64) / 255 (D 128) / 246 (D 256),
-//   dq 136 / 182 / 155 registers, no spills (the grouped-head loop of dkdv added 2 at D 64 and
-//   D 256: 191 and 244 before).
+//   ptxas (CUDA 13.0, sm_90a, fp16 = bf16): dkdv 206 (D 64) / 254 (D 128) / 254 (D 256),
+//   dq 136 / 182 / 155 registers, no spills (dkdv without grouped heads, before their loop and
+//   split: 191 / 255 / 244; one block per SM either way, so the count costs nothing).
 //
 // D = 256: the accumulator columns are split. Whole, dK and dV of 64 keys would be 2 x 128 =
 //   256 registers per thread, more than a thread has (and wgmma's M = 64 allows no fewer keys
@@ -111,9 +111,17 @@
 //     only the head coordinate of the Q and dO loads and the rows of L and D change with j.
 //   * dq_kernel reads K and V at head bh / group (tensor maps over batch * heads_kv heads).
 //   * the preprocess is per query head, as before.
-//   A group of 1 is the plain multi-head loop (j / n_per = 0). What grouping costs: the dK/dV grid
-//   shrinks by the group (batch * heads_kv * key tiles blocks) while each block does group times
-//   the work; below about one block per SM (MQA at small batch and N) the GPU is underfilled.
+//   A group of 1 is the plain multi-head loop (j / n_per = 0).
+//   * What grouping costs: the dK/dV grid shrinks by the group (batch * heads_kv * key tiles
+//     blocks) while each block does group times the work. In waves of the GPU that is the same
+//     time as long as the grid fills the SMs (B 2, H_kv 4, N 4096: 256 blocks of 8 heads' work, 2
+//     waves on 132 SMs, against MHA's 2048 blocks in 16 waves); below one wave it is not (MQA at
+//     B 2, N 4096: 64 blocks of 32 heads' work, half the SMs idle). There the group is split:
+//     `split` blocks per (key tile, K/V head), each over group / split of its query heads, store
+//     their fp32 sums into the workspace, and a second kernel (sum_parts_kernel) adds the parts
+//     in their fixed order and rounds once: still deterministic. split (a divisor of the group)
+//     is the smallest that minimises waves / split, the time in units of one block's work
+//     (group_split), and the parts must fit the q_numel() floats of the workspace.
 //
 // Fallback: shapes TMA cannot load (unaligned pointers, seq_q or seq_k = 0, sizes near 2^31) run
 // 06/v2_mma through the registry, which takes every head dim of this kernel.
@@ -127,6 +135,8 @@
 // Speed (H100 80GB HBM3, 2026-11-23): D 128 N 8192 bf16 411.8 TFLOP/s (2.5x forward FLOPs),
 // FlashAttention-2 294.2 (notes/measured/h100-2026-11-23c/sdpa_flush.log).
 #include <cuda.h>
+
+#include <algorithm>
 
 #include "ch07_bwd_common.cuh"
 #include "gpu.h"
@@ -167,6 +177,9 @@ struct BwdParams {
   int64_t seq_q, seq_k;
   int64_t n_tiles;   // tiles per (batch, head): of keys (dkdv) or of queries (dq)
   int group;         // query heads per K/V head (1: no grouping)
+  int split;         // dkdv: blocks per (key tile, K/V head), each over group / split heads
+  int64_t kv_bh;     // batch * heads_kv
+  float* parts;      // split > 1: fp32 dK parts [split][kv_bh][seq_k][D], then dV's likewise
   float scale;       // softmax scale
   float scale_log2;  // scale * log2(e): P = exp2(s * scale_log2 - L2)
   bool causal;
@@ -217,7 +230,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint64_t* q_full = kv_full + 1;  // one per stage: Q and dO bytes of the tile have landed
 
   const int tid = threadIdx.x, wg = tid / 128, t = tid % 128, q = t % 4;
-  const int64_t kv_bh = int64_t(blockIdx.x) / p.n_tiles;  // the K/V head (GQA: header)
+  const int64_t unit = int64_t(blockIdx.x) / p.n_tiles;  // (K/V head, part) (GQA: header)
+  const int64_t kv_bh = unit / p.split;
+  const int part = int(unit % p.split), heads = p.group / p.split;  // this block's query heads
   const int64_t k0 = (int64_t(blockIdx.x) % p.n_tiles) * kBc;
   const int64_t seq_q = p.seq_q, seq_k = p.seq_k;
 
@@ -231,9 +246,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   // GQA: the group's query heads one after the other, n_per tiles each (header).
   const int n_per = qt_begin < n_qt ? int(n_qt - qt_begin) : 0;
-  const int n_iter = n_per * p.group;
+  const int n_iter = n_per * heads;
   // Iteration j: its query head (b * heads + h) and its first query row.
-  auto head_of = [&](int j) { return kv_bh * p.group + j / n_per; };
+  auto head_of = [&](int j) { return kv_bh * p.group + part * heads + j / n_per; };
   auto row_of = [&](int j) { return (qt_begin + j % n_per) * kKvBr; };
 
   // Thread 0: Q and dO of iteration j into stage j % kStages.
@@ -387,10 +402,50 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Keys no query sees (causal) leave with dK = dV = 0, as they must. Rows k0 + wrow .., columns
   // col0 .. col0 + kN - 1 of this K/V head's [seq_k x D] dK and dV, summed over its group.
   const int64_t row0 = k0 + wrow;
+  if (p.split > 1) {  // this part's fp32 sums; sum_parts_kernel adds the parts (header, GQA)
+    const int64_t head = int64_t(part) * p.kv_bh + kv_bh, all = p.split * p.kv_bh;
+    store_acc_rows<float, kN, D>(p.parts + head * seq_k * D + col0, dk, row0, seq_k, 1.0f, t);
+    store_acc_rows<float, kN, D>(p.parts + (all + head) * seq_k * D + col0, dv, row0, seq_k, 1.0f,
+                                 t);
+    return;
+  }
   store_acc_rows<T, kN, D>(static_cast<T*>(p.dk) + kv_bh * seq_k * D + col0, dk, row0, seq_k,
                            p.scale, t);
   store_acc_rows<T, kN, D>(static_cast<T*>(p.dv) + kv_bh * seq_k * D + col0, dv, row0, seq_k, 1.0f,
                            t);
+}
+
+// dK and dV from the split parts of dkdv_kernel: element i of dK is scale * (part 0 + part 1 +
+// ...), in that order, rounded once; dV the same without the scale. n = kv_bh * seq_k * D.
+template <class T>
+__global__ void sum_parts_kernel(const float* parts, T* dk, T* dv, int64_t n, int split,
+                                 float scale) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < 2 * n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const bool is_dv = i >= n;
+    const int64_t e = is_dv ? i - n : i;
+    const float* first = parts + (is_dv ? split * n : 0) + e;
+    float sum = 0.0f;
+    for (int s = 0; s < split; ++s) sum += first[s * n];
+    if (is_dv)
+      dv[e] = T(sum);  // round to nearest
+    else
+      dk[e] = T(sum * scale);
+  }
+}
+
+// The split of each group among dkdv blocks (header, GQA): 1 when the grid fills the GPU, else the
+// smallest divisor of the group that minimises ceil(blocks * split / sms) / split, with
+// 2 * split * kv_numel floats of parts within the workspace's q_numel.
+int group_split(int64_t blocks, const AttentionShape& s, int sms) {
+  int best = 1;
+  double best_time = double(ceil_div(blocks, sms));
+  for (int split = 2; split <= s.group(); ++split) {
+    if (s.group() % split != 0 || 2 * split * s.k_numel() > s.q_numel()) continue;
+    const double time = double(ceil_div(blocks * split, sms)) / split;
+    if (time < best_time) best = split, best_time = time;
+  }
+  return best;
 }
 
 // ---- dQ ------------------------------------------------------------------------------------------
@@ -576,6 +631,9 @@ void launch(const AttentionBwdArgs& a, cudaStream_t stream) {
   p.scale_log2 = p.scale * kLog2e;
   p.causal = s.causal;
   p.group = int(s.group());
+  p.kv_bh = kv_bh;
+  p.split = s.is_gqa() ? group_split(n_kt * kv_bh, s, gpu_info().sm_count) : 1;
+  p.parts = a.workspace;  // not otherwise used by this kernel
 
   // 2. dK, dV: K/V boxes of kKvBc rows (kept), Q/dO boxes of 64 rows (streamed); every box is
   // 64 columns wide, one 128-byte swizzled strip.
@@ -588,8 +646,15 @@ void launch(const AttentionBwdArgs& a, cudaStream_t stream) {
     set_smem_limit_once<dkdv_kernel<T, D>, kSmem>();
     p.n_tiles = n_kt;
     dkdv_kernel<T, D>
-        <<<unsigned(n_kt * kv_bh), kThreads, kSmem, stream>>>(tm_q, tm_k, tm_v, tm_do, p);
+        <<<unsigned(n_kt * kv_bh * p.split), kThreads, kSmem, stream>>>(tm_q, tm_k, tm_v, tm_do, p);
     FA_CHECK_LAUNCH();
+    if (p.split > 1) {
+      const int64_t n = kv_bh * s.seq_k * D;
+      const int64_t blocks = std::min<int64_t>(ceil_div(2 * n, 256), 8 * gpu_info().sm_count);
+      sum_parts_kernel<T><<<unsigned(blocks), 256, 0, stream>>>(
+          p.parts, static_cast<T*>(a.dk), static_cast<T*>(a.dv), n, p.split, p.scale);
+      FA_CHECK_LAUNCH();
+    }
   }
   // 3. dQ: Q/dO boxes of kQBr rows (kept), K/V boxes of 64 rows (streamed).
   {
