@@ -101,18 +101,25 @@ TEST(GroupedQueryReference, MatchesBruteForce) {
     }
 }
 
+// The inputs of grouped shape `gqa` with K and V repeated over each group: the same problem as
+// multi-head attention (heads_kv = heads).
+Inputs repeat_kv(const AttentionShape& gqa, const Inputs& in) {
+  Inputs rep{in.q, {}, {}};
+  const int64_t per_head = gqa.seq_k * gqa.head_dim;
+  for (int64_t bh = 0; bh < gqa.bh(); ++bh) {
+    const int64_t kv = gqa.kv_index(bh);
+    rep.k.insert(rep.k.end(), in.k.begin() + kv * per_head, in.k.begin() + (kv + 1) * per_head);
+    rep.v.insert(rep.v.end(), in.v.begin() + kv * per_head, in.v.begin() + (kv + 1) * per_head);
+  }
+  return rep;
+}
+
 TEST(GroupedQueryReference, EqualsRepeatedKvHeads) {
   AttentionShape gqa{2, 6, 3, 11, 8, true, 0.0f, 2};
   Inputs in = draw(gqa, 50);
   AttentionShape mha = gqa;
   mha.heads_kv = 0;
-  Inputs rep{in.q, {}, {}};
-  const int64_t per_head = gqa.seq_k * gqa.head_dim;
-  for (int64_t bh = 0; bh < mha.bh(); ++bh) {
-    const int64_t kv = gqa.kv_index(bh);
-    rep.k.insert(rep.k.end(), in.k.begin() + kv * per_head, in.k.begin() + (kv + 1) * per_head);
-    rep.v.insert(rep.v.end(), in.v.begin() + kv * per_head, in.v.begin() + (kv + 1) * per_head);
-  }
+  const Inputs rep = repeat_kv(gqa, in);
   fa::AttentionFwdRef a = fa::attention_forward_ref(in.q.data(), in.k.data(), in.v.data(), gqa);
   fa::AttentionFwdRef b = fa::attention_forward_ref(rep.q.data(), rep.k.data(), rep.v.data(), mha);
   expect_close(a.O, b.O, 0.0, "O");
@@ -127,13 +134,8 @@ TEST(GroupedQueryReference, BackwardSumsOverTheGroup) {
   std::vector<float> dO = fa::random_normal(gqa.q_numel(), 61);
   AttentionShape mha = gqa;
   mha.heads_kv = 0;
-  Inputs rep{in.q, {}, {}};
+  const Inputs rep = repeat_kv(gqa, in);
   const int64_t per_head = gqa.seq_k * gqa.head_dim;
-  for (int64_t bh = 0; bh < mha.bh(); ++bh) {
-    const int64_t kv = gqa.kv_index(bh);
-    rep.k.insert(rep.k.end(), in.k.begin() + kv * per_head, in.k.begin() + (kv + 1) * per_head);
-    rep.v.insert(rep.v.end(), in.v.begin() + kv * per_head, in.v.begin() + (kv + 1) * per_head);
-  }
   fa::AttentionBwdRef a =
       fa::attention_backward_ref(in.q.data(), in.k.data(), in.v.data(), dO.data(), gqa);
   fa::AttentionBwdRef b =

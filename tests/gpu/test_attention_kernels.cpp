@@ -36,6 +36,28 @@ std::vector<std::pair<fa::DType, int>> variants(const K& k) {
   return out;
 }
 
+// The ragged shapes with grouped K/V heads on a kernel that declares gqa (forward or backward,
+// `run` its harness runner); any other kernel must refuse them, never run them (it would read
+// the wrong K/V heads).
+template <class K, class Run>
+void grouped_kv_heads(const K& kernel, Run run) {
+  if (!kernel.gqa) {
+    for (auto [t, d] : variants(kernel)) {
+      fa::RunResult r = run(kernel, {2, 8, 17, 17, d, true, 0.0f, 2}, t, check_only(1));
+      EXPECT_EQ(r.status, fa::Status::Unsupported) << r.report();
+    }
+    return;
+  }
+  for (auto [t, d] : variants(kernel))
+    for (auto [nq, nk] : kRagged)
+      for (bool causal : {false, true})
+        for (int64_t hkv : kKvHeads) {
+          AttentionShape s{2, 8, nq, nk, d, causal, 0.0f, hkv};
+          SCOPED_TRACE(s.str() + " " + fa::dtype_name(t));
+          FA_EXPECT_PASS(run(kernel, s, t, check_only(nq * 3 + nk + hkv)));
+        }
+}
+
 // ---------------------------------------------------------------------------------------------
 class AttentionFwdKernels : public VariantTest {
  protected:
@@ -58,22 +80,7 @@ TEST_P(AttentionFwdKernels, RaggedShapesCausalAndNot) {
 // A kernel that declares gqa on the ragged shapes with grouped K/V heads; any other must refuse.
 TEST_P(AttentionFwdKernels, GroupedKvHeads) {
   FA_SKIP_WITHOUT_GPU(kernel().min_sm);
-  if (!kernel().gqa) {  // must refuse, never run (it would read the wrong K/V heads)
-    for (auto [t, d] : variants(kernel())) {
-      fa::RunResult r =
-          fa::run_attention_fwd(kernel(), {2, 8, 17, 17, d, true, 0.0f, 2}, t, check_only(1));
-      EXPECT_EQ(r.status, fa::Status::Unsupported) << r.report();
-    }
-    return;
-  }
-  for (auto [t, d] : variants(kernel()))
-    for (auto [nq, nk] : kRagged)
-      for (bool causal : {false, true})
-        for (int64_t hkv : kKvHeads) {
-          AttentionShape s{2, 8, nq, nk, d, causal, 0.0f, hkv};
-          SCOPED_TRACE(s.str() + " " + fa::dtype_name(t));
-          FA_EXPECT_PASS(fa::run_attention_fwd(kernel(), s, t, check_only(nq * 3 + nk + hkv)));
-        }
+  grouped_kv_heads(kernel(), fa::run_attention_fwd);
 }
 
 TEST_P(AttentionFwdKernels, NonDefaultScaleAndLargeInputs) {
@@ -159,22 +166,8 @@ TEST_P(AttentionBwdKernels, RaggedShapesCausalAndNot) {
 // checks whole groups); a kernel that does not declare gqa must refuse.
 TEST_P(AttentionBwdKernels, GroupedKvHeads) {
   FA_SKIP_WITHOUT_GPU(kernel().min_sm);
-  if (!kernel().gqa) {  // must refuse, never run (it would read the wrong K/V heads)
-    for (auto [t, d] : variants(kernel())) {
-      fa::RunResult r =
-          fa::run_attention_bwd(kernel(), {2, 8, 17, 17, d, true, 0.0f, 2}, t, check_only(1));
-      EXPECT_EQ(r.status, fa::Status::Unsupported) << r.report();
-    }
-    return;
-  }
-  for (auto [t, d] : variants(kernel()))
-    for (auto [nq, nk] : kRagged)
-      for (bool causal : {false, true})
-        for (int64_t hkv : kKvHeads) {
-          AttentionShape s{2, 8, nq, nk, d, causal, 0.0f, hkv};
-          SCOPED_TRACE(s.str() + " " + fa::dtype_name(t));
-          FA_EXPECT_PASS(fa::run_attention_bwd(kernel(), s, t, check_only(nq * 3 + nk + hkv)));
-        }
+  grouped_kv_heads(kernel(), fa::run_attention_bwd);
+  if (!kernel().gqa) return;
   // Small grids split each group among blocks (07/bwd_v1_tma_wgmma: parts summed by a second
   // kernel); a grid that fills an H100 (16 x 2 K/V heads x 8 key tiles) keeps a group in one block.
   fa::RunOptions o = check_only(24);
