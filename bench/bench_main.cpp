@@ -115,6 +115,29 @@ void add_dispatch_protocol(const std::string& family, bool backward, Run run) {
       }
 }
 
+// Grouped K/V heads on the fixed-length kernels that take them (forward and backward; decoding
+// kernels are timed on the decode shapes): B 2, H 32 query heads over H_kv 32 (MHA), 8, 4 and 1
+// (MQA) K/V heads, N 4096 and 8192, D 128, bf16, causal and full. The query heads (and so the
+// FLOPs) are the same at every H_kv, so a row's time against its Hkv32 row is the time per query
+// head against MHA: attn_gqa/fwd|bwd/<kernel>/bf16/D128/<causal|full>/N<n>/Hkv<h>.
+template <class K, class Run>
+void add_grouped_heads(const std::string& family, Run run) {
+  const fa::DType t = fa::DType::BF16;
+  for (const K* k : fa::entries_with_prefix<K>("")) {
+    if constexpr (std::is_same_v<K, fa::AttentionFwdKernel>)
+      if (k->decoding) continue;
+    if (!k->gqa || !fa::supports(k->dtypes, t) || !fa::supports(k->head_dims, 128)) continue;
+    for (bool causal : {false, true})
+      for (int64_t n : {4096, 8192})
+        for (int64_t hkv : {32, 8, 4, 1}) {
+          const fa::AttentionShape s{2, 32, n, n, 128, causal, 0.0f, hkv};
+          add(family + k->name + "/bf16/D128/" + (causal ? "causal" : "full") + "/N" +
+                  std::to_string(n) + "/Hkv" + std::to_string(hkv),
+              [k, s, t, run](benchmark::State& st) { report(st, run(*k, s, t, timing_only())); });
+        }
+  }
+}
+
 // Decoding: one query row per sequence against a long K/V cache, bf16, D 128, for every forward
 // kernel that takes bf16 D 128 (a kernel without GQA is reported as skipped on the grouped shape).
 // Memory-bound: the harness reports GB/s of Q, K, V, O, L and the percentage of the copy ceiling.
@@ -334,6 +357,8 @@ void register_all() {
   add_dispatch_protocol<fa::AttentionFwdKernel>("attn_fwd/", false, fa::run_attention_fwd);
   add_dispatch_protocol<fa::AttentionBwdKernel>("attn_bwd/", true, fa::run_attention_bwd);
   add_decode_shapes();
+  add_grouped_heads<fa::AttentionFwdKernel>("attn_gqa/fwd/", fa::run_attention_fwd);
+  add_grouped_heads<fa::AttentionBwdKernel>("attn_gqa/bwd/", fa::run_attention_bwd);
   // Chapter 09: variable-length batches, sliding windows, the paged KV cache.
   add_varlen_shapes();
   add_window_shapes();

@@ -5,7 +5,7 @@
 #   bash bench/device_run.sh build test          # first call
 #   bash bench/device_run.sh tour bench sdpa     # second call, while the machine is warm
 #
-# Stages: build, test, testlong, tour, bench, benchquick, sdpa, memdemo, sanitize, mystery, ch07,
+# Stages: build, test, testlong, tour, bench, benchquick, sdpa, memdemo, sanitize, mystery, ch07, gqa,
 # python, ncu_decode, ncu_fwd, ncu_bwd, ncu_ch07, ncu_cudnn, timeline07 (chapter 07's measured timeline, in a
 # build folder of its own), ladder (the main path of 05-08 in one run, with the
 # peers), serving (chapter 09: its program, the serving benchmarks, PyTorch's peers), e2e (fa.attention()
@@ -152,6 +152,35 @@ for stage in "$@"; do
       "$BUILD/bin/fa_bench" --benchmark_filter='attn_fwd/(05/v5_fewer_instructions|07/).*bf16.*' --benchmark_format=console \
         --benchmark_out="$OUT/bench_ch07.json" --benchmark_out_format=json > "$OUT/bench_ch07.log" 2>&1
       log "ch07 fa_bench rc=$?"; grep -E "attn_fwd" "$OUT/bench_ch07.log" | head -60
+      ;;
+    gqa)
+      # Grouped K/V heads in chapter 07's final rungs: fa_bench attn_gqa (07/v5_persistent and
+      # 07/bwd_v1_tma_wgmma, and any other fixed-length kernel that takes grouped heads) at B 2,
+      # H 32, H_kv 32 (MHA) / 8 / 4 / 1 (MQA), N 4096 and 8192, D 128, bf16, causal and full; then
+      # each row's time over its Hkv32 row (the time per query head against MHA, to be at most
+      # 1.05), then the registry's GPU tests of the grouped shapes. After `build`. Log: gqa.log.
+      log "gqa: fa_bench attn_gqa"
+      "$BUILD/bin/fa_bench" --benchmark_filter='attn_gqa/' --benchmark_format=console \
+        --benchmark_out="$OUT/gqa.json" --benchmark_out_format=json > "$OUT/gqa.log" 2>&1
+      log "gqa fa_bench rc=$?"
+      python3 - "$OUT/gqa.json" >> "$OUT/gqa.log" 2>&1 <<'PY'
+import json, re, sys
+rows = {}
+for b in json.load(open(sys.argv[1]))["benchmarks"]:
+    m = re.match(r"attn_gqa/(\w+)/(.+)/Hkv(\d+)$", b["name"])
+    if m and not b.get("error_occurred"):
+        rows[(m.group(1), m.group(2), int(m.group(3)))] = b["real_time"]
+print("\ntime over MHA (Hkv 32) at the same query heads: <= 1.05 is within 5%")
+for (d, shape, hkv), t in sorted(rows.items()):
+    mha = rows.get((d, shape, 32))
+    if mha and hkv != 32:
+        print("%-4s %-48s Hkv %2d  %8.3f ms  MHA %8.3f ms  ratio %.3f  %s" % (
+            d, shape, hkv, t, mha, t / mha, "ok" if t / mha <= 1.05 else "OVER"))
+PY
+      log "gqa ratios rc=$?"; grep -E "ratio" "$OUT/gqa.log" | head -40
+      ctest --test-dir "$BUILD" -L gpu -R 'GroupedKvHeads.*(07_v5_persistent|07_bwd_v1_tma_wgmma)' \
+        --output-on-failure > "$OUT/gqa_tests.log" 2>&1
+      log "gqa tests rc=$?"; tail -5 "$OUT/gqa_tests.log"
       ;;
     python)
       # The PyTorch package (README "From PyTorch"), after `build`: the pytest suite (every

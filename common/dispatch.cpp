@@ -102,12 +102,12 @@ const std::vector<Rule>& dispatch_table() {
       on(Op::Fwd, "09/v2_window")
           .window()
           .because("the window's mma.sync kernel (before sm_90)", log("ch09_serving.log")),
-      on(Op::Fwd, "09/hopper_v1_varlen")
+      on(Op::Fwd, "07/v5_persistent")
           .hopper()
           .grouped()
-          .because("grouped K/V heads on wgmma: 1.51x 09/v1_varlen on the mixed batch (no "
-                   "chapter 07 rung takes grouped heads)",
-                   log("ch09_serving.log")),
+          .because("grouped K/V heads in the fastest forward: the K/V head h / group in its TMA "
+                   "coordinates, no copies (per query head against MHA in the log)",
+                   log("gqa.log", kRun1202)),
       on(Op::Fwd, "09/v1_varlen")
           .grouped()
           .because("grouped K/V heads on mma.sync (before sm_90)", log("ch09_serving.log")),
@@ -149,7 +149,8 @@ const std::vector<Rule>& dispatch_table() {
           .because("fp32: the one fused fp32 forward (no tensor cores)",
                    log("ladder_fwd_d128.log")),
 
-      // ---- backward, fixed length (grouped heads: the caller repeats K and V) ----------------
+      // ---- backward, fixed length (grouped heads: a kernel that takes them sums dK and dV over
+      // the group; for any other the caller repeats K and V and sums) --------------------------
       on(Op::Bwd, "09/hopper_bwd_v2_window")
           .hopper()
           .window()
@@ -159,6 +160,13 @@ const std::vector<Rule>& dispatch_table() {
       on(Op::Bwd, "09/bwd_v2_window")
           .window()
           .because("a window's backward on mma.sync (before sm_90)", log("ch09_serving.log")),
+      on(Op::Bwd, "07/bwd_v1_tma_wgmma")
+          .hopper()
+          .grouped()
+          .because("grouped K/V heads: dK and dV summed over the group in registers, K and V "
+                   "read at h / group, no copies; deterministic (per query head against MHA in "
+                   "the log)",
+                   log("gqa.log", kRun1202)),
       on(Op::Bwd, "07/bwd_v4_dq_tile_reduce")
           .hopper()
           .dims({64, 128})

@@ -26,8 +26,9 @@ namespace fa {
 // The problems the table chooses for, and the registry kinds their kernels come from.
 //   Fwd, Bwd     fixed-length attention [B, H, N, D]. A forward row may name a chapter 09 varlen
 //                kernel: the caller then runs the batch as a packed one of equal lengths
-//                (Pick::kind says which). No backward takes grouped K/V heads: for a grouped
-//                problem the caller runs the backward on K and V repeated over the group.
+//                (Pick::kind says which). A backward that declares gqa takes grouped K/V
+//                heads itself (sums dK, dV over each group); for any other the caller runs it
+//                on K and V repeated over the group.
 //   VarlenFwd, VarlenBwd, PagedFwd   chapter 09's packed and paged batches.
 enum class Op { Fwd, Bwd, VarlenFwd, VarlenBwd, PagedFwd };
 const char* op_name(Op op);  // "fwd", "bwd", "varlen_fwd", "varlen_bwd", "paged_fwd"

@@ -136,7 +136,7 @@ const AttentionFwdKernel* forward_for_backward(DType t, int d);
 
 // Grouped-query shapes (shapes.h): why a kernel cannot run `s` ("heads_kv must divide heads", or
 // "this kernel takes heads_kv == heads only" when !takes_gqa), "" when it can. Every kernel that
-// does not declare AttentionFwdKernel::gqa, and every backward, is refused on grouped shapes.
+// does not declare gqa (AttentionFwdKernel, AttentionBwdKernel) is refused on grouped shapes.
 std::string grouped_heads_refusal(const AttentionShape& s, bool takes_gqa);
 
 // Decoding: forward runs with seq_q <= kDecodeSeqQ are memory-bound, and the harness also reports

@@ -1,10 +1,13 @@
 // harness_attention_bwd.cpp: run an attention backward kernel (chapters 06, 07): the forward
 // makes O and L, then dQ, dK, dV and D of the checked heads against the float64 reference (low
-// precision: the FlashAttention rule against the naive same-precision backward), TFLOP/s.
+// precision: the FlashAttention rule against the naive same-precision backward), TFLOP/s. With
+// grouped K/V heads (a kernel that declares gqa) the checked query heads are whole groups, so that
+// dK and dV of each checked K/V head are compared against the sum over its group.
 #include "harness.h"
 
 #include "buffer.h"
 #include "check.h"
+#include "gpu.h"
 #include "harness_attention.h"
 #include "harness_run.h"
 #include "last_reference.h"
@@ -38,6 +41,35 @@ struct BwdRefs {
   }
 };
 
+// The forward that makes O and L: the one asked for, else the best for the dtype and head dim,
+// or with grouped heads the first registered one that takes them (chapter 07's v5 on an H100).
+const AttentionFwdKernel* forward_for(const AttentionShape& s, DType t, const RunOptions& opt) {
+  if (!opt.forward_kernel.empty()) return find_entry<AttentionFwdKernel>(opt.forward_kernel);
+  const AttentionFwdKernel* best = forward_for_backward(t, int(s.head_dim));
+  if (!s.is_gqa() || (best != nullptr && best->gqa)) return best;
+  for (const AttentionFwdKernel* k : entries_with_prefix<AttentionFwdKernel>(""))
+    if (k->gqa && k->name.rfind("ref/", 0) != 0 && supports(k->dtypes, t) &&
+        supports(k->head_dims, int(s.head_dim)) && gpu_skip_reason(k->min_sm).empty())
+      return k;
+  return nullptr;
+}
+
+// The checked query heads as whole groups: the K/V heads to check (kv_heads, indices over
+// batch * heads_kv) and the query heads that read them, kv * group .. kv * group + group - 1.
+std::vector<int64_t> whole_groups(const AttentionShape& s, int64_t requested, double per_head,
+                                  std::vector<int64_t>* kv_heads) {
+  AttentionShape kv = s;  // one "head" per K/V head, costing its group's heads
+  kv.heads = s.kv_heads();
+  kv.heads_kv = 0;
+  const int64_t g = s.group();
+  *kv_heads =
+      heads_to_check(kv, requested > 0 ? ceil_div(requested, g) : 0, per_head * g, kRefBudget);
+  std::vector<int64_t> heads;
+  for (int64_t k : *kv_heads)
+    for (int64_t i = 0; i < g; ++i) heads.push_back(k * g + i);
+  return heads;
+}
+
 }  // namespace
 
 RunResult run_attention_bwd(const AttentionBwdKernel& k, AttentionShape s, DType t,
@@ -48,24 +80,27 @@ RunResult run_attention_bwd(const AttentionBwdKernel& k, AttentionShape s, DType
   r.dtype = dtype_name(t);
   if (!gpu_ready(r, k.min_sm)) return r;
   r.message = missing_version(k.dtypes, k.head_dims, t, s.head_dim);
-  if (r.message.empty()) r.message = grouped_heads_refusal(s, false);  // no backward takes GQA
+  if (r.message.empty()) r.message = grouped_heads_refusal(s, k.gqa);
   if (r.message.empty() && s.has_window())
     r.message = "a sliding window is chapter 09's: this kernel takes causal or full attention only";
   if (!r.message.empty()) {
     r.status = Status::Unsupported;
     return r;
   }
-  const AttentionFwdKernel* fwd = opt.forward_kernel.empty()
-                                      ? forward_for_backward(t, int(s.head_dim))
-                                      : find_entry<AttentionFwdKernel>(opt.forward_kernel);
+  const AttentionFwdKernel* fwd = forward_for(s, t, opt);
   if (fwd == nullptr) {
     r.status = Status::Unsupported;
     r.message = "no forward kernel to produce O and L for " + std::string(dtype_name(t)) +
-                " D=" + std::to_string(s.head_dim);
+                " D=" + std::to_string(s.head_dim) + (s.is_gqa() ? " with grouped K/V heads" : "");
     return r;
   }
   const double per_head = 6.0 * double(s.seq_q) * s.seq_k * s.head_dim * (t == DType::F32 ? 1 : 2);
-  const std::vector<int64_t> heads = heads_to_check(s, opt.check_heads, per_head, kRefBudget);
+  std::vector<int64_t> kv_heads;  // the K/V heads whose dK, dV are checked
+  const std::vector<int64_t> heads = s.is_gqa()
+                                         ? whole_groups(s, opt.check_heads, per_head, &kv_heads)
+                                         : heads_to_check(s, opt.check_heads, per_head, kRefBudget);
+  if (!s.is_gqa()) kv_heads = heads;
+  const int64_t group = s.group();
   AttentionInputs in = make_attention_inputs(s, t, opt, heads, true);
   DeviceBuffer &dq = in.q, &dk = in.k, &dv = in.v, &ddO = in.dout;
   DeviceBuffer dout(s.q_numel() * dtype_size(t)), dlse(s.lse_numel() * sizeof(float));
@@ -119,21 +154,26 @@ RunResult run_attention_bwd(const AttentionBwdKernel& k, AttentionShape s, DType
         auto append = [](auto& to, const auto& from) {
           to.insert(to.end(), from.begin(), from.end());
         };
+        // dK and dV of a group's K/V head: the sum over its query heads, consecutive in heads.
+        auto add_group = [&](auto& to, const auto& from, size_t hi) {
+          if (hi % size_t(group) == 0) to.resize(to.size() + from.size(), 0);
+          for (size_t i = 0; i < from.size(); ++i) to[to.size() - from.size() + i] += from[i];
+        };
         for (size_t hi = 0; hi < heads.size(); ++hi) {
           HeadView h = in.view(s, hi, heads[hi]);
           const float* dO = in.dout_of(s, hi, heads[hi]);
           std::vector<double> a1(qh), a2(kh), a3(kh), a4(s.seq_q);
           attention_backward_ref_head(h, dO, a1.data(), a2.data(), a3.data(), a4.data());
           append(b.dQ, a1);
-          append(b.dK, a2);
-          append(b.dV, a3);
+          add_group(b.dK, a2, hi);
+          add_group(b.dV, a3, hi);
           append(b.D, a4);
           if (t != DType::F32) {
             std::vector<float> b1(qh), b2(kh), b3(kh), b4(s.seq_q);
             attention_backward_lowp_head(h, dO, t, b1.data(), b2.data(), b3.data(), b4.data());
             append(b.naive_dQ, b1);
-            append(b.naive_dK, b2);
-            append(b.naive_dV, b3);
+            add_group(b.naive_dK, b2, hi);
+            add_group(b.naive_dV, b3, hi);
             append(b.naive_D, b4);
           }
         }
@@ -145,9 +185,11 @@ RunResult run_attention_bwd(const AttentionBwdKernel& k, AttentionShape s, DType
       std::vector<float> xq, xk, xv, xD;
       for (int64_t bh : heads) {
         xq.insert(xq.end(), hq.begin() + bh * qh, hq.begin() + (bh + 1) * qh);
-        xk.insert(xk.end(), hk.begin() + bh * kh, hk.begin() + (bh + 1) * kh);
-        xv.insert(xv.end(), hv.begin() + bh * kh, hv.begin() + (bh + 1) * kh);
         xD.insert(xD.end(), hD.begin() + bh * s.seq_q, hD.begin() + (bh + 1) * s.seq_q);
+      }
+      for (int64_t kv : kv_heads) {
+        xk.insert(xk.end(), hk.begin() + kv * kh, hk.begin() + (kv + 1) * kh);
+        xv.insert(xv.end(), hv.begin() + kv * kh, hv.begin() + (kv + 1) * kh);
       }
       if (int64_t(heads.size()) < s.bh())
         r.note = "checked " + std::to_string(heads.size()) + " of " + std::to_string(s.bh()) +
@@ -158,22 +200,27 @@ RunResult run_attention_bwd(const AttentionBwdKernel& k, AttentionShape s, DType
           t == DType::F32 ? Tolerance::allclose(1e-4, 1e-4) : Tolerance::flash(3.0, 1e-4);
       if (opt.has_tolerance) tolG = tolD = opt.tolerance;
       bool all = int64_t(heads.size()) == s.bh();
-      auto named = [&](CompareResult c, int64_t rows, bool per_row) {
+      // kv: dK and dV, indexed by K/V head (heads_kv of them per batch entry).
+      auto named = [&](CompareResult c, int64_t rows, bool per_row, bool kv = false) {
+        const int64_t n = kv ? int64_t(kv_heads.size()) : int64_t(heads.size());
         if (all) {
-          c.dims = per_row ? std::vector<int64_t>{s.batch, s.heads, rows}
-                           : std::vector<int64_t>{s.batch, s.heads, rows, s.head_dim};
-          c.names = {"b", "h", "i", "d"};
+          const int64_t h = kv ? s.kv_heads() : s.heads;
+          c.dims = per_row ? std::vector<int64_t>{s.batch, h, rows}
+                           : std::vector<int64_t>{s.batch, h, rows, s.head_dim};
+          c.names = {"b", kv ? "h_kv" : "h", "i", "d"};
         } else {
-          c.dims = per_row ? std::vector<int64_t>{int64_t(heads.size()), rows}
-                           : std::vector<int64_t>{int64_t(heads.size()), rows, s.head_dim};
-          c.names = {"checked-head#", "i", "d"};
+          c.dims =
+              per_row ? std::vector<int64_t>{n, rows} : std::vector<int64_t>{n, rows, s.head_dim};
+          c.names = {kv ? "checked-kv-head#" : "checked-head#", "i", "d"};
         }
         return c;
       };
       r.checks = {
           named(compare("dQ", xq.data(), rq.data(), nq.data(), rq.size(), tolG), s.seq_q, false),
-          named(compare("dK", xk.data(), rk.data(), nk.data(), rk.size(), tolG), s.seq_k, false),
-          named(compare("dV", xv.data(), rv.data(), nv.data(), rv.size(), tolG), s.seq_k, false),
+          named(compare("dK", xk.data(), rk.data(), nk.data(), rk.size(), tolG), s.seq_k, false,
+                true),
+          named(compare("dV", xv.data(), rv.data(), nv.data(), rv.size(), tolG), s.seq_k, false,
+                true),
           named(compare("D", xD.data(), rD.data(), nD.data(), rD.size(), tolD), s.seq_q, true)};
       finish_checks(r);
     }

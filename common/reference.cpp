@@ -228,18 +228,24 @@ AttentionFwdRef attention_forward_ref(const float* q, const float* k, const floa
 
 AttentionBwdRef attention_backward_ref(const float* q, const float* k, const float* v,
                                        const float* dO, const AttentionShape& s) {
-  // With grouped K/V heads, dK and dV of a K/V head sum over its query heads; no backward here
-  // takes that shape, and the reference does not pretend to.
-  FA_REQUIRE(!s.is_gqa(), "the backward reference takes heads_kv == heads only");
+  // With grouped K/V heads, dK and dV of a K/V head sum over its query heads (the K/V head feeds
+  // each of them): each query head's gradient is computed as if K and V were its own, and added.
+  FA_REQUIRE(s.valid_heads(), "heads must be a multiple of heads_kv");
   AttentionBwdRef r;
   r.dQ.resize(static_cast<size_t>(s.q_numel()));
-  r.dK.resize(static_cast<size_t>(s.k_numel()));
-  r.dV.resize(static_cast<size_t>(s.k_numel()));
+  r.dK.assign(static_cast<size_t>(s.k_numel()), 0.0);
+  r.dV.assign(static_cast<size_t>(s.k_numel()), 0.0);
   r.D.resize(static_cast<size_t>(s.lse_numel()));
+  const int64_t kh = s.seq_k * s.head_dim;
+  std::vector<double> dk(static_cast<size_t>(kh)), dv(static_cast<size_t>(kh));
   for (int64_t bh = 0; bh < s.bh(); ++bh) {
-    int64_t qo = bh * s.seq_q * s.head_dim, ko = bh * s.seq_k * s.head_dim;
-    attention_backward_ref_head(head_view(s, q, k, v, bh), dO + qo, r.dQ.data() + qo,
-                                r.dK.data() + ko, r.dV.data() + ko, r.D.data() + bh * s.seq_q);
+    const int64_t qo = bh * s.seq_q * s.head_dim, ko = s.kv_index(bh) * kh;
+    attention_backward_ref_head(head_view(s, q, k, v, bh), dO + qo, r.dQ.data() + qo, dk.data(),
+                                dv.data(), r.D.data() + bh * s.seq_q);
+    for (int64_t i = 0; i < kh; ++i) {
+      r.dK[ko + i] += dk[i];
+      r.dV[ko + i] += dv[i];
+    }
   }
   return r;
 }

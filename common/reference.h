@@ -60,7 +60,7 @@ AttentionFwdRef attention_forward_ref(const float* q, const float* k, const floa
 struct AttentionBwdRef {
   std::vector<double> dQ, dK, dV, D;
 };
-// Backward: heads_kv == heads only (throws fa::Error on a grouped shape).
+// Backward; with grouped K/V heads, dK and dV of a K/V head are summed over its query heads.
 AttentionBwdRef attention_backward_ref(const float* q, const float* k, const float* v,
                                        const float* dO, const AttentionShape& s);
 

@@ -121,8 +121,9 @@ struct AttentionFwdFp8Kernel {
 // ---- Attention backward (chapter 06). ----------------------------------------------------------
 // Inputs q, k, v, o, dout (dtype) and lse (fp32, from the forward). Outputs dq, dk, dv (dtype) and
 // delta = D = rowsum(dO * O) (fp32 [batch, heads, seq_q]). `workspace` is an fp32 scratch buffer
-// of q_numel() floats (e.g. a dQ accumulator), zeroed before every call. No backward takes
-// grouped K/V heads: the harness reports shapes with heads_kv != heads as UNSUPPORTED.
+// of q_numel() floats (e.g. a dQ accumulator), zeroed before every call. K, V, dK and dV have
+// shape.kv_heads() heads: a backward that declares `gqa` sums dK and dV over each K/V head's group
+// of query heads; the harness reports grouped shapes as UNSUPPORTED for every other backward.
 struct AttentionBwdArgs {
   const void* q = nullptr;
   const void* k = nullptr;
@@ -147,6 +148,7 @@ struct AttentionBwdKernel {
   std::vector<int> head_dims = {64};
   int min_sm = 70;
   bool deterministic = true;  // false for versions that accumulate with atomics
+  bool gqa = false;           // takes grouped K/V heads (shape.heads_kv < shape.heads)
 };
 
 // ---- The backward's preprocess (chapter 06): D = rowsum(dO o O), one float per query row. ------

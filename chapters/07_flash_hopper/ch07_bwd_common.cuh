@@ -45,7 +45,8 @@ __device__ __forceinline__ float load_l2(const float* lse, int64_t row, int64_t 
 // 0 .. N-1 of a row-major matrix of T with LD elements per row (out points at the first column
 // to write: a column half of a D = 256 gradient passes out + 128 and LD = 256); rows at or past
 // seq are skipped. Thread t holds rows 16w + g and 16w + g + 8, columns 8j + 2q, +1 in
-// acc[4j + 2h], acc[4j + 2h + 1] (hopper.cuh).
+// acc[4j + 2h], acc[4j + 2h + 1] (hopper.cuh). T = float stores the fp32 values themselves (the
+// parts of a split sum, bwd_v1's grouped heads).
 template <class T, int N, int LD>
 __device__ __forceinline__ void store_acc_rows(T* out, const float (&acc)[N / 2], int64_t row0,
                                                int64_t seq, float mul, int t) {
@@ -57,9 +58,14 @@ __device__ __forceinline__ void store_acc_rows(T* out, const float (&acc)[N / 2]
     if (row >= seq) continue;
     T* dst = out + row * LD + 2 * q;
 #pragma unroll
-    for (int j = 0; j < N / 8; ++j)
-      *reinterpret_cast<uint32_t*>(dst + 8 * j) =
-          mma::pack2<T>(acc[4 * j + 2 * h] * mul, acc[4 * j + 2 * h + 1] * mul);
+    for (int j = 0; j < N / 8; ++j) {
+      if constexpr (std::is_same_v<T, float>)
+        *reinterpret_cast<float2*>(dst + 8 * j) =
+            make_float2(acc[4 * j + 2 * h] * mul, acc[4 * j + 2 * h + 1] * mul);
+      else
+        *reinterpret_cast<uint32_t*>(dst + 8 * j) =
+            mma::pack2<T>(acc[4 * j + 2 * h] * mul, acc[4 * j + 2 * h + 1] * mul);
+    }
   }
 }
 

@@ -366,16 +366,18 @@ int fa_py_attention_fwd(const char* name, const void* q, const void* k, const vo
   });
 }
 
-int fa_py_attention_bwd(const char* name, const void* q, const void* k, const void* v,
-                        const void* o, const void* dout, const float* lse, void* dq, void* dk,
-                        void* dv, float* delta, float* workspace, int64_t batch, int64_t heads,
-                        int64_t seq_q, int64_t seq_k, int64_t head_dim, const char* dtype,
-                        float scale, int causal, int device, void* stream) {
+// fa_py_attention_bwd and fa_py_attention_bwd_gqa: heads_kv 0 is heads (no grouping).
+static int attention_bwd(const char* name, const void* q, const void* k, const void* v,
+                         const void* o, const void* dout, const float* lse, void* dq, void* dk,
+                         void* dv, float* delta, float* workspace, int64_t batch, int64_t heads,
+                         int64_t heads_kv, int64_t seq_q, int64_t seq_k, int64_t head_dim,
+                         const char* dtype, float scale, int causal, int device, void* stream) {
   return guarded([&] {
     const fa::AttentionBwdKernel& kernel = find_kernel<fa::AttentionBwdKernel>(name);
     const fa::DType t = read_dtype(dtype);
     fa::AttentionBwdArgs a;
     a.shape = read_shape(batch, heads, seq_q, seq_k, head_dim, scale, causal);
+    a.shape.heads_kv = read_heads_kv(heads, heads_kv);
     require_pointer(q, "q");
     require_pointer(k, "k");
     require_pointer(v, "v");
@@ -388,6 +390,7 @@ int fa_py_attention_bwd(const char* name, const void* q, const void* k, const vo
     require_pointer(delta, "delta");
     require_pointer(workspace, "workspace");
     require_runnable(kernel, t, head_dim);
+    if (a.shape.is_gqa() && !kernel.gqa) throw fa::Unsupported(kNoGqa);
     a.q = q;
     a.k = k;
     a.v = v;
@@ -403,6 +406,24 @@ int fa_py_attention_bwd(const char* name, const void* q, const void* k, const vo
     DeviceGuard guard(device);
     kernel.run(a, static_cast<cudaStream_t>(stream));
   });
+}
+
+int fa_py_attention_bwd(const char* name, const void* q, const void* k, const void* v,
+                        const void* o, const void* dout, const float* lse, void* dq, void* dk,
+                        void* dv, float* delta, float* workspace, int64_t batch, int64_t heads,
+                        int64_t seq_q, int64_t seq_k, int64_t head_dim, const char* dtype,
+                        float scale, int causal, int device, void* stream) {
+  return attention_bwd(name, q, k, v, o, dout, lse, dq, dk, dv, delta, workspace, batch, heads, 0,
+                       seq_q, seq_k, head_dim, dtype, scale, causal, device, stream);
+}
+
+int fa_py_attention_bwd_gqa(const char* name, const void* q, const void* k, const void* v,
+                            const void* o, const void* dout, const float* lse, void* dq, void* dk,
+                            void* dv, float* delta, float* workspace, int64_t batch, int64_t heads,
+                            int64_t heads_kv, int64_t seq_q, int64_t seq_k, int64_t head_dim,
+                            const char* dtype, float scale, int causal, int device, void* stream) {
+  return attention_bwd(name, q, k, v, o, dout, lse, dq, dk, dv, delta, workspace, batch, heads,
+                       heads_kv, seq_q, seq_k, head_dim, dtype, scale, causal, device, stream);
 }
 
 int fa_py_attention_fwd_gqa(const char* name, const void* q, const void* k, const void* v, void* o,
@@ -472,7 +493,7 @@ int fa_py_supported_ex(const char* kind, const char* name, const char* dtype, in
     } else if (k == "bwd") {
       const auto& kernel = find_kernel<fa::AttentionBwdKernel>(name);
       require_runnable(kernel, t(), head_dim);
-      if (gqa) throw fa::Unsupported(kNoGqa);  // no backward takes grouped heads
+      if (gqa && !kernel.gqa) throw fa::Unsupported(kNoGqa);
       if (window) throw fa::Unsupported(kNoWindowFixed);
     } else if (k == "varlen_fwd") {
       const auto& kernel = find_kernel<fa::VarlenFwdKernel>(name);

@@ -21,7 +21,8 @@ extern "C" {
 // 2: chapter 09 (varlen, paged, append) and grouped K/V heads
 // 3: chapter 07's FP8 (e4m3) forward (fa_py_list_fp8_kernels, fa_py_attention_fwd_fp8)
 // 4: the dispatch (fa_py_pick, fa_py_dispatch_table)
-#define FA_PY_API_VERSION 4
+// 5: grouped K/V heads in the fixed-length backward (fa_py_attention_bwd_gqa)
+#define FA_PY_API_VERSION 5
 
 enum {
   FA_PY_OK = 0,
@@ -64,11 +65,21 @@ int fa_py_attention_bwd(const char* name, const void* q, const void* k, const vo
 
 // ---- Grouped-query attention with the fixed-length forward kernels ------------------------------
 // As fa_py_attention_fwd, with K and V of `heads_kv` heads ([batch, heads_kv, seq_k, D]); heads
-// must be a multiple of heads_kv, and the kernel must take grouped heads (chapter 08's do).
+// must be a multiple of heads_kv, and the kernel must take grouped heads (chapter 08's and
+// 07/v5_persistent do).
 int fa_py_attention_fwd_gqa(const char* name, const void* q, const void* k, const void* v, void* o,
                             float* lse, int64_t batch, int64_t heads, int64_t heads_kv,
                             int64_t seq_q, int64_t seq_k, int64_t head_dim, const char* dtype,
                             float scale, int causal, int device, void* stream);
+
+// As fa_py_attention_bwd, with K, V, dK and dV of `heads_kv` heads ([batch, heads_kv, seq_k, D]):
+// dK and dV of a K/V head are the sums over its group of query heads. The kernel must take grouped
+// heads (07/bwd_v1_tma_wgmma does; fa_py_supported_ex says). workspace as fa_py_attention_bwd's.
+int fa_py_attention_bwd_gqa(const char* name, const void* q, const void* k, const void* v,
+                            const void* o, const void* dout, const float* lse, void* dq, void* dk,
+                            void* dv, float* delta, float* workspace, int64_t batch, int64_t heads,
+                            int64_t heads_kv, int64_t seq_q, int64_t seq_k, int64_t head_dim,
+                            const char* dtype, float scale, int causal, int device, void* stream);
 
 // ---- Chapter 09: serving ----------------------------------------------------------------------
 // The chapter 09 kernels, one per line, fields separated by tabs:

@@ -183,7 +183,8 @@ _CHECKED = {}
 def require(kind, kernel, dtype, head_dim, gqa=False, window=False, page_size=0):
     """Raises what a launch of `kernel` would raise on this problem (unknown kernel, no version
     for the dtype / head dim / GPU, no grouped heads, no window); remembered once it passes. The
-    backward kinds are asked without gqa: the backward runs on K and V repeated over the group."""
+    backward kinds are asked without gqa: a backward that takes no grouped heads runs on K and V
+    repeated over the group (takes_grouped_heads)."""
     key = (kind, kernel, dtype, int(head_dim), bool(gqa), bool(window), int(page_size))
     if key in _CHECKED:
         return
@@ -192,6 +193,19 @@ def require(kind, kernel, dtype, head_dim, gqa=False, window=False, page_size=0)
     if err is not None:
         raise err
     _CHECKED[key] = True
+
+
+_GROUPED = {}
+
+
+def takes_grouped_heads(kind, kernel, dtype, head_dim):
+    """Whether fixed-length backward `kernel` takes grouped K/V heads itself (it sums dK, dV over
+    each group: no repeated K, V, no sum in Python); remembered."""
+    key = (kind, kernel, dtype, int(head_dim))
+    if key not in _GROUPED:
+        _GROUPED[key] = kind == "bwd" and _lib.supported(kind, kernel, dtype, head_dim,
+                                                         gqa=True) is None
+    return _GROUPED[key]
 
 
 _PICKS = {}
@@ -226,3 +240,4 @@ def forget_choices():
     _NAMES = None
     _PICKS.clear()
     _CHECKED.clear()
+    _GROUPED.clear()

@@ -10,7 +10,8 @@ import torch
 
 from . import _lib
 from ._common import (check_heads, check_same, check_tensor, dense, device_index, dtype_name,
-                      group_expand, group_sum, scale_arg, stream, window_arg)
+                      group_expand, group_sum, scale_arg, stream, takes_grouped_heads,
+                      window_arg)
 
 INT32_MAX = 2 ** 31 - 1
 
@@ -216,15 +217,20 @@ def attention_fwd_into(q, k, v, o, lse, causal=False, scale=None, kernel="05/v5_
 
 def attention_bwd_into(q, k, v, o, do, lse, dq, dk, dv, delta, workspace, causal=False,
                        scale=None, kernel="06/v2_mma"):
-    """Launches fixed-length backward `kernel` (K and V with H heads). workspace is fp32 of
+    """Launches fixed-length backward `kernel`: k, v, dk, dv with H heads, or with H_kv heads
+    when the kernel takes grouped heads (it sums dk, dv over each group). workspace is fp32 of
     q.numel() floats and must be zero before every call."""
     b, h, nq, d = q.shape
-    nk = k.shape[2]
-    _lib.attention_bwd(kernel, q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(),
-                       do.data_ptr(), lse.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(),
-                       delta.data_ptr(), workspace.data_ptr(), b, h, nq, nk, d,
-                       dtype_name(q.dtype), scale_arg(scale), bool(causal),
-                       device_index(q.device), stream(q.device))
+    hkv, nk = k.shape[1], k.shape[2]
+    args = (q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), do.data_ptr(),
+            lse.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), delta.data_ptr(),
+            workspace.data_ptr())
+    tail = (nq, nk, d, dtype_name(q.dtype), scale_arg(scale), bool(causal),
+            device_index(q.device), stream(q.device))
+    if hkv == h:
+        _lib.attention_bwd(kernel, *args, b, h, *tail)
+    else:
+        _lib.attention_bwd_gqa(kernel, *args, b, h, hkv, *tail)
 
 
 def pack(t):
@@ -266,11 +272,16 @@ def fixed_fwd(kind, kernel, q, k, v, causal, scale, window):
 
 def fixed_bwd(kind, kernel, do, q, k, v, o, lse, causal, scale, window):
     """(dQ, dK, dV) of a fixed-length problem on backward `kernel` of registry `kind` ('bwd', or
-    'varlen_bwd' on the batch packed as fixed_fwd packs it). No backward takes grouped heads: K
-    and V are repeated over the group, and the group's dK, dV summed in fp32 (group_sum)."""
+    'varlen_bwd' on the batch packed as fixed_fwd packs it). Grouped heads: a kernel that takes
+    them (07/bwd_v1_tma_wgmma) gets K and V as they are and sums dK, dV over each group itself,
+    so the memory is the MHA backward's or less; for any other, K and V are repeated over the
+    group and the group's dK, dV summed in fp32 (group_sum)."""
     b, h, nq, d = q.shape
     hkv = k.shape[1]
-    ke, ve = group_expand(k, h, 1), group_expand(v, h, 1)
+    # A kernel that takes grouped heads sums dK, dV over each group itself: K, V as they are.
+    in_kernel = hkv != h and kind == "bwd" and takes_grouped_heads(kind, kernel,
+                                                                   dtype_name(q.dtype), d)
+    ke, ve = (k, v) if in_kernel else (group_expand(k, h, 1), group_expand(v, h, 1))
     if kind == "bwd":
         dq = torch.empty_like(q)
         dk, dv = torch.empty_like(ke), torch.empty_like(ve)

@@ -9,7 +9,7 @@ import glob
 import os
 from collections import namedtuple
 
-API_VERSION = 4  # FA_PY_API_VERSION
+API_VERSION = 5  # FA_PY_API_VERSION
 
 # Return codes of the C ABI.
 OK, USAGE, UNSUPPORTED, NO_GPU, ERROR = 0, 1, 2, 3, 4
@@ -113,6 +113,9 @@ def lib():
     handle.fa_py_attention_bwd.restype = ctypes.c_int
     handle.fa_py_attention_bwd.argtypes = [c_str, vp, vp, vp, vp, vp, fp, vp, vp, vp, fp, fp
                                            ] + shape
+    handle.fa_py_attention_bwd_gqa.restype = ctypes.c_int
+    handle.fa_py_attention_bwd_gqa.argtypes = [c_str, vp, vp, vp, vp, vp, fp, vp, vp, vp, fp, fp,
+                                               i64, i64, i64] + shape[2:]
     handle.fa_py_attention_fwd_gqa.restype = ctypes.c_int
     handle.fa_py_attention_fwd_gqa.argtypes = [c_str, vp, vp, vp, vp, fp, i64, i64, i64, i64, i64,
                                                i64, c_str, ctypes.c_float, ctypes.c_int,
@@ -271,6 +274,17 @@ def attention_bwd(name, q, k, v, o, dout, lse, dq, dk, dv, delta, workspace, bat
                                      workspace, batch, heads, seq_q, seq_k, head_dim,
                                      dtype.encode(), float(scale), int(bool(causal)), int(device),
                                      stream)
+    raise_for(code, name)
+
+
+def attention_bwd_gqa(name, q, k, v, o, dout, lse, dq, dk, dv, delta, workspace, batch, heads,
+                      heads_kv, seq_q, seq_k, head_dim, dtype, scale, causal, device, stream):
+    """Launches fixed-length backward kernel `name` with K, V, dK, dV of heads_kv heads (the
+    kernel sums dK, dV over each group); raises on refusal."""
+    code = lib().fa_py_attention_bwd_gqa(name.encode(), q, k, v, o, dout, lse, dq, dk, dv, delta,
+                                         workspace, batch, heads, heads_kv, seq_q, seq_k,
+                                         head_dim, dtype.encode(), float(scale),
+                                         int(bool(causal)), int(device), stream)
     raise_for(code, name)
 
 

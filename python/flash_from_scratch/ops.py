@@ -22,17 +22,20 @@ logsumexp of each row of scale * Q K^T); the backward kernel recomputes the rest
 semantics are notes/conventions.md's: [batch, heads, seq, head_dim], causal masks aligned
 bottom-right, scale 1/sqrt(head_dim) by default, the sliding window FlashAttention's.
 
-Grouped K/V heads (k, v with H_kv < H heads) and the window run on the forward kernels that take
-them (the dispatch sends them to chapter 09's, on the batch packed as one of equal lengths); no
-backward kernel takes grouped heads, so the backward operator repeats K and V over the group and
-sums each group's dK, dV in fp32.
+Grouped K/V heads (k, v with H_kv < H heads) and the window run on the kernels that take them
+(on an H100/H200 the dispatch sends grouped heads to chapter 07's 07/v5_persistent forward and
+07/bwd_v1_tma_wgmma backward, which read K/V head h / group and sum dK, dV over each group
+themselves; the window to chapter 09's, on the batch packed as one of equal lengths). For a
+backward kernel that takes no grouped heads the backward operator repeats K and V over the group
+and sums each group's dK, dV in fp32.
 """
 from typing import Tuple
 
 import torch
 
 from . import _launch, _lib
-from ._common import check_inputs, choose, dense, dtype_name, scale_arg, scale_or_none, window_arg
+from ._common import (check_inputs, choose, dense, dtype_name, kind_of, scale_arg, scale_or_none,
+                      takes_grouped_heads, window_arg)
 from .names import AUTO
 
 NAMESPACE = "flash_from_scratch"
@@ -161,15 +164,21 @@ def explain(q, k, v, causal=False, window=(-1, -1), kernel=AUTO, kernel_bwd=AUTO
     _, has_window = window_arg(window, causal)
     dt = dtype_name(q.dtype)
     lines = []
+    grouped_bwd = False  # whether the backward takes grouped heads itself (the last line)
     for direction, name in (("fwd", kernel), ("bwd", kernel_bwd)):
         if direction == "bwd" and (not backward or name is None):
             continue
         label = "forward" if direction == "fwd" else "backward"
         if name != AUTO:
             lines.append("%s: %s (named)" % (label, name))
+            if direction == "bwd" and hkv != h:
+                grouped_bwd = takes_grouped_heads(kind_of(name, "bwd"), name, dt, d)
             continue
         p = _lib.pick(direction, dt, d, nq, nk, causal=causal, window=has_window,
                       gqa=hkv != h, deterministic=deterministic and direction == "bwd", sm=sm)
+        if direction == "bwd" and hkv != h:  # a grouped row's kernel takes them (any GPU)
+            grouped_bwd = ("grouped K/V heads" in p.conditions
+                           or (sm == 0 and takes_grouped_heads(p.kind, p.kernel, dt, d)))
         if brief:
             lines.append("%s: %s" % (label, p.kernel))
             continue
@@ -178,6 +187,8 @@ def explain(q, k, v, causal=False, window=(-1, -1), kernel=AUTO, kernel_bwd=AUTO
         lines.append("  measured: %s" % p.measured)
         lines.extend("  passed over: %s" % x for x in p.passed_over)
     if not brief and hkv != h and backward and kernel_bwd is not None:
-        lines.append("grouped heads in the backward: K and V repeated over the group, the "
+        lines.append("grouped heads in the backward: the kernel sums dK, dV over each group "
+                     "itself (K and V not repeated)" if grouped_bwd else
+                     "grouped heads in the backward: K and V repeated over the group, the "
                      "group's dK, dV summed in fp32")
     return lines

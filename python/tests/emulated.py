@@ -10,13 +10,20 @@ from conftest import fa
 class EmulatedLibrary:
     """The C ABI's contract computed in float64 on CPU tensors reached through their raw
     pointers (fp32 only): what the kernels must compute, so that the wrappers around them can be
-    checked without a GPU. Every call is recorded (name, kind)."""
+    checked without a GPU. Every call is recorded (name, kind); each backward's heads and K/V
+    heads too (bwd_heads), to show whether K and V were repeated."""
+
+    # The fixed-length backward that takes grouped K/V heads, as the real registry declares it
+    # (AttentionBwdKernel::gqa); fa_py_supported_ex refuses grouped heads for every other.
+    GROUPED_BWD = "07/bwd_v1_tma_wgmma"
 
     def __init__(self, torch):
         self.torch = torch
         self.calls = []
+        self.bwd_heads = []
         self.picks = []
         self.pick_result = b""
+        self.error = b"emulated"
 
     # memory by address
     def view(self, ptr, n, kind="f32"):
@@ -30,7 +37,7 @@ class EmulatedLibrary:
         return torch.frombuffer((ctype * n).from_address(ptr), dtype=dtype)
 
     def fa_py_last_error(self):
-        return b"emulated"
+        return self.error
 
     def fa_py_list_serving_kernels(self):
         rows = ["varlen_fwd\t09/v1_varlen\tfp32\t32\t80\tgqa\t\t\tx",
@@ -45,10 +52,14 @@ class EmulatedLibrary:
     def fa_py_list_kernels(self):
         rows = ["fwd\t%s\tfp32\t32\t80\t1\tx" % fa.DEFAULT_FWD,
                 "fwd\t08/v5_swizzled_ring\tfp32\t32\t80\t1\tx",
-                "bwd\t%s\tfp32\t32\t80\t1\tx" % fa.DEFAULT_BWD]
+                "bwd\t%s\tfp32\t32\t80\t1\tx" % fa.DEFAULT_BWD,
+                "bwd\t%s\tfp32\t32\t90\t1\tx" % self.GROUPED_BWD]
         return ("\n".join(rows) + "\n").encode()
 
     def fa_py_supported_ex(self, kind, name, dtype, head_dim, gqa, window, page_size):
+        if kind == b"bwd" and gqa and name.decode() != self.GROUPED_BWD:
+            self.error = b"this kernel takes heads_kv == heads only (no grouped-query attention)"
+            return 2  # FA_PY_UNSUPPORTED
         return 0
 
     # The dispatch, as the real table shapes it (common/dispatch.cpp) without the GPU rows: the
@@ -126,15 +137,26 @@ class EmulatedLibrary:
 
     def fa_py_attention_bwd(self, name, q, k, v, o, do, lse, dq, dk, dv, delta, ws, b, h, nq, nk,
                             d, dtype, scale, causal, device, stream):
+        return self.fa_py_attention_bwd_gqa(name, q, k, v, o, do, lse, dq, dk, dv, delta, ws, b,
+                                            h, h, nq, nk, d, dtype, scale, causal, device, stream)
+
+    def fa_py_attention_bwd_gqa(self, name, q, k, v, o, do, lse, dq, dk, dv, delta, ws, b, h, hkv,
+                                nq, nk, d, dtype, scale, causal, device, stream):
+        """K, V, dK, dV of hkv heads: dK, dV of a K/V head summed over its group."""
         self.calls.append((name.decode(), "bwd"))
+        self.bwd_heads.append((h, hkv))
+        assert hkv == h or name.decode() == self.GROUPED_BWD, "this backward takes no groups"
         assert not self.view(ws, b * h * nq * d).any(), "workspace not zeroed"
         Q = self.view(q, b * h * nq * d).view(b, h, nq, d)
-        K = self.view(k, b * h * nk * d).view(b, h, nk, d)
-        V = self.view(v, b * h * nk * d).view(b, h, nk, d)
+        K = self.view(k, b * hkv * nk * d).view(b, hkv, nk, d)
+        V = self.view(v, b * hkv * nk * d).view(b, hkv, nk, d)
         dO = self.view(do, b * h * nq * d).view(b, h, nq, d)
-        gq, gk, gv = self._grads(Q, K, V, dO, causal, scale, (-1, -1))
-        for ptr, g in ((dq, gq), (dk, gk), (dv, gv)):
-            self.view(ptr, g.numel()).copy_(g.flatten())
+        g = h // hkv
+        gq, gk, gv = self._grads(Q, K.repeat_interleave(g, 1), V.repeat_interleave(g, 1), dO,
+                                 causal, scale, (-1, -1))
+        gk, gv = (x.reshape(b, hkv, g, nk, d).sum(2) for x in (gk, gv))
+        for ptr, x in ((dq, gq), (dk, gk), (dv, gv)):
+            self.view(ptr, x.numel()).copy_(x.flatten())
         return 0
 
     def _varlen(self, cu_q, cu_k, host_q, host_k, batch):

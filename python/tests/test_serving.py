@@ -292,6 +292,36 @@ def test_python_layer_fixed_length_gqa(emulated):
     assert torch.equal(o2, o.detach())
 
 
+def test_python_layer_fixed_length_gqa_in_the_backward_kernel(emulated):
+    """A backward that takes grouped heads gets K and V as they are (H_kv heads, no repeat, no
+    sum in Python), and its dK, dV are the group's sums."""
+    torch, emu = emulated
+    from flash_from_scratch.reference import reference_attention
+    g = torch.Generator().manual_seed(SEED)
+    q = torch.randn(2, 6, 9, 32, generator=g).requires_grad_()
+    k = torch.randn(2, 2, 13, 32, generator=g).requires_grad_()
+    v = torch.randn(2, 2, 13, 32, generator=g).requires_grad_()
+    do = torch.randn(2, 6, 9, 32, generator=g)
+    bwd = emu.GROUPED_BWD
+    for causal in (False, True):
+        emu.calls.clear()
+        emu.bwd_heads.clear()
+        o = fa.attention(q, k, v, causal=causal, kernel="08/v5_swizzled_ring", kernel_bwd=bwd)
+        grads = torch.autograd.grad(o, (q, k, v), do)
+        q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+        ro, _ = reference_attention(q64, k64, v64, causal)
+        refs = torch.autograd.grad(ro, (q64, k64, v64), do.double())
+        for got, want in zip(grads, refs):
+            assert got.shape == want.shape and torch.allclose(got.double(), want, atol=1e-4)
+        assert emu.calls == [("08/v5_swizzled_ring", "fwd"), (bwd, "bwd")]
+        assert emu.bwd_heads == [(6, 2)], "K and V went in repeated"
+    # The one that takes none still runs, on K and V repeated over the group.
+    emu.bwd_heads.clear()
+    o = fa.attention(q, k, v, kernel="08/v5_swizzled_ring", kernel_bwd=fa.DEFAULT_BWD)
+    torch.autograd.grad(o, (q, k, v), do)
+    assert emu.bwd_heads == [(6, 6)]
+
+
 def test_python_layer_packed(emulated):
     """VarlenBatch, varlen_attention_packed and varlen_fwd_into on head-major tensors."""
     torch, emu = emulated
@@ -696,6 +726,49 @@ def test_attention_gqa_on_a_fixed_length_kernel():
     for what, got, ref in (("O", o, ro), ("dQ", dq, rq), ("dK", dk, rk), ("dV", dv, rv)):
         check_one(failures, kernel, what, got, ref, naive[what], torch.bfloat16)
     report(failures, 4)
+
+
+def test_attention_gqa_in_chapter07_kernels():
+    """Grouped and multi-query heads through 07/v5_persistent and 07/bwd_v1_tma_wgmma, which read
+    K/V head h / group and sum dK, dV over each group themselves: the gradients against the
+    reference, and the backward's memory no more than the MHA backward's on the same shapes."""
+    torch = torch_cuda_or_skip()
+    from flash_from_scratch.reference import naive_attention_lowp, reference_attention
+    fwd, bwd = "07/v5_persistent", "07/bwd_v1_tma_wgmma"
+    for kind, name in (("fwd", fwd), ("bwd", bwd)):
+        err = fa.supported(kind, name, "bf16", 128, gqa=True)
+        if err is not None:
+            pytest.skip(str(err))
+    g = torch.Generator().manual_seed(SEED)
+    failures = []
+    for hkv, causal in ((2, True), (1, False)):
+        q = draw(torch, g, (2, 8, 300, 128), torch.bfloat16, "cuda").requires_grad_()
+        k = draw(torch, g, (2, hkv, 257, 128), torch.bfloat16, "cuda").requires_grad_()
+        v = draw(torch, g, (2, hkv, 257, 128), torch.bfloat16, "cuda").requires_grad_()
+        do = draw(torch, g, (2, 8, 300, 128), torch.bfloat16, "cuda")
+
+        def backward_peak(k, v):
+            """(gradients, the bytes the backward allocated at its peak)."""
+            o = fa.attention(q, k, v, causal=causal, kernel=fwd, kernel_bwd=bwd)
+            torch.cuda.synchronize()
+            before = torch.cuda.memory_allocated()
+            torch.cuda.reset_peak_memory_stats()
+            grads = torch.autograd.grad(o, (q, k, v), do)
+            torch.cuda.synchronize()
+            return grads, torch.cuda.max_memory_allocated() - before
+
+        (dq, dk, dv), peak = backward_peak(k, v)
+        ke, ve = (t.detach().repeat_interleave(8 // hkv, 1).requires_grad_() for t in (k, v))
+        _, mha_peak = backward_peak(ke, ve)
+        assert peak <= mha_peak, "grouped backward peak %d B > MHA's %d B" % (peak, mha_peak)
+        q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+        ro, _ = reference_attention(q64, k64, v64, causal)
+        rq, rk, rv = torch.autograd.grad(ro, (q64, k64, v64), do.double())
+        naive = naive_attention_lowp(q.detach(), k.detach(), v.detach(), do, causal)
+        for what, got, ref in (("dQ", dq, rq), ("dK", dk, rk), ("dV", dv, rv)):
+            check_one(failures, "%s hkv %d" % (bwd, hkv), what, got, ref, naive[what],
+                      torch.bfloat16)
+    report(failures, 6)
 
 
 def test_serving_refusals(torch_cuda):

@@ -101,30 +101,55 @@ TEST(GroupedQueryReference, MatchesBruteForce) {
     }
 }
 
+// The inputs of grouped shape `gqa` with K and V repeated over each group: the same problem as
+// multi-head attention (heads_kv = heads).
+Inputs repeat_kv(const AttentionShape& gqa, const Inputs& in) {
+  Inputs rep{in.q, {}, {}};
+  const int64_t per_head = gqa.seq_k * gqa.head_dim;
+  for (int64_t bh = 0; bh < gqa.bh(); ++bh) {
+    const int64_t kv = gqa.kv_index(bh);
+    rep.k.insert(rep.k.end(), in.k.begin() + kv * per_head, in.k.begin() + (kv + 1) * per_head);
+    rep.v.insert(rep.v.end(), in.v.begin() + kv * per_head, in.v.begin() + (kv + 1) * per_head);
+  }
+  return rep;
+}
+
 TEST(GroupedQueryReference, EqualsRepeatedKvHeads) {
   AttentionShape gqa{2, 6, 3, 11, 8, true, 0.0f, 2};
   Inputs in = draw(gqa, 50);
   AttentionShape mha = gqa;
   mha.heads_kv = 0;
-  Inputs rep{in.q, {}, {}};
-  const int64_t per_head = gqa.seq_k * gqa.head_dim;
-  for (int64_t bh = 0; bh < mha.bh(); ++bh) {
-    const int64_t kv = gqa.kv_index(bh);
-    rep.k.insert(rep.k.end(), in.k.begin() + kv * per_head, in.k.begin() + (kv + 1) * per_head);
-    rep.v.insert(rep.v.end(), in.v.begin() + kv * per_head, in.v.begin() + (kv + 1) * per_head);
-  }
+  const Inputs rep = repeat_kv(gqa, in);
   fa::AttentionFwdRef a = fa::attention_forward_ref(in.q.data(), in.k.data(), in.v.data(), gqa);
   fa::AttentionFwdRef b = fa::attention_forward_ref(rep.q.data(), rep.k.data(), rep.v.data(), mha);
   expect_close(a.O, b.O, 0.0, "O");
   expect_close(a.L, b.L, 0.0, "L");
 }
 
-TEST(GroupedQueryReference, BackwardRefusesGroupedHeads) {
-  AttentionShape s{1, 4, 3, 3, 8, false, 0.0f, 2};
-  Inputs in = draw(s, 60);
-  std::vector<float> dO = fa::random_normal(s.q_numel(), 61);
-  EXPECT_THROW(fa::attention_backward_ref(in.q.data(), in.k.data(), in.v.data(), dO.data(), s),
-               fa::Error);
+// The grouped backward is the multi-head one on K and V repeated over the group, with dK and dV
+// of each K/V head the sum over its group's query heads (what a grouped backward kernel computes).
+TEST(GroupedQueryReference, BackwardSumsOverTheGroup) {
+  AttentionShape gqa{2, 6, 5, 7, 8, true, 0.0f, 2};
+  Inputs in = draw(gqa, 60);
+  std::vector<float> dO = fa::random_normal(gqa.q_numel(), 61);
+  AttentionShape mha = gqa;
+  mha.heads_kv = 0;
+  const Inputs rep = repeat_kv(gqa, in);
+  const int64_t per_head = gqa.seq_k * gqa.head_dim;
+  fa::AttentionBwdRef a =
+      fa::attention_backward_ref(in.q.data(), in.k.data(), in.v.data(), dO.data(), gqa);
+  fa::AttentionBwdRef b =
+      fa::attention_backward_ref(rep.q.data(), rep.k.data(), rep.v.data(), dO.data(), mha);
+  expect_close(a.dQ, b.dQ, 0.0, "dQ");
+  expect_close(a.D, b.D, 0.0, "D");
+  std::vector<double> dk(a.dK.size(), 0.0), dv(a.dV.size(), 0.0);
+  for (int64_t bh = 0; bh < mha.bh(); ++bh)
+    for (int64_t i = 0; i < per_head; ++i) {
+      dk[gqa.kv_index(bh) * per_head + i] += b.dK[bh * per_head + i];
+      dv[gqa.kv_index(bh) * per_head + i] += b.dV[bh * per_head + i];
+    }
+  expect_close(a.dK, dk, 1e-12, "dK");
+  expect_close(a.dV, dv, 1e-12, "dV");
 }
 
 // ---- The split-KV model ------------------------------------------------------------------------

@@ -63,7 +63,9 @@ TEST(Dispatch, EveryRowNamesAKernelThatTakesWhatTheRowSendsIt) {
       dims = k->head_dims, min_sm = k->min_sm, gqa = k->gqa, window = k->window;
     } else if (const auto* k = fa::find_entry<fa::AttentionBwdKernel>(r.kernel);
                k && r.op == Op::Bwd) {
-      dims = k->head_dims, min_sm = k->min_sm, gqa = true;  // the caller repeats K and V
+      // A grouped row sends grouped heads to the kernel itself; through any other row the caller
+      // repeats K and V over the group.
+      dims = k->head_dims, min_sm = k->min_sm, gqa = k->gqa || r.gqa != fa::Rule::Tri::Yes;
     } else if (const auto* k = fa::find_entry<fa::VarlenBwdKernel>(r.kernel);
                k && (r.op == Op::Bwd || r.op == Op::VarlenBwd)) {
       dims = k->head_dims, min_sm = k->min_sm, gqa = true, window = k->window;
@@ -167,8 +169,8 @@ TEST(Dispatch, EachKindOfProblemGoesWhereItsRowSays) {
   fa::Problem window = fwd(DType::BF16, 128, 4096, true);
   window.window = true;
   if (have_hopper_kernels()) {
-    EXPECT_EQ(fa::pick(gqa, 90).kernel, "09/hopper_v1_varlen");
-    EXPECT_EQ(fa::pick(gqa, 90).kind, "varlen_fwd");
+    EXPECT_EQ(fa::pick(gqa, 90).kernel, "07/v5_persistent");
+    EXPECT_EQ(fa::pick(gqa, 90).kind, "fwd");
     EXPECT_EQ(fa::pick(window, 90).kernel, "09/hopper_v2_window");
   }
   EXPECT_EQ(fa::pick(gqa, 80).kernel, "09/v1_varlen");
@@ -178,7 +180,14 @@ TEST(Dispatch, EachKindOfProblemGoesWhereItsRowSays) {
   EXPECT_EQ(fa::pick(window_bwd, 80).kernel, "09/bwd_v2_window");
   EXPECT_EQ(fa::pick(window_bwd, 80).kind, "varlen_bwd");
   fa::Problem gqa_bwd = gqa;
-  gqa_bwd.op = Op::Bwd;  // the caller repeats K and V: any backward serves
+  gqa_bwd.op = Op::Bwd;
+  if (have_hopper_kernels()) {  // takes grouped heads itself, deterministically
+    EXPECT_EQ(fa::pick(gqa_bwd, 90).kernel, "07/bwd_v1_tma_wgmma");
+    EXPECT_TRUE(fa::find_entry<fa::AttentionBwdKernel>("07/bwd_v1_tma_wgmma")->gqa);
+    gqa_bwd.seq_q = gqa_bwd.seq_k = 512;  // where 07/bwd_v2_dq_reduce would serve MHA
+    EXPECT_EQ(fa::pick(gqa_bwd, 90).kernel, "07/bwd_v1_tma_wgmma");
+  }
+  // Before sm_90 the caller repeats K and V: any backward serves.
   EXPECT_EQ(fa::pick(gqa_bwd, 80).kernel, "06/v5_warp_tiles");
 
   EXPECT_EQ(fa::pick(fwd(DType::F32, 64, 1000, true), 90).kernel, "05/v1_scalar_fp32");

@@ -121,7 +121,7 @@ TEST(PythonCApi, LoadsAndExportsOnlyItsCAbi) {
   ASSERT_NE(api().supported_fp8, nullptr);
   ASSERT_NE(api().fwd_fp8, nullptr);
   EXPECT_EQ(api().api_version(), FA_PY_API_VERSION);
-  EXPECT_EQ(FA_PY_API_VERSION, 4);
+  EXPECT_EQ(FA_PY_API_VERSION, 5);
   // The registry inside stays inside (fa_python.map): this process has its own.
   EXPECT_EQ(dlsym(api().handle, "_ZN2fa8have_gpuEv"), nullptr);  // fa::have_gpu()
 }

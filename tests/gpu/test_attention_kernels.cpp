@@ -2,6 +2,8 @@
 // and head dim it lists: ragged lengths, seq_q != seq_k both ways, causal on and off (bottom-right
 // aligned, including rows that see no key), a non-default scale, inputs scaled up 5x, fresh inputs
 // on several runs, batch*heads beyond 65535, and (label long) a tensor past 2^31 elements.
+// Grouped K/V heads (GQA, MQA): the ragged shapes again for every kernel that declares gqa (the
+// backward's dK and dV summed over each group), and a refusal from every kernel that does not.
 // A variant this GPU cannot take (UNSUPPORTED) is skipped alone and the others still run
 // (VariantTest, test_util.h); each test prints "ran N of M variants".
 #include "test_util.h"
@@ -23,12 +25,37 @@ fa::RunOptions check_only(uint64_t seed) {
 const std::vector<std::pair<int64_t, int64_t>> kRagged = {
     {1, 1}, {17, 17}, {113, 203}, {203, 113}, {127, 129}, {512, 256}, {1023, 1023}, {1025, 1025}};
 
+// Grouped K/V heads: 8 query heads over 4 (pairs), 2 (GQA) and 1 (MQA) K/V heads.
+const std::vector<int64_t> kKvHeads = {4, 2, 1};
+
 template <class K>
 std::vector<std::pair<fa::DType, int>> variants(const K& k) {
   std::vector<std::pair<fa::DType, int>> out;
   for (fa::DType t : k.dtypes)
     for (int d : k.head_dims) out.push_back({t, d});
   return out;
+}
+
+// The ragged shapes with grouped K/V heads on a kernel that declares gqa (forward or backward,
+// `run` its harness runner); any other kernel must refuse them, never run them (it would read
+// the wrong K/V heads).
+template <class K, class Run>
+void grouped_kv_heads(const K& kernel, Run run) {
+  if (!kernel.gqa) {
+    for (auto [t, d] : variants(kernel)) {
+      fa::RunResult r = run(kernel, {2, 8, 17, 17, d, true, 0.0f, 2}, t, check_only(1));
+      EXPECT_EQ(r.status, fa::Status::Unsupported) << r.report();
+    }
+    return;
+  }
+  for (auto [t, d] : variants(kernel))
+    for (auto [nq, nk] : kRagged)
+      for (bool causal : {false, true})
+        for (int64_t hkv : kKvHeads) {
+          AttentionShape s{2, 8, nq, nk, d, causal, 0.0f, hkv};
+          SCOPED_TRACE(s.str() + " " + fa::dtype_name(t));
+          FA_EXPECT_PASS(run(kernel, s, t, check_only(nq * 3 + nk + hkv)));
+        }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -48,6 +75,12 @@ TEST_P(AttentionFwdKernels, RaggedShapesCausalAndNot) {
         SCOPED_TRACE(s.str() + " " + fa::dtype_name(t));
         FA_EXPECT_PASS(fa::run_attention_fwd(kernel(), s, t, check_only(nq * 7 + nk)));
       }
+}
+
+// A kernel that declares gqa on the ragged shapes with grouped K/V heads; any other must refuse.
+TEST_P(AttentionFwdKernels, GroupedKvHeads) {
+  FA_SKIP_WITHOUT_GPU(kernel().min_sm);
+  grouped_kv_heads(kernel(), fa::run_attention_fwd);
 }
 
 TEST_P(AttentionFwdKernels, NonDefaultScaleAndLargeInputs) {
@@ -127,6 +160,20 @@ TEST_P(AttentionBwdKernels, RaggedShapesCausalAndNot) {
         SCOPED_TRACE(s.str() + " " + fa::dtype_name(t));
         FA_EXPECT_PASS(fa::run_attention_bwd(kernel(), s, t, check_only(nq * 5 + nk)));
       }
+}
+
+// dK and dV of each K/V head summed over its group, against the reference's sum (the harness
+// checks whole groups); a kernel that does not declare gqa must refuse.
+TEST_P(AttentionBwdKernels, GroupedKvHeads) {
+  FA_SKIP_WITHOUT_GPU(kernel().min_sm);
+  grouped_kv_heads(kernel(), fa::run_attention_bwd);
+  if (!kernel().gqa) return;
+  // Small grids split each group among blocks (07/bwd_v1_tma_wgmma: parts summed by a second
+  // kernel); a grid that fills an H100 (16 x 2 K/V heads x 8 key tiles) keeps a group in one block.
+  fa::RunOptions o = check_only(24);
+  o.check_heads = 4;  // one whole group
+  for (auto [t, d] : variants(kernel()))
+    FA_EXPECT_PASS(fa::run_attention_bwd(kernel(), {16, 8, 1024, 1024, d, true, 0.0f, 2}, t, o));
 }
 
 TEST_P(AttentionBwdKernels, NonDefaultScale) {

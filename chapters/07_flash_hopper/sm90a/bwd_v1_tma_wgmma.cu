@@ -41,8 +41,9 @@
 //                  D = 256 (column halves, below): the same 224 as D = 128.
 //   dq,   D = 128: dQ 64 + S 32 + dP 32 + dS fragments 16 = 144; D = 64: 112; D = 256: 144.
 //   256 threads per block (two warpgroups, no producer warpgroup): up to 255 registers each.
-//   ptxas (CUDA 13.0, sm_90a, fp16 = bf16): dkdv 191 (D 64) / 255 (D 128) / 244 (D 256),
-//   dq 136 / 182 / 155 registers, no spills.
+//   ptxas (CUDA 13.0, sm_90a, fp16 = bf16): dkdv 206 (D 64) / 254 (D 128) / 254 (D 256),
+//   dq 136 / 182 / 155 registers, no spills (dkdv without grouped heads, before their loop and
+//   split: 191 / 255 / 244; one block per SM either way, so the count costs nothing).
 //
 // D = 256: the accumulator columns are split. Whole, dK and dV of 64 keys would be 2 x 128 =
 //   256 registers per thread, more than a thread has (and wgmma's M = 64 allows no fewer keys
@@ -98,6 +99,30 @@
 // dq visits only the K/V tiles its rows see (kv_tiles); rows seeing no key store dQ = 0.
 // Offsets are 64-bit; batch*heads * tiles is on gridDim.x.
 //
+// Grouped K/V heads (GQA, MQA; shapes.h): query head bh = b * heads + h reads K/V head
+// kv_index(bh) = b * heads_kv + h / group, which is bh / group (heads = heads_kv * group), and dK,
+// dV of a K/V head sum over the group's query heads. No K/V copies and no atomics:
+//   * dkdv_kernel runs one block per (key tile, K/V head), and its loop runs over the group's
+//     query heads one after the other, each over the Q tiles that see the block's keys: iteration
+//     j is query head kv * group + j / n_per, Q tile qt_begin + j % n_per (n_per tiles per head,
+//     the same for every head of the group). dK and dV stay in the block's registers across the
+//     whole group, so each element is summed by one thread in a fixed order: still bitwise
+//     deterministic, and stored once. The ring, its stages and its barriers are as before;
+//     only the head coordinate of the Q and dO loads and the rows of L and D change with j.
+//   * dq_kernel reads K and V at head bh / group (tensor maps over batch * heads_kv heads).
+//   * the preprocess is per query head, as before.
+//   A group of 1 is the plain multi-head loop (j / n_per = 0).
+//   * What grouping costs: the dK/dV grid shrinks by the group (batch * heads_kv * key tiles
+//     blocks) while each block does group times the work. In waves of the GPU that is the same
+//     time as long as the grid fills the SMs (B 2, H_kv 4, N 4096: 256 blocks of 8 heads' work, 2
+//     waves on 132 SMs, against MHA's 2048 blocks in 16 waves); below one wave it is not (MQA at
+//     B 2, N 4096: 64 blocks of 32 heads' work, half the SMs idle). There the group is split:
+//     `split` blocks per (key tile, K/V head), each over group / split of its query heads, store
+//     their fp32 sums into the workspace, and a second kernel (sum_parts_kernel) adds the parts
+//     in their fixed order and rounds once: still deterministic. split (a divisor of the group)
+//     is the smallest that minimises waves / split, the time in units of one block's work
+//     (group_split), and the parts must fit the q_numel() floats of the workspace.
+//
 // Fallback: shapes TMA cannot load (unaligned pointers, seq_q or seq_k = 0, sizes near 2^31) run
 // 06/v2_mma through the registry, which takes every head dim of this kernel.
 //
@@ -110,6 +135,8 @@
 // Speed (H100 80GB HBM3, 2026-11-23): D 128 N 8192 bf16 411.8 TFLOP/s (2.5x forward FLOPs),
 // FlashAttention-2 294.2 (notes/measured/h100-2026-11-23c/sdpa_flush.log).
 #include <cuda.h>
+
+#include <algorithm>
 
 #include "ch07_bwd_common.cuh"
 #include "gpu.h"
@@ -149,6 +176,10 @@ struct BwdParams {
   void* dv;
   int64_t seq_q, seq_k;
   int64_t n_tiles;   // tiles per (batch, head): of keys (dkdv) or of queries (dq)
+  int group;         // query heads per K/V head (1: no grouping)
+  int split;         // dkdv: blocks per (key tile, K/V head), each over group / split heads
+  int64_t kv_bh;     // batch * heads_kv
+  float* parts;      // split > 1: fp32 dK parts [split][kv_bh][seq_k][D], then dV's likewise
   float scale;       // softmax scale
   float scale_log2;  // scale * log2(e): P = exp2(s * scale_log2 - L2)
   bool causal;
@@ -199,11 +230,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint64_t* q_full = kv_full + 1;  // one per stage: Q and dO bytes of the tile have landed
 
   const int tid = threadIdx.x, wg = tid / 128, t = tid % 128, q = t % 4;
-  const int64_t bh = int64_t(blockIdx.x) / p.n_tiles;
+  const int64_t unit = int64_t(blockIdx.x) / p.n_tiles;  // (K/V head, part) (GQA: header)
+  const int64_t kv_bh = unit / p.split;
+  const int part = int(unit % p.split), heads = p.group / p.split;  // this block's query heads
   const int64_t k0 = (int64_t(blockIdx.x) % p.n_tiles) * kBc;
   const int64_t seq_q = p.seq_q, seq_k = p.seq_k;
-  const float* lse = p.lse + bh * seq_q;
-  const float* delta = p.delta + bh * seq_q;
 
   // The Q tiles that see this block's keys: causal, from the one holding the first query that
   // sees key k0 (every earlier tile is entirely masked). Possibly none.
@@ -213,25 +244,28 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int64_t first = causal_first_query(k0, seq_q, seq_k);
     if (first > 0) qt_begin = first / kKvBr;
   }
-  const int n_iter = qt_begin < n_qt ? int(n_qt - qt_begin) : 0;
+  // GQA: the group's query heads one after the other, n_per tiles each (header).
+  const int n_per = qt_begin < n_qt ? int(n_qt - qt_begin) : 0;
+  const int n_iter = n_per * heads;
+  // Iteration j: its query head (b * heads + h) and its first query row.
+  auto head_of = [&](int j) { return kv_bh * p.group + part * heads + j / n_per; };
+  auto row_of = [&](int j) { return (qt_begin + j % n_per) * kKvBr; };
 
-  // Thread 0: Q and dO of iteration j (Q tile qt_begin + j) into stage j % kStages.
+  // Thread 0: Q and dO of iteration j into stage j % kStages.
   auto request_q = [&](int j) {
     const int s = j % kStages;
-    const int row = int((qt_begin + j) * kKvBr);
+    const int row = int(row_of(j)), bh = int(head_of(j));
     hopper::mbar_arrive_expect_tx(&q_full[s], 2 * Sm::kQBytes);
     for (int c = 0; c < kStrips; ++c) {
-      hopper::tma_load_3d(sQ(s) + c * kKvBr * 128, &tm_q, &q_full[s], c * kSwizzleCols, row,
-                          int(bh));
-      hopper::tma_load_3d(sdO(s) + c * kKvBr * 128, &tm_do, &q_full[s], c * kSwizzleCols, row,
-                          int(bh));
+      hopper::tma_load_3d(sQ(s) + c * kKvBr * 128, &tm_q, &q_full[s], c * kSwizzleCols, row, bh);
+      hopper::tma_load_3d(sdO(s) + c * kKvBr * 128, &tm_do, &q_full[s], c * kSwizzleCols, row, bh);
     }
   };
   // Warpgroup 0: threads 0..63 carry L2 of the tile's 64 queries, threads 64..127 their D.
   auto load_ld = [&](int j) {
-    const int64_t row = (qt_begin + j) * kKvBr + tid % kKvBr;
-    if (tid < kKvBr) return load_l2(lse, row, seq_q);
-    return row < seq_q ? delta[row] : 0.0f;
+    const int64_t row = row_of(j) + tid % kKvBr, head_row0 = head_of(j) * seq_q;
+    if (tid < kKvBr) return load_l2(p.lse + head_row0, row, seq_q);
+    return row < seq_q ? p.delta[head_row0 + row] : 0.0f;
   };
   auto store_ld = [&](int j, float x) {
     const int s = j % kStages;
@@ -248,8 +282,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (n_iter > 0) {
       hopper::mbar_arrive_expect_tx(kv_full, 2 * Sm::kKVBytes);
       for (int c = 0; c < kStrips; ++c) {  // all D columns: S^T and dP^T contract over them
-        hopper::tma_load_3d(sK + c * kBc * 128, &tm_k, kv_full, c * kSwizzleCols, int(k0), int(bh));
-        hopper::tma_load_3d(sV + c * kBc * 128, &tm_v, kv_full, c * kSwizzleCols, int(k0), int(bh));
+        hopper::tma_load_3d(sK + c * kBc * 128, &tm_k, kv_full, c * kSwizzleCols, int(k0),
+                            int(kv_bh));
+        hopper::tma_load_3d(sV + c * kBc * 128, &tm_v, kv_full, c * kSwizzleCols, int(k0),
+                            int(kv_bh));
       }
     }
     for (int j = 0; j < kStages && j < n_iter; ++j) request_q(j);
@@ -273,7 +309,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (n_iter > 0) hopper::mbar_wait(kv_full, 0);
   for (int j = 0; j < n_iter; ++j) {
     const int s = j % kStages;
-    const int64_t q0 = (qt_begin + j) * kKvBr;
+    const int64_t q0 = row_of(j);
     const bool prefetch = j + kStages < n_iter && tid < 2 * kKvBr;
     const float next_ld = prefetch ? load_ld(j + kStages) : 0.0f;
     const bool need_mask = k0 + kBc > seq_k || (p.causal && k0 + kBc - 1 > q0 + off);
@@ -364,11 +400,52 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 
   // Keys no query sees (causal) leave with dK = dV = 0, as they must. Rows k0 + wrow .., columns
-  // col0 .. col0 + kN - 1 of this head's [seq_k x D] dK and dV.
+  // col0 .. col0 + kN - 1 of this K/V head's [seq_k x D] dK and dV, summed over its group.
   const int64_t row0 = k0 + wrow;
-  store_acc_rows<T, kN, D>(static_cast<T*>(p.dk) + bh * seq_k * D + col0, dk, row0, seq_k, p.scale,
+  if (p.split > 1) {  // this part's fp32 sums; sum_parts_kernel adds the parts (header, GQA)
+    const int64_t head = int64_t(part) * p.kv_bh + kv_bh, all = p.split * p.kv_bh;
+    store_acc_rows<float, kN, D>(p.parts + head * seq_k * D + col0, dk, row0, seq_k, 1.0f, t);
+    store_acc_rows<float, kN, D>(p.parts + (all + head) * seq_k * D + col0, dv, row0, seq_k, 1.0f,
+                                 t);
+    return;
+  }
+  store_acc_rows<T, kN, D>(static_cast<T*>(p.dk) + kv_bh * seq_k * D + col0, dk, row0, seq_k,
+                           p.scale, t);
+  store_acc_rows<T, kN, D>(static_cast<T*>(p.dv) + kv_bh * seq_k * D + col0, dv, row0, seq_k, 1.0f,
                            t);
-  store_acc_rows<T, kN, D>(static_cast<T*>(p.dv) + bh * seq_k * D + col0, dv, row0, seq_k, 1.0f, t);
+}
+
+// dK and dV from the split parts of dkdv_kernel: element i of dK is scale * (part 0 + part 1 +
+// ...), in that order, rounded once; dV the same without the scale. n = kv_bh * seq_k * D.
+template <class T>
+__global__ void sum_parts_kernel(const float* parts, T* dk, T* dv, int64_t n, int split,
+                                 float scale) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < 2 * n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const bool is_dv = i >= n;
+    const int64_t e = is_dv ? i - n : i;
+    const float* first = parts + (is_dv ? split * n : 0) + e;
+    float sum = 0.0f;
+    for (int s = 0; s < split; ++s) sum += first[s * n];
+    if (is_dv)
+      dv[e] = T(sum);  // round to nearest
+    else
+      dk[e] = T(sum * scale);
+  }
+}
+
+// The split of each group among dkdv blocks (header, GQA): 1 when the grid fills the GPU, else the
+// smallest divisor of the group that minimises ceil(blocks * split / sms) / split, with
+// 2 * split * kv_numel floats of parts within the workspace's q_numel.
+int group_split(int64_t blocks, const AttentionShape& s, int sms) {
+  int best = 1;
+  double best_time = double(ceil_div(blocks, sms));
+  for (int split = 2; split <= s.group(); ++split) {
+    if (s.group() % split != 0 || 2 * split * s.k_numel() > s.q_numel()) continue;
+    const double time = double(ceil_div(blocks * split, sms)) / split;
+    if (time < best_time) best = split, best_time = time;
+  }
+  return best;
 }
 
 // ---- dQ ------------------------------------------------------------------------------------------
@@ -413,6 +490,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const int tid = threadIdx.x, wg = tid / 128, t = tid % 128, q = t % 4;
   const int64_t bh = int64_t(blockIdx.x) / p.n_tiles;
+  const int kv_bh = int(bh / p.group);  // the K/V head it reads (GQA: header)
   // Heaviest tiles first under causal masking (the last query tiles see the most keys).
   const int64_t q0 = (p.n_tiles - 1 - int64_t(blockIdx.x) % p.n_tiles) * kBr;
   const int64_t seq_q = p.seq_q, seq_k = p.seq_k;
@@ -425,9 +503,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     hopper::mbar_arrive_expect_tx(&kv_full[s], 2 * Sm::kKVBytes);
     for (int c = 0; c < kStrips; ++c) {  // all D columns: S and dP contract over them
       hopper::tma_load_3d(sK(s) + c * kQBc * 128, &tm_k, &kv_full[s], c * kSwizzleCols, j * kQBc,
-                          int(bh));
+                          kv_bh);
       hopper::tma_load_3d(sV(s) + c * kQBc * 128, &tm_v, &kv_full[s], c * kSwizzleCols, j * kQBc,
-                          int(bh));
+                          kv_bh);
     }
   };
 
@@ -535,8 +613,12 @@ template <class T, int D>
 void launch(const AttentionBwdArgs& a, cudaStream_t stream) {
   const AttentionShape& s = a.shape;
   const int64_t n_kt = ceil_div(s.seq_k, kKvBc<D>), n_qt = ceil_div(s.seq_q, kQBr<D>);
-  FA_UNSUPPORTED_IF(n_kt * s.bh() > INT_MAX || n_qt * s.bh() > INT_MAX,
+  const int64_t kv_bh = s.batch * s.kv_heads();  // K, V, dK, dV: batch * heads_kv heads (GQA)
+  FA_UNSUPPORTED_IF(n_kt * kv_bh > INT_MAX || n_qt * s.bh() > INT_MAX,
                     "07/bwd_v1_tma_wgmma: more than 2^31-1 thread blocks");
+  // dkdv's iterations, the group's query heads x the Q tiles, count in an int.
+  FA_UNSUPPORTED_IF(ceil_div(s.seq_q, kKvBr) * s.group() > INT_MAX,
+                    "07/bwd_v1_tma_wgmma: more than 2^31-1 query tiles per K/V head");
   BwdParams p{};
   p.lse = a.lse;
   p.delta = a.delta;
@@ -548,27 +630,38 @@ void launch(const AttentionBwdArgs& a, cudaStream_t stream) {
   p.scale = s.softmax_scale();
   p.scale_log2 = p.scale * kLog2e;
   p.causal = s.causal;
+  p.group = int(s.group());
+  p.kv_bh = kv_bh;
+  p.split = s.is_gqa() ? group_split(n_kt * kv_bh, s, gpu_info().sm_count) : 1;
+  p.parts = a.workspace;  // not otherwise used by this kernel
 
   // 2. dK, dV: K/V boxes of kKvBc rows (kept), Q/dO boxes of 64 rows (streamed); every box is
   // 64 columns wide, one 128-byte swizzled strip.
   {
     const CUtensorMap tm_q = make_tmap(a.q, s.bh(), s.seq_q, D, kKvBr, a.dtype);
     const CUtensorMap tm_do = make_tmap(a.dout, s.bh(), s.seq_q, D, kKvBr, a.dtype);
-    const CUtensorMap tm_k = make_tmap(a.k, s.bh(), s.seq_k, D, kKvBc<D>, a.dtype);
-    const CUtensorMap tm_v = make_tmap(a.v, s.bh(), s.seq_k, D, kKvBc<D>, a.dtype);
+    const CUtensorMap tm_k = make_tmap(a.k, kv_bh, s.seq_k, D, kKvBc<D>, a.dtype);
+    const CUtensorMap tm_v = make_tmap(a.v, kv_bh, s.seq_k, D, kKvBc<D>, a.dtype);
     constexpr int kSmem = DkdvSmem<D>::kBytes;
     set_smem_limit_once<dkdv_kernel<T, D>, kSmem>();
     p.n_tiles = n_kt;
     dkdv_kernel<T, D>
-        <<<unsigned(n_kt * s.bh()), kThreads, kSmem, stream>>>(tm_q, tm_k, tm_v, tm_do, p);
+        <<<unsigned(n_kt * kv_bh * p.split), kThreads, kSmem, stream>>>(tm_q, tm_k, tm_v, tm_do, p);
     FA_CHECK_LAUNCH();
+    if (p.split > 1) {
+      const int64_t n = kv_bh * s.seq_k * D;
+      const int64_t blocks = std::min<int64_t>(ceil_div(2 * n, 256), 8 * gpu_info().sm_count);
+      sum_parts_kernel<T><<<unsigned(blocks), 256, 0, stream>>>(
+          p.parts, static_cast<T*>(a.dk), static_cast<T*>(a.dv), n, p.split, p.scale);
+      FA_CHECK_LAUNCH();
+    }
   }
   // 3. dQ: Q/dO boxes of kQBr rows (kept), K/V boxes of 64 rows (streamed).
   {
     const CUtensorMap tm_q = make_tmap(a.q, s.bh(), s.seq_q, D, kQBr<D>, a.dtype);
     const CUtensorMap tm_do = make_tmap(a.dout, s.bh(), s.seq_q, D, kQBr<D>, a.dtype);
-    const CUtensorMap tm_k = make_tmap(a.k, s.bh(), s.seq_k, D, kQBc, a.dtype);
-    const CUtensorMap tm_v = make_tmap(a.v, s.bh(), s.seq_k, D, kQBc, a.dtype);
+    const CUtensorMap tm_k = make_tmap(a.k, kv_bh, s.seq_k, D, kQBc, a.dtype);
+    const CUtensorMap tm_v = make_tmap(a.v, kv_bh, s.seq_k, D, kQBc, a.dtype);
     constexpr int kSmem = DqSmem<D>::kBytes;
     set_smem_limit_once<dq_kernel<T, D>, kSmem>();
     p.n_tiles = n_qt;
@@ -593,6 +686,26 @@ void dispatch_head_dim(const AttentionBwdArgs& a, cudaStream_t stream) {
   }
 }
 
+// Grouped heads on a shape TMA cannot load: the fallback (06/v2_mma) takes no grouped heads.
+// Without queries nothing flows back (dK = dV = 0); without keys K, V, dK and dV are empty and
+// the fallback runs the shape as plain multi-head attention (dQ = 0, D from dO and O); unaligned
+// or oversized grouped inputs are refused rather than read wrongly.
+void grouped_fallback(const AttentionBwdArgs& a, cudaStream_t stream) {
+  const AttentionShape& s = a.shape;
+  FA_UNSUPPORTED_IF(s.seq_q > 0 && s.seq_k > 0,
+                    "07/bwd_v1_tma_wgmma: grouped K/V heads need inputs TMA can load (16-byte "
+                    "aligned, sizes below 2^31); its fallback takes no grouped heads");
+  if (s.seq_q == 0) {
+    const size_t bytes = size_t(s.k_numel()) * dtype_size(a.dtype);
+    FA_CUDA_CHECK(cudaMemsetAsync(a.dk, 0, bytes, stream));  // 0 is +0.0 in fp16 and bf16
+    FA_CUDA_CHECK(cudaMemsetAsync(a.dv, 0, bytes, stream));
+    return;
+  }
+  AttentionBwdArgs no_keys = a;
+  no_keys.shape.heads_kv = 0;  // K, V, dK, dV are empty: no head of them is touched
+  run_fallback(no_keys, stream);
+}
+
 void attention_bwd_v1(const AttentionBwdArgs& a, cudaStream_t stream) {
   const AttentionShape& s = a.shape;
   FA_REQUIRE(s.seq_q >= 0 && s.seq_k >= 0 && s.bh() >= 0, "negative size");
@@ -603,7 +716,9 @@ void attention_bwd_v1(const AttentionBwdArgs& a, cudaStream_t stream) {
   FA_UNSUPPORTED_IF(gpu_info().sm != 90,
                     "07/bwd_v1_tma_wgmma uses sm_90a instructions (wgmma, TMA): it runs on "
                     "compute capability 9.0 (H100, H200) only");
+  FA_REQUIRE(s.valid_heads(), "07/bwd_v1_tma_wgmma: heads must be a multiple of heads_kv");
   if (s.bh() == 0) return;  // nothing to write
+  if (s.is_gqa() && !tma_can_load(a)) return grouped_fallback(a, stream);
   if (!tma_can_load(a)) return run_fallback(a, stream);
   // 1. D = rowsum(dO o O), before the two kernels that read it (same stream).
   delta_preprocess_launch(a.o, a.dout, a.delta, s, a.dtype, stream);
@@ -623,6 +738,7 @@ FA_REGISTER(AttentionBwdKernel,
              {DType::BF16, DType::F16},
              {64, 128, 256},
              90,
-             true});
+             /*deterministic=*/true,
+             /*gqa=*/true});
 
 }  // namespace fa::ch07

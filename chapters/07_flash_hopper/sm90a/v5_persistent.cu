@@ -33,6 +33,15 @@
 //     partial query tile is v4's: TMA zero-fills the rows past seq_q, the stores skip them.
 //   * o, m and l are reset at the start of every work tile; P_{j-1} is not (turn 0 writes it).
 //
+// Grouped K/V heads (GQA, MQA; shapes.h)
+//   Query head bh = b * heads + h reads K/V head kv_index(bh) = b * heads_kv + h / group. Since
+//   heads = heads_kv * group, that is simply bh / group: the producer loads its K and V tiles at
+//   that head coordinate of tensor maps over batch * heads_kv heads, and nothing else changes
+//   (the consumers read shared memory, whichever head filled it). No K/V copies: the group's
+//   query heads are consecutive units, so the G units in flight read a few K/V heads, which stay
+//   in L2 across the group as across a head's query tiles. A group of 1 is plain multi-head
+//   attention, the same loop.
+//
 // The turns across work tiles
 //   Both consumers take n_tiles + 1 turns of every work tile (none where n_tiles = 0), so the
 //   block's turns are one strict alternation, consumer 0, 1, 0, 1, ..., and the token is simply
@@ -165,6 +174,7 @@ struct V5Smem {
 struct Schedule {
   uint32_t units;           // units_per_head * batch * heads, < 2^31 (the launch checks)
   uint32_t units_per_head;  // num_q_tiles, or causal (num_q_tiles + 1) / 2
+  uint32_t group;           // query heads per K/V head: head bh reads K/V head bh / group
   bool pairs;               // causal: unit r of a head is query tiles num_q_tiles - 1 - r and r
 };
 
@@ -225,6 +235,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       uint32_t q_loads = 0;  // v5: Q loads of this block
       for (uint32_t u = blockIdx.x; u < sched.units; u += gridDim.x) {
         const int bh = int(u / sched.units_per_head), r = int(u % sched.units_per_head);
+        const int kv_bh = int(uint32_t(bh) / sched.group);  // its K/V head (header, GQA)
         for (int k = 0; k < unit_tiles(sched, r, p.num_q_tiles); ++k) {
           const int64_t q0 = int64_t(unit_q_tile(r, k, p.num_q_tiles)) * kBr;
           const int n_tiles = int(kv_tiles(q0, kBr, p.seq_q, p.seq_k, kBc, p.causal).visit);
@@ -243,12 +254,12 @@ __global__ void __launch_bounds__(kThreads, 1)
             hopper::mbar_arrive_expect_tx(&full_k[s], Sm::kKVBytes);
             for (int c = 0; c < Tl::kStrips; ++c)
               hopper::tma_load_3d(sK(s) + c * kBc * 128, &tm_k, &full_k[s], c * kSwizzleCols,
-                                  j * kBc, bh);
+                                  j * kBc, kv_bh);
             if (use > 0) hopper::mbar_wait(&empty_v[s], uint32_t(use - 1) & 1);  // a turn after K
             hopper::mbar_arrive_expect_tx(&full_v[s], Sm::kKVBytes);
             for (int c = 0; c < Tl::kStrips; ++c)
               hopper::tma_load_3d(sV(s) + c * kBc * 128, &tm_v, &full_v[s], c * kSwizzleCols,
-                                  j * kBc, bh);
+                                  j * kBc, kv_bh);
           }
         }
       }
@@ -377,7 +388,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 constexpr const char* kName = "07/v5_persistent";
 
 // v5: the units of the static schedule (header, "Work order").
-Schedule make_schedule(int num_q_tiles, int64_t bh, bool causal) {
+Schedule make_schedule(int num_q_tiles, int64_t bh, int64_t group, bool causal) {
   const int per_head = causal ? (num_q_tiles + 1) / 2 : num_q_tiles;
   // As v4's grid: unit numbers (v4: block numbers) stay below 2^31, so that u + gridDim.x cannot
   // wrap in 32 bits. Unreachable in practice: a unit has at least one row of Q (128 bytes or
@@ -386,6 +397,7 @@ Schedule make_schedule(int num_q_tiles, int64_t bh, bool causal) {
                     std::string(kName) + ": more than 2^31-1 work units");
   Schedule sched;
   sched.pairs = causal;
+  sched.group = uint32_t(group);  // <= heads < 2^31
   sched.units_per_head = uint32_t(per_head);
   sched.units = uint32_t(int64_t(per_head) * bh);
   return sched;
@@ -399,21 +411,35 @@ struct Launch {
     constexpr int kSmemBytes = V5Smem<D>::kBytes;
     const AttentionShape& s = a.shape;
     const int num_q_tiles = int((s.seq_q + kBr - 1) / kBr);  // seq_q < 2^31 - 512 (tma_can_load)
-    const Schedule sched = make_schedule(num_q_tiles, s.bh(), s.causal);
+    const Schedule sched = make_schedule(num_q_tiles, s.bh(), s.group(), s.causal);
     const int sms = gpu_info().sm_count;
     FA_REQUIRE(sms > 0, std::string(kName) + ": the GPU reports no SMs");
     const unsigned blocks = sched.units < unsigned(sms) ? sched.units : unsigned(sms);  // >= 1
     set_smem_limit_once<kKernel, kSmemBytes>();
     const CUtensorMap tm_q = make_tmap(a.q, s.bh(), s.seq_q, D, kBr, a.dtype);
-    const CUtensorMap tm_k = make_tmap(a.k, s.bh(), s.seq_k, D, Tiles<D>::kBc, a.dtype);
-    const CUtensorMap tm_v = make_tmap(a.v, s.bh(), s.seq_k, D, Tiles<D>::kBc, a.dtype);
+    const int64_t kv_bh = s.batch * s.kv_heads();  // K and V: batch * heads_kv heads (GQA)
+    const CUtensorMap tm_k = make_tmap(a.k, kv_bh, s.seq_k, D, Tiles<D>::kBc, a.dtype);
+    const CUtensorMap tm_v = make_tmap(a.v, kv_bh, s.seq_k, D, Tiles<D>::kBc, a.dtype);
     kKernel<<<blocks, kThreads, kSmemBytes, stream>>>(tm_q, tm_k, tm_v, make_params(a, num_q_tiles),
                                                       sched);
     FA_CHECK_LAUNCH();
   }
 };
 
+// Grouped heads on a shape TMA cannot load: the fallback (chapter 05's forward) takes no grouped
+// heads. Without keys it reads no K or V, so it runs the shape as plain multi-head attention (O =
+// 0, L = -inf); unaligned or oversized grouped inputs are refused rather than read wrongly.
 void attention_fwd_v5(const AttentionFwdArgs& a, cudaStream_t stream) {
+  FA_REQUIRE(a.shape.valid_heads(), std::string(kName) + ": heads must be a multiple of heads_kv");
+  if (a.shape.is_gqa() && !tma_can_load(a)) {
+    FA_UNSUPPORTED_IF(a.shape.seq_k > 0,
+                      std::string(kName) +
+                          ": grouped K/V heads need inputs TMA can load (16-byte aligned, sizes "
+                          "below 2^31); its fallback takes no grouped heads");
+    AttentionFwdArgs no_keys = a;
+    no_keys.shape.heads_kv = 0;  // K and V are empty: no head of them is read
+    return run_fwd_rung<Launch>(kName, no_keys, stream);
+  }
   run_fwd_rung<Launch>(kName, a, stream);
 }
 
@@ -426,6 +452,7 @@ FA_REGISTER(AttentionFwdKernel,
              "short query tiles), the K/V ring and Q carried across them",
              {DType::BF16, DType::F16},
              {64, 128, 256},
-             90});
+             90,
+             /*gqa=*/true});
 
 }  // namespace fa::ch07
