@@ -855,7 +855,7 @@ void launch(const PagedFwdArgs& a, cudaStream_t stream) {
   while ((int64_t(1) << p.page_shift) < s.page_size) ++p.page_shift;
   p.num_q_tiles = int(num_q_tiles);
   p.causal = s.causal;
-  const float scale = s.scale != 0.0f ? s.scale : 1.0f / std::sqrt(float(s.head_dim));
+  const float scale = softmax_scale(s.scale, s.head_dim);
   p.scale_log2 = scale * 1.4426950408889634f;  // log2(e)
 
   constexpr size_t smem = SmemLayout<D>::kBytes;
