@@ -65,7 +65,7 @@
 #include <cstdint>
 #include <string>
 
-#include "attention_tiles.cuh"  // tiles::LaneAddr, a lane's ldmatrix addresses (05/v4)
+#include "attention_tiles.cuh"  // fa::tiles::LaneAddr, a lane's ldmatrix addresses (05/v4)
 #include "ch06_preprocess.h"
 #include "check.h"
 #include "gpu.h"
@@ -415,7 +415,7 @@ __global__ void __launch_bounds__(kThreads, 1) dkdv_kernel(Params p) {
   // one per 16-column step modulo 4, keep every read a base plus a constant (LaneAddr says why).
   constexpr uint32_t kTileBytes = kTile * 2;
   const uint32_t swz = swizzle_xor(lane);
-  using Lane = tiles::LaneAddr<kSwz>;
+  using Lane = fa::tiles::LaneAddr<kSwz>;
   const uint32_t rows_off = lane_rows<kLdT>(lane), trans_off = lane_trans<kLdT>(lane);
   const Lane k_a(smem_addr(sK) + rows_off + at<kLdT>(kr0, 0), swz);
   const Lane v_a(smem_addr(sV) + rows_off + at<kLdT>(kr0, 0), swz);
