@@ -30,11 +30,15 @@ LIBRARY = "libfa_python.so"
 
 
 class BuildWithLibrary(build_py):
-    """build_py, then libfa_python.so built (or taken prebuilt) into flash_from_scratch/lib/."""
+    """build_py, then libfa_python.so built (or taken prebuilt) into flash_from_scratch/lib/, and
+    common/tolerances.h copied beside the modules: check.py reads its numbers from it
+    (_tolerances.py), and an installed package has no checkout to find it in."""
 
     def run(self):
         super().run()
-        target = os.path.join(self.build_lib, "flash_from_scratch", "lib")
+        package = os.path.join(self.build_lib, "flash_from_scratch")
+        shutil.copy2(os.path.join(ROOT, "common", "tolerances.h"), package)
+        target = os.path.join(package, "lib")
         os.makedirs(target, exist_ok=True)
         shutil.copy2(self.library(), os.path.join(target, LIBRARY))
 

@@ -12,6 +12,30 @@
 #include "last_reference.h"
 #include "reference.h"
 #include "shapes.h"
+#include "tolerances.h"
+
+namespace fa {
+
+// The default tolerance of each attention output (tolerances.h has the numbers and says why):
+// fp32 by allclose, fp16 and bf16 by FlashAttention's rule. A run's --tolerance replaces them.
+inline Tolerance tolerance_o(DType t) {
+  return t == DType::F32 ? Tolerance::allclose(tol::kFp32OAtol, tol::kFp32ORtol)
+                         : Tolerance::flash(tol::kFlashFwdFactor, tol::kFlashFloor);
+}
+inline Tolerance tolerance_l(DType t) {
+  return t == DType::F32 ? Tolerance::allclose(tol::kFp32LAtol, tol::kFp32LRtol)
+                         : Tolerance::flash(tol::kFlashFwdFactor, tol::kFlashFloor);
+}
+inline Tolerance tolerance_grad(DType t) {  // dQ, dK, dV
+  return t == DType::F32 ? Tolerance::allclose(tol::kFp32GradAtol, tol::kFp32GradRtol)
+                         : Tolerance::flash(tol::kFlashBwdFactor, tol::kFlashFloor);
+}
+inline Tolerance tolerance_delta(DType t) {  // D = rowsum(dO o O)
+  return t == DType::F32 ? Tolerance::allclose(tol::kFp32DeltaAtol, tol::kFp32DeltaRtol)
+                         : Tolerance::flash(tol::kFlashBwdFactor, tol::kFlashFloor);
+}
+
+}  // namespace fa
 
 namespace fa::harness_detail {
 

@@ -194,10 +194,7 @@ RunResult run_attention_bwd(const AttentionBwdKernel& k, AttentionShape s, DType
       if (int64_t(heads.size()) < s.bh())
         r.note = "checked " + std::to_string(heads.size()) + " of " + std::to_string(s.bh()) +
                  " heads (CPU reference budget)";
-      Tolerance tolG =
-          t == DType::F32 ? Tolerance::allclose(2e-4, 1e-3) : Tolerance::flash(3.0, 1e-4);
-      Tolerance tolD =
-          t == DType::F32 ? Tolerance::allclose(1e-4, 1e-4) : Tolerance::flash(3.0, 1e-4);
+      Tolerance tolG = tolerance_grad(t), tolD = tolerance_delta(t);
       if (opt.has_tolerance) tolG = tolD = opt.tolerance;
       bool all = int64_t(heads.size()) == s.bh();
       // kv: dK and dV, indexed by K/V head (heads_kv of them per batch entry).

@@ -133,10 +133,7 @@ RunResult run_attention_fwd(const AttentionFwdKernel& k, AttentionShape s, DType
         os << " (CPU reference budget)";
         r.note = os.str();
       }
-      Tolerance tolO =
-          t == DType::F32 ? Tolerance::allclose(1e-4, 1e-4) : Tolerance::flash(2.0, 1e-4);
-      Tolerance tolL =
-          t == DType::F32 ? Tolerance::allclose(1e-4, 1e-5) : Tolerance::flash(2.0, 1e-4);
+      Tolerance tolO = tolerance_o(t), tolL = tolerance_l(t);
       if (opt.has_tolerance) tolO = tolL = opt.tolerance;
       CompareResult cO = compare("O", gotO.data(), refO.data(), naiveO.data(), refO.size(), tolO);
       CompareResult cL = compare("L", gotL.data(), refL.data(), naiveL.data(), refL.size(), tolL);

@@ -171,10 +171,12 @@ RunResult run_attention_fwd_fp8(const AttentionFwdFp8Kernel& k, AttentionShape s
       for (double v : refO)
         if (std::isfinite(v)) maxO = std::max(maxO, std::fabs(v));
       const double delta = kFp8AccumulatorRel * accumulator_bound;
-      const Tolerance tolO =
-          opt.has_tolerance ? opt.tolerance : Tolerance::flash(2.0, 1e-4 + delta * maxO);
-      const Tolerance tolL =
-          opt.has_tolerance ? opt.tolerance : Tolerance::flash(2.0, 1e-4 + delta);
+      const Tolerance tolO = opt.has_tolerance ? opt.tolerance
+                                               : Tolerance::flash(tol::kFlashFwdFactor,
+                                                                  tol::kFlashFloor + delta * maxO);
+      const Tolerance tolL = opt.has_tolerance
+                                 ? opt.tolerance
+                                 : Tolerance::flash(tol::kFlashFwdFactor, tol::kFlashFloor + delta);
       CompareResult cO =
           compare("O", gotO.data(), refO.data(), naiveO.data(), int64_t(refO.size()), tolO);
       CompareResult cL =

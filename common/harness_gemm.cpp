@@ -11,6 +11,7 @@
 #include "harness_run.h"
 #include "reference.h"
 #include "timing.h"
+#include "tolerances.h"
 
 namespace fa {
 
@@ -48,10 +49,12 @@ RunResult run_gemm(const GemmKernel& k, GemmShape s, DType t, const RunOptions& 
           naive = gemm_naive_fp32(A.data(), B.data(), s);
         c = compare("C", C.data(), ref.data(), naive.data(), s.M * s.N, opt.tolerance);
       } else if (t == DType::F32) {
-        c = compare_allclose("C", C.data(), ref.data(), s.M * s.N, 1e-4 * sk, 1e-4);
+        c = compare_allclose("C", C.data(), ref.data(), s.M * s.N, tol::kGemmAtolPerSqrtK * sk,
+                             tol::kGemmRtol);
       } else {
         std::vector<float> naive = gemm_naive_fp32(A.data(), B.data(), s);
-        c = compare_flash_rule("C", C.data(), ref.data(), naive.data(), s.M * s.N, 2.0, 1e-4 * sk);
+        c = compare_flash_rule("C", C.data(), ref.data(), naive.data(), s.M * s.N,
+                               tol::kGemmFlashFactor, tol::kGemmAtolPerSqrtK * sk);
       }
       c.dims = {s.M, s.N};
       c.names = {"i", "j"};

@@ -350,8 +350,7 @@ template <class RowOf>
 void compare_forward(RunResult& r, const std::vector<Unit>& units, const FwdRefs& ref, DType t,
                      const RunOptions& opt, const DeviceReader& o, const DeviceReader& lse,
                      int64_t heads, RowOf row_of) {
-  Tolerance tolO = t == DType::F32 ? Tolerance::allclose(1e-4, 1e-4) : Tolerance::flash(2.0, 1e-4);
-  Tolerance tolL = t == DType::F32 ? Tolerance::allclose(1e-4, 1e-5) : Tolerance::flash(2.0, 1e-4);
+  Tolerance tolO = tolerance_o(t), tolL = tolerance_l(t);
   if (opt.has_tolerance) tolO = tolL = opt.tolerance;
   const double naiveO = batch_naive_error(ref.O, ref.nO), naiveL = batch_naive_error(ref.L, ref.nL);
   for (size_t u0 = 0; u0 < units.size();) {
@@ -747,10 +746,7 @@ RunResult run_varlen_bwd(const VarlenBwdKernel& k, const VarlenShape& s, DType t
       const int64_t Tq = s.total_q(), Tk = s.total_k(), d = s.head_dim;
       DeviceReader xq(t, gq, s.q_numel()), xk(t, gk, s.k_numel()), xv(t, gv, s.k_numel()),
           xD(DType::F32, gD, s.lse_numel());
-      Tolerance tolG =
-          t == DType::F32 ? Tolerance::allclose(2e-4, 1e-3) : Tolerance::flash(3.0, 1e-4);
-      Tolerance tolD =
-          t == DType::F32 ? Tolerance::allclose(1e-4, 1e-4) : Tolerance::flash(3.0, 1e-4);
+      Tolerance tolG = tolerance_grad(t), tolD = tolerance_delta(t);
       if (opt.has_tolerance) tolG = tolD = opt.tolerance;
       const double batch_naive[4] = {
           batch_naive_error(ref.dQ, ref.ndQ), batch_naive_error(ref.dK, ref.ndK),

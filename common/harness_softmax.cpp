@@ -8,6 +8,7 @@
 #include "harness_run.h"
 #include "reference.h"
 #include "timing.h"
+#include "tolerances.h"
 
 namespace fa {
 
@@ -41,7 +42,8 @@ RunResult run_softmax(const SoftmaxKernel& k, SoftmaxShape s, const RunOptions& 
       FA_CUDA_CHECK(cudaDeviceSynchronize());
       std::vector<float> y = to_host(DType::F32, dy, s.numel());
       std::vector<double> ref = softmax_rows_ref(x.data(), s);
-      Tolerance tol = opt.has_tolerance ? opt.tolerance : Tolerance::allclose(1e-9, 2e-5);
+      Tolerance tol = opt.has_tolerance ? opt.tolerance
+                                        : Tolerance::allclose(tol::kSoftmaxAtol, tol::kSoftmaxRtol);
       CompareResult c = compare("y", y.data(), ref.data(), nullptr, s.numel(), tol);
       c.dims = {s.rows, s.cols};
       c.names = {"row", "col"};

@@ -36,6 +36,15 @@ struct TransposeShape {
   std::string str() const;
 };
 
+// The softmax scale every kernel, reference and launcher uses: `scale` when one was given (not 0),
+// else 1/sqrt(head_dim), computed in fp32 because the kernels multiply fp32 scores by it (the
+// float64 references take this same fp32 value, so they compute what the kernels are asked to).
+// The one place it is computed; the Python package's default (_common.softmax_scale) is the same
+// 1/sqrt(head_dim).
+inline float softmax_scale(float scale, int64_t head_dim) {
+  return scale != 0.0f ? scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
+}
+
 // Attention: Q is [batch, heads, seq_q, head_dim]; K and V are [batch, heads_kv, seq_k, head_dim];
 // O is shaped like Q; L (the log-sum-exp of each row of scale * Q K^T) is [batch, heads, seq_q],
 // always fp32. All row-major.
@@ -61,9 +70,7 @@ struct AttentionShape {
   int64_t heads_kv = 0;                         // K/V heads; 0 means heads (no grouping)
   int64_t window_left = -1, window_right = -1;  // -1: unlimited (see above)
 
-  float softmax_scale() const {
-    return scale != 0.0f ? scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
-  }
+  float softmax_scale() const { return fa::softmax_scale(scale, head_dim); }
   int64_t bh() const { return batch * heads; }
   int64_t kv_heads() const { return heads_kv > 0 ? heads_kv : heads; }
   int64_t group() const { return heads / kv_heads(); }  // query heads per K/V head

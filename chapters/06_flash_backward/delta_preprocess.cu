@@ -1,8 +1,8 @@
 // delta_preprocess.cu: D_i = rowsum(dO_i o O_i), the first kernel of every backward pass here.
-// The kernel and its launcher are in delta_preprocess.cuh (what D is for, how the rows are spread
-// over the lanes, and how many loads each lane keeps in flight); this file compiles them for
-// chapter 06 and gives them the names ch06_preprocess.h declares. Chapter 07's sm_90a backward
-// compiles its own copy.
+// The kernel and its launcher are in common/device/delta_preprocess.cuh (what D is for, how the
+// rows are spread over the lanes, and how many loads each lane keeps in flight); this file
+// compiles them for chapter 06 and gives them the names ch06_preprocess.h declares. Chapters 07
+// and 09 compile their own copies.
 //
 // Speed (H100, fa_bench, % of the copy bandwidth measured in the same run): one row per warp
 // (2026-11-21): fp32 D128 96%, bf16 D128 83%, bf16 D64 55% (8 of 32 lanes loaded anything).

@@ -65,6 +65,7 @@
 #include <cstdint>
 #include <string>
 
+#include "attention_tiles.cuh"  // fa::tiles::LaneAddr, a lane's ldmatrix addresses (05/v4)
 #include "ch06_preprocess.h"
 #include "check.h"
 #include "gpu.h"
@@ -115,38 +116,6 @@ __device__ __forceinline__ int swizzled_offset(int row, int chunk) {
 __device__ __forceinline__ uint32_t swizzle_xor(int row) {
   return uint32_t(row % kSwizzleRows) * 16;
 }
-
-// A lane's ldmatrix address into a tile, for reads at (row offset, 16-element column step j):
-// `rows` is a byte offset that moves whole rows by a multiple of 8 (so row % 8 stays the lane's),
-// j the 16-column step (32 bytes). Padded tiles: one base, base + rows + 32 j, so every fragment is
-// the base plus a compile-time constant (folded into the ldmatrix). Swizzled tiles: the XOR of
-// swizzle_xor would cost an instruction per read (two: the add is no longer folded). But the XOR
-// touches bits 4-6 only, and adding a multiple of 128 leaves those bits alone, so
-// (plain + 32 j) ^ xor = ((plain + 32 (j % 4)) ^ xor) + 128 (j / 4): four bases, computed once,
-// and each read is again a base plus a constant. (`rows` is a multiple of 128 bytes as well.)
-template <bool kSwizzled>
-struct LaneAddr {
-  uint32_t base[kSwizzled ? 4 : 1];
-  __device__ __forceinline__ LaneAddr(uint32_t plain, uint32_t xor_bits) {
-    if constexpr (kSwizzled) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) base[i] = (plain + 32 * i) ^ xor_bits;
-    } else {
-      base[0] = plain;
-    }
-  }
-  // The same lane in a tile `offset` bytes further (a multiple of 128: another buffer).
-  __device__ __forceinline__ LaneAddr(const LaneAddr& a, uint32_t offset) {
-#pragma unroll
-    for (int i = 0; i < (kSwizzled ? 4 : 1); ++i) base[i] = a.base[i] + offset;
-  }
-  __device__ __forceinline__ uint32_t at(uint32_t rows, int j) const {
-    if constexpr (kSwizzled)
-      return base[j % 4] + rows + 128 * (j / 4);
-    else
-      return base[0] + rows + 32 * j;
-  }
-};
 
 // Copy rows [row0, row0 + ROWS) of a [seq, D] row-major matrix `g` into the padded tile `s`,
 // 16 bytes per cp.async. Rows at or past `seq` are zero-filled (nothing is read for them).
@@ -446,7 +415,7 @@ __global__ void __launch_bounds__(kThreads, 1) dkdv_kernel(Params p) {
   // one per 16-column step modulo 4, keep every read a base plus a constant (LaneAddr says why).
   constexpr uint32_t kTileBytes = kTile * 2;
   const uint32_t swz = swizzle_xor(lane);
-  using Lane = LaneAddr<kSwz>;
+  using Lane = fa::tiles::LaneAddr<kSwz>;
   const uint32_t rows_off = lane_rows<kLdT>(lane), trans_off = lane_trans<kLdT>(lane);
   const Lane k_a(smem_addr(sK) + rows_off + at<kLdT>(kr0, 0), swz);
   const Lane v_a(smem_addr(sV) + rows_off + at<kLdT>(kr0, 0), swz);

@@ -11,8 +11,8 @@
 //     does not link chapter 06's objects, so it cannot call chapter 06's copy).
 // Included by the sm_90a backward files only.
 #pragma once
-#include "../06_flash_backward/delta_preprocess.cuh"
 #include "ch07_common.cuh"
+#include "delta_preprocess.cuh"
 
 namespace fa::ch07 {
 

@@ -73,8 +73,8 @@
 #include <cstdint>
 #include <string>
 
-#include "../06_flash_backward/delta_preprocess.cuh"
 #include "check.h"
+#include "delta_preprocess.cuh"
 #include "gpu.h"
 #include "mma.cuh"
 #include "registry.h"

@@ -42,9 +42,9 @@
 #include <cstdint>
 #include <string>
 
-#include "../06_flash_backward/delta_preprocess.cuh"
 #include "ch09_band.h"
 #include "check.h"
+#include "delta_preprocess.cuh"
 #include "gpu.h"
 #include "mma.cuh"
 #include "registry.h"

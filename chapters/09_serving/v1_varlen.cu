@@ -58,6 +58,7 @@
 #include <cstdint>
 #include <string>
 
+#include "attention_tiles.cuh"  // tiles::LaneAddr, a lane's ldmatrix addresses (05/v4)
 #include "check.h"
 #include "gpu.h"
 #include "mma.cuh"
@@ -113,30 +114,6 @@ __device__ __forceinline__ uint32_t swizzle_xor(int row) {
   return uint32_t(row % kSwizzleRows) * 16;
 }
 
-// A lane's ldmatrix address into a swizzled tile, as 32-bit shared-memory addresses, for reads at
-// (row offset, 16-element column step j): `rows` is a byte offset of whole rows (a multiple of 8
-// rows, so row % 8 stays the lane's), j the 16-column step (32 bytes). XORing each read with
-// swizzle_xor would cost an instruction per read (two: the add is no longer folded). But the XOR
-// touches bits 4-6 only, and adding a multiple of 128 leaves those bits alone, so
-// (plain + 32 j) ^ xor = ((plain + 32 (j % 4)) ^ xor) + 128 (j / 4): four bases, computed once,
-// and each read is a base plus a constant, which ptxas folds into the instruction. (`rows` is a
-// multiple of 128 bytes as well.)
-struct LaneAddr {
-  uint32_t base[4];
-  __device__ __forceinline__ LaneAddr(uint32_t plain, uint32_t xor_bits) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) base[i] = (plain + 32 * i) ^ xor_bits;
-  }
-  // The same lane in a tile `offset` bytes further (a multiple of 128: another buffer).
-  __device__ __forceinline__ LaneAddr(const LaneAddr& a, uint32_t offset) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) base[i] = a.base[i] + offset;
-  }
-  __device__ __forceinline__ uint32_t at(uint32_t rows, int j) const {
-    return base[j % 4] + rows + 128 * (j / 4);
-  }
-};
-
 // Shared memory: the Q tile, then K and V double-buffered, 16-bit elements, swizzled rows of D
 // elements (a row holds whole 128-byte groups at D 64 and 128), every tile at a 128-byte boundary.
 template <int D>
@@ -148,7 +125,7 @@ struct SmemLayout {
   static constexpr size_t kBytes = size_t(kTotalElems) * 2;
   static_assert((kQElems * 2) % 128 == 0 && (kKVElems * 2) % 128 == 0,
                 "swizzled tiles start at 128-byte boundaries");
-  using Lane = LaneAddr;
+  using Lane = tiles::LaneAddr<true>;
 };
 
 // Row `row` of a shared tile: the ldmatrix lane addresses (unswizzled: LaneAddr makes the lane's

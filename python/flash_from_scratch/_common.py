@@ -115,6 +115,13 @@ def scale_arg(scale):
     return scale
 
 
+def softmax_scale(head_dim, scale=None):
+    """The softmax scale: `scale` when one is given, else 1/sqrt(head_dim), the default of
+    common/shapes.h's softmax_scale (which the kernels take in fp32; the float64 references here
+    keep it in float64). The one place the package computes it."""
+    return 1.0 / math.sqrt(head_dim) if scale is None else float(scale)
+
+
 def scale_or_none(scale):
     """The scale an operator carries (0.0 for "1/sqrt(head_dim)") as the launchers take it."""
     return scale if scale > 0.0 else None

@@ -3,12 +3,13 @@
 Inputs are the harness's (common/harness_run.cpp): seeded normal draws with mean 0.5 and standard
 deviation 1, rounded to the dtype; the shapes are ragged (1, 17, 127, 129, 1000 rows; seq_q !=
 seq_k both ways; causal masks aligned bottom-right, including rows that see no key). Tolerances are
-notes/conventions.md's:
-  fp32:        |x - ref| <= atol + rtol * |ref| elementwise (O 1e-4 + 1e-4|ref|, L 1e-4 + 1e-5|ref|,
-               dQ/dK/dV 2e-4 + 1e-3|ref|), as the harness's fp32 checks;
-  fp16, bf16:  the FlashAttention rule, max|x - ref| <= 2 x max|naive - ref| + 1e-4 (3x for the
-               gradients), naive being the same computation done plainly in that precision
-               (reference.naive_attention_lowp).
+notes/conventions.md's, their numbers common/tolerances.h's (read at import, as the harness
+includes them):
+  fp32:        |x - ref| <= atol + rtol * |ref| elementwise, an (atol, rtol) per output
+               (FP32_TOL below), as the harness's fp32 checks;
+  fp16, bf16:  the FlashAttention rule, max|x - ref| <= factor x max|naive - ref| + floor, factor 2
+               for O and L and 3 for the gradients (FLASH_TOL), naive being the same computation
+               done plainly in that precision (reference.naive_attention_lowp).
 NaN or Inf where the reference is finite always fails; an infinite reference (L = -inf for a row
 that sees no key) must be matched exactly.
 """
@@ -16,6 +17,7 @@ import math
 
 import torch
 
+from ._tolerances import TOL
 from .reference import naive_attention_lowp, reference_attention
 
 # (batch, heads, seq_q, seq_k): the repository's ragged lengths, seq_q != seq_k both ways
@@ -32,11 +34,16 @@ RAGGED_SHAPES = [
 
 INPUT_MEAN, INPUT_STD, SEED = 0.5, 1.0, 20261121
 
-# (kind, atol, rtol) for fp32; (factor, floor) for the FlashAttention rule.
-FP32_TOL = {"O": (1e-4, 1e-4), "L": (1e-4, 1e-5), "dQ": (2e-4, 1e-3), "dK": (2e-4, 1e-3),
-            "dV": (2e-4, 1e-3)}
-FLASH_TOL = {"O": (2.0, 1e-4), "L": (2.0, 1e-4), "dQ": (3.0, 1e-4), "dK": (3.0, 1e-4),
-             "dV": (3.0, 1e-4)}
+# (atol, rtol) for fp32; (factor, floor) for the FlashAttention rule: the harness's numbers, read
+# from common/tolerances.h (_tolerances.py), so the two cannot drift apart.
+_GRAD_FP32 = (TOL["kFp32GradAtol"], TOL["kFp32GradRtol"])
+_GRAD_FLASH = (TOL["kFlashBwdFactor"], TOL["kFlashFloor"])
+FP32_TOL = {"O": (TOL["kFp32OAtol"], TOL["kFp32ORtol"]),
+            "L": (TOL["kFp32LAtol"], TOL["kFp32LRtol"]),
+            "dQ": _GRAD_FP32, "dK": _GRAD_FP32, "dV": _GRAD_FP32}
+FLASH_TOL = {"O": (TOL["kFlashFwdFactor"], TOL["kFlashFloor"]),
+             "L": (TOL["kFlashFwdFactor"], TOL["kFlashFloor"]),
+             "dQ": _GRAD_FLASH, "dK": _GRAD_FLASH, "dV": _GRAD_FLASH}
 
 
 def make_inputs(b, h, nq, nk, d, dtype, device="cuda", seed=SEED):

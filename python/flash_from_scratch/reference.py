@@ -16,13 +16,10 @@ group in fp32, rounded once, which is what a GQA backward through an expanded K,
 problems (seq_q or seq_k of 0, a varlen batch's empty sequences) give empty or zero outputs.
 """
 import contextlib
-import math
 
 import torch
 
-
-def default_scale(head_dim):
-    return 1.0 / math.sqrt(head_dim)
+from ._common import softmax_scale
 
 
 def causal_mask(seq_q, seq_k, device):
@@ -111,7 +108,7 @@ def reference_attention(q, k, v, causal=False, scale=None, window=(-1, -1)):
     no key."""
     q, k, v = q.double(), k.double(), v.double()
     k, v = expand_kv(k, q.shape[-3]), expand_kv(v, q.shape[-3])
-    scale = default_scale(q.shape[-1]) if scale is None else float(scale)
+    scale = softmax_scale(q.shape[-1], scale)
     if q.shape[-2] == 0 or k.shape[-2] == 0:  # no row, or rows that see nothing: O 0, L -inf
         o = q * 0.0  # keeps q in the graph (its gradient is 0)
         lse = torch.full(q.shape[:-1], float("-inf"), dtype=torch.float64, device=q.device)
@@ -163,7 +160,7 @@ def naive_attention_lowp(q, k, v, dout=None, causal=False, scale=None, window=(-
 
     hkv = k.shape[-3]
     k, v = expand_kv(k, q.shape[-3]), expand_kv(v, q.shape[-3])
-    scale = default_scale(q.shape[-1]) if scale is None else float(scale)
+    scale = softmax_scale(q.shape[-1], scale)
     if q.shape[-2] == 0 or k.shape[-2] == 0:
         with torch.no_grad():
             zeros_q = torch.zeros(q.shape, dtype=torch.float32, device=q.device)

@@ -116,10 +116,11 @@ class EmulatedLibrary:
         """dQ, dK, dV in float64 from the backward's formulas (notes/06): P from S, dV = P^T dO,
         dS = P o (dO V^T - rowsum(dO o O)), dQ = scale dS K, dK = scale dS^T Q. Written out, not
         taken from autograd: the operators run below autograd, where no graph is recorded."""
-        from flash_from_scratch.reference import default_scale, visible_mask
+        from flash_from_scratch._common import softmax_scale
+        from flash_from_scratch.reference import visible_mask
         torch = self.torch
         q, k, v, do = Q.double(), K.double(), V.double(), dO.double()
-        scale = scale or default_scale(q.shape[-1])
+        scale = softmax_scale(q.shape[-1], scale or None)
         s = torch.matmul(q, k.transpose(-2, -1)) * scale
         if q.shape[-2] and k.shape[-2]:
             s = s.masked_fill(~visible_mask(q.shape[-2], k.shape[-2], causal, window, q.device),

@@ -96,8 +96,8 @@ def test_refusals_without_a_gpu():
 
 def softmax_scale(torch, d, scale=None):
     """AttentionShape::softmax_scale(): 1/sqrt(d) as an fp32, or the given scale as an fp32."""
-    s = 1.0 / math.sqrt(d) if scale is None else scale
-    return torch.tensor(s, dtype=torch.float32).item()
+    from flash_from_scratch import _common
+    return torch.tensor(_common.softmax_scale(d, scale), dtype=torch.float32).item()
 
 
 def naive_fp8(torch, qc, kc, vc, qs, ks, vs, brq, brkv, causal, scale):

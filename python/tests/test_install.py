@@ -18,6 +18,9 @@ import flash_from_scratch as fa
 site = sys.argv[1]
 assert fa.find_library().startswith(site), fa.find_library()
 assert any(k.name == "05/v5_fewer_instructions" for k in fa.list_kernels())
+from flash_from_scratch import _tolerances  # check.py's numbers: the header pip copied in
+assert _tolerances.header_path().startswith(site), _tolerances.header_path()
+assert _tolerances.TOL["kFlashFwdFactor"] == 2.0, _tolerances.TOL
 print("library", os.path.relpath(fa.find_library(), site))
 try:
     import torch
@@ -48,6 +51,7 @@ def test_pip_install_then_use_from_elsewhere(tmp_path):
                         REPO_ROOT], env=env, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     assert (site / "flash_from_scratch" / "lib" / "libfa_python.so").is_file()
+    assert (site / "flash_from_scratch" / "tolerances.h").is_file()
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("FA_LIBRARY", "PYTHONPATH")}

@@ -1,7 +1,7 @@
 // delta_preprocess.cuh: the kernel of D_i = rowsum(dO_i o O_i) and its launcher, in a header so
 // that every CUDA module that needs it compiles its own copy: chapter 06's delta_preprocess.cu
-// (which defines launch_delta_preprocess, ch06_preprocess.h) and chapter 07's sm_90a backward,
-// whose program does not link chapter 06's objects. Everything here is in an anonymous namespace:
+// (which defines launch_delta_preprocess, chapters/06_flash_backward/ch06_preprocess.h), chapter
+// 07's sm_90a backward and chapter 09's, whose programs do not link chapter 06's objects. Everything here is in an anonymous namespace:
 // each including .cu file gets private symbols, and no module uses a kernel compiled in another.
 //
 // What it is for: the softmax Jacobian turns dP into dS = P o (dP - D), where D_i = rowsum(P_i o
@@ -19,7 +19,7 @@
 // Bytes in flight: each lane takes U (kUnroll) such rows per step and issues all 2U loads of O
 // and dO before any arithmetic. Little's law: bandwidth = bytes in flight / latency, so at a
 // fixed DRAM latency the bytes a lane keeps in flight (32 U) bound what it can stream; the
-// chapter program prints GB/s for U = 1, 2, 4 (ch06_preprocess.h says which U the launcher uses).
+// chapter program prints GB/s for U = 1, 2, 4 (delta_preprocess.h says which U the launcher uses).
 // Blocks of 256 threads loop over the steps (grid-stride), the grid capped at kDeltaWaves times
 // what the GPU holds at once, so a block is launched and retired a few times per SM, not once per
 // 8 KiB as before.
@@ -38,7 +38,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "ch06_preprocess.h"
+#include "delta_preprocess.h"
 #include "check.h"
 #include "dtype.h"
 #include "shapes.h"
@@ -46,7 +46,7 @@
 namespace fa {
 namespace {
 
-constexpr int kDeltaThreads = kDeltaBlockThreads;  // 256 (ch06_preprocess.h)
+constexpr int kDeltaThreads = kDeltaBlockThreads;  // 256 (delta_preprocess.h)
 constexpr int kDeltaWarp = 32;
 constexpr int kDeltaWarpsPerBlock = kDeltaThreads / kDeltaWarp;
 // The grid: at most this many times the blocks the GPU holds at once. Not 1: should some SMs be
@@ -264,7 +264,7 @@ DeltaGrid delta_preprocess_launch_as(const void* o, const void* dout, float* del
   return DeltaGrid{};
 }
 
-// The launcher every backward calls: the U and the load hint chosen in ch06_preprocess.h.
+// The launcher every backward calls: the U and the load hint chosen in delta_preprocess.h.
 inline DeltaGrid delta_preprocess_launch(const void* o, const void* dout, float* delta,
                                          const AttentionShape& s, DType t, cudaStream_t st) {
   return delta_preprocess_launch_as<kDeltaLauncherUnroll, kDeltaLauncherEvictFirst>(o, dout, delta,
