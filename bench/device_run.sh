@@ -167,7 +167,7 @@ for stage in "$@"; do
 import json, re, sys
 rows = {}
 for b in json.load(open(sys.argv[1]))["benchmarks"]:
-    m = re.match(r"attn_gqa/(\w+)/(.+)/Hkv(\d+)$", b["name"])
+    m = re.match(r"attn_gqa/(\w+)/(.+)/Hkv(\d+)$", b["name"].split("/iterations:")[0])
     if m and not b.get("error_occurred"):
         rows[(m.group(1), m.group(2), int(m.group(3)))] = b["real_time"]
 print("\ntime over MHA (Hkv 32) at the same query heads: <= 1.05 is within 5%")

@@ -106,7 +106,8 @@ const std::vector<Rule>& dispatch_table() {
           .hopper()
           .grouped()
           .because("grouped K/V heads in the fastest forward: the K/V head h / group in its TMA "
-                   "coordinates, no copies (per query head against MHA in the log)",
+                   "coordinates, no copies; 0.97-1.07x its MHA time at H 32, H_kv 8/4/1, D 128, "
+                   "except causal N 8192 at H_kv 4 and 1 (1.10x, 1.18x)",
                    log("gqa.log", kRun1202)),
       on(Op::Fwd, "09/v1_varlen")
           .grouped()
@@ -164,8 +165,8 @@ const std::vector<Rule>& dispatch_table() {
           .hopper()
           .grouped()
           .because("grouped K/V heads: dK and dV summed over the group in registers, K and V "
-                   "read at h / group, no copies; deterministic (per query head against MHA in "
-                   "the log)",
+                   "read at h / group, no copies; deterministic; 0.95-1.06x its MHA time, "
+                   "except causal MQA (1.38-1.50x) and causal H_kv 4 at N 4096 (1.17x)",
                    log("gqa.log", kRun1202)),
       on(Op::Bwd, "07/bwd_v4_dq_tile_reduce")
           .hopper()

@@ -177,6 +177,12 @@ RunResult run_attention_bwd(const AttentionBwdKernel& k, AttentionShape s, DType
             append(b.naive_D, b4);
           }
         }
+        // A same-precision implementation stores its group sum of dK and dV in the dtype, as the
+        // kernel does: round the naive sums once more, or their error would be that of an fp32
+        // output (0 where every term is exact, as with one key and one query).
+        if (t != DType::F32 && group > 1)
+          for (auto* v : {&b.naive_dK, &b.naive_dV})
+            for (float& x : *v) x = round_to(t, x);
         return b;
       });
       const std::vector<double>&rq = ref.dQ, &rk = ref.dK, &rv = ref.dV, &rD = ref.D;

@@ -25,8 +25,13 @@ fa::RunOptions check_only(uint64_t seed) {
 const std::vector<std::pair<int64_t, int64_t>> kRagged = {
     {1, 1}, {17, 17}, {113, 203}, {203, 113}, {127, 129}, {512, 256}, {1023, 1023}, {1025, 1025}};
 
-// Grouped K/V heads: 8 query heads over 4 (pairs), 2 (GQA) and 1 (MQA) K/V heads.
+// Grouped K/V heads: 8 query heads over 4 (pairs), 2 (GQA) and 1 (MQA) K/V heads. With 8 heads
+// and three groupings a shape costs the CPU reference 8x what RaggedShapesCausalAndNot's 3 heads
+// do, so the default label takes the ragged shapes up to 203 and the Long* tests (label
+// gpu-long) the three past a tile of 128 by several tiles.
 const std::vector<int64_t> kKvHeads = {4, 2, 1};
+const std::vector<std::pair<int64_t, int64_t>> kRaggedGrouped(kRagged.begin(), kRagged.begin() + 5);
+const std::vector<std::pair<int64_t, int64_t>> kRaggedGroupedLong(kRagged.begin() + 5, kRagged.end());
 
 template <class K>
 std::vector<std::pair<fa::DType, int>> variants(const K& k) {
@@ -40,7 +45,8 @@ std::vector<std::pair<fa::DType, int>> variants(const K& k) {
 // `run` its harness runner); any other kernel must refuse them, never run them (it would read
 // the wrong K/V heads).
 template <class K, class Run>
-void grouped_kv_heads(const K& kernel, Run run) {
+void grouped_kv_heads(const K& kernel, Run run,
+                      const std::vector<std::pair<int64_t, int64_t>>& shapes) {
   if (!kernel.gqa) {
     for (auto [t, d] : variants(kernel)) {
       fa::RunResult r = run(kernel, {2, 8, 17, 17, d, true, 0.0f, 2}, t, check_only(1));
@@ -49,7 +55,7 @@ void grouped_kv_heads(const K& kernel, Run run) {
     return;
   }
   for (auto [t, d] : variants(kernel))
-    for (auto [nq, nk] : kRagged)
+    for (auto [nq, nk] : shapes)
       for (bool causal : {false, true})
         for (int64_t hkv : kKvHeads) {
           AttentionShape s{2, 8, nq, nk, d, causal, 0.0f, hkv};
@@ -80,7 +86,12 @@ TEST_P(AttentionFwdKernels, RaggedShapesCausalAndNot) {
 // A kernel that declares gqa on the ragged shapes with grouped K/V heads; any other must refuse.
 TEST_P(AttentionFwdKernels, GroupedKvHeads) {
   FA_SKIP_WITHOUT_GPU(kernel().min_sm);
-  grouped_kv_heads(kernel(), fa::run_attention_fwd);
+  grouped_kv_heads(kernel(), fa::run_attention_fwd, kRaggedGrouped);
+}
+
+TEST_P(AttentionFwdKernels, LongGroupedKvHeads) {
+  FA_SKIP_WITHOUT_GPU(kernel().min_sm);
+  if (kernel().gqa) grouped_kv_heads(kernel(), fa::run_attention_fwd, kRaggedGroupedLong);
 }
 
 TEST_P(AttentionFwdKernels, NonDefaultScaleAndLargeInputs) {
@@ -166,7 +177,7 @@ TEST_P(AttentionBwdKernels, RaggedShapesCausalAndNot) {
 // checks whole groups); a kernel that does not declare gqa must refuse.
 TEST_P(AttentionBwdKernels, GroupedKvHeads) {
   FA_SKIP_WITHOUT_GPU(kernel().min_sm);
-  grouped_kv_heads(kernel(), fa::run_attention_bwd);
+  grouped_kv_heads(kernel(), fa::run_attention_bwd, kRaggedGrouped);
   if (!kernel().gqa) return;
   // Small grids split each group among blocks (07/bwd_v1_tma_wgmma: parts summed by a second
   // kernel); a grid that fills an H100 (16 x 2 K/V heads x 8 key tiles) keeps a group in one block.
@@ -174,6 +185,11 @@ TEST_P(AttentionBwdKernels, GroupedKvHeads) {
   o.check_heads = 4;  // one whole group
   for (auto [t, d] : variants(kernel()))
     FA_EXPECT_PASS(fa::run_attention_bwd(kernel(), {16, 8, 1024, 1024, d, true, 0.0f, 2}, t, o));
+}
+
+TEST_P(AttentionBwdKernels, LongGroupedKvHeads) {
+  FA_SKIP_WITHOUT_GPU(kernel().min_sm);
+  if (kernel().gqa) grouped_kv_heads(kernel(), fa::run_attention_bwd, kRaggedGroupedLong);
 }
 
 TEST_P(AttentionBwdKernels, NonDefaultScale) {
