@@ -31,7 +31,8 @@ const std::vector<std::pair<int64_t, int64_t>> kRagged = {
 // gpu-long) the three past a tile of 128 by several tiles.
 const std::vector<int64_t> kKvHeads = {4, 2, 1};
 const std::vector<std::pair<int64_t, int64_t>> kRaggedGrouped(kRagged.begin(), kRagged.begin() + 5);
-const std::vector<std::pair<int64_t, int64_t>> kRaggedGroupedLong(kRagged.begin() + 5, kRagged.end());
+const std::vector<std::pair<int64_t, int64_t>> kRaggedGroupedLong(kRagged.begin() + 5,
+                                                                  kRagged.end());
 
 template <class K>
 std::vector<std::pair<fa::DType, int>> variants(const K& k) {

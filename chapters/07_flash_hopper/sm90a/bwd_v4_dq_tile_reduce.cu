@@ -70,12 +70,12 @@ constexpr const char* kName = "07/bwd_v4_dq_tile_reduce";
 constexpr int kWarpgroups = 2;
 constexpr int kThreads = 128 * kWarpgroups;
 constexpr int kStages = 2;
-constexpr int kWgRows = kRowsPerWarpgroup;  // 64: wgmma M, the keys one warpgroup owns
-constexpr int kBc = kWarpgroups * kWgRows;  // 128 keys per block
-constexpr int kBr = 64;                     // queries per streamed tile: N of S^T and dP^T
-constexpr int kDqN = 64;                    // columns of dQ_tile per warpgroup (both head dims)
-constexpr int kBoxCols = 32;                // fp32 columns per 128-byte swizzled row of a box
-constexpr int kBoxes = kDqN / kBoxCols;     // reduce-adds per warpgroup and tile: 2
+constexpr int kWgRows = kRowsPerWarpgroup;     // 64: wgmma M, the keys one warpgroup owns
+constexpr int kBc = kWarpgroups * kWgRows;     // 128 keys per block
+constexpr int kBr = 64;                        // queries per streamed tile: N of S^T and dP^T
+constexpr int kDqN = 64;                       // columns of dQ_tile per warpgroup (both head dims)
+constexpr int kBoxCols = 32;                   // fp32 columns per 128-byte swizzled row of a box
+constexpr int kBoxes = kDqN / kBoxCols;        // reduce-adds per warpgroup and tile: 2
 constexpr int kBoxBytes = kBr * kBoxCols * 4;  // 64 rows x 128 bytes = 8 KiB
 
 // How the two warpgroups share dQ_tile = dS K (see "How the warpgroups share" in the header).
@@ -372,8 +372,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       // Rows q0 .. q0 + 63 of head bh, columns dq_col0 + 32 b ..; rows past seq_q are clipped.
 #pragma unroll
       for (int b = 0; b < kBoxes; ++b)
-        hopper::tma_reduce_add_3d(&tm_dq, st_addr + b * kBoxBytes, dq_col0 + b * kBoxCols,
-                                  int(q0), int(bh));
+        hopper::tma_reduce_add_3d(&tm_dq, st_addr + b * kBoxBytes, dq_col0 + b * kBoxCols, int(q0),
+                                  int(bh));
       hopper::bulk_commit_group();
     }
 
@@ -424,8 +424,10 @@ inline CUtensorMap make_tmap_f32(float* base, int64_t bh, int64_t seq, int d) {
       &map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, base, dims, strides, box, elem_strides,
       CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  FA_REQUIRE(rc == CUDA_SUCCESS, std::string(kName) + ": cuTensorMapEncodeTiled (workspace) failed "
-                                                      "with CUresult " + std::to_string(int(rc)));
+  FA_REQUIRE(rc == CUDA_SUCCESS, std::string(kName) +
+                                     ": cuTensorMapEncodeTiled (workspace) failed "
+                                     "with CUresult " +
+                                     std::to_string(int(rc)));
   return map;
 }
 

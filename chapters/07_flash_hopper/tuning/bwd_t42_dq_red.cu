@@ -102,7 +102,7 @@ struct Smem {
   static constexpr int kdOOffset = kQOffset + kStages * kQBytes;   // stage s at + s * kQBytes
   static constexpr int kdSOffset = kdOOffset + kStages * kQBytes;  // [128 keys][64 queries]
   static constexpr int kLOffset = kdSOffset + kdSBytes;            // float [kStages][kBr]
-  static constexpr int kDOffset = kLOffset + kStages * kBr * 4;           // float [kStages][kBr]
+  static constexpr int kDOffset = kLOffset + kStages * kBr * 4;    // float [kStages][kBr]
   static constexpr int kBarOffset = kDOffset + kStages * kBr * 4;
   static constexpr int kBytes = kBarOffset + (1 + kStages) * 8 + kAtomBytes;  // + alignment
   static_assert(kKVBytes % kAtomBytes == 0 && kQBytes % kAtomBytes == 0 &&
@@ -304,7 +304,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         *reinterpret_cast<uint32_t*>(row_hi + ((2 * k + 1) ^ g) * 16) = dsf[k][3];
       }
     }
-    hopper::fence_proxy_async_smem();              // the generic stores, before wgmma reads them
+    hopper::fence_proxy_async_smem();  // the generic stores, before wgmma reads them
     hopper::named_bar_sync(Dq::ds_bar(wg), Dq::kBarThreads);
 
     // ---- dQ_tile = dS K: m = the 64 queries, A = dS read transposed from the dS^T tile rows
