@@ -178,7 +178,7 @@ for (d, shape, hkv), t in sorted(rows.items()):
             d, shape, hkv, t, mha, t / mha, "ok" if t / mha <= 1.05 else "OVER"))
 PY
       log "gqa ratios rc=$?"; grep -E "ratio" "$OUT/gqa.log" | head -40
-      ctest --test-dir "$BUILD" -L gpu -R 'GroupedKvHeads.*(07_v5_persistent|07_bwd_v1_tma_wgmma)' \
+      ctest --test-dir "$BUILD" -L gpu -R '\.GroupedKvHeads/07_(v5_persistent|bwd_v1_tma_wgmma)' \
         --output-on-failure > "$OUT/gqa_tests.log" 2>&1
       log "gqa tests rc=$?"; tail -5 "$OUT/gqa_tests.log"
       ;;
