@@ -5,7 +5,8 @@
 #   bash bench/device_run.sh build test          # first call
 #   bash bench/device_run.sh tour bench sdpa     # second call, while the machine is warm
 #
-# Stages: build, test, testlong, tour, bench, benchquick, sdpa, memdemo, sanitize, mystery, ch07, gqa,
+# Stages: build, test, testlong, tour (TOUR_CHAPTERS: some chapters), command2 (the README's command 2
+# from an empty build folder, timed), bench, benchquick, sdpa, memdemo, sanitize, mystery, ch07, gqa,
 # python, ncu_decode, ncu_fwd, ncu_bwd, ncu_ch07, ncu_cudnn, timeline07 (chapter 07's measured timeline, in a
 # build folder of its own), ladder (the main path of 05-08 in one run, with the
 # peers), serving (chapter 09: its program, the serving benchmarks, PyTorch's peers), e2e (fa.attention()
@@ -93,9 +94,26 @@ for stage in "$@"; do
       log "ctest long rc=$?"; tail -15 "$OUT/ctest_long.log"
       ;;
     tour)
-      log "tour"
-      "$BUILD/bin/tour" > "$OUT/tour.log" 2>&1
+      # TOUR_CHAPTERS (e.g. "00 01 02 03 04 09") runs only those chapters: the charts of chapters
+      # 01-04 and 09 are read from a tour log (notes/figures/fig_ladders.py), and those six take a
+      # fraction of the whole tour's time.
+      log "tour ${TOUR_CHAPTERS:-(every chapter)}"
+      "$BUILD/bin/tour" ${TOUR_CHAPTERS:-} > "$OUT/tour.log" 2>&1
       log "tour rc=$?"; tail -12 "$OUT/tour.log"
+      ;;
+    command2)
+      # The README's command 2 as a new user runs it, from an empty build folder, timed: the
+      # README's timing and test count come from this log (workflow_command2.log.gz). Removes
+      # build/ first (the preset's folder) and leaves it built for the local GPU.
+      rm -rf build
+      log "command 2: cmake --workflow --preset default (from an empty build folder)"
+      start=$(date +%s)
+      cmake --workflow --preset default > "$OUT/workflow_command2.log" 2>&1
+      rc=$?
+      log "command 2 rc=$rc in $(($(date +%s) - start)) s"
+      grep -E "tests passed|tests failed|Total Test time" "$OUT/workflow_command2.log"
+      grep -E "\(Failed\)|Timeout" "$OUT/workflow_command2.log" | head -20
+      gzip -f "$OUT/workflow_command2.log"
       ;;
     bench)
       log "fa_bench"
