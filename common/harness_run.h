@@ -15,9 +15,17 @@ namespace fa::harness_detail {
 // Common start of every run: is there a GPU that can take this kernel?
 bool gpu_ready(RunResult& r, int min_sm);
 
+// In a student release, a kernel whose exercise file is still as handed out fails without being
+// launched: its TODO blocks are cut out, and what is left may hang or fault the GPU (a ring whose
+// waits are missing exits with copies in flight), which would end every later run of the
+// process. Sets the row's status and message and returns false in that case.
+bool exercise_written(RunResult& r);
+
 // Run `body`; an fa::Unsupported from the kernel becomes an UNSUPPORTED row with its message.
+// body is the launch: it runs only once the shape is accepted, and never for an untouched exercise.
 template <class F>
 void guarded(RunResult& r, F body) {
+  if (!exercise_written(r)) return;
   try {
     body();
   } catch (const Error& e) {

@@ -3,11 +3,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <string>
 #include <vector>
 
+#include "exercise.h"
 #include "gpu.h"
 #include "harness.h"
 
@@ -41,6 +43,18 @@ inline bool sanitize_selected(const std::string& name) {
     at = comma + 1;
   }
   return false;
+}
+
+// In a student release, a kernel whose exercise file is still as handed out (common/exercise.h):
+// the harness fails it without a launch, and its own tests (label gpu-exercise) say so. A test
+// that runs it only beside other kernels (a smoke test, a mutant's correct twin) leaves it out
+// and prints why; true when `name` is to be left out.
+inline bool exercise_not_written(const std::string& name) {
+  const std::string todo = ::fa::untouched_exercise(name);
+  if (!todo.empty())
+    std::printf("  left out %s: its exercise is not written yet (TODO in %s)\n", name.c_str(),
+                todo.c_str());
+  return !todo.empty();
 }
 
 inline std::string test_name_of(const std::string& name) {

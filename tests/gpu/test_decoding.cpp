@@ -115,7 +115,7 @@ GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(DecodingKernels);
 
 // ---------------------------------------------------------------------------------------------
 // A kernel that does not declare gqa is never run on a grouped shape (it would read the wrong K/V
-// heads); no backward takes one.
+// heads), forward or backward.
 TEST(GroupedQueryRefusal, KernelsWithoutGqaAreUnsupported) {
   FA_SKIP_WITHOUT_GPU(70);
   int refused = 0;
@@ -128,7 +128,7 @@ TEST(GroupedQueryRefusal, KernelsWithoutGqaAreUnsupported) {
     ++refused;
   }
   for (const fa::AttentionBwdKernel* k : fa::entries_with_prefix<fa::AttentionBwdKernel>("")) {
-    if (!fa::gpu_skip_reason(k->min_sm).empty()) continue;
+    if (k->gqa || !fa::gpu_skip_reason(k->min_sm).empty()) continue;
     AttentionShape s{1, 4, 3, 17, k->head_dims.front(), false, 0.0f, 2};
     fa::RunResult r = fa::run_attention_bwd(*k, s, k->dtypes.front(), check_only(93));
     EXPECT_EQ(r.status, fa::Status::Unsupported) << r.report();

@@ -427,7 +427,9 @@ void sanitize_case(const std::string& what, F body) {
 TEST(SanitizeSmallServing, VarlenKernels) {
   FA_SKIP_WITHOUT_GPU(80);
   for (const fa::VarlenFwdKernel* k : fa::entries_with_prefix<fa::VarlenFwdKernel>("09/")) {
-    if (!sanitize_selected(k->name) || !fa::gpu_skip_reason(k->min_sm).empty()) continue;
+    if (!sanitize_selected(k->name) || !fa::gpu_skip_reason(k->min_sm).empty() ||
+        exercise_not_written(k->name))
+      continue;
     for (auto [t, d] : variants(*k))
       for (int64_t left : {int64_t(-1), k->window ? int64_t(5) : int64_t(-1)}) {
         const VarlenShape s = varlen({17, 0, 33}, {33, 5, 17}, 2, d, true, left, -1);
@@ -436,7 +438,9 @@ TEST(SanitizeSmallServing, VarlenKernels) {
       }
   }
   for (const fa::VarlenBwdKernel* k : fa::entries_with_prefix<fa::VarlenBwdKernel>("09/")) {
-    if (!sanitize_selected(k->name) || !fa::gpu_skip_reason(k->min_sm).empty()) continue;
+    if (!sanitize_selected(k->name) || !fa::gpu_skip_reason(k->min_sm).empty() ||
+        exercise_not_written(k->name))
+      continue;
     for (auto [t, d] : variants(*k))
       for (int64_t left : {int64_t(-1), k->window ? int64_t(5) : int64_t(-1)}) {
         const VarlenShape s = varlen({17, 0, 33}, {33, 5, 17}, 2, d, true, left, -1);
@@ -449,7 +453,9 @@ TEST(SanitizeSmallServing, VarlenKernels) {
 TEST(SanitizeSmallServing, PagedKernels) {
   FA_SKIP_WITHOUT_GPU(70);
   for (const fa::PagedFwdKernel* k : fa::entries_with_prefix<fa::PagedFwdKernel>("09/")) {
-    if (!sanitize_selected(k->name) || !fa::gpu_skip_reason(k->min_sm).empty()) continue;
+    if (!sanitize_selected(k->name) || !fa::gpu_skip_reason(k->min_sm).empty() ||
+        exercise_not_written(k->name))
+      continue;
     for (auto [t, d] : variants(*k)) {
       const PagedShape s = paged({17, 0, 33}, 4, 2, d, 2, k->page_sizes.front(), true);
       sanitize_case(k->name + " " + s.str(),
@@ -457,7 +463,9 @@ TEST(SanitizeSmallServing, PagedKernels) {
     }
   }
   for (const fa::PagedAppendKernel* k : fa::entries_with_prefix<fa::PagedAppendKernel>("09/")) {
-    if (!sanitize_selected(k->name) || !fa::gpu_skip_reason(k->min_sm).empty()) continue;
+    if (!sanitize_selected(k->name) || !fa::gpu_skip_reason(k->min_sm).empty() ||
+        exercise_not_written(k->name))
+      continue;
     for (DType t : k->dtypes) {
       const PagedShape s = paged({17, 3, 33}, 4, 2, 64, 3, 16, false);
       sanitize_case(k->name + " " + s.str(),

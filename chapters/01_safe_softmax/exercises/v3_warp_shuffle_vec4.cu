@@ -22,7 +22,8 @@
 //
 // Speed (H100, 2026-11-21): 2360 GB/s at 4096x4096 (83.3% of copy), 2235 at 16384x1024 (78.9%)
 // (notes/measured/h100-2026-11-21/tour.log).
-// EXERCISE-KERNELS: 01/v3_warp_shuffle_vec4
+// v4 runs this file's kernel for the rows it cannot hold in registers: its exercise too.
+// EXERCISE-KERNELS: 01/v3_warp_shuffle_vec4, 01/v4_row_in_registers
 #include <algorithm>
 #include <cstdint>
 #include <limits>
@@ -168,4 +169,4 @@ FA_REGISTER(SoftmaxKernel, {"01/v3_warp_shuffle_vec4", ch01::softmax_v3_warp_shu
 
 // Registered so that a failing test names this file (see common/exercise.h).
 #include "registry.h"
-FA_REGISTER(Exercise, {"chapters/01_safe_softmax/exercises/v3_warp_shuffle_vec4.cu", {"01/v3_warp_shuffle_vec4"}, 2});
+FA_REGISTER(Exercise, {"chapters/01_safe_softmax/exercises/v3_warp_shuffle_vec4.cu", {"01/v3_warp_shuffle_vec4", "01/v4_row_in_registers"}, 2});
