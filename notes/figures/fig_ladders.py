@@ -85,8 +85,9 @@ MEASURED = os.path.join(ROOT, "notes", "measured")
 # The run each chapter's chart and table come from: a folder of notes/measured/, or a folder and a
 # glob of its files. Chapters 05-08: the ladder stage of the newest run, on an H200 (fa_bench JSON
 # with SDPA's FlashAttention-2 and cuDNN timed in the same run; no tour, and no softmax, GEMM,
-# transpose or serving benchmarks). Chapters 01-04 and 09: the newest run with a tour, on an H100.
-TOUR_RUN = "h100-2026-11-26d"
+# transpose or serving benchmarks). Chapters 01-04 and 09: the newest run with a tour (of those
+# chapters only), on an H200.
+TOUR_RUN = "h200-2026-12-02/tour*"
 LADDER_RUN = "h200-2026-12-01/ladder_*"
 RUNS = {"01": TOUR_RUN, "02": TOUR_RUN, "03": TOUR_RUN, "04": TOUR_RUN, "05": LADDER_RUN,
         "06": LADDER_RUN, "07": LADDER_RUN, "08": LADDER_RUN, "09": TOUR_RUN}
