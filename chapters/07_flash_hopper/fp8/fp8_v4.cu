@@ -169,7 +169,9 @@ __device__ __forceinline__ void online_softmax_fp8(float (&s)[N], float (&m)[2],
   for (int h = 0; h < 2; ++h) {
     const float m_new = fmaxf(m[h], mx[h] * dequant);
     const float base = m_new == -INFINITY ? 0.0f : m_new * c;  // no key seen yet: no -inf - -inf
-    alpha[h] = ex2_approx(fmaf(m[h], c, -base));               // 0 while m = -inf
+    // An unmoved max gives alpha = 1 exactly (ch07_common.cuh, online_softmax, says why); else
+    // 0 while m = -inf.
+    alpha[h] = m_new == m[h] ? 1.0f : ex2_approx(fmaf(m[h], c, -base));
     shift[h] = lp - base;
     m[h] = m_new;
     l[h] *= alpha[h];
