@@ -424,8 +424,8 @@ PY
       ;;
     release)
       # The student release (README "Exercises", tests/course/make_release.py) as a course hands it
-      # out and as CI makes it (.ci/run): from an archive of HEAD (git archive; this tree itself
-      # when it is no git checkout), into build/student_release. Its quick start on this GPU: README
+      # out and as CI makes it (.ci/run): from an archive of this tree's files, into
+      # build/student_release. Its quick start on this GPU: README
       # command 2 (configure, build, the default test label) from an empty build folder, timed;
       # on an untouched release it must pass (the exercise kernels are their own label, and the
       # chapter programs report them as not written yet). Then its exercises' label, which must
@@ -434,12 +434,12 @@ PY
       export CCACHE_BASEDIR=$PWD
       rm -rf build/archive build/student_release
       mkdir -p build/archive
-      if git rev-parse --git-dir > /dev/null 2>&1; then
-        git archive --format=tar HEAD | tar -x -C build/archive
-        SRC=build/archive
-      else
-        SRC=.
-      fi
+      # The files as they are, without the git metadata, as a downloaded archive has them (the
+      # walk in make_release.py leaves out what .gitignore names). Not `git archive HEAD`: that
+      # is the last commit, and a copy of this tree may carry files newer than its git metadata.
+      tar -c --exclude=./.git --exclude=./build --exclude='./build-*' --exclude=./out . |
+        tar -x -C build/archive
+      SRC=build/archive
       log "release: make_release.py from $SRC"
       python3 "$SRC/tests/course/make_release.py" build/student_release > "$OUT/release_make.log" 2>&1 ||
         { tail -20 "$OUT/release_make.log"; exit 1; }
