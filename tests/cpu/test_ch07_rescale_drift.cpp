@@ -79,9 +79,10 @@ TEST(Ch07RescaleDrift, AnUnmovedMaxGivesAlphaExactlyOne) {
   const double ref = reference_L(r);
   const double with_fma = std::fabs(kernel_L(r, false) - ref);
   const double exact = std::fabs(kernel_L(r, true) - ref);
-  std::printf("  L error over %d tiles: %.3g with alpha = 2^fmaf(m, c, -c m), %.3g with alpha = 1\n",
-              kTiles, with_fma, exact);
-  EXPECT_LT(exact, 5e-6);  // float sums of 32768 terms per thread: about 2e-6 here
+  std::printf(
+      "  L error over %d tiles: %.3g with alpha = 2^fmaf(m, c, -c m), %.3g with alpha = 1\n",
+      kTiles, with_fma, exact);
+  EXPECT_LT(exact, 5e-6);           // float sums of 32768 terms per thread: about 2e-6 here
   EXPECT_GT(with_fma, 20 * exact);  // the drift the lesson is about: about 1.2e-4 here
 }
 
