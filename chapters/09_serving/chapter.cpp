@@ -13,8 +13,8 @@
 //      per sequence; (b) the window kernels on one long sequence with the window and without it;
 //      (c) the backward of both; (d) every paged forward at each page size on the decode shape
 //      (B 8, H 32, H_kv 8, seq_k 32768, D 128, one query row), next to chapter 08's best on the
-//      same cache stored contiguously, a ragged decode, a chunked prefill (seq_q --chunk, 128 by default), and the
-//      append of the new tokens' keys and values.
+//      same cache stored contiguously, a ragged decode, a chunked prefill (seq_q = --chunk, 128
+//      by default), and the append of the new tokens' keys and values.
 // Without a GPU the program runs the CPU tier, says what it skipped and exits 0.
 #include <algorithm>
 #include <cmath>
