@@ -11,9 +11,10 @@
 //      computes each 16-byte chunk's row, column, 64-bit source, bounds test and destination from
 //      scratch. A thread's copies are the same from one tile to the next, only the tile moves: the
 //      plan keeps a 32-bit destination and an element offset, and every pass is a compile-time
-//      offset from them; only a tile that ends past seq_k tests its rows. D 96 and 256 keep
-//      load_tile_async (KVCopyPlan::kPlanned says why). Warp instructions at D 128 N 1024 168.4 M
-//      -> 154.8 M, time 1.00-1.04x: the instructions went, the time mostly stayed.
+//      offset from them; only a tile that ends past seq_k tests its rows. Warp instructions at
+//      D 128 N 1024 168.4 M -> 154.8 M, time 1.00-1.04x: the instructions went, the time mostly
+//      stayed. The plan needs each pass to be whole rows with one swizzle, which D 96 and 256 do
+//      not give (KVCopyPlan says why): those head dims are not this rung's (below).
 //   2. Bc = 64 again at D 128. At Bc = 32 every 32 keys pay a step's fixed costs: Q's fragments
 //      read again from shared memory (16 ldmatrix per warp at D 128, whatever Bc is), a barrier,
 //      the row max and sum shuffles, the rescale vote; at N 1024 that is 12.6 M ldmatrix against
@@ -30,11 +31,19 @@
 //      constants too, all shared loads before the global stores, both m16 tiles at once. 1043 ->
 //      916 instructions per warp after the last MMA, 1.04-1.08x: the loop's code is v4's, but
 //      ptxas schedules the whole kernel, and the loop's short-scoreboard samples halved too.
-//      Builds for GPUs older than sm_90 (no stmatrix) keep v4's epilogue (mma::kHasStmatrix). The
-//      values written are v4's: the same products, rounded the same way.
+//      The values written are v4's: the same products, rounded the same way.
+//
+// What this rung does not serve. Two of its ideas are narrower than v4: stmatrix is an sm_90
+// instruction, and the copy plan takes D 32, 64 and 128 only. Rather than carry v4's epilogue and
+// v4's loader for the rest, this file is the kernel that was measured and nothing else: it
+// registers head dims 32, 64 and 128 on compute capability 9.0 and newer, its launcher refuses
+// code compiled for older GPUs, and the dispatch (common/dispatch.cpp) sends D 96, D 256 and the
+// GPUs before sm_90 to 05/v4_swizzled_pipelined, the rung that serves them. At D 256 v4 ran
+// 0.95-1.05x this kernel's speed when it still took D 256 (H200, 2026-12-01,
+// notes/measured/h200-2026-12-01/ladder_fwd_d256.log).
 //
 // Map of the kernel: v4's (v3's header), with the K/V copies through the plan and O stored by
-// store_o_m.
+// store_o_m, for D 32, 64 and 128.
 //
 // Speed (H100 80GB HBM3, 2026-11-25): bf16 D 128 N 8192 381.0 TFLOP/s, FlashAttention-2 352.3
 // (medians of three alternating rounds of fa_bench and PyTorch SDPA, B = 16384/N, H = 2048/D;
@@ -59,24 +68,27 @@ namespace fa {
 namespace {
 
 constexpr const char* kName = "05/v5_fewer_instructions";  // the registered name
+constexpr int kMinSm = 90;  // stmatrix (the O epilogue): compute capability 9.0 and newer
 
 constexpr int kM16Rows = 16;  // rows of one m16 tile (mma.sync m16n8k16)
 
-// The tiles of head dim D: 4 warps of kM m16 tiles each (the header says why).
+// The tiles of head dim D: 4 warps of kM m16 tiles each (the header says why). D 32, 64 and 128
+// only: the head dims the copy plan takes (KVCopyPlan).
 template <int D>
 struct Tiles {
-  static constexpr int kM = D <= 128 ? 2 : 1;  // m16 tiles per warp
+  static_assert(D == 32 || D == 64 || D == 128, "05/v5 serves D 32, 64, 128 (05/v4 the others)");
+  static constexpr int kM = 2;  // m16 tiles per warp
   static constexpr int kRowsPerWarp = kM16Rows * kM;
   static constexpr int kWarps = 4;
   static constexpr int kThreads = kWarps * 32;       // two blocks per SM at up to 255 registers
-  static constexpr int kBr = kWarps * kRowsPerWarp;  // query rows per block: 128, or 64 (D = 256)
-  static constexpr int kBc = D <= 64 || D == 128 ? 64 : 32;  // keys per K/V tile: 32 at D 96, 256
-  static constexpr int kSTiles = kBc / 8;                    // n8 tiles of S per m16 tile
+  static constexpr int kBr = kWarps * kRowsPerWarp;  // query rows per block: 128
+  static constexpr int kBc = 64;                     // keys per K/V tile
+  static constexpr int kSTiles = kBc / 8;            // n8 tiles of S per m16 tile
   static constexpr bool kQInRegs = kM * D <= 128;  // 32 rows x D x 2 B / 32 lanes <= 32 regs
   static constexpr int kQRegSlices = kQInRegs ? D / 16 : 1;
-  // O is rescaled only where some row's max moved, from D = 96 on: at D 128 with Bc = 64 ptxas
-  // spills 100 bytes without the skip (the header says why).
-  static constexpr bool kSkipRescale = D >= 96;
+  // O is rescaled only where some row's max moved, at D = 128: with Bc = 64 ptxas spills 100
+  // bytes there without the skip (the header says why).
+  static constexpr bool kSkipRescale = D == 128;
   static_assert(kBc % 16 == 0, "P V takes the keys 16 at a time");
 };
 
@@ -105,8 +117,8 @@ __device__ __forceinline__ uint32_t swizzle_xor(int row) {
 }
 
 // Shared memory: the Q tile, then K and V double-buffered, 16-bit elements. Swizzled rows of D
-// elements where a row holds whole 128-byte groups (D 64, 128, 256), every tile at a 128-byte
-// boundary; else (D 32, 96) rows padded by kPad elements (v2's header says why).
+// elements where a row holds whole 128-byte groups (D 64, 128), every tile at a 128-byte
+// boundary; else (D 32) rows padded by kPad elements (v2's header says why).
 constexpr int kPad = 8;  // elements of padding per shared-memory row (16 bytes)
 
 template <int D>
@@ -194,24 +206,25 @@ __device__ __forceinline__ void load_tile_async(T* tile, const T* gmem, int64_t 
 // tile j's source is kBc * D * j elements further, buffer b's destination b tiles further. The
 // plan is two registers (a shared address and an offset into a tile; K and V are laid out alike),
 // since D 64 and 128 have none to spare. Only a tile that ends past seq_k (the last one, when
-// seq_k % kBc != 0) tests its rows, one comparison per pass. kPlanned is false where the chunks do
-// not tile the block in whole rows (D 96: 12 chunks a row, 128 threads) or the swizzle would differ
-// between passes (D 256: 4 rows a pass, fewer than the swizzle's 8); those keep load_tile_async.
+// seq_k % kBc != 0) tests its rows, one comparison per pass. The plan needs the chunks to tile the
+// block in whole rows and one swizzle for every pass: D 96 has 12 chunks a row for 128 threads,
+// D 256 4 rows a pass, fewer than the swizzle's 8. Those head dims are not this rung's (05/v4
+// serves them, the header says why).
 template <class T, int D>
 struct KVCopyPlan {
   using Sm = SmemLayout<D>;
   using Tl = Tiles<D>;
   static constexpr int kChunks = D / 8;
   static constexpr int kRowsPerPass = Tl::kThreads / kChunks;
-  static constexpr bool kPlanned = Tl::kThreads % kChunks == 0 && Tl::kBc % kRowsPerPass == 0 &&
-                                   (!Sm::kSwizzle || kRowsPerPass % kSwizzleRows == 0);
-  static constexpr int kPasses = kPlanned ? Tl::kBc / kRowsPerPass : 0;
+  static_assert(Tl::kThreads % kChunks == 0 && Tl::kBc % kRowsPerPass == 0 &&
+                    (!Sm::kSwizzle || kRowsPerPass % kSwizzleRows == 0),
+                "the copy plan: passes of whole rows, one swizzle for all of them");
+  static constexpr int kPasses = Tl::kBc / kRowsPerPass;
   static constexpr uint32_t kTileBytes = Sm::kKVElems * 2;  // one K (or V) buffer
   static constexpr uint32_t kVBytes = 2 * kTileBytes;       // V buffer 0 from K buffer 0
   static constexpr uint32_t kPassBytes = kRowsPerPass * Sm::kPitch * 2;  // pass i to i + 1
-  // The passes fill one buffer exactly, and V's buffers follow K's two (the kernel's sV). Naming
-  // the four constants here also uses them where there is no plan (D 96 and 256: no issue()).
-  static_assert(!kPlanned || (kPasses * kPassBytes == kTileBytes && kVBytes == 2 * kTileBytes),
+  // The passes fill one buffer exactly, and V's buffers follow K's two (the kernel's sK).
+  static_assert(kPasses * kPassBytes == kTileBytes && kVBytes == 2 * kTileBytes,
                 "the copy plan's passes tile one K (or V) buffer");
 
   uint32_t dst;  // this thread's first chunk in K buffer 0 (32-bit shared address)
@@ -252,19 +265,11 @@ struct KVCopyPlan {
   }
 };
 
-// K/V tile j into buffer buf: through the copy plan, else (D 96 and 256) load_tile_async.
+// K/V tile j into buffer buf, through the copy plan.
 template <class T, int D>
-__device__ __forceinline__ void load_kv_tile(T* sK, T* sV, const T* K, const T* V,
-                                             const KVCopyPlan<T, D>& plan, int j, int buf,
-                                             int64_t seq_k, int tid) {
-  using Sm = SmemLayout<D>;
-  constexpr int kBc = Tiles<D>::kBc;
-  if constexpr (KVCopyPlan<T, D>::kPlanned) {
-    plan.issue(K, V, j, buf, int(seq_k) - j * kBc, tid);  // the launcher keeps seq_k < 2^31
-  } else {
-    load_tile_async<D, kBc>(sK + buf * Sm::kKVElems, K, int64_t(j) * kBc, seq_k, tid);
-    load_tile_async<D, kBc>(sV + buf * Sm::kKVElems, V, int64_t(j) * kBc, seq_k, tid);
-  }
+__device__ __forceinline__ void load_kv_tile(const T* K, const T* V, const KVCopyPlan<T, D>& plan,
+                                             int j, int buf, int64_t seq_k, int tid) {
+  plan.issue(K, V, j, buf, int(seq_k) - j * Tiles<D>::kBc, tid);  // the launcher keeps seq_k < 2^31
 }
 
 // This lane's ldmatrix.x4 address for the A fragment of k16 slice 0 of the 16 Q rows of m16 tile
@@ -403,53 +408,9 @@ __device__ __forceinline__ void rescale_o_add_pv_m(
   }
 }
 
-// Write the 16 rows of m16 tile `slab` of O = o_acc * inv_l (16-bit) to global memory (its first
-// row is row0), rows past seq_q not at all. O is staged in the same 16 rows of sQ: only this warp
-// ever read them (its Q fragments), and no cp.async targets sQ any more, so a warp-level sync is
-// enough. Each thread writes 4 bytes at (row g or g+8, col 8dn + 2t): with the padded pitch these
-// 32 writes fall in 32 different banks, and so they do in a swizzled tile (chunk dn of row g at
-// dn ^ g). Then each lane copies 16-byte chunks of whole rows to global memory, read back through
-// the same layout.
-template <class T, int D>
-__device__ __forceinline__ void store_o_tile(T* O, const float (&o_acc)[D / 8][4],
-                                             const float (&inv_l)[2], T* sQ, int slab, int lane,
-                                             int64_t row0, int64_t seq_q) {
-  const int g = lane / 4, t = lane % 4;
-  // Lanes of a warp may drift apart (independent thread scheduling): make sure every lane's
-  // ldmatrix reads of these rows are done before any lane overwrites them (racecheck caught this).
-  __syncwarp();
-  T* const sO = sQ + slab * kM16Rows * SmemLayout<D>::kPitch;
-  // Chunk ch (8 elements) of row r of those 16 rows (their first row is a multiple of 8).
-  const auto chunk = [sO](int r, int ch) {
-    if constexpr (SmemLayout<D>::kSwizzle)
-      return sO + swizzled_offset<D>(r, ch);
-    else
-      return tile_row<D>(sO, r) + ch * 8;
-  };
-#pragma unroll
-  for (int dn = 0; dn < D / 8; ++dn) {
-    *reinterpret_cast<uint32_t*>(chunk(g, dn) + 2 * t) =
-        mma::pack2<T>(o_acc[dn][0] * inv_l[0], o_acc[dn][1] * inv_l[0]);
-    *reinterpret_cast<uint32_t*>(chunk(g + 8, dn) + 2 * t) =
-        mma::pack2<T>(o_acc[dn][2] * inv_l[1], o_acc[dn][3] * inv_l[1]);
-  }
-  __syncwarp();
-  constexpr int kChunks = D / 8;
-  static_assert((kM16Rows * kChunks) % 32 == 0, "O rows must split evenly over the warp");
-#pragma unroll
-  for (int i = 0; i < kM16Rows * kChunks / 32; ++i) {
-    const int c = lane + 32 * i;
-    const int r = c / kChunks, ch = c % kChunks;
-    const int64_t grow = row0 + r;
-    if (grow < seq_q)
-      *reinterpret_cast<uint4*>(O + grow * D + ch * 8) =
-          *reinterpret_cast<const uint4*>(chunk(r, ch));
-  }
-}
-
 // The warp's kM x 16 rows of O = o_acc * inv_l (16-bit) to global memory at O_warp (its first
 // row), rows_left = seq_q - that row (the rows past seq_q are not written), with no address
-// arithmetic per element. store_o_tile above computes each thread's 4-byte shared-memory write
+// arithmetic per element. v4's store_o_tile computes each thread's 4-byte shared-memory write
 // (row, chunk, swizzle) for every n8 tile, then each 16-byte copy's row, bounds test and 64-bit
 // global address, one m16 tile at a time, each global store waiting on its shared load: ~1000
 // instructions per warp at D 128, where FlashAttention-2's epilogue is ~570.
@@ -527,16 +488,22 @@ __global__ void __launch_bounds__(Tiles<D>::kThreads, 2) flash_fwd_v5_kernel(con
   constexpr int kSTiles = Tiles<D>::kSTiles;  // n8 tiles of S per m16 tile
   constexpr int kOTiles = D / 8;              // n8 tiles of O
   constexpr float kNegInf = -INFINITY;
+  // The epilogue's stmatrix is an sm_90 instruction: code compiled for an older GPU (a build with
+  // CMAKE_CUDA_ARCHITECTURES below 90) stops here, and no block ever gets here, since the launcher
+  // refuses such code before it launches anything.
+  if constexpr (!mma::kHasStmatrix) {
+    __trap();
+    return;
+  }
 
   // Swizzled tiles must start at 128-byte boundaries; so must the block's shared memory. Two arrays,
-  // one per alignment: one name declared with both (D 32/96 padded and D 64/128/256 swizzled in
-  // one translation unit) is one array with the first alignment (nvcc warning 1886), and the PTX
-  // of the swizzled kernels would not ask for the 128-byte base they rely on.
+  // one per alignment: one name declared with both (D 32 padded and D 64/128 swizzled in one
+  // translation unit) is one array with the first alignment (nvcc warning 1886), and the PTX of
+  // the swizzled kernels would not ask for the 128-byte base they rely on.
   extern __shared__ __align__(16) unsigned char smem_padded[];
   extern __shared__ __align__(128) unsigned char smem_swizzled[];
   T* sQ = reinterpret_cast<T*>(Sm::kSwizzle ? smem_swizzled : smem_padded);
-  T* sK = sQ + Sm::kQElems;  // buffer b at sK + b * kKVElems
-  T* sV = sK + 2 * Sm::kKVElems;
+  T* sK = sQ + Sm::kQElems;  // buffer b at sK + b * kKVElems; V's two buffers follow K's
 
   const int tid = threadIdx.x;
   const int warp = tid / 32, lane = tid % 32;
@@ -587,7 +554,7 @@ __global__ void __launch_bounds__(Tiles<D>::kThreads, 2) flash_fwd_v5_kernel(con
   // ---- Prologue: Q tile (group 0) and K/V tile 0 (group 1) in flight together.
   load_tile_async<D, kBr>(sQ, Q, q0, seq_q, tid);
   mma::cp_async_commit();
-  if (n_tiles > 0) load_kv_tile<T, D>(sK, sV, K, V, plan, 0, 0, seq_k, tid);
+  if (n_tiles > 0) load_kv_tile<T, D>(K, V, plan, 0, 0, seq_k, tid);
   mma::cp_async_commit();
   mma::cp_async_wait<0>();
   __syncthreads();
@@ -649,7 +616,7 @@ __global__ void __launch_bounds__(Tiles<D>::kThreads, 2) flash_fwd_v5_kernel(con
       __syncthreads();
     }
     if (j + 1 < n_tiles32) {
-      load_kv_tile<T, D>(sK, sV, K, V, plan, j + 1, buf ^ 1, seq_k, tid);
+      load_kv_tile<T, D>(K, V, plan, j + 1, buf ^ 1, seq_k, tid);
       mma::cp_async_commit();
     }
     const int k0 = j * kBc;
@@ -740,40 +707,24 @@ __global__ void __launch_bounds__(Tiles<D>::kThreads, 2) flash_fwd_v5_kernel(con
   }
 
   // ---- Epilogue: finish the row sums (each thread summed only its own columns), then O of all
-  // m16 tiles at once through store_o_m (stmatrix, where the build targets sm_90 or newer; older
-  // GPUs store each m16 tile through its own 16 rows of sQ), then L.
+  // m16 tiles at once through store_o_m (stmatrix), then L.
   T* O = static_cast<T*>(p.o) + bh * seq_q * D;
   float* Lse = p.lse + bh * seq_q;
   const float c = fabsf(p.scale_log2);
-  if constexpr (mma::kHasStmatrix) {
-    float inv_l[kM][2];
+  float inv_l[kM][2];
 #pragma unroll
-    for (int m = 0; m < kM; ++m)
+  for (int m = 0; m < kM; ++m)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        l_run[m][h] += __shfl_xor_sync(0xffffffffu, l_run[m][h], 1);
-        l_run[m][h] += __shfl_xor_sync(0xffffffffu, l_run[m][h], 2);
-        inv_l[m][h] = l_run[m][h] > 0.0f ? 1.0f / l_run[m][h] : 0.0f;  // no visible key: O = 0
-      }
-    store_o_m<T, D>(O + warp_row0 * D, seq_q - warp_row0, o_acc, inv_l, q_addr,
-                    tile_row<D>(sQ, Tiles<D>::kRowsPerWarp * warp), lane);
-#pragma unroll
-    for (int m = 0; m < kM; ++m)
-      write_lse(Lse, l_run[m], m_run[m], c, warp_row0 + 16 * m, seq_q, g, t);
-  } else {
-#pragma unroll
-    for (int m = 0; m < kM; ++m) {
-      float inv_l[2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        l_run[m][h] += __shfl_xor_sync(0xffffffffu, l_run[m][h], 1);
-        l_run[m][h] += __shfl_xor_sync(0xffffffffu, l_run[m][h], 2);
-        inv_l[h] = l_run[m][h] > 0.0f ? 1.0f / l_run[m][h] : 0.0f;  // no visible key: O = 0
-      }
-      store_o_tile<T, D>(O, o_acc[m], inv_l, sQ, kM * warp + m, lane, warp_row0 + 16 * m, seq_q);
-      write_lse(Lse, l_run[m], m_run[m], c, warp_row0 + 16 * m, seq_q, g, t);
+    for (int h = 0; h < 2; ++h) {
+      l_run[m][h] += __shfl_xor_sync(0xffffffffu, l_run[m][h], 1);
+      l_run[m][h] += __shfl_xor_sync(0xffffffffu, l_run[m][h], 2);
+      inv_l[m][h] = l_run[m][h] > 0.0f ? 1.0f / l_run[m][h] : 0.0f;  // no visible key: O = 0
     }
-  }
+  store_o_m<T, D>(O + warp_row0 * D, seq_q - warp_row0, o_acc, inv_l, q_addr,
+                  tile_row<D>(sQ, Tiles<D>::kRowsPerWarp * warp), lane);
+#pragma unroll
+  for (int m = 0; m < kM; ++m)
+    write_lse(Lse, l_run[m], m_run[m], c, warp_row0 + 16 * m, seq_q, g, t);
 }
 
 template <class T, int D>
@@ -804,6 +755,18 @@ void launch(const AttentionFwdArgs& a, cudaStream_t stream) {
                         std::to_string(smem) +
                         " bytes of shared memory per block, more than this GPU allows");
   auto kernel = flash_fwd_v5_kernel<T, D>;
+  // The code this GPU runs must be compiled for sm_90 or newer (the kernel's first lines say why):
+  // an older GPU, or a build for older GPUs only whose PTX the driver compiles for this one, is
+  // refused here. The registration's min_sm says the same to the harness and the dispatch.
+  static const int ptx_arch = [kernel] {
+    cudaFuncAttributes f{};
+    FA_CUDA_CHECK(cudaFuncGetAttributes(&f, kernel));
+    return f.ptxVersion;  // the virtual architecture compiled for, major * 10 + minor
+  }();
+  FA_UNSUPPORTED_IF(ptx_arch < kMinSm,
+                    std::string(kName) + ": needs sm_" + std::to_string(kMinSm) +
+                        " or newer (stmatrix); this GPU runs code compiled for compute_" +
+                        std::to_string(ptx_arch) + " (05/v4_swizzled_pipelined runs it)");
   // Above 48 KiB of dynamic shared memory a kernel must opt in; also ask for the largest
   // shared-memory carveout so that two blocks fit per SM.
   FA_CUDA_CHECK(
@@ -821,16 +784,13 @@ void dispatch_head_dim(const AttentionFwdArgs& a, cudaStream_t stream) {
       return launch<T, 32>(a, stream);
     case 64:
       return launch<T, 64>(a, stream);
-    case 96:
-      return launch<T, 96>(a, stream);
     case 128:
       return launch<T, 128>(a, stream);
-    case 256:
-      return launch<T, 256>(a, stream);
     default:
       FA_UNSUPPORTED_IF(true, std::string(kName) + ": head_dim " +
                                   std::to_string(a.shape.head_dim) +
-                                  " not instantiated (32, 64, 96, 128, 256)");
+                                  " not instantiated (32, 64, 128: the head dims its K/V copy "
+                                  "plan takes; 05/v4_swizzled_pipelined has 96 and 256)");
   }
 }
 
@@ -854,7 +814,7 @@ FA_REGISTER(AttentionFwdKernel,
             {fa::kName,
              fa::attention_fwd,
              "v4 with each thread's K/V copies planned once, Bc 64 again at D 128, O stored by "
-             "stmatrix (sm_90; v4's epilogue in builds for older GPUs)",
+             "stmatrix (sm_90; 05/v4 serves older GPUs and D 96, 256)",
              {fa::DType::BF16, fa::DType::F16},
-             {32, 64, 96, 128, 256},
-             80});
+             {32, 64, 128},
+             fa::kMinSm});
