@@ -84,7 +84,7 @@ struct Tiles {
   static constexpr int kBr = kWarps * kRowsPerWarp;  // query rows per block: 128
   static constexpr int kBc = 64;                     // keys per K/V tile
   static constexpr int kSTiles = kBc / 8;            // n8 tiles of S per m16 tile
-  static constexpr bool kQInRegs = kM * D <= 128;  // 32 rows x D x 2 B / 32 lanes <= 32 regs
+  static constexpr bool kQInRegs = kM * D <= 128;    // 32 rows x D x 2 B / 32 lanes <= 32 regs
   static constexpr int kQRegSlices = kQInRegs ? D / 16 : 1;
   // O is rescaled only where some row's max moved, at D = 128: with Bc = 64 ptxas spills 100
   // bytes there without the skip (the header says why).

@@ -33,17 +33,19 @@
 //     same fixed work per tile, and FlashAttention-2 picks 128 there too. The warps of S and dP
 //     become 4 x 2 of 32 queries x 64 keys (64 registers each, which D 64 can afford: dK and dV
 //     take 64 together); those of dQ 4 x 2 of 32 x 32.
-// D 32 and 96, whose rows are not whole 128-byte groups (the swizzle), run v4's dkdv_kernel,
-// unchanged.
+// D 64 and 128 only: the warp tiles read swizzled rows, whole 128-byte groups, which the rows of
+// D 32 and 96 are not. Those head dims are 06/v4_bc128_tuned's, whose dK/dV kernel keeps padded
+// rows for them; rather than carry that kernel a second time, this rung registers D 64 and 128,
+// and the dispatch (common/dispatch.cpp) sends D 32 and 96 to v4.
 //
 // The map (three launches on one stream, after the caller's memset of the workspace), as v4,
-// with warp_tiles_kernel as the dK/dV kernel at D 64 and 128:
+// with warp_tiles_kernel as the dK/dV kernel:
 //   per Q tile: wait for the tile, barrier, prefetch the next one; S = Q K^T, dP = dO V^T;
 //   P = exp(scale S - L), dS = P (dP - D) into shared memory; barrier; dV += P^T dO,
 //   dK += dS^T Q; dQaccum += dS K by atomics.
-// And in this file, top to bottom: v4's pieces and dkdv_kernel (for D 32 and 96), then this rung:
-// kBrW, the products of a warp tile (rows_times_keys, keys_times_cols), warp_tiles_kernel; the
-// launcher, the registration.
+// And in this file, top to bottom: v4's pieces (the swizzle, the copies, the addresses computed
+// once), then this rung: kBrW, the products of a warp tile (rows_times_keys, keys_times_cols),
+// warp_tiles_kernel; the launcher, the registration.
 //
 // Shared memory: 171 KiB at D 128, 178 KiB at D 64: more than an A100's 163 KiB, where v5
 // reports those head dims as unsupported (06/v4_bc128_tuned runs them in 91 and 155 KiB).
@@ -65,7 +67,6 @@
 #include <cstdint>
 #include <string>
 
-#include "attention_tiles.cuh"  // fa::tiles::LaneAddr, a lane's ldmatrix addresses (05/v4)
 #include "ch06_preprocess.h"
 #include "check.h"
 #include "gpu.h"
@@ -81,21 +82,20 @@ using fa::mma::ldmatrix_x4_trans;
 using fa::mma::smem_addr;
 
 // ---- shared-memory tiles and fragments ------------------------------------------------------
-// A tile holds ROWS rows of a row-major [seq, D] matrix (Q, K, V or dO) in the 16-bit dtype,
-// stored as [ROWS][D + kPad]: the 8 elements (16 bytes) of padding per row shift each row by 16
-// bytes modulo 128, so the eight row addresses of one ldmatrix 8x8 matrix fall into eight
-// different 16-byte bank groups (no bank conflicts, with or without .trans), and every 16-byte
-// cp.async destination stays aligned.
+// A padded tile (this rung's P and dS) stores each row with 8 elements (16 bytes) of padding: that
+// shifts each row by 16 bytes modulo 128, so the eight row addresses of one ldmatrix 8x8 matrix
+// fall into eight different 16-byte bank groups (no bank conflicts, with or without .trans).
 //
 // The fragment layouts are those of common/mma.cuh (g = lane / 4, t = lane % 4); an ldmatrix.x4
 // takes from lane l the row address of matrix i = l / 8, row r = l % 8.
 constexpr int kPad = 8;  // elements of padding per shared-memory row (16 bytes)
 
-// The swizzled tile: the same rows with no padding, each row's 16-byte chunks permuted within
-// their 128-byte group: logical chunk c of row r is stored at chunk c ^ (r % 8). Why not the
-// padding: a padded row starts 16 bytes further modulo 128 than the one before, so a warp's
-// cp.async of whole rows writes shared memory across 128-byte lines, and Nsight Compute counts
-// 2.6x the ideal shared-memory wavefronts and 1.5x the ideal L2 sectors for those copies. The XOR
+// The swizzled tile (K, V, Q and dO): rows of a row-major [seq, D] matrix in the 16-bit dtype, with
+// no padding, each row's 16-byte chunks permuted within their 128-byte group: logical chunk c of
+// row r is stored at chunk c ^ (r % 8). Why not the padding: a padded row starts 16 bytes further
+// modulo 128 than the one before, so a warp's cp.async of whole rows writes shared memory across
+// 128-byte lines, and Nsight Compute counts 2.6x the ideal shared-memory wavefronts and 1.5x the
+// ideal L2 sectors for those copies. The XOR
 // keeps every row at a 128-byte boundary (the copies are aligned) and still sends the eight rows
 // of an ldmatrix 8x8 matrix (same logical chunk, rows r .. r + 7) to eight different chunks of
 // the group: no bank conflicts either. Rows of at least 8 chunks (D a multiple of 64); the tile
@@ -117,40 +117,21 @@ __device__ __forceinline__ uint32_t swizzle_xor(int row) {
   return uint32_t(row % kSwizzleRows) * 16;
 }
 
-// Copy rows [row0, row0 + ROWS) of a [seq, D] row-major matrix `g` into the padded tile `s`,
+// Copy rows [row0, row0 + ROWS) of a [seq, D] row-major matrix `g` into the swizzled tile `s`,
 // 16 bytes per cp.async. Rows at or past `seq` are zero-filled (nothing is read for them).
-// kSwizzled: into a swizzled tile of D elements per row instead (swizzled_offset).
-template <class T, int D, int ROWS, int THREADS, bool kSwizzled = false>
+template <class T, int D, int ROWS, int THREADS>
 __device__ __forceinline__ void load_tile_async(T* s, const T* g, int64_t row0, int64_t seq,
                                                 int tid) {
   constexpr int kChunksPerRow = D * int(sizeof(T)) / 16;
   constexpr int kChunks = ROWS * kChunksPerRow;
-  constexpr int kLd = D + kPad;
 #pragma unroll
   for (int c = tid; c < kChunks; c += THREADS) {
     const int r = c / kChunksPerRow;
     const int cc = c % kChunksPerRow;
     const bool valid = row0 + r < seq;
     const T* src = valid ? g + (row0 + r) * int64_t(D) + cc * 8 : g;
-    if constexpr (kSwizzled)
-      fa::mma::cp_async_16(s + swizzled_offset<D>(r, cc), src, valid);
-    else
-      fa::mma::cp_async_16(s + r * kLd + cc * 8, src, valid);
+    fa::mma::cp_async_16(s + swizzled_offset<D>(r, cc), src, valid);
   }
-}
-
-// The C fragments of two adjacent n-tiles (16 columns) of a 16 x N accumulator, rounded to 16
-// bits, are exactly the A fragment of the 16x16 block with those columns as k:
-//   a[0] = C[g][2t..]   (tile j, c[0..1])    a[1] = C[g+8][2t..]   (tile j, c[2..3])
-//   a[2] = C[g][2t+8..] (tile j+1, c[0..1])  a[3] = C[g+8][2t+8..] (tile j+1, c[2..3])
-// This is why P^T and dS^T feed dV and dK from registers.
-template <class T>
-__device__ __forceinline__ void acc_to_a(uint32_t (&a)[4], const float (&c0)[4],
-                                         const float (&c1)[4]) {
-  a[0] = fa::mma::pack2<T>(c0[0], c0[1]);
-  a[1] = fa::mma::pack2<T>(c0[2], c0[3]);
-  a[2] = fa::mma::pack2<T>(c1[0], c1[1]);
-  a[3] = fa::mma::pack2<T>(c1[2], c1[3]);
 }
 
 // Two MMAs sharing one A fragment: d0 += a b[0..1], d1 += a b[2..3] (two adjacent n-tiles).
@@ -204,28 +185,8 @@ __device__ __forceinline__ void store_rows(T* out, const float (&acc)[DC / 8][4]
 // ---- the tile ------------------------------------------------------------------------------
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
-constexpr int kBr = 64;           // query rows per tile
-constexpr int kBc = 128;          // key rows per tile
-constexpr int kLdS = kBr + kPad;  // row of the dS^T tile: kBr queries + padding
-static_assert(kBc == kWarps * 16, "one warp per 16 keys");
-
-// The warps' tiles of dQ_i (kBr x D): kDqRowTiles m16 tiles by kDqWarpCols columns each, summed
-// over all kBc keys, kDqChunk columns at a time: 16 rows by D / 2 (four warps along the rows, two
-// along the columns), at D = 128 32 rows by D / 4 (two by four), so that every K fragment feeds
-// two m-tiles. At D = 64 a 32 x 16 warp tile would load as many fragments as 16 x 32 (one B for
-// two A), and D = 32 and 96 do not split into four 16-column quarters.
-template <int D>
-constexpr int kDqRowTiles = D == 128 ? 2 : 1;
-template <int D>
-constexpr int kDqRowWarps = kBr / (16 * kDqRowTiles<D>);  // warps along the rows
-template <int D>
-constexpr int kDqWarpCols = D* kDqRowWarps<D> / kWarps;  // columns a warp adds
-// 32 columns where they divide the warp's share (D 64, 128), 16 where not (32, 96).
-template <int D>
-constexpr int kDqChunk = kDqWarpCols<D> % 32 == 0 ? 32 : 16;
-static_assert(kDqWarpCols<128> == 32 && kDqWarpCols<64> == 32 && kDqChunk<96> == 16 &&
-                  kDqChunk<32> == 16,
-              "dQ warp tiles");
+constexpr int kBr = 64;   // query rows per tile (D 128; kBrW below)
+constexpr int kBc = 128;  // key rows per tile
 
 // ---- the addresses, computed once ----------------------------------------------------------
 // The lane's part of the two ldmatrix x4 address patterns, in bytes, for a tile of pitch LD
@@ -247,54 +208,37 @@ constexpr uint32_t at(int row, int col) {
   return uint32_t(row * LD + col) * 2;
 }
 
-// Store an A fragment (as acc_to_a makes it) as the 16x16 block [m0.., k0..] of a row-major tile,
-// from the lane's address p = s + (m0 + g) LD + k0 + 2t. Four 32-bit stores per thread; in a
-// padded tile (LD = 8 mod 16 elements) the 32 lanes of each store hit 32 different banks.
-template <int LD, class T>
-__device__ __forceinline__ void store_a_at(T* p, const uint32_t (&a)[4]) {
-  *reinterpret_cast<uint32_t*>(p) = a[0];
-  *reinterpret_cast<uint32_t*>(p + 8 * LD) = a[1];
-  *reinterpret_cast<uint32_t*>(p + 8) = a[2];
-  *reinterpret_cast<uint32_t*>(p + 8 * LD + 8) = a[3];
-}
-
-// The copies of a full Q or dO tile (kBr rows), planned once per thread: thread tid copies the
-// 16-byte chunk tid % kChunksPerRow of rows row + kRowsPerPass * i, i < kPasses. Threads past
-// kRowsPerPass * kChunksPerRow (D = 96: 12 chunks a row, 21 rows a pass) copy nothing. A strided
-// loop from the thread index (load_tile_async) has a trip count the compiler cannot see: it
-// emits a generic loop with a 64-bit bounds test per copy. kSwizzled: into swizzled rows of D
-// elements; the chunk moves by row % 8, the same for every pass (kRowsPerPass is a multiple of 8
-// at D = 64 and 128), so the pass offsets stay constant. ROWS: tiles of ROWS rows instead of kBr
-// (warp_tiles_kernel's 128-query tiles at D 64).
-template <class T, int D, bool kSwizzled = false, int ROWS = kBr>
+// The copies of a full Q or dO tile (ROWS rows), planned once per thread: thread tid copies the
+// 16-byte chunk tid % kChunksPerRow of rows row + kRowsPerPass * i, i < kPasses. A strided loop
+// from the thread index (load_tile_async) has a trip count the compiler cannot see: it emits a
+// generic loop with a 64-bit bounds test per copy. Into swizzled rows of D elements: the chunk
+// moves by row % 8, the same for every pass (kRowsPerPass is a multiple of 8 at D = 64 and 128),
+// so the pass offsets stay constant.
+template <class T, int D, int ROWS>
 struct TileCopy {
-  static constexpr int kLd = kSwizzled ? D : D + kPad;
   static constexpr int kChunksPerRow = D / 8;
   static constexpr int kRowsPerPass = kThreads / kChunksPerRow;
-  static constexpr int kPasses = (ROWS + kRowsPerPass - 1) / kRowsPerPass;
-  static constexpr bool kExact = kThreads % kChunksPerRow == 0 && ROWS % kRowsPerPass == 0;
-  int row;       // this thread's first row (ROWS: none)
-  int src;       // its first chunk, in elements from the tile's first row in global memory
+  static constexpr int kPasses = ROWS / kRowsPerPass;
+  static_assert(kThreads % kChunksPerRow == 0 && ROWS % kRowsPerPass == 0 &&
+                    kRowsPerPass % kSwizzleRows == 0,
+                "passes of whole rows, one swizzle for every pass");
+  int src;  // this thread's first chunk, in elements from the tile's first row in global memory
   uint32_t dst;  // and in bytes from the tile's start in shared memory
 
   __device__ __forceinline__ explicit TileCopy(int tid) {
-    row = tid < kRowsPerPass * kChunksPerRow ? tid / kChunksPerRow : ROWS;
+    // Every thread has a row here (tid < kThreads = kRowsPerPass * kChunksPerRow); the test is
+    // v4's, for D 96, whose threads past 21 rows of 12 chunks copy nothing. ptxas cannot see that
+    // it always holds: without it the machine code differs from the kernel that was measured.
+    const int row = tid < kRowsPerPass * kChunksPerRow ? tid / kChunksPerRow : ROWS;
     const int col = (tid % kChunksPerRow) * 8;
     src = row * D + col;
-    static_assert(!kSwizzled || (kExact && kRowsPerPass % kSwizzleRows == 0),
-                  "one swizzle for every pass");
-    if constexpr (kSwizzled)
-      dst = uint32_t(swizzled_offset<D>(row, col / 8)) * 2;
-    else
-      dst = at<kLd>(row, col);
+    dst = uint32_t(swizzled_offset<D>(row, col / 8)) * 2;
   }
   // Rows [0, ROWS) of the tile whose first row is `g` into the tile at shared address `s`.
   __device__ __forceinline__ void full(uint32_t s, const T* g) const {
 #pragma unroll
     for (int i = 0; i < kPasses; ++i)
-      if (kExact || row + i * kRowsPerPass < ROWS)
-        fa::mma::cp_async_16(s + dst + at<kLd>(i * kRowsPerPass, 0),
-                             g + src + i * kRowsPerPass * D);
+      fa::mma::cp_async_16(s + dst + at<D>(i * kRowsPerPass, 0), g + src + i * kRowsPerPass * D);
   }
 };
 
@@ -315,327 +259,6 @@ struct Params {
   bool causal;
 };
 
-// Shared memory: K_j, V_j (kBc rows) | Q_i x2 | dO_i x2 (kBr rows) | L_i*log2(e) x2 | D_i x2 |
-// dS^T (kBc keys x kBr queries). 59 / 91 / 123 / 155 KiB at D = 32 / 64 / 96 / 128.
-template <int D>
-constexpr int smem_bytes_tiles() {
-  return (2 * kBc + 4 * kBr) * (D + kPad) * 2;  // K_j, V_j; Q_i, dO_i double-buffered
-}
-template <int D>
-constexpr int dkdv_smem_bytes() {
-  return smem_bytes_tiles<D>() + 4 * kBr * int(sizeof(float)) + kBc * kLdS * 2;
-}
-
-// ---- dK, dV, and the dQ atomics ------------------------------------------------------------
-template <class T, int D>
-__global__ void __launch_bounds__(kThreads, 1) dkdv_kernel(Params p) {
-  constexpr int kChunk = kBr;  // S^T and dP^T for the whole Q tile at once
-  constexpr int kLd = D + kPad;
-  constexpr int kTile = kBr * kLd;    // a Q or dO tile (kBr rows)
-  constexpr int kKvTile = kBc * kLd;  // a K or V tile (kBc rows: twice v3's)
-  // The K, V, Q and dO tiles hold swizzled rows of kLdT = D elements (swizzled_offset) where a
-  // row is whole 128-byte groups (D 64, 128); each keeps the place and size of a padded tile (its
-  // last kPad * rows elements unused), and every tile starts at a multiple of 128 bytes. D 32 and
-  // 96 keep padded rows.
-  constexpr bool kSwz = D % 64 == 0;
-  constexpr int kLdT = kSwz ? D : kLd;  // elements between rows inside a tile
-  static_assert(!kSwz || (kTile * 2) % 128 == 0 && (kKvTile * 2) % 128 == 0, "aligned tiles");
-  // Two arrays, one per alignment: one name declared with both (D 32/96 and D 64/128 in one
-  // translation unit) is one array with the first alignment (nvcc warning 1886), and the PTX of
-  // the swizzled kernel would not ask for the 128-byte base its tiles rely on.
-  extern __shared__ __align__(16) unsigned char smem_padded[];
-  extern __shared__ __align__(128) unsigned char smem_swizzled[];
-  T* sK = reinterpret_cast<T*>(kSwz ? smem_swizzled : smem_padded);
-  T* sV = sK + kKvTile;
-  T* sQ = sV + kKvTile;                                   // two buffers
-  T* sdO = sQ + 2 * kTile;                                // two buffers
-  float* sL = reinterpret_cast<float*>(sdO + 2 * kTile);  // two buffers of kBr: L * log2(e)
-  float* sD = sL + 2 * kBr;                               // two buffers of kBr: D
-  T* sdS = reinterpret_cast<T*>(sD + 2 * kBr);            // dS^T: kBc keys x kBr queries
-
-  // dQ in warp tiles of kDqRt m16 tiles (kDqRowTiles).
-  constexpr int kDqRt = kDqRowTiles<D>;
-  constexpr int kDqWc = kDqWarpCols<D>, kDqC = kDqChunk<D>;
-  static_assert(kDqWc % kDqC == 0, "dQ chunks");
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int g = lane >> 2, t = lane & 3;
-  const int64_t tile_bh = blockIdx.x;  // bh * n_tiles + key tile
-  const int64_t bh = tile_bh / p.n_tiles;
-  const int64_t k0 = (tile_bh % p.n_tiles) * kBc;
-  const int64_t seq_q = p.seq_q, seq_k = p.seq_k;
-  // Causal (bottom-right): query i sees keys j <= causal_last_key(i) = i + off (shapes.h).
-  const int64_t off = causal_last_key(0, seq_q, seq_k);
-
-  const T* Q = static_cast<const T*>(p.q) + bh * seq_q * D;
-  const T* dO = static_cast<const T*>(p.dout) + bh * seq_q * D;
-  const T* K = static_cast<const T*>(p.k) + bh * seq_k * D;
-  const T* V = static_cast<const T*>(p.v) + bh * seq_k * D;
-  float* dQacc = p.dq_accum + bh * seq_q * D;
-  const float* lse = p.lse + bh * seq_q;
-  const float* delta = p.delta + bh * seq_q;
-
-  // The Q tiles that can see this K tile: with causal masking the first query to see key k0 is
-  // k0 - off; every tile before the one holding it is entirely masked and skipped.
-  const int64_t n_qt = ceil_div(seq_q, kBr);
-  int64_t qt_begin = 0;
-  if (p.causal && k0 - off > 0) qt_begin = (k0 - off) / kBr;  // may be >= n_qt: no work
-
-  // Prologue: K_j, V_j and the first Q_i, dO_i in one cp.async group; L_i, D_i by plain loads.
-  load_tile_async<T, D, kBc, kThreads, kSwz>(sK, K, k0, seq_k, tid);
-  load_tile_async<T, D, kBc, kThreads, kSwz>(sV, V, k0, seq_k, tid);
-  if (qt_begin < n_qt) {
-    const int64_t q0 = qt_begin * kBr;
-    load_tile_async<T, D, kBr, kThreads, kSwz>(sQ, Q, q0, seq_q, tid);
-    load_tile_async<T, D, kBr, kThreads, kSwz>(sdO, dO, q0, seq_q, tid);
-    const int64_t row = q0 + (tid & (kBr - 1));
-    if (tid < kBr)
-      sL[tid] = load_l2(lse, row, seq_q);
-    else if (tid < 2 * kBr)
-      sD[tid - kBr] = row < seq_q ? delta[row] : 0.0f;
-  }
-  fa::mma::cp_async_commit();
-
-  float dv[D / 8][4], dk[D / 8][4];
-#pragma unroll
-  for (int nt = 0; nt < D / 8; ++nt)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) dv[nt][e] = dk[nt][e] = 0.0f;
-
-  const int kr0 = warp * 16;                           // this warp's first key row in the tile
-  const int qr0 = (warp % kDqRowWarps<D>)*16 * kDqRt;  // its first query row, for dQ,
-  const int dq0 = (warp / kDqRowWarps<D>)*kDqWc;       // and its first column of dQ
-
-  // The bases of every address in the loop, computed once. ldmatrix: K, V as A of S^T, dP^T
-  // (this warp's rows); K as B of dQ (.trans, this warp's columns); Q, dO as B in both forms
-  // (buffer 0; a tile adds its buffer's offset); dS^T as A of dQ (.trans, this warp's query
-  // rows). The store of dS^T (rows kr0 + g, + 8; columns 2t, 2t + 1). The Q / dO copy plan.
-  // Each ldmatrix base is a LaneAddr: padded, one base, and a read adds a constant. Swizzled:
-  // every ldmatrix row of this lane is lane % 8 modulo 8 (fragments start at multiples of 16
-  // rows), so the lane's address is the unswizzled one with bits 4-6 flipped by swz; four bases,
-  // one per 16-column step modulo 4, keep every read a base plus a constant (LaneAddr says why).
-  constexpr uint32_t kTileBytes = kTile * 2;
-  const uint32_t swz = swizzle_xor(lane);
-  using Lane = fa::tiles::LaneAddr<kSwz>;
-  const uint32_t rows_off = lane_rows<kLdT>(lane), trans_off = lane_trans<kLdT>(lane);
-  const Lane k_a(smem_addr(sK) + rows_off + at<kLdT>(kr0, 0), swz);
-  const Lane v_a(smem_addr(sV) + rows_off + at<kLdT>(kr0, 0), swz);
-  const Lane k_x(smem_addr(sK) + rows_off + at<kLdT>(0, dq0), swz);
-  const Lane q_t0(smem_addr(sQ) + trans_off, swz), q_x0(smem_addr(sQ) + rows_off, swz);
-  const Lane do_t0(smem_addr(sdO) + trans_off, swz), do_x0(smem_addr(sdO) + rows_off, swz);
-  const uint32_t ds_t = smem_addr(sdS) + lane_trans<kLdS>(lane) + at<kLdS>(0, qr0);
-  T* const ds_st = sdS + (kr0 + g) * kLdS + 2 * t;
-  const TileCopy<T, D, kSwz> copy(tid);
-  const uint32_t sq_addr = smem_addr(sQ), sdo_addr = smem_addr(sdO);
-
-  for (int64_t qt = qt_begin; qt < n_qt; ++qt) {
-    const int buf = int(qt - qt_begin) & 1;
-    const int64_t q0 = qt * kBr;
-    const bool has_next = qt + 1 < n_qt;
-
-    // Prefetch Q_{i+1}, dO_{i+1} into the other buffer (always commit: an empty group keeps the
-    // wait<1> below correct on the last tile). L and D go through registers, stored after the
-    // math so their latency hides behind it.
-    float next_ld = 0.0f;
-    if (has_next) {
-      const int64_t q1 = q0 + kBr;
-      if (q1 + kBr <= seq_q) {  // a full tile: the plan, no bounds test
-        const uint32_t next = uint32_t(buf ^ 1) * kTileBytes;
-        copy.full(sq_addr + next, Q + q1 * D);
-        copy.full(sdo_addr + next, dO + q1 * D);
-      } else {  // the sequence ends inside it: rows past seq_q zero-filled
-        load_tile_async<T, D, kBr, kThreads, kSwz>(sQ + (buf ^ 1) * kTile, Q, q1, seq_q, tid);
-        load_tile_async<T, D, kBr, kThreads, kSwz>(sdO + (buf ^ 1) * kTile, dO, q1, seq_q, tid);
-      }
-      const int64_t row = q1 + (tid & (kBr - 1));
-      if (tid < kBr)
-        next_ld = load_l2(lse, row, seq_q);
-      else if (tid < 2 * kBr)
-        next_ld = row < seq_q ? delta[row] : 0.0f;
-    }
-    fa::mma::cp_async_commit();
-    fa::mma::cp_async_wait<1>();
-    __syncthreads();
-
-    const uint32_t cur = uint32_t(buf) * kTileBytes;
-    const Lane q_t(q_t0, cur), q_x(q_x0, cur), do_t(do_t0, cur), do_x(do_x0, cur);
-    const float* l_s = sL + buf * kBr;
-    const float* d_s = sD + buf * kBr;
-    // Mask only where needed: keys past seq_k, or a tile crossing the causal diagonal (some key
-    // of the tile lies beyond what the tile's first query sees).
-    const bool need_mask = (k0 + kBc > seq_k) || (p.causal && k0 + kBc - 1 > q0 + off);
-
-#pragma unroll
-    for (int qc = 0; qc < kBr / kChunk; ++qc) {
-      constexpr int kNt = kChunk / 8;  // n-tiles of the chunk
-      const int c0 = qc * kChunk;      // first query column of the chunk, within the tile
-
-      // S^T = K_j Q^T over this chunk of queries.
-      float s[kNt][4];
-#pragma unroll
-      for (int nt = 0; nt < kNt; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s[nt][e] = 0.0f;
-#pragma unroll
-      for (int ks = 0; ks < D / 16; ++ks) {
-        uint32_t a[4];
-        ldmatrix_x4(a, k_a.at(0, ks));
-#pragma unroll
-        for (int np = 0; np < kNt / 2; ++np) {
-          uint32_t b[4];
-          ldmatrix_x4(b, q_t.at(at<kLdT>(c0 + np * 16, 0), ks));
-          mma_pair<T>(s[2 * np], s[2 * np + 1], a, b);
-        }
-      }
-
-      // P^T = exp(scale S^T - L), masked where needed: need_mask is tested once per chunk, and
-      // tiles that need no mask run the exponentials alone. Element (nt, e): key row kr0 + g +
-      // 8*(e/2), query column c0 + 8*nt + 2t + e%2.
-      if (need_mask) {
-#pragma unroll
-        for (int nt = 0; nt < kNt; ++nt) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int col = c0 + nt * 8 + 2 * t + (e & 1);
-            const int64_t key = k0 + kr0 + g + 8 * (e >> 1);
-            const int64_t query = q0 + col;
-            const bool keep = key < seq_k && !(p.causal && key > query + off);
-            s[nt][e] = keep ? ex2_ftz(fmaf(s[nt][e], p.scale_log2, -l_s[col])) : 0.0f;
-          }
-        }
-      } else {
-#pragma unroll
-        for (int nt = 0; nt < kNt; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e)
-            s[nt][e] = ex2_ftz(fmaf(s[nt][e], p.scale_log2, -l_s[c0 + nt * 8 + 2 * t + (e & 1)]));
-      }
-
-      // dV_j += P^T dO: k runs over the chunk's queries, 16 at a time.
-#pragma unroll
-      for (int kk = 0; kk < kNt / 2; ++kk) {
-        uint32_t a[4];
-        acc_to_a<T>(a, s[2 * kk], s[2 * kk + 1]);
-#pragma unroll
-        for (int np = 0; np < D / 16; ++np) {
-          uint32_t b[4];
-          ldmatrix_x4_trans(b, do_x.at(at<kLdT>(c0 + kk * 16, 0), np));
-          mma_pair<T>(dv[2 * np], dv[2 * np + 1], a, b);
-        }
-      }
-
-      // dP^T = V_j dO^T over the same chunk.
-      float dp[kNt][4];
-#pragma unroll
-      for (int nt = 0; nt < kNt; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) dp[nt][e] = 0.0f;
-#pragma unroll
-      for (int ks = 0; ks < D / 16; ++ks) {
-        uint32_t a[4];
-        ldmatrix_x4(a, v_a.at(0, ks));
-#pragma unroll
-        for (int np = 0; np < kNt / 2; ++np) {
-          uint32_t b[4];
-          ldmatrix_x4(b, do_t.at(at<kLdT>(c0 + np * 16, 0), ks));
-          mma_pair<T>(dp[2 * np], dp[2 * np + 1], a, b);
-        }
-      }
-
-      // dS^T = P^T * (dP^T - D): D belongs to the query, the column.
-#pragma unroll
-      for (int nt = 0; nt < kNt; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          dp[nt][e] = s[nt][e] * (dp[nt][e] - d_s[c0 + nt * 8 + 2 * t + (e & 1)]);
-
-          // dK_j += dS^T Q; the same 16-bit dS^T into sdS for dQ.
-#pragma unroll
-      for (int kk = 0; kk < kNt / 2; ++kk) {
-        uint32_t a[4];
-        acc_to_a<T>(a, dp[2 * kk], dp[2 * kk + 1]);
-        store_a_at<kLdS>(ds_st + c0 + kk * 16, a);
-#pragma unroll
-        for (int np = 0; np < D / 16; ++np) {
-          uint32_t b[4];
-          ldmatrix_x4_trans(b, q_x.at(at<kLdT>(c0 + kk * 16, 0), np));
-          mma_pair<T>(dk[2 * np], dk[2 * np + 1], a, b);
-        }
-      }
-    }
-
-    // dQaccum_i += dS K_j: warp w takes query rows qr0 .. qr0 + 16 kDqRt - 1 and columns dq0 ..
-    // dq0 + kDqWarpCols - 1, A = dS = sdS^T (all kBc keys, written by the eight warps), B = K_j;
-    // kDqCols columns at a time; each B fragment feeds the kDqRt m-tiles.
-    __syncthreads();         // sdS complete
-    if (q0 + qr0 < seq_q) {  // else every row of this warp lies past seq_q
-#pragma unroll
-      for (int dc = 0; dc < kDqWc / kDqC; ++dc) {
-        const int n0 = dq0 + dc * kDqC;  // first column of the chunk
-        float acc[kDqRt][kDqC / 8][4];
-#pragma unroll
-        for (int mt = 0; mt < kDqRt; ++mt)
-#pragma unroll
-          for (int nt = 0; nt < kDqC / 8; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
-#pragma unroll
-        for (int ks = 0; ks < kBc / 16; ++ks) {
-          uint32_t a[kDqRt][4];
-#pragma unroll
-          for (int mt = 0; mt < kDqRt; ++mt)
-            ldmatrix_x4_trans(a[mt], ds_t + at<kLdS>(ks * 16, mt * 16));
-#pragma unroll
-          for (int np = 0; np < kDqC / 16; ++np) {
-            uint32_t b[4];
-            ldmatrix_x4_trans(b, k_x.at(at<kLdT>(ks * 16, 0), dc * kDqC / 16 + np));
-#pragma unroll
-            for (int mt = 0; mt < kDqRt; ++mt)
-              mma_pair<T>(acc[mt][2 * np], acc[mt][2 * np + 1], a[mt], b);
-          }
-        }
-        // Element (mt, nt, e): query row qr0 + 16 mt + g + 8*(e/2), column n0 + 8*nt + 2t + e%2.
-#pragma unroll
-        for (int mt = 0; mt < kDqRt; ++mt)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int64_t row = q0 + qr0 + 16 * mt + g + 8 * h;
-            if (row >= seq_q) continue;
-            float* dst = dQacc + row * D + n0 + 2 * t;
-#pragma unroll
-            for (int nt = 0; nt < kDqC / 8; ++nt) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-              // sm_90 adds a float2 in one atomic (the two columns are adjacent and 8-byte
-              // aligned: 2t is even): half the atomic instructions and L2 sector updates of two
-              // scalar ones (Nsight Compute, H100: 1.61 G reduction sectors with scalar atomics).
-              atomicAdd(reinterpret_cast<float2*>(dst + 8 * nt),
-                        make_float2(acc[mt][nt][2 * h], acc[mt][nt][2 * h + 1]));
-#else
-              atomicAdd(dst + 8 * nt, acc[mt][nt][2 * h]);
-              atomicAdd(dst + 8 * nt + 1, acc[mt][nt][2 * h + 1]);
-#endif
-            }
-          }
-      }
-    }
-
-    // L, D of the next tile into the other buffer (nobody reads it during this iteration).
-    if (has_next) {
-      if (tid < kBr)
-        sL[(buf ^ 1) * kBr + tid] = next_ld;
-      else if (tid < 2 * kBr)
-        sD[(buf ^ 1) * kBr + tid - kBr] = next_ld;
-    }
-    __syncthreads();  // everyone is done with `buf` before the next prefetch overwrites it
-  }
-  fa::mma::cp_async_wait<0>();
-
-  // Rows of keys that no query sees (causal) leave here with dK = dV = 0, as they must.
-  T* dK = static_cast<T*>(p.dk) + bh * seq_k * D;
-  T* dV = static_cast<T*>(p.dv) + bh * seq_k * D;
-  store_rows<T, D, D>(dK, dk, k0 + kr0, 0, seq_k, p.scale, lane);
-  store_rows<T, D, D>(dV, dv, k0 + kr0, 0, seq_k, 1.0f, lane);
-}
-
 // ---- this rung: FlashAttention-2's warp tiles (D 64, 128) --------------------------------------
 constexpr int kLdP = kBc + kPad;  // a row of the P or dS tile: kBc keys + padding (16-bit)
 
@@ -645,22 +268,20 @@ constexpr int kLdP = kBc + kPad;  // a row of the P or dS tile: kBc keys + paddi
 template <int D>
 constexpr int kBrW = D == 64 ? 128 : kBr;
 
-// Shared memory: dkdv_kernel's K, V, Q x2, dO x2 (swizzled rows, in its places), L x2, D x2, then
-// the P and dS tiles (kBrW x kLdP each). 171 KiB at D 128, 178 KiB at D 64.
+// Shared memory: v4's K, V, Q x2, dO x2 (swizzled rows, each in the place of a padded row of
+// D + kPad elements, as v4 lays them out), L x2, D x2, then the P and dS tiles (kBrW x kLdP each).
+// 171 KiB at D 128, 178 KiB at D 64.
 template <int D>
 constexpr int warp_tiles_smem_bytes() {
   constexpr int kRows = kBrW<D>;
   return (2 * kBc + 4 * kRows) * (D + kPad) * 2 + 4 * kRows * int(sizeof(float)) +
          2 * kRows * kLdP * 2;
 }
-static_assert(warp_tiles_smem_bytes<128>() ==
-                  smem_bytes_tiles<128>() + 4 * kBr * int(sizeof(float)) + 2 * kBr * kLdP * 2,
-              "D 128: dkdv_kernel's tiles plus P and dS");
 
 // An ldmatrix address into a swizzled tile: the unswizzled one with bits 4-6 flipped by the lane's
 // row % 8 (every fragment starts at a multiple of 16 rows; swizzle_xor). One XOR per read, where
-// dkdv_kernel keeps four bases per address (LaneAddr): those would take 21 more registers for this
-// kernel's seven ldmatrix addresses, beside accumulators that already fill 253.
+// v4's dkdv_kernel keeps four bases per address (LaneAddr): those would take 21 more registers for
+// this kernel's seven ldmatrix addresses, beside accumulators that already fill 253.
 __device__ __forceinline__ uint32_t swz_addr(uint32_t plain, uint32_t swz) {
   return plain ^ swz;
 }
@@ -731,7 +352,7 @@ __global__ void __launch_bounds__(kThreads, 1) warp_tiles_kernel(Params p) {
   static_assert(D == 64 || D == 128, "swizzled 128-byte rows: D 64 or 128");
   static_assert(kWarps == 8 && kBr == 64 && kBc == 128, "warps: 2 x 4 (S, dQ), 4 x 2 (dK, dV)");
   constexpr int kBrT = kBrW<D>;       // queries per Q tile: 128 at D 64, 64 at D 128
-  constexpr int kLd = D + kPad;       // dkdv_kernel's tile places: rows of kLd, used D at a time
+  constexpr int kLd = D + kPad;       // v4's tile places: rows of kLd, used D at a time
   constexpr int kTile = kBrT * kLd;   // a Q or dO buffer
   constexpr int kKvTile = kBc * kLd;  // K or V
   constexpr int kHalf = D / 2;        // columns of dK, dV per warp
@@ -741,10 +362,7 @@ __global__ void __launch_bounds__(kThreads, 1) warp_tiles_kernel(Params p) {
   constexpr int kKw = kBc / kWn;     // keys of S, dP per warp: 32 (or 64)
   constexpr int kSn = kKw / 8;       // their n8 tiles
   constexpr int kQuarter = D / kWn;  // columns of dQ per warp: D / 4 (or D / 2)
-  // Swizzled tiles start at 128-byte boundaries. The array has a name of its own: the same
-  // `extern __shared__` name declared in one translation unit with two alignments (this kernel's
-  // 128 and dkdv_kernel's 16, the kernel at D 32 and 96) is one array with the first alignment
-  // (nvcc warning 1886), and the PTX would no longer ask for the 128 bytes this kernel relies on.
+  // Swizzled tiles start at 128-byte boundaries: the array asks for that alignment in the PTX.
   extern __shared__ __align__(128) unsigned char smem_warp_tiles[];
   T* sK = reinterpret_cast<T*>(smem_warp_tiles);
   T* sV = sK + kKvTile;
@@ -775,13 +393,14 @@ __global__ void __launch_bounds__(kThreads, 1) warp_tiles_kernel(Params p) {
   int64_t qt_begin = 0;
   if (p.causal && k0 - off > 0) qt_begin = (k0 - off) / kBrT;  // may be >= n_qt: no work
 
-  // Prologue, as dkdv_kernel: K_j, V_j and the first Q_i, dO_i in one cp.async group; L_i, D_i.
-  load_tile_async<T, D, kBc, kThreads, true>(sK, K, k0, seq_k, tid);
-  load_tile_async<T, D, kBc, kThreads, true>(sV, V, k0, seq_k, tid);
+  // Prologue, as v4's dkdv_kernel: K_j, V_j and the first Q_i, dO_i in one cp.async group; L_i,
+  // D_i by plain loads.
+  load_tile_async<T, D, kBc, kThreads>(sK, K, k0, seq_k, tid);
+  load_tile_async<T, D, kBc, kThreads>(sV, V, k0, seq_k, tid);
   if (qt_begin < n_qt) {
     const int64_t q0 = qt_begin * kBrT;
-    load_tile_async<T, D, kBrT, kThreads, true>(sQ, Q, q0, seq_q, tid);
-    load_tile_async<T, D, kBrT, kThreads, true>(sdO, dO, q0, seq_q, tid);
+    load_tile_async<T, D, kBrT, kThreads>(sQ, Q, q0, seq_q, tid);
+    load_tile_async<T, D, kBrT, kThreads>(sdO, dO, q0, seq_q, tid);
     const int64_t row = q0 + (tid & (kBrT - 1));
     if (tid < kBrT)
       sL[tid] = load_l2(lse, row, seq_q);
@@ -805,8 +424,9 @@ __global__ void __launch_bounds__(kThreads, 1) warp_tiles_kernel(Params p) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) dv[mt][nt][e] = dk[mt][nt][e] = 0.0f;
 
-  // Every address of the loop as a base plus a compile-time offset (as dkdv_kernel); the swizzled
-  // tiles' reads then flip bits 4-6 (swz_addr). Q, dO: buffer 0 (a tile adds its buffer's offset).
+  // Every address of the loop as a base plus a compile-time offset (as v4's dkdv_kernel); the
+  // swizzled tiles' reads then flip bits 4-6 (swz_addr). Q, dO: buffer 0 (a tile adds its buffer's
+  // offset).
   // ldmatrix forms (lane_rows, lane_trans): A = tile, rows (lane_rows); B = tile^T (lane_trans);
   // A = tile^T, .trans (lane_trans); B = tile, .trans (lane_rows).
   const uint32_t swz = swizzle_xor(lane);
@@ -824,7 +444,7 @@ __global__ void __launch_bounds__(kThreads, 1) warp_tiles_kernel(Params p) {
   // Where this thread stores its P and dS elements: row 32 wm + g, columns kKw wn + 2t.
   T* const p_st = sP + (32 * wm + g) * kLdP + kKw * wn + 2 * t;
   T* const ds_st = sdS + (32 * wm + g) * kLdP + kKw * wn + 2 * t;
-  const TileCopy<T, D, true, kBrT> copy(tid);
+  const TileCopy<T, D, kBrT> copy(tid);
   const uint32_t sq_addr = smem_addr(sQ), sdo_addr = smem_addr(sdO);
   constexpr uint32_t kTileBytes = kTile * 2;
 
@@ -836,11 +456,11 @@ __global__ void __launch_bounds__(kThreads, 1) warp_tiles_kernel(Params p) {
     // One barrier for two things. Tile i is the only copy in flight here; once every warp has
     // it, every warp is also done with tile i - 1: its Q and dO buffer (which the prefetch below
     // overwrites), P, dS, L and D. (Waiting for tile i after issuing the prefetch of i + 1, as
-    // dkdv_kernel does, takes a second barrier at the end of each tile.)
+    // v4's dkdv_kernel does, takes a second barrier at the end of each tile.)
     fa::mma::cp_async_wait<0>();
     __syncthreads();
 
-    // Prefetch Q_{i+1}, dO_{i+1}, L and D as dkdv_kernel.
+    // Prefetch Q_{i+1}, dO_{i+1}, L and D as v4's dkdv_kernel.
     float next_ld = 0.0f;
     if (has_next) {
       const int64_t q1 = q0 + kBrT;
@@ -849,8 +469,8 @@ __global__ void __launch_bounds__(kThreads, 1) warp_tiles_kernel(Params p) {
         copy.full(sq_addr + next, Q + q1 * D);
         copy.full(sdo_addr + next, dO + q1 * D);
       } else {
-        load_tile_async<T, D, kBrT, kThreads, true>(sQ + (buf ^ 1) * kTile, Q, q1, seq_q, tid);
-        load_tile_async<T, D, kBrT, kThreads, true>(sdO + (buf ^ 1) * kTile, dO, q1, seq_q, tid);
+        load_tile_async<T, D, kBrT, kThreads>(sQ + (buf ^ 1) * kTile, Q, q1, seq_q, tid);
+        load_tile_async<T, D, kBrT, kThreads>(sdO + (buf ^ 1) * kTile, dO, q1, seq_q, tid);
       }
       const int64_t row = q1 + (tid & (kBrT - 1));
       if (tid < kBrT)
@@ -981,19 +601,6 @@ __global__ void convert_dq_kernel(const float* __restrict__ acc, T* __restrict__
 }
 
 // ---- launcher ------------------------------------------------------------------------------
-// The dK/dV kernel of a head dim and its shared memory: warp_tiles_kernel at D 64 and 128,
-// dkdv_kernel at D 32 and 96 (rows that are not whole 128-byte groups: no swizzle).
-template <class T, int D>
-constexpr auto kernel_for() {
-  if constexpr (D == 64 || D == 128)
-    return warp_tiles_kernel<T, D>;
-  else
-    return dkdv_kernel<T, D>;
-}
-template <int D>
-constexpr int smem_bytes() {
-  return D == 64 || D == 128 ? warp_tiles_smem_bytes<D>() : dkdv_smem_bytes<D>();
-}
 
 template <class T, int D>
 void launch(const fa::AttentionBwdArgs& a, cudaStream_t stream) {
@@ -1018,8 +625,8 @@ void launch(const fa::AttentionBwdArgs& a, cudaStream_t stream) {
   FA_REQUIRE(n_kt * s.bh() <= INT32_MAX, "batch * heads * key tiles must fit in gridDim.x");
 
   if (n_kt > 0 && s.bh() > 0) {
-    constexpr int kSmem = smem_bytes<D>();
-    const auto kernel = kernel_for<T, D>();
+    constexpr int kSmem = warp_tiles_smem_bytes<D>();
+    const auto kernel = warp_tiles_kernel<T, D>;
     FA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
     p.n_tiles = n_kt;
     kernel<<<static_cast<unsigned>(n_kt * s.bh()), kThreads, kSmem, stream>>>(p);
@@ -1044,7 +651,7 @@ void run_head_dim(const fa::AttentionBwdArgs& a, cudaStream_t stream) {
   // 171 KiB per block at D = 128 and 178 KiB at D = 64: an H100 (227 KiB) has it, an A100
   // (163 KiB) or sm_86/89 (99 KiB) not. Refuse before anything runs, rather than fail in
   // cudaFuncSetAttribute.
-  constexpr size_t kSmem = size_t(smem_bytes<D>());
+  constexpr size_t kSmem = size_t(warp_tiles_smem_bytes<D>());
   FA_UNSUPPORTED_IF(kSmem > smem_optin_bytes(),
                     "06/v5_warp_tiles: head_dim " + std::to_string(D) + " needs " +
                         std::to_string(kSmem) +
@@ -1061,24 +668,23 @@ void run_head_dim(const fa::AttentionBwdArgs& a, cudaStream_t stream) {
     launch<__half, D>(a, stream);
 }
 
-// Head dim 256 is not instantiated (the header says why); 06/v3_atomic_dq serves it.
+// D 64 and 128 only, the head dims whose rows are whole 128-byte groups (the header says why):
+// 06/v4_bc128_tuned serves 32 and 96, 06/v3_atomic_dq 256.
 void attention_bwd_v5(const fa::AttentionBwdArgs& a, cudaStream_t stream) {
   const fa::AttentionShape& s = a.shape;
   FA_UNSUPPORTED_IF(a.dtype != fa::DType::BF16 && a.dtype != fa::DType::F16,
                     "06/v5_warp_tiles takes bf16 and fp16 only");
-  switch (s.head_dim) {  // every D here is a multiple of 16, which the mma loops need
-    case 32:
-      return run_head_dim<32>(a, stream);
+  switch (s.head_dim) {
     case 64:
       return run_head_dim<64>(a, stream);
-    case 96:
-      return run_head_dim<96>(a, stream);
     case 128:
       return run_head_dim<128>(a, stream);
     default:
-      FA_UNSUPPORTED_IF(true,
-                        "06/v5_warp_tiles is instantiated for head_dim 32, 64, 96 and 128 only "
-                        "(06/v3_atomic_dq has 256)");
+      FA_UNSUPPORTED_IF(
+          true,
+          "06/v5_warp_tiles is instantiated for head_dim 64 and 128 only, whose rows "
+          "are whole 128-byte groups for its swizzled tiles (06/v4_bc128_tuned has 32 "
+          "and 96, 06/v3_atomic_dq 256)");
   }
 }
 
@@ -1088,9 +694,9 @@ FA_REGISTER(
     AttentionBwdKernel,
     {"06/v5_warp_tiles",
      attention_bwd_v5,
-     "v4 with FA2's warp tiles at D 64 and 128: P and dS through shared memory, two barriers "
-     "per Q tile, 128-query tiles at D 64",
+     "v4 with FA2's warp tiles (D 64 and 128; 06/v4 serves 32 and 96): P and dS through shared "
+     "memory, two barriers per Q tile, 128-query tiles at D 64",
      {fa::DType::BF16, fa::DType::F16},
-     {32, 64, 96, 128},
+     {64, 128},
      80,
      false});
