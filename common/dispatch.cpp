@@ -141,9 +141,14 @@ const std::vector<Rule>& dispatch_table() {
                    "(D 64, 128, 256; 1.4-2.2x SDPA's FlashAttention-2)",
                    log("ladder_fwd_d128_peers.log")),
       on(Op::Fwd, "05/v5_fewer_instructions")
-          .because("the mma.sync forward for sm_80 and newer, and the head dims chapter 07 has "
-                   "no version for (32, 96): 1.04-1.19x FlashAttention-2 on the H100",
+          .sm(90)
+          .because("the mma.sync forward for sm_90 and newer (its epilogue is stmatrix), and D 32, "
+                   "which chapter 07 has no version for: 1.04-1.19x FlashAttention-2 on the H100",
                    log("ladder_fwd_d128.log")),
+      on(Op::Fwd, "05/v4_swizzled_pipelined")
+          .because("the mma.sync forward before sm_90, and at D 96 and 256 where 05/v5's K/V copy "
+                   "plan does not fit: 0.95-1.05x 05/v5 at D 256, when 05/v5 still took it",
+                   log("ladder_fwd_d256.log")),
       on(Op::Fwd, "05/v1_scalar_fp32")
           .sm(70)
           .only(DType::F32)
@@ -179,8 +184,13 @@ const std::vector<Rule>& dispatch_table() {
           .because("the fastest backward at 34 of the 36 protocol shapes; deterministic",
                    log("ladder_bwd_d128_peers.log")),
       on(Op::Bwd, "06/v5_warp_tiles")
-          .because("the mma.sync backward with FlashAttention-2's warp tiles (D up to 128; dQ "
+          .because("the mma.sync backward with FlashAttention-2's warp tiles (D 64 and 128; dQ "
                    "by atomics, not deterministic)",
+                   log("ladder_bwd_d128.log")),
+      on(Op::Bwd, "06/v4_bc128_tuned")
+          .dims({32, 96})
+          .because("the mma.sync backward at D 32 and 96, whose rows are not the whole 128-byte "
+                   "groups 06/v5's swizzled tiles need (dQ by atomics, not deterministic)",
                    log("ladder_bwd_d128.log")),
       on(Op::Bwd, "06/v3_atomic_dq")
           .because("the mma.sync backward at D 256: 112-116 TFLOP/s against 06/v2's 82-85 (not "

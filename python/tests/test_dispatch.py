@@ -61,5 +61,5 @@ def test_explain_for_another_gpu():
     if any(x.startswith("backward: 07/bwd_v1_tma_wgmma") for x in lines):  # its grouped row
         assert "sums dK, dV over each group itself" in lines[-1], lines
     brief = fa.explain(q, q, q, causal=False, sm=80, brief=True)
-    assert brief == ["forward: 05/v5_fewer_instructions", "backward: 06/v5_warp_tiles"], brief
+    assert brief == ["forward: 05/v4_swizzled_pipelined", "backward: 06/v5_warp_tiles"], brief
     assert fa.explain(q, q, q, kernel="05/v2_mma", kernel_bwd=None) == ["forward: 05/v2_mma (named)"]

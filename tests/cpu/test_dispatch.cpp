@@ -147,12 +147,39 @@ TEST(Dispatch, DeterministicBackwardPassesOverAtomics) {
   EXPECT_EQ(fa::pick(p, 80).kernel, "06/v3_atomic_dq");
 }
 
-// Before sm_90 (an A100) no sm_90 row applies: chapter 05's and 06's final rungs.
+// Before sm_90 (an A100) no sm_90 row applies: chapter 05's v4 (v5's epilogue is stmatrix, an
+// sm_90 instruction) and chapter 06's final rung.
 TEST(Dispatch, BeforeHopperChapters05And06) {
   const fa::Pick f = fa::pick(fwd(DType::BF16, 128, 4096, true), 80);
-  EXPECT_EQ(f.kernel, "05/v5_fewer_instructions");
+  EXPECT_EQ(f.kernel, "05/v4_swizzled_pipelined");
   EXPECT_TRUE(f.passed_over.empty()) << "sm_90 rows must not even be considered on sm_80";
   EXPECT_EQ(fa::pick(bwd(DType::F16, 64, 4096, false), 80).kernel, "06/v5_warp_tiles");
+}
+
+// A final rung serves only the head dims and GPUs of its own ideas: the others go to the rung
+// before it, which serves them (05/v5: D 32, 64, 128 on sm_90 and newer; 06/v5: D 64, 128).
+TEST(Dispatch, HeadDimsAFinalRungLacksGoToTheRungBefore) {
+  const fa::AttentionFwdKernel* v5 =
+      fa::find_entry<fa::AttentionFwdKernel>("05/v5_fewer_instructions");
+  ASSERT_NE(v5, nullptr);
+  EXPECT_EQ(v5->head_dims, (std::vector<int>{32, 64, 128}));
+  EXPECT_EQ(v5->min_sm, 90);
+  const fa::AttentionBwdKernel* bwd_v5 = fa::find_entry<fa::AttentionBwdKernel>("06/v5_warp_tiles");
+  ASSERT_NE(bwd_v5, nullptr);
+  EXPECT_EQ(bwd_v5->head_dims, (std::vector<int>{64, 128}));
+
+  EXPECT_EQ(fa::pick(fwd(DType::BF16, 32, 4096, false), 90).kernel, "05/v5_fewer_instructions");
+  EXPECT_EQ(fa::pick(fwd(DType::BF16, 32, 4096, false), 80).kernel, "05/v4_swizzled_pipelined");
+  EXPECT_EQ(fa::pick(fwd(DType::F16, 256, 4096, true), 80).kernel, "05/v4_swizzled_pipelined");
+  for (int sm : {80, 90})
+    for (int d : {32, 96}) {
+      SCOPED_TRACE("D " + std::to_string(d) + " on sm_" + std::to_string(sm));
+      const fa::Pick b = fa::pick(bwd(DType::BF16, d, 4096, true), sm);
+      EXPECT_EQ(b.kernel, "06/v4_bc128_tuned");
+      ASSERT_FALSE(b.passed_over.empty());
+      EXPECT_EQ(b.passed_over.back(),
+                "06/v5_warp_tiles: this kernel has no bf16 D=" + std::to_string(d) + " version");
+    }
 }
 
 // The problems that are not plain attention: decoding, the window, grouped heads, fp32, head dims
@@ -194,11 +221,12 @@ TEST(Dispatch, EachKindOfProblemGoesWhereItsRowSays) {
   EXPECT_EQ(fa::pick(bwd(DType::F32, 64, 1000, true), 90).kernel, "06/v1_fp32");
 
   const fa::Pick d96 = fa::pick(fwd(DType::BF16, 96, 4096, false), 90);
-  EXPECT_EQ(d96.kernel, "05/v5_fewer_instructions");
-  if (have_hopper_kernels()) {
-    ASSERT_FALSE(d96.passed_over.empty());
-    EXPECT_EQ(d96.passed_over.back(), "07/v5_persistent: this kernel has no bf16 D=96 version");
-  }
+  EXPECT_EQ(d96.kernel, "05/v4_swizzled_pipelined");
+  ASSERT_FALSE(d96.passed_over.empty());
+  EXPECT_EQ(d96.passed_over.back(),
+            "05/v5_fewer_instructions: this kernel has no bf16 D=96 version");
+  if (have_hopper_kernels())
+    EXPECT_EQ(d96.passed_over.front(), "07/v5_persistent: this kernel has no bf16 D=96 version");
 
   fa::Problem varlen = fwd(DType::F16, 64, 1000, false);
   varlen.op = Op::VarlenFwd;
@@ -265,9 +293,9 @@ TEST(Dispatch, EveryChoiceTakesItsProblem) {
 TEST(Dispatch, ExplainSaysTheRowAndTheLog) {
   const fa::Pick k = fa::pick(fwd(DType::BF16, 128, 4096, false), 80);
   const std::string text = k.explain();
-  EXPECT_NE(text.find("05/v5_fewer_instructions (sm_80+)"), std::string::npos) << text;
+  EXPECT_NE(text.find("05/v4_swizzled_pipelined (sm_80+)"), std::string::npos) << text;
   EXPECT_NE(text.find("measured: notes/measured/"), std::string::npos) << text;
-  EXPECT_EQ(k.explain(true), "05/v5_fewer_instructions (sm_80+)");
+  EXPECT_EQ(k.explain(true), "05/v4_swizzled_pipelined (sm_80+)");
 }
 
 }  // namespace
