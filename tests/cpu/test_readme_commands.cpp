@@ -272,6 +272,10 @@ bool slow_on_a_gpu(const std::string& program, const std::string& args) {
       "ch07_flash_hopper",
       // 68 s (--help's example): the README's same line with --big_seq=0 (10 s).
       "ch07_flash_hopper --seq_q=4096 --head_dim=64 --causal",
+      // 162 s (the README's second command on an H200, 2026-12-02, 16 tests at once): the
+      // default run of ch09_serving, every part and every kernel; the chapter 09 README's run
+      // on smaller shapes (--tokens=1024 --seq_k=4096 ...) takes the same paths.
+      "ch09_serving",
       // 99 s (--help's example): the default run of ch09_serving, every part and every kernel.
       "ch09_serving --lengths=0,1,17,1000,2048 --window=127,0 --window_seq=2048 --page_size=64 "
       "--seq_k=8192",
