@@ -119,9 +119,13 @@
 //     B 2, N 4096: 64 blocks of 32 heads' work, half the SMs idle). There the group is split:
 //     `split` blocks per (key tile, K/V head), each over group / split of its query heads, store
 //     their fp32 sums into the workspace, and a second kernel (sum_parts_kernel) adds the parts
-//     in their fixed order and rounds once: still deterministic. split (a divisor of the group)
-//     is the smallest that minimises waves / split, the time in units of one block's work
-//     (group_split), and the parts must fit the q_numel() floats of the workspace.
+//     in their fixed order and rounds once: still deterministic. split is the divisor of the
+//     group with the least estimated time (group_split), and the parts must fit the q_numel()
+//     floats of the workspace. Causal shapes need the estimate even when the grid fills the
+//     GPU: key tile k sees the query tiles from about k on, so the first tiles' blocks carry
+//     the most work, and with a whole group's heads in each (MQA: 32) a few blocks set the time
+//     while the other SMs idle (B 2, H_kv 1, N 8192 causal: 1.50x MHA's time on an H200 before
+//     the estimate counted it; notes/measured/h200-2026-12-02/gqa_ratios.log).
 //
 // Fallback: shapes TMA cannot load (unaligned pointers, seq_q or seq_k = 0, sizes near 2^31) run
 // 06/v2_mma through the registry, which takes every head dim of this kernel.
@@ -137,6 +141,9 @@
 #include <cuda.h>
 
 #include <algorithm>
+#include <functional>
+#include <queue>
+#include <vector>
 
 #include "ch07_bwd_common.cuh"
 #include "gpu.h"
@@ -434,15 +441,55 @@ __global__ void sum_parts_kernel(const float* parts, T* dk, T* dv, int64_t n, in
   }
 }
 
-// The split of each group among dkdv blocks (header, GQA): 1 when the grid fills the GPU, else the
-// smallest divisor of the group that minimises ceil(blocks * split / sms) / split, with
-// 2 * split * kv_numel floats of parts within the workspace's q_numel.
-int group_split(int64_t blocks, const AttentionShape& s, int sms) {
+// The split of each group among dkdv blocks (header, GQA): the divisor of the group with the least
+// estimated time, the smallest on a tie. The estimate hands the blocks, in launch order (for each
+// K/V head and part, key tile 0 first), to the GPU's `slots` (SMs x resident blocks), each to the
+// slot that frees first, as the block scheduler does. A block's time is its iterations (its query
+// tiles x its query heads) plus kBlockOverhead (loading its K/V tile, storing dK and dV); a split
+// adds the parts' fp32 bytes, written by dkdv and read by sum_parts_kernel, at kIterationsPerByte
+// (an iteration, 64 queries x 128 keys x 4 products at D 128, takes about as long as an SM's share
+// of 10 MB at the memory's bandwidth). The parts must fit the workspace's q_numel floats.
+constexpr double kBlockOverhead = 2.0;       // iterations
+constexpr double kIterationsPerByte = 1e-7;  // iterations per byte of parts traffic
+
+template <int D>
+double estimated_dkdv_time(const AttentionShape& s, int split, int slots) {
+  const int64_t n_kt = ceil_div(s.seq_k, kKvBc<D>), n_qt = ceil_div(s.seq_q, kKvBr);
+  std::priority_queue<double, std::vector<double>, std::greater<double>> free_at;
+  for (int i = 0; i < slots; ++i) free_at.push(0.0);
+  const double heads = double(s.group() / split);
+  double end = 0.0;
+  for (int64_t unit = 0; unit < s.batch * s.kv_heads() * split; ++unit)
+    for (int64_t kt = 0; kt < n_kt; ++kt) {
+      int64_t qt_begin = 0;  // as in dkdv_kernel
+      if (s.causal) {
+        const int64_t first = causal_first_query(kt * kKvBc<D>, s.seq_q, s.seq_k);
+        if (first > 0) qt_begin = std::min(first / kKvBr, n_qt);
+      }
+      const double t = free_at.top() + double(n_qt - qt_begin) * heads + kBlockOverhead;
+      free_at.pop();
+      free_at.push(t);
+      end = std::max(end, t);
+    }
+  const double parts_bytes = split > 1 ? 2.0 * 2.0 * split * double(s.k_numel()) * 4.0 : 0.0;
+  return end + parts_bytes * kIterationsPerByte;
+}
+
+template <int D>
+int group_split(const AttentionShape& s, int slots) {
+  // Greedy scheduling ends at most one block's time after the average slot's work (Graham's
+  // list-scheduling bound), and no split does better than the average: where the largest block
+  // (key tile 0, all query tiles, the whole group) is within 2% of the average, keep 1 without
+  // estimating (a large grid, where the estimate would cost a loop over millions of blocks).
+  const double n_qt = double(ceil_div(s.seq_q, kKvBr));
+  const double average = double(s.batch) * s.heads * n_qt * double(ceil_div(s.seq_k, kKvBc<D>)) /
+                         (s.causal ? 2.0 : 1.0) / slots;
+  if (n_qt * s.group() <= 0.02 * average) return 1;
   int best = 1;
-  double best_time = double(ceil_div(blocks, sms));
+  double best_time = estimated_dkdv_time<D>(s, 1, slots);
   for (int split = 2; split <= s.group(); ++split) {
     if (s.group() % split != 0 || 2 * split * s.k_numel() > s.q_numel()) continue;
-    const double time = double(ceil_div(blocks * split, sms)) / split;
+    const double time = estimated_dkdv_time<D>(s, split, slots);
     if (time < best_time) best = split, best_time = time;
   }
   return best;
@@ -632,7 +679,15 @@ void launch(const AttentionBwdArgs& a, cudaStream_t stream) {
   p.causal = s.causal;
   p.group = int(s.group());
   p.kv_bh = kv_bh;
-  p.split = s.is_gqa() ? group_split(n_kt * kv_bh, s, gpu_info().sm_count) : 1;
+  if (s.is_gqa()) {
+    int resident = 1;  // dkdv blocks per SM (its shared memory allows one at D 128)
+    set_smem_limit_once<dkdv_kernel<T, D>, DkdvSmem<D>::kBytes>();
+    FA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, dkdv_kernel<T, D>,
+                                                                kThreads, DkdvSmem<D>::kBytes));
+    p.split = group_split<D>(s, std::max(resident, 1) * gpu_info().sm_count);
+  } else {
+    p.split = 1;
+  }
   p.parts = a.workspace;  // not otherwise used by this kernel
 
   // 2. dK, dV: K/V boxes of kKvBc rows (kept), Q/dO boxes of 64 rows (streamed); every box is
