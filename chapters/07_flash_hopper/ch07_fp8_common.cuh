@@ -4,7 +4,7 @@
 //     the P V wgmma reads, and the proxy fence that makes those stores visible to it;
 //   * the kernel parameters (scales, lengths, the P scale) and the host's TMA map of a byte tensor.
 // The accuracy rule these kernels are held to, and the layout of V they read, are common/fp8.h's.
-// Included by the sm_90a files only, after ch07_common.cuh.
+// Included by the sm_90a files only, after hopper_attention.cuh.
 #pragma once
 #include <cuda.h>
 #include <cuda_fp8.h>
@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <string>
 
-#include "ch07_common.cuh"
+#include "hopper_attention.cuh"
 #include "fp8.h"
 #include "gpu.h"
 #include "registry.h"

@@ -20,15 +20,19 @@
 // 256) at run time and must instantiate the rung's launch for each pair; a function template
 // cannot be passed as a template argument, a class template can. The kernel itself is a template
 // argument of launch_fwd (not a runtime pointer) so that set_smem_limit_once keeps one flag per
-// kernel (ch07_common.cuh).
+// kernel (hopper_attention.cuh).
+// It also brings the rungs the timeline's phase marks (ch07_timeline.cuh: the macros FA_TL_*,
+// nothing unless the timeline build defines FA_CH07_TIMELINE=1), which are chapter 07's own
+// measurement and so stay out of the shared hopper_attention.cuh.
 // Included by the sm_90a forward rungs only.
 #pragma once
 #include <climits>
 #include <cstdint>
 #include <string>
 
-#include "ch07_common.cuh"
+#include "ch07_timeline.cuh"
 #include "gpu.h"
+#include "hopper_attention.cuh"
 
 namespace fa::ch07 {
 
@@ -69,7 +73,7 @@ void dispatch_head_dim(const char* name, const AttentionFwdArgs& a, cudaStream_t
 }
 
 // The registered entry of a forward rung: refuse what no rung runs, write nothing for empty
-// shapes, hand shapes TMA cannot load to the fallback (ch07_common.cuh), else launch the rung.
+// shapes, hand shapes TMA cannot load to the fallback (hopper_attention.cuh), else launch the rung.
 template <template <class, int> class Launch>
 void run_fwd_rung(const char* name, const AttentionFwdArgs& a, cudaStream_t stream) {
   FA_REQUIRE(a.shape.seq_q >= 0 && a.shape.seq_k >= 0 && a.shape.bh() >= 0, "negative size");

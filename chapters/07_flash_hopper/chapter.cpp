@@ -1,7 +1,7 @@
 // Chapter 07: the FlashAttention-3 style forward on Hopper (wgmma, TMA, warp specialisation).
 //
 // The program, in the order it runs:
-//   1. CPU tier: the tile-range arithmetic every rung uses (ch07_tiles.h) against a brute-force
+//   1. CPU tier: the tile-range arithmetic every rung uses (kv_tiles.h) against a brute-force
 //      definition, and the visit/mask/skip map of one causal problem with seq_q != seq_k.
 //   2. GPU: every "07/" kernel (or the ones --kernel names) and, as the peer to beat, 05/v5 (the
 //      best mma.sync forward), on the chosen shape, causal and not; then a bf16 D=128 timing row
@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "ch07_tiles.h"
+#include "kv_tiles.h"
 #include "chapter.h"
 #include "check.h"
 #include "gpu.h"

@@ -1,6 +1,7 @@
-// ch08_split_kv.h: the split-KV ("flash-decoding") forward, on the host: its launch plan and a CPU
-// model of its arithmetic. The chapter program and the tests use both; the kernel (v1_split_kv.cu)
-// follows the plan and the model step by step.
+// ch08_split_kv.h: the split-KV ("flash-decoding") forward, on the host: a CPU model of its
+// arithmetic. The chapter program and the tests use it; the kernel (v1_split_kv.cu) follows the
+// launch plan (plan_split_kv, in common/split_kv_plan.h: chapter 09's paged decode follows it too)
+// and this model step by step.
 //
 // A block of the split kernel owns one K/V head of one sequence, a tile of at most kMaxRows query
 // rows that read it (the rows of all `group` query heads that share the K/V head: GQA's saving is
@@ -19,27 +20,10 @@
 
 #include "reference.h"
 #include "shapes.h"
+#include "split_kv_plan.h"  // the launch plan, kMaxRows
 
 namespace fa {
 namespace ch08 {
-
-constexpr int64_t kMaxRows = 16;  // query rows per block (group * seq_q rows are tiled by this)
-
-struct SplitPlan {
-  int64_t rows_per_block = 1;  // power of two >= min(group * seq_q, kMaxRows)
-  int64_t row_tiles = 1;       // ceil(group * seq_q / rows_per_block)
-  int64_t base_blocks = 1;     // batch * heads_kv * row_tiles: the grid without splitting
-  int64_t num_splits = 1;      // key ranges per row
-  int64_t split_len = 1;       // keys per split, a multiple of the key tile
-  int64_t blocks = 1;          // base_blocks * num_splits
-};
-
-// The plan for `s`: key_tile keys are loaded per step; `resident_blocks` is how many blocks of the
-// kernel the GPU holds at once (SMs x blocks per SM). The split count makes the grid fill whole
-// waves of resident blocks (the fewest splits within 5% of the best waves x keys-per-block), and
-// stays at most seq_k / (4 key tiles) (each split also costs a partial write and a merge). Splits
-// are whole key tiles, and none is empty.
-SplitPlan plan_split_kv(const AttentionShape& s, int64_t key_tile, int64_t resident_blocks);
 
 // One query row's partial state over keys [k0, k1): m (max of the scaled scores, -inf when the
 // row sees none of these keys), l = sum of e^(s - m), and the unnormalised o = sum of e^(s - m) v.

@@ -14,7 +14,7 @@
 // 16 for P V whatever the rows.
 //
 // The map. A block is one warp (32 threads) and owns one (sequence, K/V head, tile of 16 query
-// rows of its group, split of the keys); the plan (ch08_split_kv.h) counts these one-warp blocks
+// rows of its group, split of the keys); the plan (split_kv_plan.h) counts these one-warp blocks
 // against how many the GPU holds at once, so "warps x blocks" is simply blocks. The warp:
 //   1. loads its 16 rows' Q straight from global memory into A fragments (D/16 of them, 4 x 32-bit
 //      words per lane each: 32 registers at D 128), rows past the group's zero, kept for the
@@ -54,8 +54,8 @@
 
 #include "../02_online_softmax/ch02_softmax_device.cuh"  // Stats, merge, rescale: the pair merge
 #include "attention_tiles.cuh"                           // padded tiles and their cp.async loader
-#include "ch08_common.cuh"  // Params, Traits, the workspace, the occupancy, make_params
-#include "ch08_split_kv.h"  // the split plan
+#include "split_kv.cuh"     // Params, Traits, the workspace, the occupancy, make_params
+#include "split_kv_plan.h"  // the split plan
 #include "check.h"
 #include "mma.cuh"
 #include "registry.h"

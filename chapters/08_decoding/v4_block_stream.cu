@@ -49,8 +49,8 @@
 
 #include "../02_online_softmax/ch02_softmax_device.cuh"  // Stats, merge, rescale: the pair merge
 #include "attention_tiles.cuh"                           // padded tiles and their cp.async loader
-#include "ch08_common.cuh"  // Params, Traits, the workspace, the occupancy, make_params
-#include "ch08_split_kv.h"  // the split plan
+#include "split_kv.cuh"     // Params, Traits, the workspace, the occupancy, make_params
+#include "split_kv_plan.h"  // the split plan
 #include "check.h"
 #include "mma.cuh"
 #include "registry.h"

@@ -76,9 +76,9 @@
 #include <string>
 
 #include "../02_online_softmax/ch02_softmax_device.cuh"  // Stats, merge, rescale: the pair merge
-#include "../08_decoding/ch08_common.cuh"  // Params, Traits, workspace, occupancy, make_params
-#include "../08_decoding/ch08_split_kv.h"  // the split plan
-#include "attention_tiles.cuh"             // the swizzled tile
+#include "split_kv.cuh"         // Params, Traits, workspace, occupancy, make_params
+#include "split_kv_plan.h"      // the split plan
+#include "attention_tiles.cuh"  // the swizzled tile
 #include "check.h"
 #include "mma.cuh"
 #include "registry.h"
@@ -95,7 +95,7 @@ constexpr int kTile = kWarps * kKeys;     // keys per block per step: one 16 KB 
 constexpr int kStages = 2;                // shared-memory stages per block (one in flight)
 constexpr int kSmallRun = 16;  // keys of a step in one page at page size 16 (the header's kRun)
 
-// The paged cache's side of the kernel parameters; Params (ch08_common.cuh) carries the rest, with
+// The paged cache's side of the kernel parameters; Params (split_kv.cuh) carries the rest, with
 // k and v the page pools and seq_k the longest sequence (the plan's length, not read here).
 struct PagedTable {
   const int32_t* block_table;  // [batch, max_pages]: key j of sequence b is in page [b][j >> shift]

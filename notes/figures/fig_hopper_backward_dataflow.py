@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """fig_hopper_backward_dataflow.svg: the backward of fig_backward_dataflow.svg as chapter 07 runs it
 on Hopper (chapters/07_flash_hopper/sm90a/bwd_v1_tma_wgmma.cu, bwd_v2_dq_reduce.cu,
-ch07_bwd_common.cuh), for D <= 128: which operands TMA brings into shared memory, which products
-wgmma computes and where it reads A and B from, what stays in registers, and where dQ goes.
+common/device/hopper_attention_bwd.cuh), for D <= 128: which operands TMA brings into shared
+memory, which products wgmma computes and where it reads A and B from, what stays in registers,
+and where dQ goes.
 
 The dK/dV kernel: one block per 128 keys, two warpgroups of 64 keys each, thread 0 issuing every
 TMA copy. K and V stay in shared memory; the 64-query tiles of Q and dO stream through a 2-stage

@@ -1,5 +1,6 @@
 // Chapter 07's online softmax, one row, in float32 on the CPU: why the rescale factor of a tile
-// whose max did not move must be exactly 1 (ch07_common.cuh, online_softmax; README lesson 10).
+// whose max did not move must be exactly 1 (common/device/hopper_attention.cuh, online_softmax;
+// chapter 07's README, lesson 10).
 //
 // Per key tile the kernels compute base = c m_new (c = |scale| log2 e) and rescale the running sum
 // by alpha = 2^(c m_old - c m_new). Written as 2^fmaf(m_old, c, -base), the exponent is not 0 when

@@ -1,4 +1,4 @@
-// Chapter 07's tile-range arithmetic (ch07_tiles.h) against a brute-force definition: a Q tile
+// Chapter 07's tile-range arithmetic (kv_tiles.h) against a brute-force definition: a Q tile
 // visits exactly the K/V tiles in which some real row sees some key, and skips the mask exactly on
 // the tiles whose every key is seen by every real row; both sets are prefixes. Bottom-right
 // causal alignment, seq_q != seq_k both ways, ragged lengths, the tile sizes the kernels use.
@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "ch07_tiles.h"
+#include "kv_tiles.h"
 
 namespace {
 

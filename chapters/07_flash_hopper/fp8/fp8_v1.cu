@@ -68,7 +68,7 @@
 #include <cuda.h>
 #include <cuda_fp8.h>
 
-#include "ch07_common.cuh"
+#include "hopper_attention.cuh"
 #include "ch07_fp8_common.cuh"
 #include "fp8.h"
 #include "gpu.h"

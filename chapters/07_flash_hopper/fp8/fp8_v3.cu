@@ -135,7 +135,7 @@
 
 #include <type_traits>
 
-#include "ch07_common.cuh"
+#include "hopper_attention.cuh"
 #include "ch07_fp8_common.cuh"
 #include "fp8.h"
 #include "gpu.h"
@@ -182,7 +182,7 @@ struct Fp8V3Smem {
   static_assert(kBytes <= 232448, "fits the 227 KiB (232448 bytes) a block may opt in to");
 };
 
-// fp8_v2's dequantising multiply and online softmax (ch07_common.cuh's online_softmax) in one:
+// fp8_v2's dequantising multiply and online softmax (hopper_attention.cuh's online_softmax) in one:
 //   * s holds the raw accumulators (e4m3 codes of Q times those of K); dequant = scale_q scale_k[j]
 //     > 0 (a negative softmax scale has flipped Q's signs instead: see the consumer's start). The
 //     row max is taken on the raw values and scaled once, max_i(s_i) dequant, which is max_i(s_i
@@ -211,7 +211,7 @@ __device__ __forceinline__ void online_softmax_fp8(float (&s)[N], float (&m)[2],
   for (int h = 0; h < 2; ++h) {
     const float m_new = fmaxf(m[h], mx[h] * dequant);
     const float base = m_new == -INFINITY ? 0.0f : m_new * c;  // no key seen yet: no -inf - -inf
-    // An unmoved max gives alpha = 1 exactly (ch07_common.cuh, online_softmax, says why); else
+    // An unmoved max gives alpha = 1 exactly (hopper_attention.cuh, online_softmax, says why); else
     // 0 while m = -inf.
     alpha[h] = m_new == m[h] ? 1.0f : ex2_approx(fmaf(m[h], c, -base));
     shift[h] = lp - base;

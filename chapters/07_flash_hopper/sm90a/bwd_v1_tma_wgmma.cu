@@ -18,7 +18,7 @@
 //        dK  += dS^T Q         wgmma_rs, A = dS^T (registers), B = Q (smem, MN-major)
 //      then dK * scale and dV are stored.
 //   3. dq_kernel: one block per (tile of Br = 128 queries, batch*head); two warpgroups, 64 rows
-//      each (D = 256: Br = 64, see below). Q and dO stay; the visible K/V tiles (ch07_tiles.h)
+//      each (D = 256: Br = 64, see below). Q and dO stay; the visible K/V tiles (kv_tiles.h)
 //      stream through a 2-stage ring:
 //        S = Q K^T, dP = dO V^T (wgmma_ss, all K-major), P and dS = P o (dP - D) in registers,
 //        dQ += dS K (wgmma_rs, B = K MN-major), then dQ * scale is stored.
@@ -29,8 +29,8 @@
 // and a register A fragment must be laid out as the accumulator of a product whose rows are the
 // keys. Computing S^T directly (K as the A operand from shared memory, which wgmma allows for a
 // K-major tile) puts P^T in exactly that layout, so it goes from the accumulator to the A
-// fragments of dV += P^T dO with pack_p (ch07_common.cuh: same rows, same columns, same owner),
-// and dS^T likewise into dK += dS^T Q. The alternative, S = Q K^T and P written transposed
+// fragments of dV += P^T dO with pack_p (hopper_attention.cuh: same rows, same columns, same
+// owner), and dS^T likewise into dK += dS^T Q. The alternative, S = Q K^T and P written transposed
 // to shared memory, costs a store, a fence.proxy.async and a barrier per tile. (FA2 and FA3 also
 // compute S^T here.) The price: L and D belong to the columns, so each thread reads the 16
 // (of 64) columns it holds from shared memory, in float2 pairs.
@@ -145,7 +145,7 @@
 #include <queue>
 #include <vector>
 
-#include "ch07_bwd_common.cuh"
+#include "hopper_attention_bwd.cuh"
 #include "gpu.h"
 
 namespace fa::ch07 {

@@ -131,7 +131,7 @@
 
 #include <algorithm>
 
-#include "ch07_bwd_common.cuh"
+#include "hopper_attention_bwd.cuh"
 #include "ch07_dq_order.h"
 #include "gpu.h"
 

@@ -60,7 +60,7 @@
 
 #include <algorithm>
 
-#include "ch07_bwd_common.cuh"
+#include "hopper_attention_bwd.cuh"
 #include "gpu.h"
 
 namespace fa::ch07 {

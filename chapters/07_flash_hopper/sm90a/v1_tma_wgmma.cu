@@ -21,7 +21,8 @@
 // Map of the kernel
 //   block       one warpgroup (128 threads), Br = 64 query rows of one (batch, head); grid =
 //               q tiles x batch*heads on blockIdx.x (no 65535 limit), last q tile first
-//   tiles       Bc = 128 keys for D = 64 and 128, 64 for D = 256 (register budget: ch07_common.cuh)
+//   tiles       Bc = 128 keys for D = 64 and 128, 64 for D = 256 (register budget:
+//               hopper_attention.cuh)
 //   pipeline    K and V tiles in a 2-stage ring: tile j+2 is requested (by thread 0) as soon as
 //               the whole warpgroup is done with tile j; the copy of j+1 overlaps the math of j.
 //               One mbarrier per stage counts the K and V bytes.
@@ -29,13 +30,13 @@
 //               online softmax in registers (m, l per row, exp2 with the scale in the FMA as in
 //               chapter 05), O *= alpha, P -> bf16/fp16 A fragments, O += P V (Bc/16 wgmma m64nDk16,
 //               wait)
-//   registers   S: Bc/2 fp32 per thread, O: D/2, P: Bc/4 (see ch07_common.cuh for the table)
+//   registers   S: Bc/2 fp32 per thread, O: D/2, P: Bc/4 (see hopper_attention.cuh for the table)
 //   smem        Q 64 x D + 2 stages x (K + V) Bc x D, 16-bit: D 64: 72 KiB, D 128: 144 KiB,
 //               D 256: 160 KiB of tiles; the block asks for 1 KiB more (3 mbarriers and the
 //               slack of the 1024-byte alignment): 74,776 bytes, 73 KiB, at D 64
 //   ragged      TMA zero-fills rows past seq_q / seq_k; keys past seq_k are masked to -inf; O and
 //               L stores are predicated on the row. Causal: tiles above the diagonal are never
-//               loaded (ch07_tiles.h), the diagonal tiles are masked, rows that see no key get
+//               loaded (kv_tiles.h), the diagonal tiles are masked, rows that see no key get
 //               O = 0 and L = -inf.
 //   fallback    pointers TMA cannot take (not 16-byte aligned), seq_k = 0 or sizes near 2^31 run
 //               05/v5_fewer_instructions through the registry (it takes every head dim of these).
@@ -53,7 +54,7 @@
 // EXERCISE-KERNELS: 07/v1_tma_wgmma
 #include <cuda.h>
 
-#include "ch07_common.cuh"
+#include "hopper_attention.cuh"
 #include "ch07_launch.cuh"
 
 namespace fa::ch07 {

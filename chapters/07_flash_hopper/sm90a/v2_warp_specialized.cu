@@ -1,6 +1,6 @@
 // 07/v2_warp_specialized: v1 with the roles split between warpgroups, as FlashAttention-3 does.
 // Read v1 first (v1_tma_wgmma.cu): tiles, layouts, descriptors, softmax and epilogue are its own
-// (ch07_common.cuh); only who does what, and when, changed.
+// (hopper_attention.cuh); only who does what, and when, changed.
 //
 // What changed vs v1, and why it pays
 //   In v1 one warpgroup does everything in turn: issue the TMA copies, wait for them, S = Q K^T,
@@ -23,7 +23,7 @@
 //     mean the scheduler can run one's wgmmas while the other is in its softmax: the overlap that
 //     v1 could not have, here left to the warp scheduler (v3's ping-pong makes it deliberate).
 //   * setmaxnreg: 384 threads get at most 168 registers each (65536 / 384), and a consumer needs
-//     S + O + P = 160-176 registers of tiles alone (ch07_common.cuh): without reallocation the
+//     S + O + P = 160-176 registers of tiles alone (hopper_attention.cuh): without reallocation the
 //     consumers spill. The producer needs almost none, so it gives them back (dec to 24) and the
 //     consumers take them (inc to 240): 24 + 2 x 240 = 3 x 168. This is part of the same idea (the
 //     roles are only affordable with it), not a separate rung.
@@ -37,13 +37,13 @@
 //               192 KiB of tiles, + 1 KiB for the mbarriers and the 1024-byte alignment
 //   registers   producer 24, consumers 240 after setmaxnreg (compiled at 168)
 //   not done    a consumer whose 64 rows see none of a causal tile's keys still computes it (fully
-//               masked); the block-level range is v1's (ch07_tiles.h) with Br = 128
+//               masked); the block-level range is v1's (kv_tiles.h) with Br = 128
 // Speed (H100 80GB HBM3, 2026-11-23): D 128 N 8192 bf16 569.5 TFLOP/s, FlashAttention-2 341.7
 // (notes/measured/h100-2026-11-23c/sdpa_flush.log). At D 64 it is slower than v1 (notes/07,
 // section 4, "Why v2 loses to v1 at D = 64").
 #include <cuda.h>
 
-#include "ch07_common.cuh"
+#include "hopper_attention.cuh"
 #include "ch07_launch.cuh"
 
 namespace fa::ch07 {

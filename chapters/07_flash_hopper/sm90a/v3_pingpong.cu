@@ -55,7 +55,7 @@
 //   smem        as v2 (+ 2 x kStages mbarriers): D 64: 144 KiB, D 128: 160 KiB, D 256: 192 KiB
 //   registers   producer 24, consumers 240 after setmaxnreg (compiled at 168), no spills. During
 //               a turn a consumer holds S_j (Bc / 2), P_{j-1} (Bc / 4) and O (D / 2) at once:
-//               128 / 160 / 176 for D = 64 / 128 / 256 (ch07_common.cuh's table; v2 never held
+//               128 / 160 / 176 for D = 64 / 128 / 256 (hopper_attention.cuh's table; v2 never held
 //               all three, its S is dead once P is packed). Lowering kConsumerRegs until ptxas
 //               (CUDA 13.0) spills: D = 64 needs <= 168, D = 128 185..200, D = 256 217..224
 //               (v2: <= 168, <= 184, 185..200)
@@ -67,7 +67,7 @@
 
 #include <type_traits>
 
-#include "ch07_common.cuh"
+#include "hopper_attention.cuh"
 #include "ch07_launch.cuh"
 
 namespace fa::ch07 {

@@ -50,7 +50,7 @@
 
 #include <type_traits>
 
-#include "ch07_common.cuh"
+#include "hopper_attention.cuh"
 #include "ch07_launch.cuh"
 
 namespace fa::ch07 {

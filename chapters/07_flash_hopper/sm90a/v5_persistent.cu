@@ -138,7 +138,7 @@
 #include <string>
 #include <type_traits>
 
-#include "ch07_common.cuh"
+#include "hopper_attention.cuh"
 #include "ch07_launch.cuh"
 
 namespace fa::ch07 {

@@ -8,7 +8,7 @@
 // chapter 05 give each block a tile of query rows of one head, so there the grid is B * H blocks
 // (16 at B 1, H 16) that each walk all seq_k keys one after another: a few SMs' worth of blocks
 // streaming K and V while the rest of the GPU idles. This rung cuts the keys into splits as well
-// (the plan in ch08_split_kv.h: enough splits to fill whole waves of resident blocks on every SM),
+// (the plan in split_kv_plan.h: enough splits to fill whole waves of resident blocks on every SM),
 // and merges the splits' partial softmax states with chapter 02's pair merge, whose associativity
 // is what makes any cut of the keys give the whole row's answer.
 //
@@ -20,7 +20,7 @@
 //      tile ahead (the loads of tile t+1 are in flight while tile t is computed), then go to padded
 //      shared memory; phase 1, S = Q K^T (one key per thread); phase 2, the online softmax per row
 //      (one warp per row); phase 3, O = alpha O + P V (threads split the columns, rows and keys);
-//   3. writes its partial (m, l, o) per row to the workspace (ch08_common.cuh), or with a single
+//   3. writes its partial (m, l, o) per row to the workspace (split_kv.cuh), or with a single
 //      split the final O and L directly.
 // The merge kernel: one warp per output row folds the row's splits with the pair merge.
 //
@@ -40,8 +40,8 @@
 #include <string>
 
 #include "../02_online_softmax/ch02_softmax_device.cuh"  // Stats, merge, rescale: the pair merge
-#include "ch08_common.cuh"  // Params, Traits, the workspace, the occupancy, make_params
-#include "ch08_split_kv.h"  // the split plan
+#include "split_kv.cuh"     // Params, Traits, the workspace, the occupancy, make_params
+#include "split_kv_plan.h"  // the split plan
 #include "check.h"
 #include "registry.h"
 

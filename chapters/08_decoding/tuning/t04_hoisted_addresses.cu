@@ -39,7 +39,7 @@
 #include <cstdint>
 
 #include "attention_tiles.cuh"  // padded tiles and their cp.async loader
-#include "ch08_common.cuh"      // Params, make_params, resident_blocks
+#include "split_kv.cuh"         // Params, make_params, resident_blocks
 #include "ch08_tuning.cuh"  // v3's rows, Q fragments and keys; the copy plan, the step, write-out
 #include "check.h"
 #include "mma.cuh"

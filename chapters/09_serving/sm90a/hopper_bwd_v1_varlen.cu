@@ -45,7 +45,7 @@
 //
 //   The preprocess D = rowsum(dO o O) runs as 09/bwd_v1_varlen runs it: over the packed layout
 //   D's rows are the heads * total_q rows of O and dO in order, so chapter 06's preprocess
-//   (compiled here through ch07_bwd_common.cuh) takes them as one sequence of total_q queries
+//   (compiled here through hopper_attention_bwd.cuh) takes them as one sequence of total_q queries
 //   per head; L and D of (sequence b, head h) start at element h * total_q + cu_seqlens_q[b].
 //
 //   Coordinates are int32 for TMA; cu_seqlens are int32 already, and the launcher checks that a
@@ -74,7 +74,7 @@
 #include <climits>
 #include <string>
 
-#include "../../07_flash_hopper/ch07_bwd_common.cuh"
+#include "hopper_attention_bwd.cuh"
 #include "gpu.h"
 
 namespace fa::ch09 {
@@ -632,8 +632,8 @@ void varlen_bwd(const VarlenBwdArgs& a, cudaStream_t stream) {
   if (s.total_q() == 0 && s.total_k() == 0) return;
   FA_REQUIRE(a.cu_seqlens_q != nullptr && a.cu_seqlens_k != nullptr,
              std::string(kName) + " needs cu_seqlens_q and cu_seqlens_k on the device");
-  // TMA's rules (ch07_bwd_common.cuh, tma_can_load) and int32 box coordinates: a sequence's last
-  // box starts below total and reaches at most 128 rows past it.
+  // TMA's rules (hopper_attention_bwd.cuh, tma_can_load) and int32 box coordinates: a sequence's
+  // last box starts below total and reaches at most 128 rows past it.
   FA_UNSUPPORTED_IF(
       !aligned(a.q, 16) || !aligned(a.k, 16) || !aligned(a.v, 16) || !aligned(a.dout, 16) ||
           !aligned(a.dq, 4) || !aligned(a.dk, 4) || !aligned(a.dv, 4),

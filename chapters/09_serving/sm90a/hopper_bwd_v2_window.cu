@@ -54,7 +54,7 @@
 #include <climits>
 #include <string>
 
-#include "../../07_flash_hopper/ch07_bwd_common.cuh"
+#include "hopper_attention_bwd.cuh"
 #include "../ch09_band.h"
 #include "gpu.h"
 
@@ -659,8 +659,8 @@ void varlen_bwd(const VarlenBwdArgs& a, cudaStream_t stream) {
   if (s.total_q() == 0 && s.total_k() == 0) return;
   FA_REQUIRE(a.cu_seqlens_q != nullptr && a.cu_seqlens_k != nullptr,
              std::string(kName) + " needs cu_seqlens_q and cu_seqlens_k on the device");
-  // TMA's rules (ch07_bwd_common.cuh, tma_can_load) and int32 box coordinates: a sequence's last
-  // box starts below total and reaches at most 128 rows past it.
+  // TMA's rules (hopper_attention_bwd.cuh, tma_can_load) and int32 box coordinates: a sequence's
+  // last box starts below total and reaches at most 128 rows past it.
   FA_UNSUPPORTED_IF(
       !aligned(a.q, 16) || !aligned(a.k, 16) || !aligned(a.v, 16) || !aligned(a.dout, 16) ||
           !aligned(a.dq, 4) || !aligned(a.dk, 4) || !aligned(a.dv, 4),

@@ -25,7 +25,7 @@
 //   reads such rows, and why it stays correct:
 //   * K past seq_k: 07 already masks every key at or past seq_k to -inf by comparison (it never
 //     counted on zeros there: a zero key gives a score of 0, not -inf). A tile that reaches past
-//     seq_k is never one of the unmasked tiles (kv_tiles, ch07_tiles.h) and mask_tile cuts each
+//     seq_k is never one of the unmasked tiles (kv_tiles, kv_tiles.h) and mask_tile cuts each
 //     row at last_visible_key <= seq_k - 1; the mask overwrites whatever S the foreign keys gave.
 //   * V past seq_k: multiplied by P = 2^-inf = +0 exactly. 0 * v = 0 when v is finite, and it is:
 //     another sequence's values (the inputs are finite, as for any attention problem) or TMA's
@@ -34,8 +34,8 @@
 //   * Q past seq_q: the next sequence's queries become extra rows of this tile. Each row's
 //     softmax is its own (wgmma rows and the quad shuffles never mix rows), and their O and L are
 //     never stored, so they cost work but change nothing.
-//   * The O and L store: 07 stores O with plain predicated stores (store_o_l, ch07_common.cuh),
-//     not TMA, and skips rows at or past seq_q. Handed this sequence's base and length it writes
+//   * The O and L store: 07 stores O with plain predicated stores (store_o_l,
+//     hopper_attention.cuh), not TMA, and skips rows at or past seq_q. Handed this sequence's base and length it writes
 //     exactly rows 0 .. seq_q - 1 of it, none of the next sequence's: nothing to change. (A TMA
 //     store would write whole boxes; FlashAttention-3 stores varlen O without TMA as well.)
 //   Coordinates are int32 for TMA; cu_seqlens are int32 already, and the launcher checks that a
@@ -65,7 +65,7 @@
 #include <string>
 #include <type_traits>
 
-#include "../../07_flash_hopper/ch07_common.cuh"
+#include "hopper_attention.cuh"
 #include "gpu.h"
 
 namespace fa::ch09 {
@@ -351,8 +351,8 @@ void varlen_fwd(const VarlenFwdArgs& a, cudaStream_t stream) {
                         "9.0 (H100, H200) only");
   if (s.batch() == 0 || s.heads == 0 || s.total_q() == 0) return;  // nothing to write
   FA_REQUIRE(a.cu_seqlens_q != nullptr && a.cu_seqlens_k != nullptr, "cu_seqlens on the device");
-  // TMA's rules (ch07_common.cuh, tma_can_load) and int32 box coordinates: a sequence's last box
-  // starts below total and reaches at most 128 rows past it.
+  // TMA's rules (hopper_attention.cuh, tma_can_load) and int32 box coordinates: a sequence's last
+  // box starts below total and reaches at most 128 rows past it.
   FA_UNSUPPORTED_IF(!aligned(a.q, 16) || !aligned(a.k, 16) || !aligned(a.v, 16) || !aligned(a.o, 4),
                     std::string(kName) + ": TMA needs 16-byte aligned Q, K, V (O: 4 bytes)");
   FA_UNSUPPORTED_IF(

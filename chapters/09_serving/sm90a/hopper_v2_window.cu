@@ -7,7 +7,7 @@
 //
 // What changed vs v1, and why
 //   One idea: the band of ch09_band.h in place of chapter 07's causal diagonal. 07 (and v1) let a
-//   Q tile visit key tiles 0 .. visit - 1 (kv_tiles, ch07_tiles.h): everything left of the
+//   Q tile visit key tiles 0 .. visit - 1 (kv_tiles, kv_tiles.h): everything left of the
 //   diagonal, nothing right of it. A window also cuts on the left, so a Q tile of rows
 //   [q0, q0 + Br) visits the key tiles [begin, end) of fa::ch09::key_tiles: from the tile of the
 //   first row's first key to the tile of the last row's last key (both ends of a row's keys grow
@@ -29,8 +29,9 @@
 //
 //   A row whose keys all lie outside a tile that other rows need (the tile is left or right of
 //   its band) gets a row of -inf: online_softmax keeps m and multiplies O by 1, and a row that
-//   has seen no key yet keeps m = -inf without a NaN (ch07_common.cuh). A row that sees no key at
-//   all (seq_k = 0, or the first rows when seq_q > seq_k) ends with O = 0 and L = -inf, as before.
+//   has seen no key yet keeps m = -inf without a NaN (hopper_attention.cuh). A row that sees no
+//   key at all (seq_k = 0, or the first rows when seq_q > seq_k) ends with O = 0 and L = -inf, as
+//   before.
 //
 //   Registers: one more pair of 64-bit bounds (first_key) than v1, and the band. Every
 //   instantiation fits setmaxnreg's 240 without spills (-Xptxas -v, CUDA 13.0); lowering
@@ -50,7 +51,7 @@
 #include <string>
 #include <type_traits>
 
-#include "../../07_flash_hopper/ch07_common.cuh"
+#include "hopper_attention.cuh"
 #include "../ch09_band.h"
 #include "gpu.h"
 
@@ -363,8 +364,8 @@ void varlen_fwd(const VarlenFwdArgs& a, cudaStream_t stream) {
                         "9.0 (H100, H200) only");
   if (s.batch() == 0 || s.heads == 0 || s.total_q() == 0) return;  // nothing to write
   FA_REQUIRE(a.cu_seqlens_q != nullptr && a.cu_seqlens_k != nullptr, "cu_seqlens on the device");
-  // TMA's rules (ch07_common.cuh, tma_can_load) and int32 box coordinates: a sequence's last box
-  // starts below total and reaches at most 128 rows past it.
+  // TMA's rules (hopper_attention.cuh, tma_can_load) and int32 box coordinates: a sequence's last
+  // box starts below total and reaches at most 128 rows past it.
   FA_UNSUPPORTED_IF(!aligned(a.q, 16) || !aligned(a.k, 16) || !aligned(a.v, 16) || !aligned(a.o, 4),
                     std::string(kName) + ": TMA needs 16-byte aligned Q, K, V (O: 4 bytes)");
   FA_UNSUPPORTED_IF(

@@ -26,7 +26,7 @@
 
 #include <type_traits>
 
-#include "ch07_common.cuh"
+#include "hopper_attention.cuh"
 #include "ch07_fp8_common.cuh"
 #include "fp8.h"
 #include "gpu.h"

@@ -1,6 +1,7 @@
-// ch07_tiles.h: which K/V tiles one Q tile visits, and which of those need a mask. Plain integer
-// arithmetic shared by the Hopper kernels (device) and the CPU test that checks it against a
-// brute-force definition (tests/cpu/test_ch07_tiles.cpp), for every seq_q, seq_k, causal or not.
+// kv_tiles.h: which K/V tiles one Q tile visits, and which of those need a mask. Plain integer
+// arithmetic shared by the Hopper kernels of chapters 07 and 09 (device) and the CPU test that
+// checks it against a brute-force definition (tests/cpu/test_ch07_tiles.cpp), for every seq_q,
+// seq_k, causal or not. Chapter 07 introduces it (notes/07_flash_hopper.md).
 //
 // Causal masking is aligned bottom-right (notes/conventions.md): query row i sees key j when
 // j <= i + (seq_k - seq_q). A Q tile of rows [q0, q0 + rows) therefore
@@ -42,8 +43,8 @@ FA_HD KvTiles kv_tiles(int64_t q0, int64_t rows, int64_t seq_q, int64_t seq_k, i
   return t;
 }
 
-// The same two numbers from their definition, element by element: the slow check that
-// kv_tiles is measured against (the chapter program's CPU tier and tests/cpu/test_ch07_tiles.cpp).
+// The same two numbers from their definition, element by element: the slow check that kv_tiles
+// is measured against (chapter 07's program, its CPU tier, and tests/cpu/test_ch07_tiles.cpp).
 // A tile is visited when some real row sees some key in it; it needs no mask when every real row
 // sees every one of its keys and so did every tile before it.
 inline KvTiles kv_tiles_brute_force(int64_t q0, int64_t rows, int64_t seq_q, int64_t seq_k,

@@ -1,13 +1,16 @@
-// ch07_common.cuh: the pieces every chapter 07 rung shares, so that the rung files hold only the
-// structure of their kernel (and `diff v1 v2` shows only the idea that changed):
+// hopper_attention.cuh: the pieces every Hopper (sm_90a) attention forward shares, so that a
+// rung file holds only the structure of its kernel (and `diff v1 v2` shows only the idea that
+// changed):
 //   * tile sizes per head dim, the shared-memory tile layout and the wgmma descriptors into it;
 //   * the online softmax on a wgmma accumulator fragment (mask, running max and sum, exp2);
 //   * P (the probabilities) packed from the S accumulators into register A fragments for P V;
 //   * the epilogue (O = acc / l, L = ln-sum-exp), with predicated stores;
-//   * host side: TMA descriptors of Q, K, V, the fallback, the opt-in to more shared memory;
-//   * the phase marks of the measured timeline (ch07_timeline.cuh: nothing unless the timeline
-//     build defines FA_CH07_TIMELINE=1).
-// Included by the sm_90a files only; the forward rungs' launch and checks are in ch07_launch.cuh.
+//   * host side: TMA descriptors of Q, K, V, the fallback, the opt-in to more shared memory.
+// Chapter 07 introduces every piece (notes/07_flash_hopper.md; its namespace, fa::ch07, says so),
+// and chapter 09's Hopper rungs build on them: that is why the header lives here and not in
+// chapter 07's folder (README.md of this folder). Included by sm_90a files only; chapter 07's
+// forward rungs take their launch, their checks and the timeline's phase marks from
+// chapters/07_flash_hopper/ch07_launch.cuh.
 #pragma once
 #include <cuda.h>
 #include <cuda_bf16.h>
@@ -19,11 +22,10 @@
 #include <cstdint>
 #include <string>
 
-#include "ch07_tiles.h"
-#include "ch07_timeline.cuh"
 #include "check.h"
 #include "dtype.h"
 #include "hopper.cuh"
+#include "kv_tiles.h"
 #include "tensor_map.h"
 #include "mma.cuh"
 #include "registry.h"
@@ -106,7 +108,7 @@ __device__ __forceinline__ void negate_if(float (&s)[N], bool negative) {
 }
 
 // Keys after a row's last visible key (causal) or at or past seq_k become -inf. last_key[h] is
-// the last key row h may see (ch07_tiles.h), k0 the first key of the tile.
+// the last key row h may see (kv_tiles.h), k0 the first key of the tile.
 template <int N>
 __device__ __forceinline__ void mask_tile(float (&s)[N], int64_t k0, const int64_t (&last_key)[2],
                                           int q) {

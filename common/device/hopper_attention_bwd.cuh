@@ -1,5 +1,6 @@
-// ch07_bwd_common.cuh: what the Hopper backward kernels (sm90a/bwd_*.cu) share beyond the
-// forward's pieces (ch07_common.cuh: tile layout, K-major descriptors, pack_p, TMA maps):
+// hopper_attention_bwd.cuh: what the Hopper backward kernels (chapter 07's sm90a/bwd_*.cu and
+// tuning/bwd_*.cu, chapter 09's sm90a/hopper_bwd_*.cu) share beyond the forward's pieces
+// (hopper_attention.cuh: tile layout, K-major descriptors, pack_p, TMA maps):
 //   * the MN-major descriptor of a tile of any height (dO and Q as B of dV += P^T dO and
 //     dK += dS^T Q, K as B of dQ += dS K), the forward's desc_v with the row count as a parameter,
 //     optionally starting at a later 64-column strip (the column half of D = 256);
@@ -9,9 +10,10 @@
 //   * host side: which shapes TMA can take, the fallback, and the D = rowsum(dO o O) preprocess
 //     (chapter 06's kernel, compiled into this module from its header: the chapter 07 program
 //     does not link chapter 06's objects, so it cannot call chapter 06's copy).
-// Included by the sm_90a backward files only.
+// Chapter 07 introduces them (notes/07_flash_hopper.md, 07/bwd_v1_tma_wgmma). Included by the
+// sm_90a backward files only.
 #pragma once
-#include "ch07_common.cuh"
+#include "hopper_attention.cuh"
 #include "delta_preprocess.cuh"
 
 namespace fa::ch07 {
@@ -20,7 +22,7 @@ constexpr float kLog2e = 1.4426950408889634f;
 
 // MN-major operand, a [ROWS x D] tile read along its rows (k = row, n = d): k16 step kk starts at
 // row 16 kk, 2 atoms further; n crosses the 64-column strips, LBO = the strip size ROWS * 128;
-// SBO = 1024 (the next 8 rows). desc_v<D> of ch07_common.cuh is desc_mn_major<Tiles<D>::kBc>.
+// SBO = 1024 (the next 8 rows). desc_v<D> of hopper_attention.cuh is desc_mn_major<Tiles<D>::kBc>.
 // col0 (a multiple of 64) starts n at column col0: strip col0 / 64 of the tile, which begins
 // (col0 / 64) * ROWS * 128 bytes in, on an atom boundary since ROWS % 8 == 0; the strips after it
 // follow at the same LBO. That is how a wgmma of N = 128 reads columns 128 .. 255 of a D = 256
@@ -77,7 +79,7 @@ __device__ __forceinline__ void zero(float (&a)[N]) {
 
 // ---- Host side -----------------------------------------------------------------------------------
 // Shapes the TMA kernels cannot take run this registered kernel through the registry (as the
-// forward's fallback, ch07_common.cuh): it takes head dims 32, 64, 96, 128 and 256, so every
+// forward's fallback, hopper_attention.cuh): it takes head dims 32, 64, 96, 128 and 256, so every
 // head dim of this kernel has a fallback.
 constexpr const char* kBwdFallback = "06/v2_mma";
 

@@ -1,7 +1,11 @@
-// ch08_common.cuh: the plumbing every split-KV rung of chapter 08 shares, none of it a rung's
-// idea: the kernel parameters, the per-dtype conversions, the cached workspace of the partials,
-// the occupancy query the split plan needs, and the parameters of a launch that follows the plan.
-// The rungs (v1_split_kv.cu ... v5_swizzled_ring.cu) hold their kernels, launchers and dispatch.
+// split_kv.cuh: the plumbing every split-KV kernel shares, none of it a rung's idea: the kernel
+// parameters, the per-dtype conversions, the cached workspace of the partials, the occupancy
+// query the split plan needs, and the parameters of a launch that follows the plan
+// (split_kv_plan.h). Chapter 08 introduces it (notes/08_decoding.md); its rungs
+// (chapters/08_decoding/v1_split_kv.cu ... v5_swizzled_ring.cu, tuning/) and chapter 09's paged
+// decode (chapters/09_serving/paged_v1_decode.cu) hold their kernels, launchers and dispatch, and
+// include chapter 02's pair merge (Stats, merge, rescale) themselves: merge is chapter 02's
+// exercise, which a shared header must not carry (README.md of this folder).
 //
 // Everything here is in an anonymous namespace: every .cu file that includes it compiles its own
 // private copy (its own workspace buffer too), and no CUDA module launches a kernel compiled in
@@ -18,12 +22,11 @@
 #include <cstdint>
 #include <string>
 
-#include "../02_online_softmax/ch02_softmax_device.cuh"  // Stats, merge, rescale: the pair merge
 #include "buffer.h"
-#include "ch08_split_kv.h"
 #include "check.h"
 #include "mma.cuh"  // unpack2: two 16-bit values -> two floats
 #include "registry.h"
+#include "split_kv_plan.h"  // SplitPlan
 
 namespace {
 
