@@ -172,30 +172,26 @@ for stage in "$@"; do
       log "ch07 fa_bench rc=$?"; grep -E "attn_fwd" "$OUT/bench_ch07.log" | head -60
       ;;
     gqa)
-      # Grouped K/V heads in chapter 07's final rungs: fa_bench attn_gqa (07/v5_persistent and
-      # 07/bwd_v1_tma_wgmma, and any other fixed-length kernel that takes grouped heads) at B 2,
-      # H 32, H_kv 32 (MHA) / 8 / 4 / 1 (MQA), N 4096 and 8192, D 128, bf16, causal and full; then
-      # each row's time over its Hkv32 row (the time per query head against MHA, to be at most
-      # 1.05), then the registry's GPU tests of the grouped shapes. After `build`. Log: gqa.log.
-      log "gqa: fa_bench attn_gqa"
-      "$BUILD/bin/fa_bench" --benchmark_filter='attn_gqa/' --benchmark_format=console \
-        --benchmark_out="$OUT/gqa.json" --benchmark_out_format=json > "$OUT/gqa.log" 2>&1
-      log "gqa fa_bench rc=$?"
-      python3 - "$OUT/gqa.json" >> "$OUT/gqa.log" 2>&1 <<'PY'
-import json, re, sys
-rows = {}
-for b in json.load(open(sys.argv[1]))["benchmarks"]:
-    m = re.match(r"attn_gqa/(\w+)/(.+)/Hkv(\d+)$", b["name"].split("/iterations:")[0])
-    if m and not b.get("error_occurred"):
-        rows[(m.group(1), m.group(2), int(m.group(3)))] = b["real_time"]
-print("\ntime over MHA (Hkv 32) at the same query heads: <= 1.05 is within 5%")
-for (d, shape, hkv), t in sorted(rows.items()):
-    mha = rows.get((d, shape, 32))
-    if mha and hkv != 32:
-        print("%-4s %-48s Hkv %2d  %8.3f ms  MHA %8.3f ms  ratio %.3f  %s" % (
-            d, shape, hkv, t, mha, t / mha, "ok" if t / mha <= 1.05 else "OVER"))
-PY
-      log "gqa ratios rc=$?"; grep -E "ratio" "$OUT/gqa.log" | head -40
+      # Grouped K/V heads in chapter 07's final rungs: fa_bench's attn_gqa rows (07/v5_persistent
+      # and 07/bwd_v1_tma_wgmma, and any other fixed-length kernel that takes grouped heads) at
+      # B 2, H 32, H_kv 32 (MHA) / 8 / 4 / 1 (MQA), N 4096 and 8192, D 128, bf16, causal and full;
+      # each row timed alone (a fa_bench process of its own), GQA_ROUNDS rounds (default 3) that
+      # alternate the rows; then each row's median over its Hkv32 row (the time per query head
+      # against MHA, to be at most 1.05; bench/gqa_ratios.py says why rows timed one after the
+      # other in one process are not comparable), then the registry's GPU tests of the grouped
+      # shapes. After `build`. Logs: gqa_rounds.log, gqa.log (the ratios), gqa_tests.log.
+      log "gqa: fa_bench attn_gqa, each row alone, ${GQA_ROUNDS:-3} rounds"
+      rows=$("$BUILD/bin/fa_bench" --benchmark_list_tests --benchmark_filter='attn_gqa/' | grep -o '^attn_gqa/[^ ]*/Hkv[0-9]*')
+      : > "$OUT/gqa_rounds.log"
+      for r in $(seq "${GQA_ROUNDS:-3}"); do
+        for row in $rows; do
+          "$BUILD/bin/fa_bench" --benchmark_filter="^$row/" 2>&1 | grep -E "^attn_gqa" |
+            awk -v r="$r" '{print "round " r, $1, $2, $3}' >> "$OUT/gqa_rounds.log"
+        done
+      done
+      log "gqa fa_bench: $(wc -l < "$OUT/gqa_rounds.log") samples"
+      python3 bench/gqa_ratios.py "$OUT/gqa_rounds.log" > "$OUT/gqa.log" 2>&1
+      log "gqa ratios rc=$?"; cat "$OUT/gqa.log"
       ctest --test-dir "$BUILD" -L gpu -R '\.GroupedKvHeads/07_(v5_persistent|bwd_v1_tma_wgmma)' \
         --output-on-failure > "$OUT/gqa_tests.log" 2>&1
       log "gqa tests rc=$?"; tail -5 "$OUT/gqa_tests.log"

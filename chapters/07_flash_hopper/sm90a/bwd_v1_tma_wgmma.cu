@@ -124,8 +124,9 @@
 //     floats of the workspace. Causal shapes need the estimate even when the grid fills the
 //     GPU: key tile k sees the query tiles from about k on, so the first tiles' blocks carry
 //     the most work, and with a whole group's heads in each (MQA: 32) a few blocks set the time
-//     while the other SMs idle (B 2, H_kv 1, N 8192 causal: 1.50x MHA's time on an H200 before
-//     the estimate counted it; notes/measured/h200-2026-12-02/gqa_ratios.log).
+//     while the other SMs idle (B 2, H_kv 1, N 8192 causal, per query head against MHA on an
+//     H200, 2026-12-02: 1.50x before the estimate counted it, notes/measured/h200-2026-12-02/
+//     gqa_ratios.log; 1.00x with it, gqa_ratios_alone.log).
 //
 // Fallback: shapes TMA cannot load (unaligned pointers, seq_q or seq_k = 0, sizes near 2^31) run
 // 06/v2_mma through the registry, which takes every head dim of this kernel.
