@@ -16,8 +16,8 @@
 // the length (bound N * 2^-24), so the sum is compensated (Kahan): the rounding error of each
 // addition is carried into the next one (notes/01_safe_softmax.md has the numbers).
 //
-// Speed (H100, 2026-11-21): 84 GB/s at 4096x4096 (3.0% of copy), 268 at 16384x1024 (9.5%)
-// (notes/measured/h100-2026-11-21/tour.log).
+// Speed (H200, 2026-12-02): 82 GB/s at 4096x4096 (2.1% of copy), 283 at 16384x1024 (7.1%)
+// (notes/measured/h200-2026-12-02/tour.log).
 #include <algorithm>
 #include <limits>
 

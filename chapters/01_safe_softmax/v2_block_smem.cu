@@ -13,8 +13,8 @@
 // What is still slow: the tree spends 8 barriers per reduction (two reductions per row), most
 // threads idle in the later steps, and every access is a 4-byte load. v3 fixes those.
 //
-// Speed (H100, 2026-11-21): 2219 GB/s at 4096x4096 (78.3% of copy), 2183 at 16384x1024 (77.0%)
-// (notes/measured/h100-2026-11-21/tour.log).
+// Speed (H200, 2026-12-02): 3215 GB/s at 4096x4096 (81.0% of copy), 2288 at 16384x1024 (57.6%)
+// (notes/measured/h200-2026-12-02/tour.log).
 #include <algorithm>
 #include <limits>
 

@@ -11,8 +11,8 @@
 //    (1024 threads x 16 floats). Longer or unaligned rows take v3's path, so any length works.
 //    Chapter 02 removes that limit with the online softmax: one pass that needs no stored row.
 //
-// Speed (H100, 2026-11-21): 2690 GB/s at 4096x4096 and at 16384x1024 (94.9% of copy)
-// (notes/measured/h100-2026-11-21/tour.log).
+// Speed (H200, 2026-12-02): 4052 GB/s at 4096x4096, 4018 at 16384x1024 (102.0% and 101.2% of the
+// measured copy, 3971 GB/s; notes/measured/h200-2026-12-02/tour.log).
 #include <algorithm>
 #include <cstdint>
 #include <limits>

@@ -17,8 +17,8 @@
 // flight per loop trip. The second pass uses streaming cache hints: x is read for the last time and
 // y is never re-read, so neither should push the next rows out of L2.
 //
-// Speed (H100, 2026-11-21): 2618 GB/s at 4096x4096 (92.4% of copy), 2614 at 16384x1024
-// (notes/measured/h100-2026-11-21/tour.log).
+// Speed (H200, 2026-12-02): 3324 GB/s at 4096x4096 (83.7% of copy), 3823 at 16384x1024 (96.3%)
+// (notes/measured/h200-2026-12-02/tour.log).
 #include <algorithm>
 #include <limits>
 

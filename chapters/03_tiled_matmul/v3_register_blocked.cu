@@ -8,8 +8,8 @@
 // Left for v4: the A tile is stored as in global memory ([row][k]), so the 8 A values a thread
 // needs for one k are 8 separate loads strided by BK; global loads are scalar.
 // Ragged edges: zero-filled loads, predicated stores.
-// Speed (H100, 2026-11-21): 21.7 TFLOP/s fp32 at 4096^3, 42.0% of cuBLAS SGEMM
-// (notes/measured/h100-2026-11-21b/ch03_ladder.log).
+// Speed (H200, 2026-12-02): 21.2 TFLOP/s fp32 at 4096^3, 41.2% of cuBLAS SGEMM
+// (notes/measured/h200-2026-12-02/tour.log).
 #include "ch03_common.cuh"
 #include "check.h"
 #include "registry.h"

@@ -18,8 +18,8 @@
 // Registers: __launch_bounds__(256, 2) caps them at 128 (two blocks per SM); ptxas (CUDA 13, sm_90)
 // then spills ~48 bytes of loop-invariant values. Without the ", 2" it uses 143 and fits one block
 // per SM. Which is faster is an H100 measurement.
-// Speed (H100, 2026-11-21): 37.8 TFLOP/s fp32 at 4096^3, 73.0% of cuBLAS SGEMM (target >= 70%)
-// (notes/measured/h100-2026-11-21b/ch03_ladder.log).
+// Speed (H200, 2026-12-02): 37.6 TFLOP/s fp32 at 4096^3, 73.1% of cuBLAS SGEMM (target >= 70%)
+// (notes/measured/h200-2026-12-02/tour.log).
 #include <cstdint>
 
 #include "ch03_common.cuh"
