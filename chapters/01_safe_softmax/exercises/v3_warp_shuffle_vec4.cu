@@ -20,8 +20,8 @@
 // which is why this can come closer to the copy bandwidth than "3 reads" predicts. Chapter 02
 // removes the passes themselves.
 //
-// Speed (H100, 2026-11-21): 2360 GB/s at 4096x4096 (83.3% of copy), 2235 at 16384x1024 (78.9%)
-// (notes/measured/h100-2026-11-21/tour.log).
+// Speed (H200, 2026-12-02): 3541 GB/s at 4096x4096 (89.2% of copy), 3652 at 16384x1024 (92.0%)
+// (notes/measured/h200-2026-12-02/tour.log).
 // v4 runs this file's kernel for the rows it cannot hold in registers: its exercise too.
 // EXERCISE-KERNELS: 01/v3_warp_shuffle_vec4, 01/v4_row_in_registers
 #include <algorithm>

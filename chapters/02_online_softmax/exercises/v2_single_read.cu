@@ -23,8 +23,8 @@
 // float4 loads and streaming cache hints (__ldcs/__stcs: read once, write once) when rows are
 // 16-byte aligned; scalar loads with the same layout otherwise. Out-of-row slots hold -inf.
 //
-// Speed (H100, 2026-11-21): 2651 GB/s at 4096x4096 (93.6% of copy), 2652 at 16384x1024
-// (notes/measured/h100-2026-11-21/tour.log).
+// Speed (H200, 2026-12-02): 3705 GB/s at 4096x4096 (93.3% of copy), 3837 at 16384x1024 (96.6%)
+// (notes/measured/h200-2026-12-02/tour.log).
 // EXERCISE-KERNELS: 02/v2_single_read
 #include <algorithm>
 #include <limits>
