@@ -78,7 +78,9 @@
 //            runs (below bwd_v1's peak of 208: dK + dV + S^T + dP^T + P^T fragments when dS^T
 //            is formed); D = 64: 32 + 32 + 32 + 16 + 16 = 128.
 //   ptxas (CUDA 13.0, sm_90a, bf16 and fp16 alike): 255 registers at D 128 (as bwd_v1's dkdv),
-//   209 at D 64 (bwd_v1: 191), no spills; the convert kernel 14.
+//   206 at D 64, no spills (before grouped heads: 255 and 209); the convert kernel 14. The
+//   reduce-add's workspace address is formed where it is issued: held across the loop, with the
+//   group's head in it, it spilled 4 bytes at D 128.
 //
 // Shared memory (16-bit tiles first, 1024-byte aligned, + 1 KiB for that alignment):
 //   K, V 128 x D; 2 stages x (Q, dO 64 x D); dS^T 128 x 64 (16 KiB);
@@ -97,6 +99,15 @@
 // is never issued. Query tiles before a block's first visible query (causal) are skipped, as
 // their dS is 0. Rows no key block adds to (a query that sees no key) keep the caller's zero and
 // get dQ = 0. Offsets are 64-bit; batch*heads * key tiles is on gridDim.x.
+//
+// Grouped K/V heads (GQA, MQA) as bwd_v1 (its header, "Grouped K/V heads"): a block loops over
+// its K/V head's group of query heads (or group / split of them), iteration j at query head
+// head_of(j) and Q tile row_of(j); dK and dV are summed over the group in its registers and
+// stored once, or as the split's fp32 parts, which sum_parts_kernel adds in their fixed order;
+// K and V are read at K/V head bh / group. dQ_tile is added into the workspace rows of the
+// iteration's query head. One difference: the workspace holds dQ's sum here, so the parts take a
+// buffer of their own, a stream-ordered allocation (PartsBuffer in hopper_attention_bwd.cuh);
+// where it cannot be had the block runs the whole group (split 1).
 //
 // Fallback: shapes TMA cannot load, and a workspace not 16-byte aligned (the bulk copies need
 // 16-byte aligned addresses), run 06/v2_mma, as bwd_v1.

@@ -54,7 +54,10 @@
 // notes/measured/h200-2026-12-02/bwd_v4_v2_v1.log): 1.10-1.14x bwd_v2 at D 128 (just under the
 // prediction), 1.23-1.39x at D 64; 1.05-1.10x bwd_v1 at every shape of both head dims, and
 // 0.80-0.98x cuDNN. The count mattered; it was not all of the wait (chapter README, tuning/).
-// ptxas (CUDA 13.0, sm_90a): 255 registers and 8 bytes of spill at D 128, 233 at D 64.
+// Grouped K/V heads: as bwd_v2 (its header); the tensor reduce-add's head coordinate is the
+// iteration's query head.
+// ptxas (CUDA 13.0, sm_90a): 255 registers and 16 bytes of spill at D 128, 211 at D 64 (before
+// grouped heads: 8 bytes of spill and 233 registers).
 // Speed: measured in chapters/07_flash_hopper/README.md
 #include <cuda.h>
 
@@ -489,8 +492,8 @@ void launch(const AttentionBwdArgs& a, cudaStream_t stream) {
   const CUtensorMap tm_dq = make_tmap_f32(a.workspace, s.bh(), s.seq_q, D);
   constexpr int kSmem = Smem<D>::kBytes;
   set_smem_limit_once<dkdv_dq_kernel<T, D>, kSmem>();
-  dkdv_dq_kernel<T, D>
-      <<<unsigned(n_kt * kv_bh * p.split), kThreads, kSmem, stream>>>(tm_q, tm_k, tm_v, tm_do, tm_dq, p);
+  dkdv_dq_kernel<T, D><<<unsigned(n_kt * kv_bh * p.split), kThreads, kSmem, stream>>>(
+      tm_q, tm_k, tm_v, tm_do, tm_dq, p);
   FA_CHECK_LAUNCH();
   if (p.split > 1) sum_parts<T>(p.parts, a, p.split, p.scale, stream);
 
