@@ -215,9 +215,12 @@ int dkdv_split(const AttentionShape& s, int threads, int kv_rows, int q_rows) {
 
 // The parts of a split for a rung whose workspace holds dQ's fp32 sum (bwd_v2 on): a
 // stream-ordered allocation of the same size bwd_v1 would take from the workspace, from the
-// device's default pool (which keeps freed memory for the next call), freed on the stream after
-// sum_parts_kernel has read it. No allocation, ptr() == nullptr, when split == 1 or the pool
-// cannot give it; the launcher then runs the whole group in each block (split 1).
+// device's default memory pool, freed on the stream after sum_parts_kernel has read it (ordered
+// on the stream, so two launches on two streams never share it). The pool hands freed memory back
+// to the device at the next synchronisation unless its release threshold says otherwise, so a
+// call after a synchronisation may map it afresh: a cost only the split shapes pay. No
+// allocation, ptr() == nullptr, when split == 1 or the pool cannot give it; the launcher then
+// runs the whole group in each block (split 1).
 class PartsBuffer {
  public:
   PartsBuffer(const AttentionShape& s, int split, cudaStream_t stream) : stream_(stream) {
