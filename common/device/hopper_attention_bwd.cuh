@@ -86,6 +86,20 @@ __device__ __forceinline__ void zero(float (&a)[N]) {
   for (int i = 0; i < N; ++i) a[i] = 0.0f;
 }
 
+// Where a dK/dV block's loop is in its walk over a group of query heads (grouped K/V heads; the
+// scheme is bwd_v1's, header "Grouped K/V heads"): query head `head` (b * heads + h) and the
+// walk's i-th Q tile of that head, n_per tiles per head, the heads one after the other. The
+// single-pass rungs (bwd_v2 on) step a place from one iteration to the next instead of taking
+// j / n_per and j % n_per: a 32-bit division is some twenty instructions with registers of its
+// own, and at D = 128 their loops have none to spare (dividing there cost bwd_v4 8 bytes more
+// spill and 7% more instructions per iteration at a group of 1).
+struct GroupPlace {
+  int head, i;
+  __device__ __forceinline__ void step(int n_per) {
+    if (++i == n_per) i = 0, ++head;
+  }
+};
+
 // ---- Host side -----------------------------------------------------------------------------------
 // Shapes the TMA kernels cannot take run this registered kernel through the registry (as the
 // forward's fallback, hopper_attention.cuh): it takes head dims 32, 64, 96, 128 and 256, so every

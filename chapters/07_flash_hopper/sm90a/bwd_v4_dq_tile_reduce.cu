@@ -182,28 +182,27 @@ __global__ void __launch_bounds__(kThreads, 1)
   // GQA: the group's query heads one after the other, n_per tiles each (bwd_v1's header).
   const int n_per = qt_begin < n_qt ? int(n_qt - qt_begin) : 0;
   const int n_iter = n_per * heads;
-  // Iteration j: its query head (b * heads + h) and its first query row.
-  auto head_of = [&](int j) { return kv_bh * p.group + part * heads + j / n_per; };
-  auto row_of = [&](int j) { return (qt_begin + j % n_per) * kBr; };
+  // Iteration j's place (query head, Q tile qt_begin + i), stepped with j (GroupPlace); `ahead`
+  // is iteration j + kStages's, the tile the loop requests and whose L and D it loads.
+  GroupPlace at{int(kv_bh * p.group + part * heads), 0}, ahead = at;
 
-  // Thread 0: Q and dO of iteration j into stage j % kStages.
-  auto request_q = [&](int j) {
-    const int s = j % kStages;
-    const int row = int(row_of(j)), bh = int(head_of(j));
+  // Thread 0: Q and dO of the tile at place `pl` into stage s.
+  auto request_q = [&](int s, GroupPlace pl) {
+    const int row = int((qt_begin + pl.i) * kBr);
     hopper::mbar_arrive_expect_tx(&q_full[s], 2 * Sm::kQBytes);
     for (int c = 0; c < kStrips; ++c) {
-      hopper::tma_load_3d(sQ(s) + c * kBr * 128, &tm_q, &q_full[s], c * kSwizzleCols, row, bh);
-      hopper::tma_load_3d(sdO(s) + c * kBr * 128, &tm_do, &q_full[s], c * kSwizzleCols, row, bh);
+      hopper::tma_load_3d(sQ(s) + c * kBr * 128, &tm_q, &q_full[s], c * kSwizzleCols, row, pl.head);
+      hopper::tma_load_3d(sdO(s) + c * kBr * 128, &tm_do, &q_full[s], c * kSwizzleCols, row,
+                          pl.head);
     }
   };
   // Warpgroup 0: threads 0..63 carry L2 of the tile's 64 queries, threads 64..127 their D.
-  auto load_ld = [&](int j) {
-    const int64_t row = row_of(j) + tid % kBr, head_row0 = head_of(j) * seq_q;
+  auto load_ld = [&](GroupPlace pl) {
+    const int64_t row = (qt_begin + pl.i) * kBr + tid % kBr, head_row0 = pl.head * seq_q;
     if (tid < kBr) return load_l2(p.lse + head_row0, row, seq_q);
     return row < seq_q ? p.delta[head_row0 + row] : 0.0f;
   };
-  auto store_ld = [&](int j, float x) {
-    const int s = j % kStages;
+  auto store_ld = [&](int s, float x) {
     if (tid < kBr)
       sL[s * kBr + tid] = x;
     else if (tid < 2 * kBr)
@@ -223,10 +222,11 @@ __global__ void __launch_bounds__(kThreads, 1)
                             int(kv_bh));
       }
     }
-    for (int j = 0; j < kStages && j < n_iter; ++j) request_q(j);
+    GroupPlace pl = ahead;
+    for (int j = 0; j < kStages && j < n_iter; ++j, pl.step(n_per)) request_q(j, pl);
   }
-  if (tid < 2 * kBr)
-    for (int j = 0; j < kStages && j < n_iter; ++j) store_ld(j, load_ld(j));
+  for (int j = 0; j < kStages && j < n_iter; ++j, ahead.step(n_per))
+    if (tid < 2 * kBr) store_ld(j, load_ld(ahead));
   __syncthreads();  // barriers initialised, L and D of the first stages stored
 
   // This warpgroup's 64 keys (rows of K and V in each strip) and this thread's two keys.
@@ -248,11 +248,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   zero(dv);
 
   if (n_iter > 0) hopper::mbar_wait(kv_full, 0);
-  for (int j = 0; j < n_iter; ++j) {
+  for (int j = 0; j < n_iter; ++j, at.step(n_per), ahead.step(n_per)) {
     const int s = j % kStages;
-    const int64_t q0 = row_of(j);
+    const int64_t q0 = (qt_begin + at.i) * kBr;
     const bool prefetch = j + kStages < n_iter && tid < 2 * kBr;
-    const float next_ld = prefetch ? load_ld(j + kStages) : 0.0f;
+    const float next_ld = prefetch ? load_ld(ahead) : 0.0f;
     const bool need_mask = k0 + kBc > seq_k || (p.causal && k0 + kBc - 1 > q0 + off);
     hopper::mbar_wait(&q_full[s], (j / kStages) & 1);
 
@@ -382,13 +382,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     hopper::fence_proxy_async_smem();  // before the TMA engine reads the boxes
     hopper::named_bar_sync(Dq::stage_bar(wg), 128);
     if (adder) {
-      // Rows q0 .. q0 + 63 of query head head_of(j), columns dq_col0 + 32 b ..; rows past seq_q
+      // Rows q0 .. q0 + 63 of query head at.head, columns dq_col0 + 32 b ..; rows past seq_q
       // are clipped.
-      const int bh = int(head_of(j));
 #pragma unroll
       for (int b = 0; b < kBoxes; ++b)
         hopper::tma_reduce_add_3d(&tm_dq, st_addr + b * kBoxBytes, dq_col0 + b * kBoxCols, int(q0),
-                                  bh);
+                                  at.head);
       hopper::bulk_commit_group();
     }
 
@@ -396,8 +395,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     // stage s with tile j + 2.
     __syncthreads();
     if (j + kStages < n_iter) {
-      if (tid == 0) request_q(j + kStages);
-      store_ld(j + kStages, next_ld);  // read again only after next iteration's barrier
+      if (tid == 0) request_q(s, ahead);
+      store_ld(s, next_ld);  // read again only after next iteration's barrier
     }
   }
   // The last reduce-adds must have read their rows before the block's shared memory goes, and
