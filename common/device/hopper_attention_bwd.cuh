@@ -80,6 +80,15 @@ __device__ __forceinline__ void store_acc_rows(T* out, const float (&acc)[N / 2]
   }
 }
 
+// threadIdx.x read anew: an asm volatile read the compiler may not merge with the kernel's own.
+// For a store after a loop that holds every register: a value derived from the first read (such
+// as t % 4) would otherwise be kept alive across the loop for it, or spilled there.
+__device__ __forceinline__ int thread_index_again() {
+  int tid;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(tid));
+  return tid;
+}
+
 template <int N>
 __device__ __forceinline__ void zero(float (&a)[N]) {
 #pragma unroll

@@ -313,28 +313,28 @@ __global__ void __launch_bounds__(kThreads, 1)
   // GQA: the group's query heads one after the other, n_per tiles each (bwd_v1's header).
   const int n_per = int(sWalk->iters);
   const int n_iter = n_per * heads;
-  // Iteration j: its query head (b * heads + h) and its first query row.
-  auto head_of = [&](int j) { return kv_bh * p.group + part * heads + j / n_per; };
-  auto row_of = [&](int j) { return sWalk->tile(j % n_per) * kBr; };
+  // Iteration j's place (query head, the walk's i-th tile sWalk->tile(i)), stepped with j
+  // (GroupPlace); `ahead` is iteration j + kStages's, the tile the loop requests and whose L and D
+  // it loads.
+  GroupPlace at{int(kv_bh * p.group + part * heads), 0}, ahead = at;
 
-  // Thread 0: Q and dO of iteration j into stage j % kStages.
-  auto request_q = [&](int j) {
-    const int s = j % kStages;
-    const int row = int(row_of(j)), bh = int(head_of(j));
+  // Thread 0: Q and dO of the tile at place `pl` into stage s.
+  auto request_q = [&](int s, GroupPlace pl) {
+    const int row = int(sWalk->tile(pl.i) * kBr);
     hopper::mbar_arrive_expect_tx(&q_full[s], 2 * Sm::kQBytes);
     for (int c = 0; c < kStrips; ++c) {
-      hopper::tma_load_3d(sQ(s) + c * kBr * 128, &tm_q, &q_full[s], c * kSwizzleCols, row, bh);
-      hopper::tma_load_3d(sdO(s) + c * kBr * 128, &tm_do, &q_full[s], c * kSwizzleCols, row, bh);
+      hopper::tma_load_3d(sQ(s) + c * kBr * 128, &tm_q, &q_full[s], c * kSwizzleCols, row, pl.head);
+      hopper::tma_load_3d(sdO(s) + c * kBr * 128, &tm_do, &q_full[s], c * kSwizzleCols, row,
+                          pl.head);
     }
   };
   // Warpgroup 0: threads 0..63 carry L2 of the tile's 64 queries, threads 64..127 their D.
-  auto load_ld = [&](int j) {
-    const int64_t row = row_of(j) + tid % kBr, head_row0 = head_of(j) * seq_q;
+  auto load_ld = [&](GroupPlace pl) {
+    const int64_t row = sWalk->tile(pl.i) * kBr + tid % kBr, head_row0 = pl.head * seq_q;
     if (tid < kBr) return load_l2(p.lse + head_row0, row, seq_q);
     return row < seq_q ? p.delta[head_row0 + row] : 0.0f;
   };
-  auto store_ld = [&](int j, float x) {
-    const int s = j % kStages;
+  auto store_ld = [&](int s, float x) {
     if (tid < kBr)
       sL[s * kBr + tid] = x;
     else if (tid < 2 * kBr)
@@ -354,10 +354,11 @@ __global__ void __launch_bounds__(kThreads, 1)
                             int(kv_bh));
       }
     }
-    for (int j = 0; j < kStages && j < n_iter; ++j) request_q(j);
+    GroupPlace pl = ahead;
+    for (int j = 0; j < kStages && j < n_iter; ++j, pl.step(n_per)) request_q(j, pl);
   }
-  if (tid < 2 * kBr)
-    for (int j = 0; j < kStages && j < n_iter; ++j) store_ld(j, load_ld(j));
+  for (int j = 0; j < kStages && j < n_iter; ++j, ahead.step(n_per))
+    if (tid < 2 * kBr) store_ld(j, load_ld(ahead));
   if (t == 0) {  // kept in shared memory: the loop has no registers to spare for them
     sTurn[wg].counter = p.turns + Dq::counter(wg);
     sTurn[wg].acc = p.dq_acc + Dq::col0(wg);
@@ -375,7 +376,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // K tiles), columns dq_col0 .. + 63 of D.
   const int dq_key0 = Dq::key0(wg), dq_col0 = Dq::col0(wg);
   // Thread t < 64 adds query row t of the tile: sTurn[wg].acc + (bh seq_q + q0 + t) D in the
-  // workspace, bh = head_of(j).
+  // workspace, bh = at.head.
   const uint32_t st_row = mma::smem_addr(sSt + t * kStageLd);
   const bool adder = t < kBr;
 
@@ -384,11 +385,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   zero(dv);
 
   if (n_iter > 0) hopper::mbar_wait(kv_full, 0);
-  for (int j = 0; j < n_iter; ++j) {
+  for (int j = 0; j < n_iter; ++j, at.step(n_per), ahead.step(n_per)) {
     const int s = j % kStages;
-    const int64_t q0 = row_of(j);
+    const int64_t q0 = sWalk->tile(at.i) * kBr;
     const bool prefetch = j + kStages < n_iter && tid < 2 * kBr;
-    const float next_ld = prefetch ? load_ld(j + kStages) : 0.0f;
+    const float next_ld = prefetch ? load_ld(ahead) : 0.0f;
     const bool need_mask = k0 + kBc > seq_k || (p.causal && k0 + kBc - 1 > q0 + off);
     hopper::mbar_wait(&q_full[s], (j / kStages) & 1);
 
@@ -522,10 +523,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     // adders are through, thread 0 passes the turn on. A row past seq_q adds nothing but takes
     // part in the handover all the same.
     if (adder) {
-      // Query head bh, query tile i, read again: no register holds them this long.
-      const int64_t bh = head_of(j), i = sWalk->tile(j % n_per);
+      // Query head bh, query tile i (read again: no register holds it this long).
+      const int64_t bh = at.head, i = sWalk->tile(at.i);
       int* counter = sTurn[wg].counter + (bh * n_qt + i) * Dq::kCounters;
-      wait_turn(counter, Dq::turn(sWalk->rank(j % n_per), wg));
+      wait_turn(counter, Dq::turn(sWalk->rank(at.i), wg));
       // The reduce-adds are writes of the async proxy (the TMA engine), the turn counter is read and
       // written by the generic proxy: fenced after the acquire, and after the group completes,
       // before the release that announces it.
@@ -545,8 +546,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     // stage s with tile j + 2.
     __syncthreads();
     if (j + kStages < n_iter) {
-      if (tid == 0) request_q(j + kStages);
-      store_ld(j + kStages, next_ld);  // read again only after next iteration's barrier
+      if (tid == 0) request_q(s, ahead);
+      store_ld(s, next_ld);  // read again only after next iteration's barrier
     }
   }
   // The last reduce-adds must have read their rows before the block's shared memory goes, and
@@ -557,9 +558,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   // K/V head's [seq_k x D] dK and dV, summed over its group.
   const int64_t row0 = k0 + wrow;
   if (p.split > 1) {  // this part's fp32 sums; sum_parts_kernel adds the parts (header, GQA)
+    // The thread's index read again (thread_index_again): from the kernel's first read, ptxas
+    // kept q = t % 4 for these stores across the loop, spilled (4 bytes at D 128).
     const int64_t head = int64_t(part) * p.kv_bh + kv_bh, all = p.split * p.kv_bh;
-    store_acc_rows<float, D, D>(p.parts + head * seq_k * D, dk, row0, seq_k, 1.0f, t);
-    store_acc_rows<float, D, D>(p.parts + (all + head) * seq_k * D, dv, row0, seq_k, 1.0f, t);
+    const int t_again = thread_index_again() % 128;
+    store_acc_rows<float, D, D>(p.parts + head * seq_k * D, dk, row0, seq_k, 1.0f, t_again);
+    store_acc_rows<float, D, D>(p.parts + (all + head) * seq_k * D, dv, row0, seq_k, 1.0f, t_again);
     return;
   }
   store_acc_rows<T, D, D>(static_cast<T*>(p.dk) + kv_bh * seq_k * D, dk, row0, seq_k, p.scale, t);
