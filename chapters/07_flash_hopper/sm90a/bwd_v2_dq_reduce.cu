@@ -78,7 +78,7 @@
 //            runs (below bwd_v1's peak of 208: dK + dV + S^T + dP^T + P^T fragments when dS^T
 //            is formed); D = 64: 32 + 32 + 32 + 16 + 16 = 128.
 //   ptxas (CUDA 13.0, sm_90a, bf16 and fp16 alike): 255 registers at D 128 (as bwd_v1's dkdv),
-//   206 at D 64, no spills (before grouped heads: 255 and 209); the convert kernel 14. The
+//   208 at D 64, no spills (before grouped heads: 255 and 209); the convert kernel 14. The
 //   reduce-add's workspace address is formed where it is issued: held across the loop, with the
 //   group's head in it, it spilled 4 bytes at D 128.
 //
@@ -101,13 +101,16 @@
 // get dQ = 0. Offsets are 64-bit; batch*heads * key tiles is on gridDim.x.
 //
 // Grouped K/V heads (GQA, MQA) as bwd_v1 (its header, "Grouped K/V heads"): a block loops over
-// its K/V head's group of query heads (or group / split of them), iteration j at query head
-// head_of(j) and Q tile row_of(j); dK and dV are summed over the group in its registers and
-// stored once, or as the split's fp32 parts, which sum_parts_kernel adds in their fixed order;
-// K and V are read at K/V head bh / group. dQ_tile is added into the workspace rows of the
-// iteration's query head. One difference: the workspace holds dQ's sum here, so the parts take a
-// buffer of their own, a stream-ordered allocation (PartsBuffer in hopper_attention_bwd.cuh);
-// where it cannot be had the block runs the whole group (split 1).
+// its K/V head's group of query heads (or group / split of them), n_per Q tiles each; dK and dV
+// are summed over the group in its registers and stored once, or as the split's fp32 parts, which
+// sum_parts_kernel adds in their fixed order; K and V are read at K/V head bh / group. dQ_tile is
+// added into the workspace rows of the iteration's query head. Iteration j's query head and Q
+// tile (a GroupPlace, hopper_attention_bwd.cuh) are stepped from one iteration to the next, not
+// divided out of j: at a group of 1 the loop is the multi-head loop it was (ptxas: the same
+// registers, no spill, its instructions within about 1%). One difference from bwd_v1: the
+// workspace holds dQ's sum here, so the parts take a buffer of their own, a stream-ordered
+// allocation (PartsBuffer in hopper_attention_bwd.cuh); where it cannot be had the block runs the
+// whole group (split 1).
 //
 // Fallback: shapes TMA cannot load, and a workspace not 16-byte aligned (the bulk copies need
 // 16-byte aligned addresses), run 06/v2_mma, as bwd_v1.

@@ -102,15 +102,17 @@
 // registers to spare for them (the walk kept in registers: ptxas spilled 4 bytes at D 128). The
 // walk's divisions are done once per block, in 32 bits (a 64-bit division is a called
 // subroutine, and the registers it saves spilled too: 20 bytes at D 128). ptxas (CUDA 13.0,
-// sm_90a, bf16 and fp16 alike): 255 registers and 4 bytes of spill at D 128, 190 at D 64 (before
-// grouped heads: no spill, 189; the 4 bytes come with the store of a split's parts at the end).
+// sm_90a, bf16 and fp16 alike): 255 registers at D 128, 193 at D 64, no spills (before grouped
+// heads: 255 and 189).
 //
 // Grouped K/V heads: as bwd_v2 (its header). Each query head of the group is walked as a head
 // was, one after the other, with its own turn counters and ranks: the blocks that add into a
 // (query head, query tile) are the key blocks of its K/V head (and part of the split), the same
 // n_kt blocks in the same order, so the argument above holds with "head" read as (K/V head,
 // part): a block's adds still come in program order, now head by head, and an add waits only for
-// adds of the same query head made at the same or an earlier iteration of that head's walk.
+// adds of the same query head made at the same or an earlier iteration of that head's walk. The
+// walk over the group is stepped (GroupPlace, as bwd_v2): the walk's index i of iteration j,
+// from which tile and rank are read, is j % n_per without a division.
 //
 // Head dims 64 and 128, as bwd_v2; masking, ragged shapes, fallback: as bwd_v2 (in a full head
 // the ragged last query tile may come in the middle of a block's walk: nothing depends on it
