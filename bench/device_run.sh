@@ -172,8 +172,8 @@ for stage in "$@"; do
       log "ch07 fa_bench rc=$?"; grep -E "attn_fwd" "$OUT/bench_ch07.log" | head -60
       ;;
     gqa)
-      # Grouped K/V heads in chapter 07's final rungs: fa_bench's attn_gqa rows (07/v5_persistent
-      # and 07/bwd_v1_tma_wgmma, and any other fixed-length kernel that takes grouped heads) at
+      # Grouped K/V heads in chapter 07's final rungs: fa_bench's attn_gqa rows (07/v5_persistent,
+      # 07/bwd_v1 .. bwd_v4, and any other fixed-length kernel that takes grouped heads) at
       # B 2, H 32, H_kv 32 (MHA) / 8 / 4 / 1 (MQA), N 4096 and 8192, D 128, bf16, causal and full;
       # each row timed alone (a fa_bench process of its own), GQA_ROUNDS rounds (default 3) that
       # alternate the rows; then each row's median over its Hkv32 row (the time per query head
@@ -192,7 +192,7 @@ for stage in "$@"; do
       log "gqa fa_bench: $(wc -l < "$OUT/gqa_rounds.log") samples"
       python3 bench/gqa_ratios.py "$OUT/gqa_rounds.log" > "$OUT/gqa.log" 2>&1
       log "gqa ratios rc=$?"; cat "$OUT/gqa.log"
-      ctest --test-dir "$BUILD" -L gpu -R '\.GroupedKvHeads/07_(v5_persistent|bwd_v1_tma_wgmma)' \
+      ctest --test-dir "$BUILD" -L gpu -R '\.GroupedKvHeads/07_(v5_persistent|bwd_v[1-4]_)' \
         --output-on-failure > "$OUT/gqa_tests.log" 2>&1
       log "gqa tests rc=$?"; tail -5 "$OUT/gqa_tests.log"
       ;;

@@ -116,6 +116,16 @@ const AttentionFwdKernel* forward_for_backward(DType t, int d) {
   return any;
 }
 
+const AttentionFwdKernel* forward_for_backward(const AttentionShape& s, DType t) {
+  const AttentionFwdKernel* best = forward_for_backward(t, int(s.head_dim));
+  if (!s.is_gqa() || (best != nullptr && best->gqa)) return best;
+  for (const AttentionFwdKernel* k : entries_with_prefix<AttentionFwdKernel>(""))
+    if (k->gqa && k->name.rfind("ref/", 0) != 0 && supports(k->dtypes, t) &&
+        supports(k->head_dims, int(s.head_dim)) && gpu_skip_reason(k->min_sm).empty())
+      return k;
+  return nullptr;
+}
+
 // ---------------------------------------------------------------------------------------------
 void print_table(std::ostream& os, const std::string& title, const std::vector<RunResult>& rows) {
   os << "\n== " << title << " ==\n";

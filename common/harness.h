@@ -133,6 +133,9 @@ const AttentionFwdKernel* best_forward_kernel(DType t, int d);
 // The forward that makes O and L for a backward run: best_forward_kernel, or where no chapter 05
 // kernel takes (t, d) or runs on this GPU, the last registered general forward that does.
 const AttentionFwdKernel* forward_for_backward(DType t, int d);
+// The same for shape s: with grouped K/V heads, where that forward takes none, the first registered
+// forward that takes them (chapter 07's v5 on an H100); nullptr when none runs here.
+const AttentionFwdKernel* forward_for_backward(const AttentionShape& s, DType t);
 
 // Grouped-query shapes (shapes.h): why a kernel cannot run `s` ("heads_kv must divide heads", or
 // "this kernel takes heads_kv == heads only" when !takes_gqa), "" when it can. Every kernel that

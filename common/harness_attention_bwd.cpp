@@ -45,13 +45,7 @@ struct BwdRefs {
 // or with grouped heads the first registered one that takes them (chapter 07's v5 on an H100).
 const AttentionFwdKernel* forward_for(const AttentionShape& s, DType t, const RunOptions& opt) {
   if (!opt.forward_kernel.empty()) return find_entry<AttentionFwdKernel>(opt.forward_kernel);
-  const AttentionFwdKernel* best = forward_for_backward(t, int(s.head_dim));
-  if (!s.is_gqa() || (best != nullptr && best->gqa)) return best;
-  for (const AttentionFwdKernel* k : entries_with_prefix<AttentionFwdKernel>(""))
-    if (k->gqa && k->name.rfind("ref/", 0) != 0 && supports(k->dtypes, t) &&
-        supports(k->head_dims, int(s.head_dim)) && gpu_skip_reason(k->min_sm).empty())
-      return k;
-  return nullptr;
+  return forward_for_backward(s, t);
 }
 
 // The checked query heads as whole groups: the K/V heads to check (kv_heads, indices over

@@ -9,12 +9,21 @@
 //     row-major matrix of any row length, with predicated rows;
 //   * host side: which shapes TMA can take, the fallback, and the D = rowsum(dO o O) preprocess
 //     (chapter 06's kernel, compiled into this module from its header: the chapter 07 program
-//     does not link chapter 06's objects, so it cannot call chapter 06's copy).
+//     does not link chapter 06's objects, so it cannot call chapter 06's copy);
+//   * grouped K/V heads (GQA, MQA): the split of a group among dK/dV blocks (its estimate, which
+//     takes a rung's keys per block and query rows per iteration), the kernel that adds the
+//     split's fp32 parts, and what a grouped shape does where TMA cannot load it.
 // Chapter 07 introduces them (notes/07_flash_hopper.md, 07/bwd_v1_tma_wgmma). Included by the
 // sm_90a backward files only.
 #pragma once
+#include <algorithm>
+#include <functional>
+#include <queue>
+#include <vector>
+
 #include "hopper_attention.cuh"
 #include "delta_preprocess.cuh"
+#include "gpu.h"
 
 namespace fa::ch07 {
 
@@ -71,11 +80,34 @@ __device__ __forceinline__ void store_acc_rows(T* out, const float (&acc)[N / 2]
   }
 }
 
+// threadIdx.x read anew: an asm volatile read the compiler may not merge with the kernel's own.
+// For a store after a loop that holds every register: a value derived from the first read (such
+// as t % 4) would otherwise be kept alive across the loop for it, or spilled there.
+__device__ __forceinline__ int thread_index_again() {
+  int tid;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(tid));
+  return tid;
+}
+
 template <int N>
 __device__ __forceinline__ void zero(float (&a)[N]) {
 #pragma unroll
   for (int i = 0; i < N; ++i) a[i] = 0.0f;
 }
+
+// Where a dK/dV block's loop is in its walk over a group of query heads (grouped K/V heads; the
+// scheme is bwd_v1's, header "Grouped K/V heads"): query head `head` (b * heads + h) and the
+// walk's i-th Q tile of that head, n_per tiles per head, the heads one after the other. The
+// single-pass rungs (bwd_v2 on) step a place from one iteration to the next instead of taking
+// j / n_per and j % n_per: a 32-bit division is some twenty instructions with registers of its
+// own, and at D = 128 their loops have none to spare (dividing there cost bwd_v4 8 bytes more
+// spill and 7% more instructions per iteration at a group of 1).
+struct GroupPlace {
+  int head, i;
+  __device__ __forceinline__ void step(int n_per) {
+    if (++i == n_per) i = 0, ++head;
+  }
+};
 
 // ---- Host side -----------------------------------------------------------------------------------
 // Shapes the TMA kernels cannot take run this registered kernel through the registry (as the
@@ -97,6 +129,162 @@ inline void run_fallback(const AttentionBwdArgs& a, cudaStream_t stream) {
   const AttentionBwdKernel* k = find_entry<AttentionBwdKernel>(kBwdFallback);
   FA_REQUIRE(k != nullptr, std::string(kBwdFallback) + " is not linked in");
   k->run(a, stream);
+}
+
+// ---- Grouped K/V heads (GQA, MQA) ----------------------------------------------------------------
+// 07/bwd_v1_tma_wgmma's header ("Grouped K/V heads") explains the scheme every rung follows: a
+// dK/dV block loops over its K/V head's group of query heads, dK and dV summed in its registers,
+// and where the grid would leave SMs idle the group is split among `split` blocks, each over
+// group / split of the query heads, whose fp32 sums (the parts, [split][kv_bh][seq_k][D] of dK,
+// then dV's likewise) a second kernel adds in a fixed order.
+
+namespace {
+// dK and dV from the split parts: element i of dK is scale * (part 0 + part 1 + ...), in that
+// order, rounded once; dV the same without the scale. n = kv_bh * seq_k * D.
+template <class T>
+__global__ void sum_parts_kernel(const float* parts, T* dk, T* dv, int64_t n, int split,
+                                 float scale) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < 2 * n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const bool is_dv = i >= n;
+    const int64_t e = is_dv ? i - n : i;
+    const float* first = parts + (is_dv ? split * n : 0) + e;
+    float sum = 0.0f;
+    for (int s = 0; s < split; ++s) sum += first[s * n];
+    if (is_dv)
+      dv[e] = T(sum);  // round to nearest
+    else
+      dk[e] = T(sum * scale);
+  }
+}
+}  // namespace
+
+// dK and dV of a split group from its parts (one launch of sum_parts_kernel on the stream).
+template <class T>
+void sum_parts(const float* parts, const AttentionBwdArgs& a, int split, float scale,
+               cudaStream_t stream) {
+  const int64_t n = a.shape.k_numel();
+  const int64_t blocks = std::min<int64_t>(ceil_div(2 * n, 256), 8 * gpu_info().sm_count);
+  sum_parts_kernel<T><<<unsigned(blocks), 256, 0, stream>>>(parts, static_cast<T*>(a.dk),
+                                                            static_cast<T*>(a.dv), n, split, scale);
+  FA_CHECK_LAUNCH();
+}
+
+// The split of each group among dK/dV blocks: the divisor of the group with the least estimated
+// time, the smallest on a tie. The estimate hands the blocks, in launch order (for each K/V head
+// and part, key tile 0 first), to the GPU's `slots` (SMs x resident blocks), each to the slot that
+// frees first, as the block scheduler does. A block's time is its iterations (its query tiles x
+// its query heads) plus kBlockOverhead (loading its K/V tile, storing dK and dV); a split adds the
+// parts' fp32 bytes, written by the dK/dV kernel and read by sum_parts_kernel, at
+// kIterationsPerByte (an iteration, 64 queries x 128 keys x 4 products at D 128, takes about as
+// long as an SM's share of 10 MB at the memory's bandwidth). The parts may take at most q_numel
+// floats (bwd_v1 keeps them in the workspace, which has that size). A rung describes its tiles
+// by kv_rows, the keys of a block, and q_rows, the query rows of an iteration.
+constexpr double kBlockOverhead = 2.0;       // iterations
+constexpr double kIterationsPerByte = 1e-7;  // iterations per byte of parts traffic
+
+inline double estimated_dkdv_time(const AttentionShape& s, int split, int slots, int kv_rows,
+                                  int q_rows) {
+  const int64_t n_kt = ceil_div(s.seq_k, kv_rows), n_qt = ceil_div(s.seq_q, q_rows);
+  std::priority_queue<double, std::vector<double>, std::greater<double>> free_at;
+  for (int i = 0; i < slots; ++i) free_at.push(0.0);
+  const double heads = double(s.group() / split);
+  double end = 0.0;
+  for (int64_t unit = 0; unit < s.batch * s.kv_heads() * split; ++unit)
+    for (int64_t kt = 0; kt < n_kt; ++kt) {
+      int64_t qt_begin = 0;  // as in the dK/dV kernels
+      if (s.causal) {
+        const int64_t first = causal_first_query(kt * kv_rows, s.seq_q, s.seq_k);
+        if (first > 0) qt_begin = std::min(first / q_rows, n_qt);
+      }
+      const double t = free_at.top() + double(n_qt - qt_begin) * heads + kBlockOverhead;
+      free_at.pop();
+      free_at.push(t);
+      end = std::max(end, t);
+    }
+  const double parts_bytes = split > 1 ? 2.0 * 2.0 * split * double(s.k_numel()) * 4.0 : 0.0;
+  return end + parts_bytes * kIterationsPerByte;
+}
+
+inline int group_split(const AttentionShape& s, int slots, int kv_rows, int q_rows) {
+  // Greedy scheduling ends at most one block's time after the average slot's work (Graham's
+  // list-scheduling bound), and no split does better than the average: where the largest block
+  // (key tile 0, all query tiles, the whole group) is within 2% of the average, keep 1 without
+  // estimating (a large grid, where the estimate would cost a loop over millions of blocks).
+  const double n_qt = double(ceil_div(s.seq_q, q_rows));
+  const double average = double(s.batch) * s.heads * n_qt * double(ceil_div(s.seq_k, kv_rows)) /
+                         (s.causal ? 2.0 : 1.0) / slots;
+  if (n_qt * s.group() <= 0.02 * average) return 1;
+  int best = 1;
+  double best_time = estimated_dkdv_time(s, 1, slots, kv_rows, q_rows);
+  for (int split = 2; split <= s.group(); ++split) {
+    if (s.group() % split != 0 || 2 * split * s.k_numel() > s.q_numel()) continue;
+    const double time = estimated_dkdv_time(s, split, slots, kv_rows, q_rows);
+    if (time < best_time) best = split, best_time = time;
+  }
+  return best;
+}
+
+// The split for dK/dV kernel kKernel (kThreads threads, kSmem bytes of shared memory): 1 without
+// grouped heads, else group_split over the SMs times the blocks of kKernel one SM holds.
+template <auto kKernel, int kSmem>
+int dkdv_split(const AttentionShape& s, int threads, int kv_rows, int q_rows) {
+  if (!s.is_gqa()) return 1;
+  int resident = 1;  // blocks per SM (their shared memory allows one at D 128)
+  set_smem_limit_once<kKernel, kSmem>();
+  FA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kKernel, threads, kSmem));
+  return group_split(s, std::max(resident, 1) * gpu_info().sm_count, kv_rows, q_rows);
+}
+
+// The parts of a split for a rung whose workspace holds dQ's fp32 sum (bwd_v2 on): a
+// stream-ordered allocation of the same size bwd_v1 would take from the workspace, from the
+// device's default memory pool, freed on the stream after sum_parts_kernel has read it (ordered
+// on the stream, so two launches on two streams never share it). The pool hands freed memory back
+// to the device at the next synchronisation unless its release threshold says otherwise, so a
+// call after a synchronisation may map it afresh: a cost only the split shapes pay. No
+// allocation, ptr() == nullptr, when split == 1 or the pool cannot give it; the launcher then
+// runs the whole group in each block (split 1).
+class PartsBuffer {
+ public:
+  PartsBuffer(const AttentionShape& s, int split, cudaStream_t stream) : stream_(stream) {
+    if (split <= 1) return;
+    const size_t bytes = size_t(2) * size_t(split) * size_t(s.k_numel()) * sizeof(float);
+    if (cudaMallocAsync(reinterpret_cast<void**>(&ptr_), bytes, stream) != cudaSuccess) {
+      (void)cudaGetLastError();  // not an error of the call: it runs unsplit
+      ptr_ = nullptr;
+    }
+  }
+  ~PartsBuffer() {
+    if (ptr_ != nullptr) (void)cudaFreeAsync(ptr_, stream_);
+  }
+  PartsBuffer(const PartsBuffer&) = delete;
+  PartsBuffer& operator=(const PartsBuffer&) = delete;
+  float* ptr() const { return ptr_; }
+
+ private:
+  float* ptr_ = nullptr;
+  cudaStream_t stream_;
+};
+
+// Grouped heads on a shape TMA cannot load: the fallback (06/v2_mma) takes no grouped heads.
+// Without queries nothing flows back (dK = dV = 0); without keys K, V, dK and dV are empty and
+// the fallback runs the shape as plain multi-head attention (dQ = 0, D from dO and O); unaligned
+// or oversized grouped inputs are refused rather than read wrongly.
+inline void grouped_fallback(const AttentionBwdArgs& a, cudaStream_t stream, const char* name) {
+  const AttentionShape& s = a.shape;
+  FA_UNSUPPORTED_IF(s.seq_q > 0 && s.seq_k > 0,
+                    std::string(name) +
+                        ": grouped K/V heads need inputs TMA can load (16-byte aligned, sizes "
+                        "below 2^31); its fallback takes no grouped heads");
+  if (s.seq_q == 0) {
+    const size_t bytes = size_t(s.k_numel()) * dtype_size(a.dtype);
+    FA_CUDA_CHECK(cudaMemsetAsync(a.dk, 0, bytes, stream));  // 0 is +0.0 in fp16 and bf16
+    FA_CUDA_CHECK(cudaMemsetAsync(a.dv, 0, bytes, stream));
+    return;
+  }
+  AttentionBwdArgs no_keys = a;
+  no_keys.shape.heads_kv = 0;  // K, V, dK, dV are empty: no head of them is touched
+  run_fallback(no_keys, stream);
 }
 
 }  // namespace fa::ch07

@@ -32,7 +32,8 @@ only, as chapter 06's do. The backward here repeats K and V over each group of H
 heads (repeat_interleave: query head h reads K/V head h // group), runs the kernel with H heads,
 and sums each group's H / H_kv gradients of dK and dV in fp32 in Python, rounding once. That
 costs the expanded copies and a reduction; a kernel that accumulates the group itself does not
-(07/bwd_v1_tma_wgmma, on fixed-length problems: attention() calls it with K and V as they are).
+(chapter 07's backward rungs, on fixed-length problems: attention() calls them with K and V as
+they are).
 
 Every function checks dtypes, devices and shapes and raises ValueError with what is wrong; a
 kernel that cannot run the problem raises flash_from_scratch.UnsupportedError in the harness's

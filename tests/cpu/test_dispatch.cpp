@@ -208,11 +208,19 @@ TEST(Dispatch, EachKindOfProblemGoesWhereItsRowSays) {
   EXPECT_EQ(fa::pick(window_bwd, 80).kind, "varlen_bwd");
   fa::Problem gqa_bwd = gqa;
   gqa_bwd.op = Op::Bwd;
-  if (have_hopper_kernels()) {  // takes grouped heads itself, deterministically
-    EXPECT_EQ(fa::pick(gqa_bwd, 90).kernel, "07/bwd_v1_tma_wgmma");
+  if (have_hopper_kernels()) {  // the fastest backward takes grouped heads itself
+    EXPECT_EQ(fa::pick(gqa_bwd, 90).kernel, "07/bwd_v4_dq_tile_reduce");
+    EXPECT_TRUE(fa::find_entry<fa::AttentionBwdKernel>("07/bwd_v4_dq_tile_reduce")->gqa);
+    gqa_bwd.deterministic = true;  // bwd_v1 takes them too, deterministically
+    const fa::Pick det = fa::pick(gqa_bwd, 90);
+    EXPECT_EQ(det.kernel, "07/bwd_v1_tma_wgmma");
+    ASSERT_FALSE(det.passed_over.empty());
+    EXPECT_EQ(det.passed_over[0], "07/bwd_v4_dq_tile_reduce: not deterministic");
     EXPECT_TRUE(fa::find_entry<fa::AttentionBwdKernel>("07/bwd_v1_tma_wgmma")->gqa);
-    gqa_bwd.seq_q = gqa_bwd.seq_k = 512;  // where 07/bwd_v2_dq_reduce would serve MHA
+    gqa_bwd.deterministic = false;
+    gqa_bwd.head_dim = 256;  // bwd_v4 has no D 256: bwd_v1
     EXPECT_EQ(fa::pick(gqa_bwd, 90).kernel, "07/bwd_v1_tma_wgmma");
+    gqa_bwd.head_dim = 128;
   }
   // Before sm_90 the caller repeats K and V: any backward serves.
   EXPECT_EQ(fa::pick(gqa_bwd, 80).kernel, "06/v5_warp_tiles");

@@ -182,8 +182,9 @@ TEST_P(AttentionBwdKernels, GroupedKvHeads) {
   FA_SKIP_WITHOUT_GPU(kernel().min_sm);
   grouped_kv_heads(kernel(), fa::run_attention_bwd, kRaggedGrouped);
   if (!kernel().gqa) return;
-  // Small grids split each group among blocks (07/bwd_v1_tma_wgmma: parts summed by a second
-  // kernel); a grid that fills an H100 (16 x 2 K/V heads x 8 key tiles) keeps a group in one block.
+  // Small grids split each group among blocks (chapter 07's backward rungs: parts summed by a
+  // second kernel); a grid that fills an H100 (16 x 2 K/V heads x 8 key tiles) keeps a group in
+  // one block.
   fa::RunOptions o = check_only(24);
   o.check_heads = 4;  // one whole group
   for (auto [t, d] : variants(kernel()))

@@ -2,9 +2,11 @@
 // the same dQ, dK, dV and D when run three times on the same inputs, on two shapes at D 64 and
 // D 128 (where the kernel takes them): a small ragged causal one and a larger full one (N 2048:
 // sixteen or more key blocks add into every dQ row at once, where an unordered accumulation does
-// come out different). Kernels that accumulate with atomics or reduce-adds (deterministic =
-// false) are run the same way and the test only prints whether their results differed: that is
-// allowed, and worth seeing.
+// come out different). A kernel that takes grouped K/V heads (gqa) runs two grouped shapes too: a
+// group of 4 summed in one block, and multi-query heads on a grid too small for the GPU, where
+// the group is split among blocks and their fp32 parts are added by a second kernel. Kernels that
+// accumulate with atomics or reduce-adds (deterministic = false) are run the same way and the
+// test only prints whether their results differed: that is allowed, and worth seeing.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -59,12 +61,20 @@ TEST_P(BwdDeterminism, TwoRunsSameBits) {
     shapes.push_back({2, 3, 300, 517, d, true, 0.0f});
     shapes.push_back({2, 8, 2048, 2048, d, false, 0.0f});
   }
+  // Last: a skip (no forward for a grouped shape) ends the test, and the shapes above have run.
+  if (k.gqa)
+    for (int d : dims) {
+      shapes.push_back({2, 8, 1024, 1024, d, true, 0.0f, 2});
+      shapes.push_back({1, 16, 2048, 2048, d, false, 0.0f, 1});  // 16 key blocks: split
+    }
   for (const AttentionShape& s : shapes) {
     const int d = s.head_dim;
     SCOPED_TRACE(s.str());
-    // O and L from a forward kernel: chapter 05's best, else chapter 06's helper.
+    // O and L from a forward kernel: chapter 05's best, else chapter 06's helper; with grouped
+    // heads the first registered one that takes them (chapter 07's v5 on an H100).
     const fa::AttentionFwdKernel* fwd = fa::best_forward_kernel(t, d);
     if (fwd == nullptr) fwd = fa::find_entry<fa::AttentionFwdKernel>("06/forward_helper");
+    if (s.is_gqa()) fwd = fa::forward_for_backward(s, t);
     if (fwd == nullptr || !fa::supports(fwd->dtypes, t) || !fa::supports(fwd->head_dims, d))
       GTEST_SKIP() << "no forward kernel for " << fa::dtype_name(t) << " D=" << d;
 

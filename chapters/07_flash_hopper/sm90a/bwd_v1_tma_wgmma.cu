@@ -127,6 +127,8 @@
 //     while the other SMs idle (B 2, H_kv 1, N 8192 causal, per query head against MHA on an
 //     H200, 2026-12-02: 1.50x before the estimate counted it, notes/measured/h200-2026-12-02/
 //     gqa_ratios.log; 1.00x with it, gqa_ratios_alone.log).
+//   sum_parts_kernel, group_split and its estimate, and grouped_fallback live in
+//   hopper_attention_bwd.cuh: the later rungs group their heads the same way.
 //
 // Fallback: shapes TMA cannot load (unaligned pointers, seq_q or seq_k = 0, sizes near 2^31) run
 // 06/v2_mma through the registry, which takes every head dim of this kernel.
@@ -142,9 +144,6 @@
 #include <cuda.h>
 
 #include <algorithm>
-#include <functional>
-#include <queue>
-#include <vector>
 
 #include "hopper_attention_bwd.cuh"
 #include "gpu.h"
@@ -423,79 +422,6 @@ __global__ void __launch_bounds__(kThreads, 1)
                            t);
 }
 
-// dK and dV from the split parts of dkdv_kernel: element i of dK is scale * (part 0 + part 1 +
-// ...), in that order, rounded once; dV the same without the scale. n = kv_bh * seq_k * D.
-template <class T>
-__global__ void sum_parts_kernel(const float* parts, T* dk, T* dv, int64_t n, int split,
-                                 float scale) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < 2 * n;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    const bool is_dv = i >= n;
-    const int64_t e = is_dv ? i - n : i;
-    const float* first = parts + (is_dv ? split * n : 0) + e;
-    float sum = 0.0f;
-    for (int s = 0; s < split; ++s) sum += first[s * n];
-    if (is_dv)
-      dv[e] = T(sum);  // round to nearest
-    else
-      dk[e] = T(sum * scale);
-  }
-}
-
-// The split of each group among dkdv blocks (header, GQA): the divisor of the group with the least
-// estimated time, the smallest on a tie. The estimate hands the blocks, in launch order (for each
-// K/V head and part, key tile 0 first), to the GPU's `slots` (SMs x resident blocks), each to the
-// slot that frees first, as the block scheduler does. A block's time is its iterations (its query
-// tiles x its query heads) plus kBlockOverhead (loading its K/V tile, storing dK and dV); a split
-// adds the parts' fp32 bytes, written by dkdv and read by sum_parts_kernel, at kIterationsPerByte
-// (an iteration, 64 queries x 128 keys x 4 products at D 128, takes about as long as an SM's share
-// of 10 MB at the memory's bandwidth). The parts must fit the workspace's q_numel floats.
-constexpr double kBlockOverhead = 2.0;       // iterations
-constexpr double kIterationsPerByte = 1e-7;  // iterations per byte of parts traffic
-
-template <int D>
-double estimated_dkdv_time(const AttentionShape& s, int split, int slots) {
-  const int64_t n_kt = ceil_div(s.seq_k, kKvBc<D>), n_qt = ceil_div(s.seq_q, kKvBr);
-  std::priority_queue<double, std::vector<double>, std::greater<double>> free_at;
-  for (int i = 0; i < slots; ++i) free_at.push(0.0);
-  const double heads = double(s.group() / split);
-  double end = 0.0;
-  for (int64_t unit = 0; unit < s.batch * s.kv_heads() * split; ++unit)
-    for (int64_t kt = 0; kt < n_kt; ++kt) {
-      int64_t qt_begin = 0;  // as in dkdv_kernel
-      if (s.causal) {
-        const int64_t first = causal_first_query(kt * kKvBc<D>, s.seq_q, s.seq_k);
-        if (first > 0) qt_begin = std::min(first / kKvBr, n_qt);
-      }
-      const double t = free_at.top() + double(n_qt - qt_begin) * heads + kBlockOverhead;
-      free_at.pop();
-      free_at.push(t);
-      end = std::max(end, t);
-    }
-  const double parts_bytes = split > 1 ? 2.0 * 2.0 * split * double(s.k_numel()) * 4.0 : 0.0;
-  return end + parts_bytes * kIterationsPerByte;
-}
-
-template <int D>
-int group_split(const AttentionShape& s, int slots) {
-  // Greedy scheduling ends at most one block's time after the average slot's work (Graham's
-  // list-scheduling bound), and no split does better than the average: where the largest block
-  // (key tile 0, all query tiles, the whole group) is within 2% of the average, keep 1 without
-  // estimating (a large grid, where the estimate would cost a loop over millions of blocks).
-  const double n_qt = double(ceil_div(s.seq_q, kKvBr));
-  const double average = double(s.batch) * s.heads * n_qt * double(ceil_div(s.seq_k, kKvBc<D>)) /
-                         (s.causal ? 2.0 : 1.0) / slots;
-  if (n_qt * s.group() <= 0.02 * average) return 1;
-  int best = 1;
-  double best_time = estimated_dkdv_time<D>(s, 1, slots);
-  for (int split = 2; split <= s.group(); ++split) {
-    if (s.group() % split != 0 || 2 * split * s.k_numel() > s.q_numel()) continue;
-    const double time = estimated_dkdv_time<D>(s, split, slots);
-    if (time < best_time) best = split, best_time = time;
-  }
-  return best;
-}
-
 // ---- dQ ------------------------------------------------------------------------------------------
 template <int D>
 constexpr int kQBr = Split<D>::kRows;  // queries per block: 128, or 64 at D = 256
@@ -680,15 +606,7 @@ void launch(const AttentionBwdArgs& a, cudaStream_t stream) {
   p.causal = s.causal;
   p.group = int(s.group());
   p.kv_bh = kv_bh;
-  if (s.is_gqa()) {
-    int resident = 1;  // dkdv blocks per SM (its shared memory allows one at D 128)
-    set_smem_limit_once<dkdv_kernel<T, D>, DkdvSmem<D>::kBytes>();
-    FA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, dkdv_kernel<T, D>,
-                                                                kThreads, DkdvSmem<D>::kBytes));
-    p.split = group_split<D>(s, std::max(resident, 1) * gpu_info().sm_count);
-  } else {
-    p.split = 1;
-  }
+  p.split = dkdv_split<dkdv_kernel<T, D>, DkdvSmem<D>::kBytes>(s, kThreads, kKvBc<D>, kKvBr);
   p.parts = a.workspace;  // not otherwise used by this kernel
 
   // 2. dK, dV: K/V boxes of kKvBc rows (kept), Q/dO boxes of 64 rows (streamed); every box is
@@ -704,13 +622,7 @@ void launch(const AttentionBwdArgs& a, cudaStream_t stream) {
     dkdv_kernel<T, D>
         <<<unsigned(n_kt * kv_bh * p.split), kThreads, kSmem, stream>>>(tm_q, tm_k, tm_v, tm_do, p);
     FA_CHECK_LAUNCH();
-    if (p.split > 1) {
-      const int64_t n = kv_bh * s.seq_k * D;
-      const int64_t blocks = std::min<int64_t>(ceil_div(2 * n, 256), 8 * gpu_info().sm_count);
-      sum_parts_kernel<T><<<unsigned(blocks), 256, 0, stream>>>(
-          p.parts, static_cast<T*>(a.dk), static_cast<T*>(a.dv), n, p.split, p.scale);
-      FA_CHECK_LAUNCH();
-    }
+    if (p.split > 1) sum_parts<T>(p.parts, a, p.split, p.scale, stream);
   }
   // 3. dQ: Q/dO boxes of kQBr rows (kept), K/V boxes of 64 rows (streamed).
   {
@@ -742,26 +654,6 @@ void dispatch_head_dim(const AttentionBwdArgs& a, cudaStream_t stream) {
   }
 }
 
-// Grouped heads on a shape TMA cannot load: the fallback (06/v2_mma) takes no grouped heads.
-// Without queries nothing flows back (dK = dV = 0); without keys K, V, dK and dV are empty and
-// the fallback runs the shape as plain multi-head attention (dQ = 0, D from dO and O); unaligned
-// or oversized grouped inputs are refused rather than read wrongly.
-void grouped_fallback(const AttentionBwdArgs& a, cudaStream_t stream) {
-  const AttentionShape& s = a.shape;
-  FA_UNSUPPORTED_IF(s.seq_q > 0 && s.seq_k > 0,
-                    "07/bwd_v1_tma_wgmma: grouped K/V heads need inputs TMA can load (16-byte "
-                    "aligned, sizes below 2^31); its fallback takes no grouped heads");
-  if (s.seq_q == 0) {
-    const size_t bytes = size_t(s.k_numel()) * dtype_size(a.dtype);
-    FA_CUDA_CHECK(cudaMemsetAsync(a.dk, 0, bytes, stream));  // 0 is +0.0 in fp16 and bf16
-    FA_CUDA_CHECK(cudaMemsetAsync(a.dv, 0, bytes, stream));
-    return;
-  }
-  AttentionBwdArgs no_keys = a;
-  no_keys.shape.heads_kv = 0;  // K, V, dK, dV are empty: no head of them is touched
-  run_fallback(no_keys, stream);
-}
-
 void attention_bwd_v1(const AttentionBwdArgs& a, cudaStream_t stream) {
   const AttentionShape& s = a.shape;
   FA_REQUIRE(s.seq_q >= 0 && s.seq_k >= 0 && s.bh() >= 0, "negative size");
@@ -774,7 +666,7 @@ void attention_bwd_v1(const AttentionBwdArgs& a, cudaStream_t stream) {
                     "compute capability 9.0 (H100, H200) only");
   FA_REQUIRE(s.valid_heads(), "07/bwd_v1_tma_wgmma: heads must be a multiple of heads_kv");
   if (s.bh() == 0) return;  // nothing to write
-  if (s.is_gqa() && !tma_can_load(a)) return grouped_fallback(a, stream);
+  if (s.is_gqa() && !tma_can_load(a)) return grouped_fallback(a, stream, "07/bwd_v1_tma_wgmma");
   if (!tma_can_load(a)) return run_fallback(a, stream);
   // 1. D = rowsum(dO o O), before the two kernels that read it (same stream).
   delta_preprocess_launch(a.o, a.dout, a.delta, s, a.dtype, stream);

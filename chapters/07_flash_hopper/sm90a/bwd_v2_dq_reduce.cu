@@ -78,7 +78,9 @@
 //            runs (below bwd_v1's peak of 208: dK + dV + S^T + dP^T + P^T fragments when dS^T
 //            is formed); D = 64: 32 + 32 + 32 + 16 + 16 = 128.
 //   ptxas (CUDA 13.0, sm_90a, bf16 and fp16 alike): 255 registers at D 128 (as bwd_v1's dkdv),
-//   209 at D 64 (bwd_v1: 191), no spills; the convert kernel 14.
+//   208 at D 64, no spills (before grouped heads: 255 and 209); the convert kernel 14. The
+//   reduce-add's workspace address is formed where it is issued: held across the loop, with the
+//   group's head in it, it spilled 4 bytes at D 128.
 //
 // Shared memory (16-bit tiles first, 1024-byte aligned, + 1 KiB for that alignment):
 //   K, V 128 x D; 2 stages x (Q, dO 64 x D); dS^T 128 x 64 (16 KiB);
@@ -97,6 +99,18 @@
 // is never issued. Query tiles before a block's first visible query (causal) are skipped, as
 // their dS is 0. Rows no key block adds to (a query that sees no key) keep the caller's zero and
 // get dQ = 0. Offsets are 64-bit; batch*heads * key tiles is on gridDim.x.
+//
+// Grouped K/V heads (GQA, MQA) as bwd_v1 (its header, "Grouped K/V heads"): a block loops over
+// its K/V head's group of query heads (or group / split of them), n_per Q tiles each; dK and dV
+// are summed over the group in its registers and stored once, or as the split's fp32 parts, which
+// sum_parts_kernel adds in their fixed order; K and V are read at K/V head bh / group. dQ_tile is
+// added into the workspace rows of the iteration's query head. Iteration j's query head and Q
+// tile (a GroupPlace, hopper_attention_bwd.cuh) are stepped from one iteration to the next, not
+// divided out of j: at a group of 1 the loop is the multi-head loop it was (ptxas: the same
+// registers, no spill, its instructions within about 1%). One difference from bwd_v1: the
+// workspace holds dQ's sum here, so the parts take a buffer of their own, a stream-ordered
+// allocation (PartsBuffer in hopper_attention_bwd.cuh); where it cannot be had the block runs the
+// whole group (split 1).
 //
 // Fallback: shapes TMA cannot load, and a workspace not 16-byte aligned (the bulk copies need
 // 16-byte aligned addresses), run 06/v2_mma, as bwd_v1.
@@ -165,6 +179,10 @@ struct BwdParams {
   void* dv;
   int64_t seq_q, seq_k;
   int64_t n_tiles;   // key tiles per (batch, head)
+  int group;         // query heads per K/V head (1: no grouping)
+  int split;         // blocks per (key tile, K/V head), each over group / split heads
+  int64_t kv_bh;     // batch * heads_kv
+  float* parts;      // split > 1: fp32 dK parts [split][kv_bh][seq_k][D], then dV's likewise
   float scale;       // softmax scale
   float scale_log2;  // scale * log2(e): P = exp2(s * scale_log2 - L2)
   bool causal;
@@ -219,11 +237,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint64_t* q_full = kv_full + 1;  // one per stage: Q and dO bytes of the tile have landed
 
   const int tid = threadIdx.x, wg = tid / 128, t = tid % 128, q = t % 4;
-  const int64_t bh = int64_t(blockIdx.x) / p.n_tiles;
+  const int64_t unit = int64_t(blockIdx.x) / p.n_tiles;  // (K/V head, part) (GQA: header)
+  const int64_t kv_bh = unit / p.split;
+  const int part = int(unit % p.split), heads = p.group / p.split;  // this block's query heads
   const int64_t k0 = (int64_t(blockIdx.x) % p.n_tiles) * kBc;
   const int64_t seq_q = p.seq_q, seq_k = p.seq_k;
-  const float* lse = p.lse + bh * seq_q;
-  const float* delta = p.delta + bh * seq_q;
   // This warpgroup's staging rows: 64 query rows of kStageLd floats.
   float* sSt = reinterpret_cast<float*>(smem + Sm::kStOffset + wg * Sm::kStageBytes);
 
@@ -235,27 +253,30 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int64_t first = causal_first_query(k0, seq_q, seq_k);
     if (first > 0) qt_begin = first / kBr;
   }
-  const int n_iter = qt_begin < n_qt ? int(n_qt - qt_begin) : 0;
+  // GQA: the group's query heads one after the other, n_per tiles each (bwd_v1's header).
+  const int n_per = qt_begin < n_qt ? int(n_qt - qt_begin) : 0;
+  const int n_iter = n_per * heads;
+  // Iteration j's place (query head, Q tile qt_begin + i), stepped with j (GroupPlace); `ahead`
+  // is iteration j + kStages's, the tile the loop requests and whose L and D it loads.
+  GroupPlace at{int(kv_bh * p.group + part * heads), 0}, ahead = at;
 
-  // Thread 0: Q and dO of iteration j (Q tile qt_begin + j) into stage j % kStages.
-  auto request_q = [&](int j) {
-    const int s = j % kStages;
-    const int row = int((qt_begin + j) * kBr);
+  // Thread 0: Q and dO of the tile at place `pl` into stage s.
+  auto request_q = [&](int s, GroupPlace pl) {
+    const int row = int((qt_begin + pl.i) * kBr);
     hopper::mbar_arrive_expect_tx(&q_full[s], 2 * Sm::kQBytes);
     for (int c = 0; c < kStrips; ++c) {
-      hopper::tma_load_3d(sQ(s) + c * kBr * 128, &tm_q, &q_full[s], c * kSwizzleCols, row, int(bh));
+      hopper::tma_load_3d(sQ(s) + c * kBr * 128, &tm_q, &q_full[s], c * kSwizzleCols, row, pl.head);
       hopper::tma_load_3d(sdO(s) + c * kBr * 128, &tm_do, &q_full[s], c * kSwizzleCols, row,
-                          int(bh));
+                          pl.head);
     }
   };
   // Warpgroup 0: threads 0..63 carry L2 of the tile's 64 queries, threads 64..127 their D.
-  auto load_ld = [&](int j) {
-    const int64_t row = (qt_begin + j) * kBr + tid % kBr;
-    if (tid < kBr) return load_l2(lse, row, seq_q);
-    return row < seq_q ? delta[row] : 0.0f;
+  auto load_ld = [&](GroupPlace pl) {
+    const int64_t row = (qt_begin + pl.i) * kBr + tid % kBr, head_row0 = pl.head * seq_q;
+    if (tid < kBr) return load_l2(p.lse + head_row0, row, seq_q);
+    return row < seq_q ? p.delta[head_row0 + row] : 0.0f;
   };
-  auto store_ld = [&](int j, float x) {
-    const int s = j % kStages;
+  auto store_ld = [&](int s, float x) {
     if (tid < kBr)
       sL[s * kBr + tid] = x;
     else if (tid < 2 * kBr)
@@ -269,14 +290,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (n_iter > 0) {
       hopper::mbar_arrive_expect_tx(kv_full, 2 * Sm::kKVBytes);
       for (int c = 0; c < kStrips; ++c) {  // all D columns: S^T and dP^T contract over them
-        hopper::tma_load_3d(sK + c * kBc * 128, &tm_k, kv_full, c * kSwizzleCols, int(k0), int(bh));
-        hopper::tma_load_3d(sV + c * kBc * 128, &tm_v, kv_full, c * kSwizzleCols, int(k0), int(bh));
+        hopper::tma_load_3d(sK + c * kBc * 128, &tm_k, kv_full, c * kSwizzleCols, int(k0),
+                            int(kv_bh));
+        hopper::tma_load_3d(sV + c * kBc * 128, &tm_v, kv_full, c * kSwizzleCols, int(k0),
+                            int(kv_bh));
       }
     }
-    for (int j = 0; j < kStages && j < n_iter; ++j) request_q(j);
+    GroupPlace pl = ahead;
+    for (int j = 0; j < kStages && j < n_iter; ++j, pl.step(n_per)) request_q(j, pl);
   }
-  if (tid < 2 * kBr)
-    for (int j = 0; j < kStages && j < n_iter; ++j) store_ld(j, load_ld(j));
+  for (int j = 0; j < kStages && j < n_iter; ++j, ahead.step(n_per))
+    if (tid < 2 * kBr) store_ld(j, load_ld(ahead));
   __syncthreads();  // barriers initialised, L and D of the first stages stored
 
   // This warpgroup's 64 keys (rows of K and V in each strip) and this thread's two keys.
@@ -289,8 +313,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   // dQ_tile of this warpgroup: keys dq_key0 .. + Dq::kKeys - 1 of the block (rows of the dS^T and
   // K tiles), columns dq_col0 .. + 63 of D.
   const int dq_key0 = Dq::key0(wg), dq_col0 = Dq::col0(wg);
-  // Thread t < 64 adds query row t of the tile; its first float in this head's workspace rows.
-  float* const acc_row = p.dq_acc + bh * seq_q * D + int64_t(t) * D + dq_col0;
+  // Thread t < 64 adds query row t of the tile (its address in the workspace, of iteration j's
+  // query head, is formed where it is added: held across the loop it would cost registers).
   const uint32_t st_row = mma::smem_addr(sSt + t * kStageLd);
   const bool adder = t < kBr;
 
@@ -299,11 +323,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   zero(dv);
 
   if (n_iter > 0) hopper::mbar_wait(kv_full, 0);
-  for (int j = 0; j < n_iter; ++j) {
+  for (int j = 0; j < n_iter; ++j, at.step(n_per), ahead.step(n_per)) {
     const int s = j % kStages;
-    const int64_t q0 = (qt_begin + j) * kBr;
+    const int64_t q0 = (qt_begin + at.i) * kBr;
     const bool prefetch = j + kStages < n_iter && tid < 2 * kBr;
-    const float next_ld = prefetch ? load_ld(j + kStages) : 0.0f;
+    const float next_ld = prefetch ? load_ld(ahead) : 0.0f;
     const bool need_mask = k0 + kBc > seq_k || (p.causal && k0 + kBc - 1 > q0 + off);
     hopper::mbar_wait(&q_full[s], (j / kStages) & 1);
 
@@ -432,7 +456,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     hopper::fence_proxy_async_smem();  // before the TMA engine reads the rows
     hopper::named_bar_sync(Dq::stage_bar(wg), 128);
     if (adder) {
-      if (q0 + t < seq_q) hopper::bulk_reduce_add_f32(acc_row + q0 * D, st_row, kRowBytes);
+      float* const acc_row = p.dq_acc + (at.head * seq_q + q0 + t) * D + dq_col0;
+      if (q0 + t < seq_q) hopper::bulk_reduce_add_f32(acc_row, st_row, kRowBytes);
       hopper::bulk_commit_group();
     }
 
@@ -440,8 +465,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     // stage s with tile j + 2.
     __syncthreads();
     if (j + kStages < n_iter) {
-      if (tid == 0) request_q(j + kStages);
-      store_ld(j + kStages, next_ld);  // read again only after next iteration's barrier
+      if (tid == 0) request_q(s, ahead);
+      store_ld(s, next_ld);  // read again only after next iteration's barrier
     }
   }
   // The last reduce-adds must have read their rows before the block's shared memory goes, and
@@ -449,10 +474,16 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (adder) hopper::bulk_wait_group<0>();
 
   // Keys no query sees (causal) leave with dK = dV = 0, as they must. Rows k0 + wrow .. of this
-  // head's [seq_k x D] dK and dV.
+  // K/V head's [seq_k x D] dK and dV, summed over its group.
   const int64_t row0 = k0 + wrow;
-  store_acc_rows<T, D, D>(static_cast<T*>(p.dk) + bh * seq_k * D, dk, row0, seq_k, p.scale, t);
-  store_acc_rows<T, D, D>(static_cast<T*>(p.dv) + bh * seq_k * D, dv, row0, seq_k, 1.0f, t);
+  if (p.split > 1) {  // this part's fp32 sums; sum_parts_kernel adds the parts (header, GQA)
+    const int64_t head = int64_t(part) * p.kv_bh + kv_bh, all = p.split * p.kv_bh;
+    store_acc_rows<float, D, D>(p.parts + head * seq_k * D, dk, row0, seq_k, 1.0f, t);
+    store_acc_rows<float, D, D>(p.parts + (all + head) * seq_k * D, dv, row0, seq_k, 1.0f, t);
+    return;
+  }
+  store_acc_rows<T, D, D>(static_cast<T*>(p.dk) + kv_bh * seq_k * D, dk, row0, seq_k, p.scale, t);
+  store_acc_rows<T, D, D>(static_cast<T*>(p.dv) + kv_bh * seq_k * D, dv, row0, seq_k, 1.0f, t);
 }
 
 // ---- dQ = workspace * scale, in the dtype ------------------------------------------------------
@@ -475,8 +506,12 @@ template <class T, int D>
 void launch(const AttentionBwdArgs& a, cudaStream_t stream) {
   const AttentionShape& s = a.shape;
   const int64_t n_kt = ceil_div(s.seq_k, kBc);
+  const int64_t kv_bh = s.batch * s.kv_heads();  // K, V, dK, dV: batch * heads_kv heads (GQA)
   FA_UNSUPPORTED_IF(n_kt * s.bh() > INT_MAX,
                     std::string(kName) + ": more than 2^31-1 thread blocks");
+  // A block's iterations, the group's query heads x the Q tiles, count in an int.
+  FA_UNSUPPORTED_IF(ceil_div(s.seq_q, kBr) * s.group() > INT_MAX,
+                    std::string(kName) + ": more than 2^31-1 query tiles per K/V head");
   BwdParams p{};
   p.lse = a.lse;
   p.delta = a.delta;
@@ -489,18 +524,27 @@ void launch(const AttentionBwdArgs& a, cudaStream_t stream) {
   p.scale = s.softmax_scale();
   p.scale_log2 = p.scale * kLog2e;
   p.causal = s.causal;
+  p.group = int(s.group());
+  p.kv_bh = kv_bh;
+  // The split of each group (bwd_v1's header); its parts need memory of their own here, since the
+  // workspace holds dQ's sum (PartsBuffer): without it the block runs the whole group.
+  p.split = dkdv_split<dkdv_dq_kernel<T, D>, Smem<D>::kBytes>(s, kThreads, kBc, kBr);
+  const PartsBuffer parts(s, p.split, stream);
+  if (parts.ptr() == nullptr) p.split = 1;
+  p.parts = parts.ptr();
 
   // 2. dK, dV and dQ_tile: K/V boxes of kBc rows (kept), Q/dO boxes of 64 rows (streamed); every
   // box is 64 columns wide, one 128-byte swizzled strip.
   const CUtensorMap tm_q = make_tmap(a.q, s.bh(), s.seq_q, D, kBr, a.dtype);
   const CUtensorMap tm_do = make_tmap(a.dout, s.bh(), s.seq_q, D, kBr, a.dtype);
-  const CUtensorMap tm_k = make_tmap(a.k, s.bh(), s.seq_k, D, kBc, a.dtype);
-  const CUtensorMap tm_v = make_tmap(a.v, s.bh(), s.seq_k, D, kBc, a.dtype);
+  const CUtensorMap tm_k = make_tmap(a.k, kv_bh, s.seq_k, D, kBc, a.dtype);
+  const CUtensorMap tm_v = make_tmap(a.v, kv_bh, s.seq_k, D, kBc, a.dtype);
   constexpr int kSmem = Smem<D>::kBytes;
   set_smem_limit_once<dkdv_dq_kernel<T, D>, kSmem>();
   dkdv_dq_kernel<T, D>
-      <<<unsigned(n_kt * s.bh()), kThreads, kSmem, stream>>>(tm_q, tm_k, tm_v, tm_do, p);
+      <<<unsigned(n_kt * kv_bh * p.split), kThreads, kSmem, stream>>>(tm_q, tm_k, tm_v, tm_do, p);
   FA_CHECK_LAUNCH();
+  if (p.split > 1) sum_parts<T>(p.parts, a, p.split, p.scale, stream);
 
   // 3. dQ from the workspace: memory-bound, a few waves of 256-thread blocks.
   const int64_t n4 = s.q_numel() / 4;
@@ -535,11 +579,14 @@ void attention_bwd_v2(const AttentionBwdArgs& a, cudaStream_t stream) {
                     std::string(kName) +
                         " uses sm_90a instructions (wgmma, TMA): it runs on compute capability "
                         "9.0 (H100, H200) only");
+  FA_REQUIRE(s.valid_heads(), std::string(kName) + ": heads must be a multiple of heads_kv");
   if (s.bh() == 0) return;  // nothing to write
   FA_REQUIRE(a.workspace != nullptr, std::string(kName) + " needs the fp32 workspace (dQ's sum)");
   // The bulk reduce-adds need 16-byte aligned rows of the workspace (D * 4 bytes per row keeps
   // them so once the base is).
-  if (!tma_can_load(a) || !aligned(a.workspace, 16)) return run_fallback(a, stream);
+  const bool can_load = tma_can_load(a) && aligned(a.workspace, 16);
+  if (s.is_gqa() && !can_load) return grouped_fallback(a, stream, kName);
+  if (!can_load) return run_fallback(a, stream);
   // 1. D = rowsum(dO o O), before the kernel that reads it (same stream).
   delta_preprocess_launch(a.o, a.dout, a.delta, s, a.dtype, stream);
   if (a.dtype == DType::BF16)
@@ -559,6 +606,7 @@ FA_REGISTER(AttentionBwdKernel,
              {DType::BF16, DType::F16},
              {64, 128},
              90,
-             false});
+             /*deterministic=*/false,
+             /*gqa=*/true});
 
 }  // namespace fa::ch07

@@ -102,7 +102,17 @@
 // registers to spare for them (the walk kept in registers: ptxas spilled 4 bytes at D 128). The
 // walk's divisions are done once per block, in 32 bits (a 64-bit division is a called
 // subroutine, and the registers it saves spilled too: 20 bytes at D 128). ptxas (CUDA 13.0,
-// sm_90a, bf16 and fp16 alike): 255 registers at D 128, 189 at D 64, no spills.
+// sm_90a, bf16 and fp16 alike): 255 registers at D 128, 193 at D 64, no spills (before grouped
+// heads: 255 and 189).
+//
+// Grouped K/V heads: as bwd_v2 (its header). Each query head of the group is walked as a head
+// was, one after the other, with its own turn counters and ranks: the blocks that add into a
+// (query head, query tile) are the key blocks of its K/V head (and part of the split), the same
+// n_kt blocks in the same order, so the argument above holds with "head" read as (K/V head,
+// part): a block's adds still come in program order, now head by head, and an add waits only for
+// adds of the same query head made at the same or an earlier iteration of that head's walk. The
+// walk over the group is stepped (GroupPlace, as bwd_v2): the walk's index i of iteration j,
+// from which tile and rank are read, is j % n_per without a division.
 //
 // Head dims 64 and 128, as bwd_v2; masking, ragged shapes, fallback: as bwd_v2 (in a full head
 // the ragged last query tile may come in the middle of a block's walk: nothing depends on it
@@ -184,6 +194,10 @@ struct BwdParams {
   void* dv;
   int64_t seq_q, seq_k;
   int64_t n_tiles;   // key tiles per (batch, head)
+  int group;         // query heads per K/V head (1: no grouping)
+  int split;         // blocks per (key tile, K/V head), each over group / split heads
+  int64_t kv_bh;     // batch * heads_kv
+  float* parts;      // split > 1: fp32 dK parts [split][kv_bh][seq_k][D], then dV's likewise
   int64_t n_qt;      // query tiles per (batch, head)
   int* turns;        // int [batch*heads][n_qt][DqSplit::kCounters], zero on entry
   float scale;       // softmax scale
@@ -219,8 +233,8 @@ __device__ __forceinline__ void pass_turn(int* counter) {
 #endif
 }
 
-// Where warpgroup w adds in turn: its counter of the head's query tile 0 (tile i's is
-// i * DqSplit::kCounters further) and its first column of the head's workspace rows.
+// Where warpgroup w adds in turn: its counter of query head 0's tile 0 (head bh's tile i's is
+// (bh * n_qt + i) * DqSplit::kCounters further) and its first column of head 0's workspace rows.
 struct Turn {
   int* counter;
   float* acc;
@@ -279,14 +293,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   Walk* sWalk = reinterpret_cast<Walk*>(smem + Sm::kWalkOffset);
 
   const int tid = threadIdx.x, wg = tid / 128, t = tid % 128, q = t % 4;
-  const int64_t bh = int64_t(blockIdx.x) / p.n_tiles;
+  const int64_t unit = int64_t(blockIdx.x) / p.n_tiles;  // (K/V head, part) (GQA: header)
+  const int64_t kv_bh = unit / p.split;
+  const int part = int(unit % p.split), heads = p.group / p.split;  // this block's query heads
   // This block's key tile: the key tiles of a head are launched from the last to the first (see
   // "Why it cannot deadlock" in the header).
   const int64_t kt = p.n_tiles - 1 - int64_t(blockIdx.x) % p.n_tiles;
   const int64_t k0 = kt * kBc;
   const int64_t seq_q = p.seq_q, seq_k = p.seq_k;
-  const float* lse = p.lse + bh * seq_q;
-  const float* delta = p.delta + bh * seq_q;
   // This warpgroup's staging rows: 64 query rows of kStageLd floats.
   float* sSt = reinterpret_cast<float*>(smem + Sm::kStOffset + wg * Sm::kStageBytes);
 
@@ -294,31 +308,35 @@ __global__ void __launch_bounds__(kThreads, 1)
   // causal, from the one holding the first query that sees key k0 (every earlier tile is entirely
   // masked, its dS is 0) to the last; full, all of them, from tile kt mod n_qt when rotated (0
   // otherwise), wrapping around. Kept in shared memory and read where used (the loop has no
-  // registers to spare for it).
+  // registers to spare for it). Every query head of the group is walked the same way.
   if (tid == 0) *sWalk = Walk(seq_q, seq_k, p.causal, p.rotate, kt);
   __syncthreads();
   const int64_t n_qt = sWalk->n_qt;
-  const int n_iter = int(sWalk->iters);
+  // GQA: the group's query heads one after the other, n_per tiles each (bwd_v1's header).
+  const int n_per = int(sWalk->iters);
+  const int n_iter = n_per * heads;
+  // Iteration j's place (query head, the walk's i-th tile sWalk->tile(i)), stepped with j
+  // (GroupPlace); `ahead` is iteration j + kStages's, the tile the loop requests and whose L and D
+  // it loads.
+  GroupPlace at{int(kv_bh * p.group + part * heads), 0}, ahead = at;
 
-  // Thread 0: Q and dO of iteration j (Q tile sWalk->tile(j)) into stage j % kStages.
-  auto request_q = [&](int j) {
-    const int s = j % kStages;
-    const int row = int(sWalk->tile(j) * kBr);
+  // Thread 0: Q and dO of the tile at place `pl` into stage s.
+  auto request_q = [&](int s, GroupPlace pl) {
+    const int row = int(sWalk->tile(pl.i) * kBr);
     hopper::mbar_arrive_expect_tx(&q_full[s], 2 * Sm::kQBytes);
     for (int c = 0; c < kStrips; ++c) {
-      hopper::tma_load_3d(sQ(s) + c * kBr * 128, &tm_q, &q_full[s], c * kSwizzleCols, row, int(bh));
+      hopper::tma_load_3d(sQ(s) + c * kBr * 128, &tm_q, &q_full[s], c * kSwizzleCols, row, pl.head);
       hopper::tma_load_3d(sdO(s) + c * kBr * 128, &tm_do, &q_full[s], c * kSwizzleCols, row,
-                          int(bh));
+                          pl.head);
     }
   };
   // Warpgroup 0: threads 0..63 carry L2 of the tile's 64 queries, threads 64..127 their D.
-  auto load_ld = [&](int j) {
-    const int64_t row = sWalk->tile(j) * kBr + tid % kBr;
-    if (tid < kBr) return load_l2(lse, row, seq_q);
-    return row < seq_q ? delta[row] : 0.0f;
+  auto load_ld = [&](GroupPlace pl) {
+    const int64_t row = sWalk->tile(pl.i) * kBr + tid % kBr, head_row0 = pl.head * seq_q;
+    if (tid < kBr) return load_l2(p.lse + head_row0, row, seq_q);
+    return row < seq_q ? p.delta[head_row0 + row] : 0.0f;
   };
-  auto store_ld = [&](int j, float x) {
-    const int s = j % kStages;
+  auto store_ld = [&](int s, float x) {
     if (tid < kBr)
       sL[s * kBr + tid] = x;
     else if (tid < 2 * kBr)
@@ -332,17 +350,20 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (n_iter > 0) {
       hopper::mbar_arrive_expect_tx(kv_full, 2 * Sm::kKVBytes);
       for (int c = 0; c < kStrips; ++c) {  // all D columns: S^T and dP^T contract over them
-        hopper::tma_load_3d(sK + c * kBc * 128, &tm_k, kv_full, c * kSwizzleCols, int(k0), int(bh));
-        hopper::tma_load_3d(sV + c * kBc * 128, &tm_v, kv_full, c * kSwizzleCols, int(k0), int(bh));
+        hopper::tma_load_3d(sK + c * kBc * 128, &tm_k, kv_full, c * kSwizzleCols, int(k0),
+                            int(kv_bh));
+        hopper::tma_load_3d(sV + c * kBc * 128, &tm_v, kv_full, c * kSwizzleCols, int(k0),
+                            int(kv_bh));
       }
     }
-    for (int j = 0; j < kStages && j < n_iter; ++j) request_q(j);
+    GroupPlace pl = ahead;
+    for (int j = 0; j < kStages && j < n_iter; ++j, pl.step(n_per)) request_q(j, pl);
   }
-  if (tid < 2 * kBr)
-    for (int j = 0; j < kStages && j < n_iter; ++j) store_ld(j, load_ld(j));
+  for (int j = 0; j < kStages && j < n_iter; ++j, ahead.step(n_per))
+    if (tid < 2 * kBr) store_ld(j, load_ld(ahead));
   if (t == 0) {  // kept in shared memory: the loop has no registers to spare for them
-    sTurn[wg].counter = p.turns + (bh * n_qt * Dq::kCounters + Dq::counter(wg));
-    sTurn[wg].acc = p.dq_acc + bh * seq_q * D + Dq::col0(wg);
+    sTurn[wg].counter = p.turns + Dq::counter(wg);
+    sTurn[wg].acc = p.dq_acc + Dq::col0(wg);
   }
   __syncthreads();  // barriers initialised, L and D of the first stages stored, turns known
 
@@ -356,7 +377,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   // dQ_tile of this warpgroup: keys dq_key0 .. + Dq::kKeys - 1 of the block (rows of the dS^T and
   // K tiles), columns dq_col0 .. + 63 of D.
   const int dq_key0 = Dq::key0(wg), dq_col0 = Dq::col0(wg);
-  // Thread t < 64 adds query row t of the tile: sTurn[wg].acc + (q0 + t) D in the workspace.
+  // Thread t < 64 adds query row t of the tile: sTurn[wg].acc + (bh seq_q + q0 + t) D in the
+  // workspace, bh = at.head.
   const uint32_t st_row = mma::smem_addr(sSt + t * kStageLd);
   const bool adder = t < kBr;
 
@@ -365,12 +387,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   zero(dv);
 
   if (n_iter > 0) hopper::mbar_wait(kv_full, 0);
-  for (int j = 0; j < n_iter; ++j) {
+  for (int j = 0; j < n_iter; ++j, at.step(n_per), ahead.step(n_per)) {
     const int s = j % kStages;
-    const int64_t qt = sWalk->tile(j);
-    const int64_t q0 = qt * kBr;
+    const int64_t q0 = sWalk->tile(at.i) * kBr;
     const bool prefetch = j + kStages < n_iter && tid < 2 * kBr;
-    const float next_ld = prefetch ? load_ld(j + kStages) : 0.0f;
+    const float next_ld = prefetch ? load_ld(ahead) : 0.0f;
     const bool need_mask = k0 + kBc > seq_k || (p.causal && k0 + kBc - 1 > q0 + off);
     hopper::mbar_wait(&q_full[s], (j / kStages) & 1);
 
@@ -504,15 +525,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     // adders are through, thread 0 passes the turn on. A row past seq_q adds nothing but takes
     // part in the handover all the same.
     if (adder) {
-      const int64_t i = sWalk->tile(j);  // = qt, read again: no register holds it this long
-      int* counter = sTurn[wg].counter + i * Dq::kCounters;
-      wait_turn(counter, Dq::turn(sWalk->rank(j), wg));
+      // Query head bh, query tile i (read again: no register holds it this long).
+      const int64_t bh = at.head, i = sWalk->tile(at.i);
+      int* counter = sTurn[wg].counter + (bh * n_qt + i) * Dq::kCounters;
+      wait_turn(counter, Dq::turn(sWalk->rank(at.i), wg));
       // The reduce-adds are writes of the async proxy (the TMA engine), the turn counter is read and
       // written by the generic proxy: fenced after the acquire, and after the group completes,
       // before the release that announces it.
       hopper::fence_proxy_async_global();
       const int64_t row = i * kBr + t;
-      if (row < seq_q) hopper::bulk_reduce_add_f32(sTurn[wg].acc + row * D, st_row, kRowBytes);
+      if (row < seq_q)
+        hopper::bulk_reduce_add_f32(sTurn[wg].acc + (bh * seq_q + row) * D, st_row, kRowBytes);
       hopper::bulk_commit_group();
       hopper::bulk_wait_group<0>();
       hopper::fence_proxy_async_global();
@@ -525,8 +548,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     // stage s with tile j + 2.
     __syncthreads();
     if (j + kStages < n_iter) {
-      if (tid == 0) request_q(j + kStages);
-      store_ld(j + kStages, next_ld);  // read again only after next iteration's barrier
+      if (tid == 0) request_q(s, ahead);
+      store_ld(s, next_ld);  // read again only after next iteration's barrier
     }
   }
   // The last reduce-adds must have read their rows before the block's shared memory goes, and
@@ -534,10 +557,19 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (adder) hopper::bulk_wait_group<0>();
 
   // Keys no query sees (causal) leave with dK = dV = 0, as they must. Rows k0 + wrow .. of this
-  // head's [seq_k x D] dK and dV.
+  // K/V head's [seq_k x D] dK and dV, summed over its group.
   const int64_t row0 = k0 + wrow;
-  store_acc_rows<T, D, D>(static_cast<T*>(p.dk) + bh * seq_k * D, dk, row0, seq_k, p.scale, t);
-  store_acc_rows<T, D, D>(static_cast<T*>(p.dv) + bh * seq_k * D, dv, row0, seq_k, 1.0f, t);
+  if (p.split > 1) {  // this part's fp32 sums; sum_parts_kernel adds the parts (header, GQA)
+    // The thread's index read again (thread_index_again): from the kernel's first read, ptxas
+    // kept q = t % 4 for these stores across the loop, spilled (4 bytes at D 128).
+    const int64_t head = int64_t(part) * p.kv_bh + kv_bh, all = p.split * p.kv_bh;
+    const int t_again = thread_index_again() % 128;
+    store_acc_rows<float, D, D>(p.parts + head * seq_k * D, dk, row0, seq_k, 1.0f, t_again);
+    store_acc_rows<float, D, D>(p.parts + (all + head) * seq_k * D, dv, row0, seq_k, 1.0f, t_again);
+    return;
+  }
+  store_acc_rows<T, D, D>(static_cast<T*>(p.dk) + kv_bh * seq_k * D, dk, row0, seq_k, p.scale, t);
+  store_acc_rows<T, D, D>(static_cast<T*>(p.dv) + kv_bh * seq_k * D, dv, row0, seq_k, 1.0f, t);
 }
 
 // ---- dQ = workspace * scale, in the dtype ------------------------------------------------------
@@ -560,8 +592,12 @@ template <class T, int D>
 void launch(const AttentionBwdArgs& a, cudaStream_t stream) {
   const AttentionShape& s = a.shape;
   const int64_t n_kt = ceil_div(s.seq_k, kBc);
+  const int64_t kv_bh = s.batch * s.kv_heads();  // K, V, dK, dV: batch * heads_kv heads (GQA)
   FA_UNSUPPORTED_IF(n_kt * s.bh() > INT_MAX,
                     std::string(kName) + ": more than 2^31-1 thread blocks");
+  // A block's iterations, the group's query heads x the Q tiles, count in an int.
+  FA_UNSUPPORTED_IF(ceil_div(s.seq_q, kBr) * s.group() > INT_MAX,
+                    std::string(kName) + ": more than 2^31-1 query tiles per K/V head");
   FA_UNSUPPORTED_IF(ceil_div(s.seq_q, int64_t(kBr)) > INT_MAX,
                     std::string(kName) + ": more than 2^31-1 query tiles");  // DqWalk's 32 bits
   BwdParams p{};
@@ -578,13 +614,21 @@ void launch(const AttentionBwdArgs& a, cudaStream_t stream) {
   p.scale = s.softmax_scale();
   p.scale_log2 = p.scale * kLog2e;
   p.causal = s.causal;
+  p.group = int(s.group());
+  p.kv_bh = kv_bh;
+  // The split of each group (bwd_v1's header); its parts need memory of their own here, since the
+  // workspace holds dQ's sum (PartsBuffer): without it the block runs the whole group.
+  p.split = dkdv_split<dkdv_dq_kernel<T, D>, Smem<D>::kBytes>(s, kThreads, kBc, kBr);
+  const PartsBuffer parts(s, p.split, stream);
+  if (parts.ptr() == nullptr) p.split = 1;
+  p.parts = parts.ptr();
 
   // 2. dK, dV and dQ_tile: K/V boxes of kBc rows (kept), Q/dO boxes of 64 rows (streamed); every
   // box is 64 columns wide, one 128-byte swizzled strip.
   const CUtensorMap tm_q = make_tmap(a.q, s.bh(), s.seq_q, D, kBr, a.dtype);
   const CUtensorMap tm_do = make_tmap(a.dout, s.bh(), s.seq_q, D, kBr, a.dtype);
-  const CUtensorMap tm_k = make_tmap(a.k, s.bh(), s.seq_k, D, kBc, a.dtype);
-  const CUtensorMap tm_v = make_tmap(a.v, s.bh(), s.seq_k, D, kBc, a.dtype);
+  const CUtensorMap tm_k = make_tmap(a.k, kv_bh, s.seq_k, D, kBc, a.dtype);
+  const CUtensorMap tm_v = make_tmap(a.v, kv_bh, s.seq_k, D, kBc, a.dtype);
   constexpr int kSmem = Smem<D>::kBytes;
   set_smem_limit_once<dkdv_dq_kernel<T, D>, kSmem>();
   // The turn counters live in dQ's own buffer until the convert kernel overwrites it: a head
@@ -599,8 +643,9 @@ void launch(const AttentionBwdArgs& a, cudaStream_t stream) {
                                                               kThreads, kSmem));
   p.rotate = !s.causal && n_kt <= int64_t(per_sm) * gpu_info().sm_count;
   dkdv_dq_kernel<T, D>
-      <<<unsigned(n_kt * s.bh()), kThreads, kSmem, stream>>>(tm_q, tm_k, tm_v, tm_do, p);
+      <<<unsigned(n_kt * kv_bh * p.split), kThreads, kSmem, stream>>>(tm_q, tm_k, tm_v, tm_do, p);
   FA_CHECK_LAUNCH();
+  if (p.split > 1) sum_parts<T>(p.parts, a, p.split, p.scale, stream);
 
   // 3. dQ from the workspace: memory-bound, a few waves of 256-thread blocks.
   const int64_t n4 = s.q_numel() / 4;
@@ -635,11 +680,14 @@ void attention_bwd_v3(const AttentionBwdArgs& a, cudaStream_t stream) {
                     std::string(kName) +
                         " uses sm_90a instructions (wgmma, TMA): it runs on compute capability "
                         "9.0 (H100, H200) only");
+  FA_REQUIRE(s.valid_heads(), std::string(kName) + ": heads must be a multiple of heads_kv");
   if (s.bh() == 0) return;  // nothing to write
   FA_REQUIRE(a.workspace != nullptr, std::string(kName) + " needs the fp32 workspace (dQ's sum)");
   // The bulk reduce-adds need 16-byte aligned rows of the workspace (D * 4 bytes per row keeps
   // them so once the base is).
-  if (!tma_can_load(a) || !aligned(a.workspace, 16)) return run_fallback(a, stream);
+  const bool can_load = tma_can_load(a) && aligned(a.workspace, 16);
+  if (s.is_gqa() && !can_load) return grouped_fallback(a, stream, kName);
+  if (!can_load) return run_fallback(a, stream);
   // 1. D = rowsum(dO o O), before the kernel that reads it (same stream).
   delta_preprocess_launch(a.o, a.dout, a.delta, s, a.dtype, stream);
   if (a.dtype == DType::BF16)
@@ -661,6 +709,7 @@ FA_REGISTER(
      {DType::BF16, DType::F16},
      {64, 128},
      90,
-     true});
+     /*deterministic=*/true,
+     /*gqa=*/true});
 
 }  // namespace fa::ch07

@@ -54,7 +54,10 @@
 // notes/measured/h200-2026-12-02/bwd_v4_v2_v1.log): 1.10-1.14x bwd_v2 at D 128 (just under the
 // prediction), 1.23-1.39x at D 64; 1.05-1.10x bwd_v1 at every shape of both head dims, and
 // 0.80-0.98x cuDNN. The count mattered; it was not all of the wait (chapter README, tuning/).
-// ptxas (CUDA 13.0, sm_90a): 255 registers and 8 bytes of spill at D 128, 233 at D 64.
+// Grouped K/V heads: as bwd_v2 (its header); the tensor reduce-add's head coordinate is the
+// iteration's query head.
+// ptxas (CUDA 13.0, sm_90a): 255 registers at D 128, 215 at D 64, no spills (before grouped
+// heads: 8 bytes of spill at D 128, 233 registers at D 64).
 // Speed: measured in chapters/07_flash_hopper/README.md
 #include <cuda.h>
 
@@ -101,6 +104,10 @@ struct BwdParams {
   void* dv;
   int64_t seq_q, seq_k;
   int64_t n_tiles;   // key tiles per (batch, head)
+  int group;         // query heads per K/V head (1: no grouping)
+  int split;         // blocks per (key tile, K/V head), each over group / split heads
+  int64_t kv_bh;     // batch * heads_kv
+  float* parts;      // split > 1: fp32 dK parts [split][kv_bh][seq_k][D], then dV's likewise
   float scale;       // softmax scale
   float scale_log2;  // scale * log2(e): P = exp2(s * scale_log2 - L2)
   bool causal;
@@ -156,11 +163,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint64_t* q_full = kv_full + 1;  // one per stage: Q and dO bytes of the tile have landed
 
   const int tid = threadIdx.x, wg = tid / 128, t = tid % 128, q = t % 4;
-  const int64_t bh = int64_t(blockIdx.x) / p.n_tiles;
+  const int64_t unit = int64_t(blockIdx.x) / p.n_tiles;  // (K/V head, part) (GQA: header)
+  const int64_t kv_bh = unit / p.split;
+  const int part = int(unit % p.split), heads = p.group / p.split;  // this block's query heads
   const int64_t k0 = (int64_t(blockIdx.x) % p.n_tiles) * kBc;
   const int64_t seq_q = p.seq_q, seq_k = p.seq_k;
-  const float* lse = p.lse + bh * seq_q;
-  const float* delta = p.delta + bh * seq_q;
   // This warpgroup's staging: kBoxes boxes of 64 query rows x 32 columns, 128-byte swizzled.
   unsigned char* sSt = smem + Sm::kStOffset + wg * Sm::kStageBytes;
 
@@ -172,27 +179,30 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int64_t first = causal_first_query(k0, seq_q, seq_k);
     if (first > 0) qt_begin = first / kBr;
   }
-  const int n_iter = qt_begin < n_qt ? int(n_qt - qt_begin) : 0;
+  // GQA: the group's query heads one after the other, n_per tiles each (bwd_v1's header).
+  const int n_per = qt_begin < n_qt ? int(n_qt - qt_begin) : 0;
+  const int n_iter = n_per * heads;
+  // Iteration j's place (query head, Q tile qt_begin + i), stepped with j (GroupPlace); `ahead`
+  // is iteration j + kStages's, the tile the loop requests and whose L and D it loads.
+  GroupPlace at{int(kv_bh * p.group + part * heads), 0}, ahead = at;
 
-  // Thread 0: Q and dO of iteration j (Q tile qt_begin + j) into stage j % kStages.
-  auto request_q = [&](int j) {
-    const int s = j % kStages;
-    const int row = int((qt_begin + j) * kBr);
+  // Thread 0: Q and dO of the tile at place `pl` into stage s.
+  auto request_q = [&](int s, GroupPlace pl) {
+    const int row = int((qt_begin + pl.i) * kBr);
     hopper::mbar_arrive_expect_tx(&q_full[s], 2 * Sm::kQBytes);
     for (int c = 0; c < kStrips; ++c) {
-      hopper::tma_load_3d(sQ(s) + c * kBr * 128, &tm_q, &q_full[s], c * kSwizzleCols, row, int(bh));
+      hopper::tma_load_3d(sQ(s) + c * kBr * 128, &tm_q, &q_full[s], c * kSwizzleCols, row, pl.head);
       hopper::tma_load_3d(sdO(s) + c * kBr * 128, &tm_do, &q_full[s], c * kSwizzleCols, row,
-                          int(bh));
+                          pl.head);
     }
   };
   // Warpgroup 0: threads 0..63 carry L2 of the tile's 64 queries, threads 64..127 their D.
-  auto load_ld = [&](int j) {
-    const int64_t row = (qt_begin + j) * kBr + tid % kBr;
-    if (tid < kBr) return load_l2(lse, row, seq_q);
-    return row < seq_q ? delta[row] : 0.0f;
+  auto load_ld = [&](GroupPlace pl) {
+    const int64_t row = (qt_begin + pl.i) * kBr + tid % kBr, head_row0 = pl.head * seq_q;
+    if (tid < kBr) return load_l2(p.lse + head_row0, row, seq_q);
+    return row < seq_q ? p.delta[head_row0 + row] : 0.0f;
   };
-  auto store_ld = [&](int j, float x) {
-    const int s = j % kStages;
+  auto store_ld = [&](int s, float x) {
     if (tid < kBr)
       sL[s * kBr + tid] = x;
     else if (tid < 2 * kBr)
@@ -206,14 +216,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (n_iter > 0) {
       hopper::mbar_arrive_expect_tx(kv_full, 2 * Sm::kKVBytes);
       for (int c = 0; c < kStrips; ++c) {  // all D columns: S^T and dP^T contract over them
-        hopper::tma_load_3d(sK + c * kBc * 128, &tm_k, kv_full, c * kSwizzleCols, int(k0), int(bh));
-        hopper::tma_load_3d(sV + c * kBc * 128, &tm_v, kv_full, c * kSwizzleCols, int(k0), int(bh));
+        hopper::tma_load_3d(sK + c * kBc * 128, &tm_k, kv_full, c * kSwizzleCols, int(k0),
+                            int(kv_bh));
+        hopper::tma_load_3d(sV + c * kBc * 128, &tm_v, kv_full, c * kSwizzleCols, int(k0),
+                            int(kv_bh));
       }
     }
-    for (int j = 0; j < kStages && j < n_iter; ++j) request_q(j);
+    GroupPlace pl = ahead;
+    for (int j = 0; j < kStages && j < n_iter; ++j, pl.step(n_per)) request_q(j, pl);
   }
-  if (tid < 2 * kBr)
-    for (int j = 0; j < kStages && j < n_iter; ++j) store_ld(j, load_ld(j));
+  for (int j = 0; j < kStages && j < n_iter; ++j, ahead.step(n_per))
+    if (tid < 2 * kBr) store_ld(j, load_ld(ahead));
   __syncthreads();  // barriers initialised, L and D of the first stages stored
 
   // This warpgroup's 64 keys (rows of K and V in each strip) and this thread's two keys.
@@ -235,11 +248,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   zero(dv);
 
   if (n_iter > 0) hopper::mbar_wait(kv_full, 0);
-  for (int j = 0; j < n_iter; ++j) {
+  for (int j = 0; j < n_iter; ++j, at.step(n_per), ahead.step(n_per)) {
     const int s = j % kStages;
-    const int64_t q0 = (qt_begin + j) * kBr;
+    const int64_t q0 = (qt_begin + at.i) * kBr;
     const bool prefetch = j + kStages < n_iter && tid < 2 * kBr;
-    const float next_ld = prefetch ? load_ld(j + kStages) : 0.0f;
+    const float next_ld = prefetch ? load_ld(ahead) : 0.0f;
     const bool need_mask = k0 + kBc > seq_k || (p.causal && k0 + kBc - 1 > q0 + off);
     hopper::mbar_wait(&q_full[s], (j / kStages) & 1);
 
@@ -369,11 +382,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     hopper::fence_proxy_async_smem();  // before the TMA engine reads the boxes
     hopper::named_bar_sync(Dq::stage_bar(wg), 128);
     if (adder) {
-      // Rows q0 .. q0 + 63 of head bh, columns dq_col0 + 32 b ..; rows past seq_q are clipped.
+      // Rows q0 .. q0 + 63 of query head at.head, columns dq_col0 + 32 b ..; rows past seq_q
+      // are clipped.
 #pragma unroll
       for (int b = 0; b < kBoxes; ++b)
         hopper::tma_reduce_add_3d(&tm_dq, st_addr + b * kBoxBytes, dq_col0 + b * kBoxCols, int(q0),
-                                  int(bh));
+                                  at.head);
       hopper::bulk_commit_group();
     }
 
@@ -381,8 +395,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     // stage s with tile j + 2.
     __syncthreads();
     if (j + kStages < n_iter) {
-      if (tid == 0) request_q(j + kStages);
-      store_ld(j + kStages, next_ld);  // read again only after next iteration's barrier
+      if (tid == 0) request_q(s, ahead);
+      store_ld(s, next_ld);  // read again only after next iteration's barrier
     }
   }
   // The last reduce-adds must have read their rows before the block's shared memory goes, and
@@ -390,10 +404,16 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (adder) hopper::bulk_wait_group<0>();
 
   // Keys no query sees (causal) leave with dK = dV = 0, as they must. Rows k0 + wrow .. of this
-  // head's [seq_k x D] dK and dV.
+  // K/V head's [seq_k x D] dK and dV, summed over its group.
   const int64_t row0 = k0 + wrow;
-  store_acc_rows<T, D, D>(static_cast<T*>(p.dk) + bh * seq_k * D, dk, row0, seq_k, p.scale, t);
-  store_acc_rows<T, D, D>(static_cast<T*>(p.dv) + bh * seq_k * D, dv, row0, seq_k, 1.0f, t);
+  if (p.split > 1) {  // this part's fp32 sums; sum_parts_kernel adds the parts (header, GQA)
+    const int64_t head = int64_t(part) * p.kv_bh + kv_bh, all = p.split * p.kv_bh;
+    store_acc_rows<float, D, D>(p.parts + head * seq_k * D, dk, row0, seq_k, 1.0f, t);
+    store_acc_rows<float, D, D>(p.parts + (all + head) * seq_k * D, dv, row0, seq_k, 1.0f, t);
+    return;
+  }
+  store_acc_rows<T, D, D>(static_cast<T*>(p.dk) + kv_bh * seq_k * D, dk, row0, seq_k, p.scale, t);
+  store_acc_rows<T, D, D>(static_cast<T*>(p.dv) + kv_bh * seq_k * D, dv, row0, seq_k, 1.0f, t);
 }
 
 // ---- dQ = workspace * scale, in the dtype ------------------------------------------------------
@@ -435,8 +455,12 @@ template <class T, int D>
 void launch(const AttentionBwdArgs& a, cudaStream_t stream) {
   const AttentionShape& s = a.shape;
   const int64_t n_kt = ceil_div(s.seq_k, kBc);
+  const int64_t kv_bh = s.batch * s.kv_heads();  // K, V, dK, dV: batch * heads_kv heads (GQA)
   FA_UNSUPPORTED_IF(n_kt * s.bh() > INT_MAX,
                     std::string(kName) + ": more than 2^31-1 thread blocks");
+  // A block's iterations, the group's query heads x the Q tiles, count in an int.
+  FA_UNSUPPORTED_IF(ceil_div(s.seq_q, kBr) * s.group() > INT_MAX,
+                    std::string(kName) + ": more than 2^31-1 query tiles per K/V head");
   BwdParams p{};
   p.lse = a.lse;
   p.delta = a.delta;
@@ -449,19 +473,28 @@ void launch(const AttentionBwdArgs& a, cudaStream_t stream) {
   p.scale = s.softmax_scale();
   p.scale_log2 = p.scale * kLog2e;
   p.causal = s.causal;
+  p.group = int(s.group());
+  p.kv_bh = kv_bh;
+  // The split of each group (bwd_v1's header); its parts need memory of their own here, since the
+  // workspace holds dQ's sum (PartsBuffer): without it the block runs the whole group.
+  p.split = dkdv_split<dkdv_dq_kernel<T, D>, Smem<D>::kBytes>(s, kThreads, kBc, kBr);
+  const PartsBuffer parts(s, p.split, stream);
+  if (parts.ptr() == nullptr) p.split = 1;
+  p.parts = parts.ptr();
 
   // 2. dK, dV and dQ_tile: K/V boxes of kBc rows (kept), Q/dO boxes of 64 rows (streamed); every
   // box is 64 columns wide, one 128-byte swizzled strip.
   const CUtensorMap tm_q = make_tmap(a.q, s.bh(), s.seq_q, D, kBr, a.dtype);
   const CUtensorMap tm_do = make_tmap(a.dout, s.bh(), s.seq_q, D, kBr, a.dtype);
-  const CUtensorMap tm_k = make_tmap(a.k, s.bh(), s.seq_k, D, kBc, a.dtype);
-  const CUtensorMap tm_v = make_tmap(a.v, s.bh(), s.seq_k, D, kBc, a.dtype);
+  const CUtensorMap tm_k = make_tmap(a.k, kv_bh, s.seq_k, D, kBc, a.dtype);
+  const CUtensorMap tm_v = make_tmap(a.v, kv_bh, s.seq_k, D, kBc, a.dtype);
   const CUtensorMap tm_dq = make_tmap_f32(a.workspace, s.bh(), s.seq_q, D);
   constexpr int kSmem = Smem<D>::kBytes;
   set_smem_limit_once<dkdv_dq_kernel<T, D>, kSmem>();
-  dkdv_dq_kernel<T, D>
-      <<<unsigned(n_kt * s.bh()), kThreads, kSmem, stream>>>(tm_q, tm_k, tm_v, tm_do, tm_dq, p);
+  dkdv_dq_kernel<T, D><<<unsigned(n_kt * kv_bh * p.split), kThreads, kSmem, stream>>>(
+      tm_q, tm_k, tm_v, tm_do, tm_dq, p);
   FA_CHECK_LAUNCH();
+  if (p.split > 1) sum_parts<T>(p.parts, a, p.split, p.scale, stream);
 
   // 3. dQ from the workspace: memory-bound, a few waves of 256-thread blocks.
   const int64_t n4 = s.q_numel() / 4;
@@ -496,11 +529,14 @@ void attention_bwd_v4(const AttentionBwdArgs& a, cudaStream_t stream) {
                     std::string(kName) +
                         " uses sm_90a instructions (wgmma, TMA): it runs on compute capability "
                         "9.0 (H100, H200) only");
+  FA_REQUIRE(s.valid_heads(), std::string(kName) + ": heads must be a multiple of heads_kv");
   if (s.bh() == 0) return;  // nothing to write
   FA_REQUIRE(a.workspace != nullptr, std::string(kName) + " needs the fp32 workspace (dQ's sum)");
   // The bulk reduce-adds need 16-byte aligned rows of the workspace (D * 4 bytes per row keeps
   // them so once the base is).
-  if (!tma_can_load(a) || !aligned(a.workspace, 16)) return run_fallback(a, stream);
+  const bool can_load = tma_can_load(a) && aligned(a.workspace, 16);
+  if (s.is_gqa() && !can_load) return grouped_fallback(a, stream, kName);
+  if (!can_load) return run_fallback(a, stream);
   // 1. D = rowsum(dO o O), before the kernel that reads it (same stream).
   delta_preprocess_launch(a.o, a.dout, a.delta, s, a.dtype, stream);
   if (a.dtype == DType::BF16)
@@ -520,6 +556,7 @@ FA_REGISTER(AttentionBwdKernel,
              {DType::BF16, DType::F16},
              {64, 128},
              90,
-             false});
+             /*deterministic=*/false,
+             /*gqa=*/true});
 
 }  // namespace fa::ch07
