@@ -25,6 +25,31 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))  # a checkout, not installed
 
 
+def profile_kernels(torch, step, label, timed_ms, iterations=5):
+    """Lists the GPU kernels of `step` (torch.profiler, `iterations` calls after one warm-up):
+    time per call of each, their sum, and the timed total it is read against."""
+    from torch.profiler import ProfilerActivity, profile
+    step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(iterations):
+            step()
+        torch.cuda.synchronize()
+    kernels = {}
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            k = kernels.setdefault(e.name, [0, 0.0])
+            k[0] += 1
+            k[1] += e.time_range.elapsed_us()
+    print("profile %s: the GPU's work per forward + backward" % label)
+    total = 0.0
+    for name, (count, us) in sorted(kernels.items(), key=lambda kv: -kv[1][1]):
+        total += us / iterations
+        print("  %9.1f us  %5.2f per call  %s" % (us / iterations, count / iterations, name[:110]))
+    print("  %9.1f us  in all, against %.1f us timed (the rest: the GPU waiting)" % (
+        total, timed_ms * 1e3))
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--shape", default="4,16,4096,128", help="B,H,N,D (default 4,16,4096,128)")
@@ -34,6 +59,10 @@ def main(argv=None):
                    help="FWD:BWD kernel pair to time beside the defaults (repeatable)")
     p.add_argument("--repeats", type=int, default=20)
     p.add_argument("--csv", help="write the table as CSV here")
+    p.add_argument("--profile", action="store_true",
+                   help="then, for auto and sdpa-cudnn, list the GPU kernels of one forward + "
+                        "backward (torch.profiler): their time beside the timed total shows the "
+                        "time the GPU waits on the host")
     args = p.parse_args(argv)
 
     import torch
@@ -104,6 +133,9 @@ def main(argv=None):
             if label == "auto" and hasattr(fa, "explain"):
                 row["kernels"] = "; ".join(fa.explain(q, k, v, causal=causal, brief=True))
             rows.append(row)
+            if args.profile and label in ("auto", "sdpa-cudnn") and "fwd_bwd_ms" in row:
+                profile_kernels(torch, fwd_bwd, "%s, %s" % (label, row["mask"]),
+                                row["fwd_bwd_ms"])
 
     print("| mask | column | forward ms | fwd+bwd ms | fwd+bwd TFLOP/s | vs sdpa-flash | "
           "vs sdpa-cudnn |")

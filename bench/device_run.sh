@@ -179,9 +179,12 @@ for stage in "$@"; do
       # alternate the rows; then each row's median over its Hkv32 row (the time per query head
       # against MHA, to be at most 1.05; bench/gqa_ratios.py says why rows timed one after the
       # other in one process are not comparable), then the registry's GPU tests of the grouped
-      # shapes. After `build`. Logs: gqa_rounds.log, gqa.log (the ratios), gqa_tests.log.
-      log "gqa: fa_bench attn_gqa, each row alone, ${GQA_ROUNDS:-3} rounds"
-      rows=$("$BUILD/bin/fa_bench" --benchmark_list_tests --benchmark_filter='attn_gqa/' | grep -o '^attn_gqa/[^ ]*/Hkv[0-9]*')
+      # shapes. GQA_FILTER (a fa_bench filter, default attn_gqa/) narrows the rows, e.g.
+      # 'attn_gqa/bwd/07/bwd_v[14]'. After `build`. Logs: gqa_rounds.log, gqa.log (the ratios),
+      # gqa_tests.log.
+      log "gqa: fa_bench ${GQA_FILTER:-attn_gqa/}, each row alone, ${GQA_ROUNDS:-3} rounds"
+      rows=$("$BUILD/bin/fa_bench" --benchmark_list_tests --benchmark_filter="${GQA_FILTER:-attn_gqa/}" |
+        grep -o '^attn_gqa/[^ ]*/Hkv[0-9]*' | sort -u)
       : > "$OUT/gqa_rounds.log"
       for r in $(seq "${GQA_ROUNDS:-3}"); do
         for row in $rows; do
@@ -513,14 +516,15 @@ PY
       # What a PyTorch user gets (bench/attention_e2e.py): fa.attention() forward + backward with
       # its defaults, beside named kernel pairs (E2E_PAIRS, space-separated FWD:BWD) and SDPA's
       # FlashAttention-2 and cuDNN backends, at E2E_SHAPES (space-separated B,H,N,D; default the
-      # B 4, H 16, N 4096, D 128 of the dispatch's goal). Logs: e2e_<shape>.log and .csv.
+      # B 4, H 16, N 4096, D 128 of the dispatch's goal). E2E_PROFILE=1 adds each column's GPU
+      # kernels from torch.profiler (--profile). Logs: e2e_<shape>.log and .csv.
       for shape in ${E2E_SHAPES:-4,16,4096,128}; do
         pairs=()
         for pr in ${E2E_PAIRS:-07/v5_persistent:07/bwd_v1_tma_wgmma}; do pairs+=(--pair "$pr"); done
         tag=${shape//,/_}
         log "e2e $shape"
         FA_LIBRARY="$PWD/$BUILD/lib/libfa_python.so" PYTHONUNBUFFERED=1 python3 bench/attention_e2e.py \
-          --shape "$shape" "${pairs[@]}" --csv "$OUT/e2e_$tag.csv" > "$OUT/e2e_$tag.log" 2>&1
+          --shape "$shape" "${pairs[@]}" --csv "$OUT/e2e_$tag.csv" ${E2E_PROFILE:+--profile} > "$OUT/e2e_$tag.log" 2>&1
         log "e2e $shape rc=$?"; cat "$OUT/e2e_$tag.log"
       done
       ;;
