@@ -10,7 +10,8 @@
 # python, ncu_decode, ncu_fwd, ncu_bwd, ncu_ch07, ncu_cudnn, timeline07 (chapter 07's measured timeline, in a
 # build folder of its own), ladder (the main path of 05-08 in one run, with the
 # peers), serving (chapter 09: its program, the serving benchmarks, PyTorch's peers), e2e (fa.attention()
-# end to end beside SDPA, bench/attention_e2e.py), dispatch (fa_bench's auto rows with peers),
+# end to end beside SDPA, bench/attention_e2e.py), host (the host's time per call,
+# bench/host_overhead.py), dispatch (fa_bench's auto rows with peers),
 # pip (pip install from an empty build, timed, then used from outside the repository), release
 # (the student release made as CI makes it, its quick start's command 2 on this GPU from an empty
 # build folder, its exercises' label), releasetour (that release's command 1, after release),
@@ -527,6 +528,15 @@ PY
           --shape "$shape" "${pairs[@]}" --csv "$OUT/e2e_$tag.csv" ${E2E_PROFILE:+--profile} > "$OUT/e2e_$tag.log" 2>&1
         log "e2e $shape rc=$?"; cat "$OUT/e2e_$tag.log"
       done
+      ;;
+    host)
+      # The host's time per call of fa.attention(), its operator and SDPA on a tiny problem, then
+      # cProfile of fa.attention (bench/host_overhead.py --profile). After `build`. Log:
+      # host_overhead.log.
+      log "host: bench/host_overhead.py"
+      FA_LIBRARY="$PWD/$BUILD/lib/libfa_python.so" PYTHONUNBUFFERED=1 python3 bench/host_overhead.py \
+        --profile > "$OUT/host_overhead.log" 2>&1
+      log "host rc=$?"; head -14 "$OUT/host_overhead.log"
       ;;
     rung)
       # One kernel version end to end, after `build`: RUNG (a registered name), BASE (optional,

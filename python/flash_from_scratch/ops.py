@@ -1,7 +1,7 @@
 """The repository's kernels as PyTorch operators: attention() and the operators under it.
 
-Every kernel call goes through an operator registered with torch.library (namespace
-flash_from_scratch), so that autograd, torch.compile and torch.export see each call as one node:
+Every kernel has an operator registered with torch.library (namespace flash_from_scratch), so
+that autograd, torch.compile and torch.export see each call as one node:
 
     torch.ops.flash_from_scratch.attention_fwd(q, k, v, causal, scale, window_left, window_right,
                                                kernel, kernel_bwd, deterministic) -> (O, L)
@@ -13,6 +13,9 @@ flash_from_scratch), so that autograd, torch.compile and torch.export see each c
 Each has a fake implementation (register_fake: the output shapes, nothing computed), so a model
 that calls attention() compiles with torch.compile(fullgraph=True); the forward operators have
 their backward registered (register_autograd), so the compiled graph differentiates through them.
+In eager mode attention() runs the operators' work through a torch.autograd.Function instead
+(_EagerAttention: the same functions, so the same bits), because a Python custom op costs the
+host time on every call that the GPU would otherwise spend waiting.
 
 Which kernel runs: kernel="auto" (the default) is the dispatch's choice for the problem on this
 GPU (common/dispatch.h, one table; fa.explain() says which row chose what and the log that
@@ -48,18 +51,36 @@ attention_fwd_into = _launch.attention_fwd_into
 
 # ---- Fixed length ------------------------------------------------------------------------------
 
-@torch.library.custom_op(NAMESPACE + "::attention_fwd", mutates_args=())
-def attention_fwd_op(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float,
-                     window_left: int, window_right: int, kernel: str, kernel_bwd: str,
-                     deterministic: bool) -> Tuple[Tensor, Tensor]:
-    """(O, L) = attention of q [B, H, Nq, D] over k, v [B, H_kv, Nk, D]. kernel_bwd and
-    deterministic are the backward's, carried for it (the forward does not read them)."""
+def _forward(q, k, v, causal, scale, window_left, window_right, kernel):
+    """The forward's work, shared by the operator and the eager path: (O, L)."""
     b, h, hkv, nq, nk, d = check_inputs(q, k, v)
     window, has_window = window_arg((window_left, window_right), causal)
     name, kind = choose("fwd", kernel, dtype_name(q.dtype), d, nq, nk, causal, has_window,
                         hkv != h)
     return _launch.fixed_fwd(kind, name, dense(q), dense(k), dense(v), causal,
                              scale_or_none(scale), window)
+
+
+def _backward(dout, q, k, v, o, lse, causal, scale, window_left, window_right, kernel,
+              deterministic):
+    """The backward's work, shared by the operator and the eager path: (dQ, dK, dV)."""
+    if not kernel:
+        raise RuntimeError("attention(..., kernel_bwd=None) has no backward kernel")
+    b, h, hkv, nq, nk, d = check_inputs(q, k, v)
+    window, has_window = window_arg((window_left, window_right), causal)
+    name, kind = choose("bwd", kernel, dtype_name(q.dtype), d, nq, nk, causal, has_window,
+                        hkv != h, deterministic)
+    return _launch.fixed_bwd(kind, name, dense(dout.to(q.dtype)), dense(q), dense(k), dense(v),
+                             dense(o), dense(lse), causal, scale_or_none(scale), window)
+
+
+@torch.library.custom_op(NAMESPACE + "::attention_fwd", mutates_args=())
+def attention_fwd_op(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float,
+                     window_left: int, window_right: int, kernel: str, kernel_bwd: str,
+                     deterministic: bool) -> Tuple[Tensor, Tensor]:
+    """(O, L) = attention of q [B, H, Nq, D] over k, v [B, H_kv, Nk, D]. kernel_bwd and
+    deterministic are the backward's, carried for it (the forward does not read them)."""
+    return _forward(q, k, v, causal, scale, window_left, window_right, kernel)
 
 
 @attention_fwd_op.register_fake
@@ -73,12 +94,8 @@ def attention_bwd_op(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, l
                      causal: bool, scale: float, window_left: int, window_right: int, kernel: str,
                      deterministic: bool) -> Tuple[Tensor, Tensor, Tensor]:
     """(dQ, dK, dV) from dO and what the forward saved; dK, dV with k's H_kv heads."""
-    b, h, hkv, nq, nk, d = check_inputs(q, k, v)
-    window, has_window = window_arg((window_left, window_right), causal)
-    name, kind = choose("bwd", kernel, dtype_name(q.dtype), d, nq, nk, causal, has_window,
-                        hkv != h, deterministic)
-    return _launch.fixed_bwd(kind, name, dense(dout.to(q.dtype)), dense(q), dense(k), dense(v),
-                             dense(o), dense(lse), causal, scale_or_none(scale), window)
+    return _backward(dout, q, k, v, o, lse, causal, scale, window_left, window_right, kernel,
+                     deterministic)
 
 
 @attention_bwd_op.register_fake
@@ -105,6 +122,33 @@ def _attention_backward(ctx, dout, _dlse):
 
 
 attention_fwd_op.register_autograd(_attention_backward, setup_context=_attention_setup)
+
+
+class _EagerAttention(torch.autograd.Function):
+    """attention() outside torch.compile: the operators' work (_forward, _backward) without the
+    operators. A Python custom op costs its caller host time on every call (the dispatcher, its
+    autograd wrapper, the schema's checks), and at B 4, H 16, N 4096, D 128 that host time left
+    the GPU waiting between kernels (bench/attention_e2e.py --profile; notes/measured/README.md
+    gives the run). Under torch.compile attention() calls the operator, which the graph needs;
+    both paths run _forward and _backward, so both compute the same bits."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal, scale, window_left, window_right, kernel, kernel_bwd,
+                deterministic):
+        o, lse = _forward(q, k, v, causal, scale, window_left, window_right, kernel)
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.args = (causal, scale, window_left, window_right, kernel_bwd, deterministic)
+        ctx.mark_non_differentiable(lse)
+        ctx.set_materialize_grads(False)  # no zeros made for L's gradient, never read
+        return o, lse
+
+    @staticmethod
+    def backward(ctx, dout, _dlse):
+        if dout is None:  # O took no part in what is differentiated
+            return (None,) * 10
+        q, k, v, o, lse = ctx.saved_tensors
+        dq, dk, dv = _backward(dout, q, k, v, o, lse, *ctx.args)
+        return dq, dk, dv, None, None, None, None, None, None, None
 
 
 def attention(q, k, v, causal=False, scale=None, kernel=AUTO, kernel_bwd=AUTO, return_lse=False,
@@ -147,8 +191,14 @@ def attention(q, k, v, causal=False, scale=None, kernel=AUTO, kernel_bwd=AUTO, r
         if needs_grad:
             choose("bwd", kernel_bwd, dt, d, nq, nk, causal, has_window, hkv != h,
                    bool(deterministic))
-    o, lse = attention_fwd_op(q, k, v, causal, scale, left, right, kernel, kernel_bwd or "",
-                              bool(deterministic))
+        args = (causal, scale, left, right, kernel, kernel_bwd or "", bool(deterministic))
+        if needs_grad:
+            o, lse = _EagerAttention.apply(q, k, v, *args)
+        else:  # no graph to record: the forward's work alone
+            o, lse = _forward(q, k, v, causal, scale, left, right, kernel)
+    else:
+        o, lse = attention_fwd_op(q, k, v, causal, scale, left, right, kernel, kernel_bwd or "",
+                                  bool(deterministic))
     return (o, lse) if return_lse else o
 
 

@@ -148,3 +148,54 @@ def test_compile_fullgraph_gpu():
     block is fused differently, hence a bf16-sized tolerance)."""
     torch = torch_cuda_or_skip()
     _compiled_matches_eager(torch, "cuda", torch.bfloat16, "inductor", 2e-2)
+
+
+# ---- The eager path ----------------------------------------------------------------------------
+
+def _eager_matches_operator(torch, device, dtype):
+    """attention() in eager mode (ops._EagerAttention: no operator) against the operators called
+    directly, with autograd through them: the same O, L and gradients, bit for bit (both run
+    ops._forward and ops._backward), on plain, causal grouped and window problems."""
+    g = torch.Generator(device="cpu").manual_seed(SEED)
+
+    def rnd(*shape):
+        return (torch.randn(*shape, generator=g) + 0.5).to(device=device, dtype=dtype)
+
+    for (hkv, causal, window) in ((4, False, (-1, -1)), (2, True, (-1, -1)), (4, True, (5, 0))):
+        q, k, v = rnd(2, 4, 17, D), rnd(2, hkv, 19, D), rnd(2, hkv, 19, D)
+        do = rnd(2, 4, 17, D)
+        runs = []
+        for eager in (True, False):
+            leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+            if eager:
+                o, lse = fa.attention(*leaves, causal=causal, window=window, return_lse=True)
+            else:
+                o, lse = torch.ops.flash_from_scratch.attention_fwd(
+                    *leaves, causal, 0.0, window[0], window[1], "auto", "auto", False)
+            grads = torch.autograd.grad(o, leaves, do)
+            runs.append([o, lse, *grads])
+        for name, a, b in zip(("O", "L", "dQ", "dK", "dV"), *runs):
+            assert torch.equal(a, b), "%s differs (hkv %d, causal %s, window %s)" % (
+                name, hkv, causal, window)
+
+
+def test_eager_path_matches_operator_emulated(emulated):
+    torch, _ = emulated
+    _eager_matches_operator(torch, "cpu", torch.float32)
+
+
+def test_eager_path_matches_operator_gpu():
+    torch = torch_cuda_or_skip()
+    _eager_matches_operator(torch, "cuda", torch.bfloat16)
+
+
+def test_eager_path_without_grad_records_nothing(emulated):
+    """Under no_grad (or with inputs that need no grad) attention() runs the forward alone: no
+    graph node on the output."""
+    torch, _ = emulated
+    q = torch.randn(1, 2, 5, D) + 0.5
+    assert fa.attention(q, q, q).grad_fn is None
+    q.requires_grad_(True)
+    with torch.no_grad():
+        assert fa.attention(q, q, q).grad_fn is None
+    assert fa.attention(q, q, q).grad_fn is not None
