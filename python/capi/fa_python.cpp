@@ -404,6 +404,10 @@ static int attention_bwd(const char* name, const void* q, const void* k, const v
     a.workspace = workspace;
     a.dtype = t;
     DeviceGuard guard(device);
+    // The kernels that add dQ into the workspace need it zero. A memset from here costs the host
+    // a few microseconds; a torch.zeros in Python cost about 30 (bench/host_overhead.py).
+    FA_CUDA_CHECK(cudaMemsetAsync(workspace, 0, a.shape.q_numel() * sizeof(float),
+                                  static_cast<cudaStream_t>(stream)));
     kernel.run(a, static_cast<cudaStream_t>(stream));
   });
 }

@@ -56,7 +56,8 @@ int fa_py_attention_fwd(const char* name, const void* q, const void* k, const vo
                         void* stream);
 
 // dQ, dK, dV (dtype) and delta = rowsum(dO * O) (fp32) from Q, K, V, O, dO and L. `workspace` is
-// fp32 scratch of batch * heads * seq_q * head_dim floats, zeroed by the caller before each call.
+// fp32 scratch of batch * heads * seq_q * head_dim floats; the call zeroes it on the stream before
+// the kernels (as the harness does), so the caller need not.
 int fa_py_attention_bwd(const char* name, const void* q, const void* k, const void* v,
                         const void* o, const void* dout, const float* lse, void* dq, void* dk,
                         void* dv, float* delta, float* workspace, int64_t batch, int64_t heads,

@@ -9,8 +9,9 @@
 
     from flash_from_scratch.flash_attn_interface import flash_attn_func   # FlashAttention's API
 
-Every kernel call is a torch.library operator (torch.ops.flash_from_scratch.*, ops.py), so
-models that call attention() compile with torch.compile(fullgraph=True). Chapter 09 (serving):
+Every kernel has a torch.library operator (torch.ops.flash_from_scratch.*, ops.py), so models
+that call attention() compile with torch.compile(fullgraph=True); in eager mode attention() runs
+the same work without the operator's per-call host cost. Chapter 09 (serving):
 attention(..., window=(left, right)) and grouped K/V heads (k, v with fewer heads than q);
 varlen_attention (FlashAttention's varlen interface), paged_attention and append_kv over a paged
 KV cache; list_serving_kernels() lists their kernels.

@@ -219,7 +219,7 @@ def attention_bwd_into(q, k, v, o, do, lse, dq, dk, dv, delta, workspace, causal
                        scale=None, kernel="06/v2_mma"):
     """Launches fixed-length backward `kernel`: k, v, dk, dv with H heads, or with H_kv heads
     when the kernel takes grouped heads (it sums dk, dv over each group). workspace is fp32 of
-    q.numel() floats and must be zero before every call."""
+    q.numel() floats; the library zeroes it before the kernels."""
     b, h, nq, d = q.shape
     hkv, nk = k.shape[1], k.shape[2]
     args = (q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), do.data_ptr(),
@@ -286,7 +286,7 @@ def fixed_bwd(kind, kernel, do, q, k, v, o, lse, causal, scale, window):
         dq = torch.empty_like(q)
         dk, dv = torch.empty_like(ke), torch.empty_like(ve)
         delta = torch.empty((b, h, nq), dtype=torch.float32, device=q.device)
-        workspace = torch.zeros(q.numel(), dtype=torch.float32, device=q.device)
+        workspace = torch.empty(q.numel(), dtype=torch.float32, device=q.device)  # zeroed there
         attention_bwd_into(q, ke, ve, o, do, lse, dq, dk, dv, delta, workspace, causal, scale,
                            kernel)
     else:

@@ -51,9 +51,10 @@ attention_fwd_into = _launch.attention_fwd_into
 
 # ---- Fixed length ------------------------------------------------------------------------------
 
-def _forward(q, k, v, causal, scale, window_left, window_right, kernel):
-    """The forward's work, shared by the operator and the eager path: (O, L)."""
-    b, h, hkv, nq, nk, d = check_inputs(q, k, v)
+def _forward(q, k, v, causal, scale, window_left, window_right, kernel, shape=None):
+    """The forward's work, shared by the operator and the eager path: (O, L). shape: what
+    check_inputs(q, k, v) returned, when the caller has checked them already."""
+    b, h, hkv, nq, nk, d = shape or check_inputs(q, k, v)
     window, has_window = window_arg((window_left, window_right), causal)
     name, kind = choose("fwd", kernel, dtype_name(q.dtype), d, nq, nk, causal, has_window,
                         hkv != h)
@@ -62,11 +63,12 @@ def _forward(q, k, v, causal, scale, window_left, window_right, kernel):
 
 
 def _backward(dout, q, k, v, o, lse, causal, scale, window_left, window_right, kernel,
-              deterministic):
-    """The backward's work, shared by the operator and the eager path: (dQ, dK, dV)."""
+              deterministic, shape=None):
+    """The backward's work, shared by the operator and the eager path: (dQ, dK, dV). shape as
+    _forward's."""
     if not kernel:
         raise RuntimeError("attention(..., kernel_bwd=None) has no backward kernel")
-    b, h, hkv, nq, nk, d = check_inputs(q, k, v)
+    b, h, hkv, nq, nk, d = shape or check_inputs(q, k, v)
     window, has_window = window_arg((window_left, window_right), causal)
     name, kind = choose("bwd", kernel, dtype_name(q.dtype), d, nq, nk, causal, has_window,
                         hkv != h, deterministic)
@@ -134,10 +136,10 @@ class _EagerAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, causal, scale, window_left, window_right, kernel, kernel_bwd,
-                deterministic):
-        o, lse = _forward(q, k, v, causal, scale, window_left, window_right, kernel)
+                deterministic, shape):
+        o, lse = _forward(q, k, v, causal, scale, window_left, window_right, kernel, shape)
         ctx.save_for_backward(q, k, v, o, lse)
-        ctx.args = (causal, scale, window_left, window_right, kernel_bwd, deterministic)
+        ctx.args = (causal, scale, window_left, window_right, kernel_bwd, deterministic, shape)
         ctx.mark_non_differentiable(lse)
         ctx.set_materialize_grads(False)  # no zeros made for L's gradient, never read
         return o, lse
@@ -145,10 +147,10 @@ class _EagerAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout, _dlse):
         if dout is None:  # O took no part in what is differentiated
-            return (None,) * 10
+            return (None,) * 11
         q, k, v, o, lse = ctx.saved_tensors
         dq, dk, dv = _backward(dout, q, k, v, o, lse, *ctx.args)
-        return dq, dk, dv, None, None, None, None, None, None, None
+        return dq, dk, dv, None, None, None, None, None, None, None, None
 
 
 def attention(q, k, v, causal=False, scale=None, kernel=AUTO, kernel_bwd=AUTO, return_lse=False,
@@ -191,11 +193,12 @@ def attention(q, k, v, causal=False, scale=None, kernel=AUTO, kernel_bwd=AUTO, r
         if needs_grad:
             choose("bwd", kernel_bwd, dt, d, nq, nk, causal, has_window, hkv != h,
                    bool(deterministic))
-        args = (causal, scale, left, right, kernel, kernel_bwd or "", bool(deterministic))
+        shape = (b, h, hkv, nq, nk, d)  # checked above: not again below
         if needs_grad:
-            o, lse = _EagerAttention.apply(q, k, v, *args)
+            o, lse = _EagerAttention.apply(q, k, v, causal, scale, left, right, kernel,
+                                           kernel_bwd or "", bool(deterministic), shape)
         else:  # no graph to record: the forward's work alone
-            o, lse = _forward(q, k, v, causal, scale, left, right, kernel)
+            o, lse = _forward(q, k, v, causal, scale, left, right, kernel, shape)
     else:
         o, lse = attention_fwd_op(q, k, v, causal, scale, left, right, kernel, kernel_bwd or "",
                                   bool(deterministic))
