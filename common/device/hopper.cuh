@@ -283,8 +283,11 @@ __device__ __forceinline__ void fence_registers(uint32_t (&r)[N]) {
 
 // ---- wgmma of any N the attention kernels use (64, 128, 256), both operand forms -------------------
 // wgmma_ss: D[64 x N] (+)= A[64 x 16] * B[16 x N], A and B in shared memory (descriptors). A is
-//   K-major (imm-trans-a = 0). kTransB = 0: B K-major, i.e. stored as N rows of K (S = Q K^T reads
-//   K as it lies in memory); kTransB = 1: B MN-major, K rows of N (03/v6's B, attention's V).
+//   K-major unless kTransA = 1 (imm-trans-a: A MN-major, K rows of M, which the PTX ISA allows
+//   for 16-bit types only; 07/bwd_v6's dQ_tile = dS K reads dS out of the dS^T tile that way, as
+//   wgmma_ss_n64_at below does at N = 64). kTransB = 0: B K-major, i.e. stored as N rows of K
+//   (S = Q K^T reads K as it lies in memory); kTransB = 1: B MN-major, K rows of N (03/v6's B,
+//   attention's V).
 // wgmma_rs: the same with A in registers, 4 x 32-bit per thread (each two 16-bit values, low half
 //   = lower column). The A fragment of warp w (rows 16w..16w+15 of the 64), g = lane / 4,
 //   q = lane % 4, is the A fragment of mma.sync m16n8k16:
@@ -313,9 +316,9 @@ __device__ __forceinline__ void fence_registers(uint32_t (&r)[N]) {
   asm volatile(                                                                      \
       "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                   \
       "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPE "." TYPE " {" FA_WG_ACC_N64 \
-      "}, %32, %33, p, 1, 1, 0, %35;\n}\n"                                           \
+      "}, %32, %33, p, 1, 1, %36, %35;\n}\n"                                         \
       : FA_WG_OPS_N64                                                                \
-      : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB))
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB), "n"(kTransA))
 
 #define FA_WGMMA_RS_N64(TYPE)                                                        \
   asm volatile(                                                                      \
@@ -347,9 +350,9 @@ __device__ __forceinline__ void fence_registers(uint32_t (&r)[N]) {
   asm volatile(                                                                        \
       "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                     \
       "wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPE "." TYPE " {" FA_WG_ACC_N128 \
-      "}, %64, %65, p, 1, 1, 0, %67;\n}\n"                                             \
+      "}, %64, %65, p, 1, 1, %68, %67;\n}\n"                                           \
       : FA_WG_OPS_N128                                                                 \
-      : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB))
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB), "n"(kTransA))
 
 #define FA_WGMMA_RS_N128(TYPE)                                                         \
   asm volatile(                                                                        \
@@ -395,9 +398,9 @@ __device__ __forceinline__ void fence_registers(uint32_t (&r)[N]) {
   asm volatile(                                                                        \
       "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"                                    \
       "wgmma.mma_async.sync.aligned.m64n256k16.f32." TYPE "." TYPE " {" FA_WG_ACC_N256 \
-      "}, %128, %129, p, 1, 1, 0, %131;\n}\n"                                          \
+      "}, %128, %129, p, 1, 1, %132, %131;\n}\n"                                       \
       : FA_WG_OPS_N256                                                                 \
-      : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB))
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB), "n"(kTransA))
 
 #define FA_WGMMA_RS_N256(TYPE)                                                         \
   asm volatile(                                                                        \
@@ -407,7 +410,7 @@ __device__ __forceinline__ void fence_registers(uint32_t (&r)[N]) {
       : FA_WG_OPS_N256                                                                 \
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(kTransB))
 
-template <int N, class T, int kTransB>
+template <int N, class T, int kTransB, int kTransA = 0>
 __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b,
                                          int accumulate) {
   static_assert(N == 64 || N == 128 || N == 256, "wgmma_ss: N = 64, 128 or 256");

@@ -273,7 +273,7 @@ def fixed_fwd(kind, kernel, q, k, v, causal, scale, window):
 def fixed_bwd(kind, kernel, do, q, k, v, o, lse, causal, scale, window):
     """(dQ, dK, dV) of a fixed-length problem on backward `kernel` of registry `kind` ('bwd', or
     'varlen_bwd' on the batch packed as fixed_fwd packs it). Grouped heads: a kernel that takes
-    them (chapter 07's 07/bwd_v1 .. v4) gets K and V as they are and sums dK, dV over each group
+    them (chapter 07's 07/bwd_v1 .. v6) gets K and V as they are and sums dK, dV over each group
     itself, so the memory is about the MHA backward's or less; for any other, K and V are
     repeated over the group and the group's dK, dV summed in fp32 (group_sum)."""
     b, h, nq, d = q.shape
