@@ -171,8 +171,8 @@ void sum_parts(const float* parts, const AttentionBwdArgs& a, int split, float s
 }
 
 // The split of each group among dK/dV blocks: the divisor of the group with the least estimated
-// time, the smallest on a tie. The estimate hands the blocks, in launch order (for each K/V head
-// and part, key tile 0 first), to the GPU's `slots` (SMs x resident blocks), each to the slot that
+// time, the smallest on a tie. The estimate hands the blocks, in launch order (BlockOrder, below),
+// to the GPU's `slots` (SMs x resident blocks), each to the slot that
 // frees first, as the block scheduler does. A block's time is its iterations (its query tiles x
 // its query heads) plus kBlockOverhead (loading its K/V tile, storing dK and dV); a split adds the
 // parts' fp32 bytes, written by the dK/dV kernel and read by sum_parts_kernel, at
@@ -183,30 +183,37 @@ void sum_parts(const float* parts, const AttentionBwdArgs& a, int split, float s
 constexpr double kBlockOverhead = 2.0;       // iterations
 constexpr double kIterationsPerByte = 1e-7;  // iterations per byte of parts traffic
 
+// The order of the dK/dV blocks in the grid: every key tile of a (K/V head, part) before the
+// next (the rungs of the main path), or key tile 0 of every (K/V head, part) first, then key
+// tile 1, ... (tuning/bwd_t43: causally the heaviest blocks first).
+enum class BlockOrder { kHeadMajor, kKeyTileMajor };
+
 inline double estimated_dkdv_time(const AttentionShape& s, int split, int slots, int kv_rows,
-                                  int q_rows) {
+                                  int q_rows, BlockOrder order = BlockOrder::kHeadMajor) {
   const int64_t n_kt = ceil_div(s.seq_k, kv_rows), n_qt = ceil_div(s.seq_q, q_rows);
   std::priority_queue<double, std::vector<double>, std::greater<double>> free_at;
   for (int i = 0; i < slots; ++i) free_at.push(0.0);
   const double heads = double(s.group() / split);
+  const int64_t n_units = s.batch * s.kv_heads() * split;
   double end = 0.0;
-  for (int64_t unit = 0; unit < s.batch * s.kv_heads() * split; ++unit)
-    for (int64_t kt = 0; kt < n_kt; ++kt) {
-      int64_t qt_begin = 0;  // as in the dK/dV kernels
-      if (s.causal) {
-        const int64_t first = causal_first_query(kt * kv_rows, s.seq_q, s.seq_k);
-        if (first > 0) qt_begin = std::min(first / q_rows, n_qt);
-      }
-      const double t = free_at.top() + double(n_qt - qt_begin) * heads + kBlockOverhead;
-      free_at.pop();
-      free_at.push(t);
-      end = std::max(end, t);
+  for (int64_t b = 0; b < n_units * n_kt; ++b) {  // block b in launch order: its key tile kt
+    const int64_t kt = order == BlockOrder::kHeadMajor ? b % n_kt : b / n_units;
+    int64_t qt_begin = 0;  // as in the dK/dV kernels
+    if (s.causal) {
+      const int64_t first = causal_first_query(kt * kv_rows, s.seq_q, s.seq_k);
+      if (first > 0) qt_begin = std::min(first / q_rows, n_qt);
     }
+    const double t = free_at.top() + double(n_qt - qt_begin) * heads + kBlockOverhead;
+    free_at.pop();
+    free_at.push(t);
+    end = std::max(end, t);
+  }
   const double parts_bytes = split > 1 ? 2.0 * 2.0 * split * double(s.k_numel()) * 4.0 : 0.0;
   return end + parts_bytes * kIterationsPerByte;
 }
 
-inline int group_split(const AttentionShape& s, int slots, int kv_rows, int q_rows) {
+inline int group_split(const AttentionShape& s, int slots, int kv_rows, int q_rows,
+                       BlockOrder order = BlockOrder::kHeadMajor) {
   // Greedy scheduling ends at most one block's time after the average slot's work (Graham's
   // list-scheduling bound), and no split does better than the average: where the largest block
   // (key tile 0, all query tiles, the whole group) is within 2% of the average, keep 1 without
@@ -216,10 +223,10 @@ inline int group_split(const AttentionShape& s, int slots, int kv_rows, int q_ro
                          (s.causal ? 2.0 : 1.0) / slots;
   if (n_qt * s.group() <= 0.02 * average) return 1;
   int best = 1;
-  double best_time = estimated_dkdv_time(s, 1, slots, kv_rows, q_rows);
+  double best_time = estimated_dkdv_time(s, 1, slots, kv_rows, q_rows, order);
   for (int split = 2; split <= s.group(); ++split) {
     if (s.group() % split != 0 || 2 * split * s.k_numel() > s.q_numel()) continue;
-    const double time = estimated_dkdv_time(s, split, slots, kv_rows, q_rows);
+    const double time = estimated_dkdv_time(s, split, slots, kv_rows, q_rows, order);
     if (time < best_time) best = split, best_time = time;
   }
   return best;
@@ -228,12 +235,13 @@ inline int group_split(const AttentionShape& s, int slots, int kv_rows, int q_ro
 // The split for dK/dV kernel kKernel (kThreads threads, kSmem bytes of shared memory): 1 without
 // grouped heads, else group_split over the SMs times the blocks of kKernel one SM holds.
 template <auto kKernel, int kSmem>
-int dkdv_split(const AttentionShape& s, int threads, int kv_rows, int q_rows) {
+int dkdv_split(const AttentionShape& s, int threads, int kv_rows, int q_rows,
+               BlockOrder order = BlockOrder::kHeadMajor) {
   if (!s.is_gqa()) return 1;
   int resident = 1;  // blocks per SM (their shared memory allows one at D 128)
   set_smem_limit_once<kKernel, kSmem>();
   FA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kKernel, threads, kSmem));
-  return group_split(s, std::max(resident, 1) * gpu_info().sm_count, kv_rows, q_rows);
+  return group_split(s, std::max(resident, 1) * gpu_info().sm_count, kv_rows, q_rows, order);
 }
 
 // The parts of a split for a rung whose workspace holds dQ's fp32 sum (bwd_v2 on): a
