@@ -166,6 +166,13 @@ const std::vector<Rule>& dispatch_table() {
       on(Op::Bwd, "09/bwd_v2_window")
           .window()
           .because("a window's backward on mma.sync (before sm_90)", log("ch09_serving.log")),
+      on(Op::Bwd, "07/bwd_v5_producer")
+          .hopper()
+          .grouped()
+          .dims({128})
+          .because("grouped K/V heads in the fastest backward at D 128: bwd_v4's group walk with a "
+                   "producer warpgroup owning the loads (not deterministic)",
+                   log("bwd_v5_gqa.log", kRun1202)),
       on(Op::Bwd, "07/bwd_v4_dq_tile_reduce")
           .hopper()
           .grouped()
@@ -183,6 +190,13 @@ const std::vector<Rule>& dispatch_table() {
                    "read at h / group, no copies; deterministic; 0.99-1.03x its MHA time at H "
                    "32, H_kv 8/4/1, D 128, N 4096 and 8192, causal and full (each row timed alone)",
                    log("gqa_ratios_alone.log", kRun1202)),
+      on(Op::Bwd, "07/bwd_v5_producer")
+          .hopper()
+          .dims({128})
+          .because("bwd_v4 with a producer warpgroup owning the loads (no block-wide barrier per "
+                   "tile): 0.99-1.11x bwd_v4 at D 128, 1.03-1.11x at N >= 4096 (not "
+                   "deterministic)",
+                   log("bwd_v5_v6_t43_v4.log", kRun1202)),
       on(Op::Bwd, "07/bwd_v4_dq_tile_reduce")
           .hopper()
           .dims({64, 128})

@@ -441,7 +441,7 @@ void launch(const AttentionBwdArgs& a, cudaStream_t stream) {
   // The split of each group (bwd_v1's header); its parts need memory of their own here, since the
   // workspace holds dQ's sum (PartsBuffer): without it the block runs the whole group.
   p.split = dkdv_split<dkdv_dq_kernel<T, D>, Smem<D>::kBytes>(s, kThreads, kBc, kBr,
-                                                               BlockOrder::kKeyTileMajor);
+                                                              BlockOrder::kKeyTileMajor);
   const PartsBuffer parts(s, p.split, stream);
   if (parts.ptr() == nullptr) p.split = 1;
   p.parts = parts.ptr();
