@@ -171,7 +171,8 @@ const std::vector<Rule>& dispatch_table() {
           .grouped()
           .dims({128})
           .because("grouped K/V heads in the fastest backward at D 128: bwd_v4's group walk with a "
-                   "producer warpgroup owning the loads (not deterministic)",
+                   "producer warpgroup owning the loads; 0.96-1.06x its MHA time at H 32, H_kv "
+                   "8/4/1, N 4096 and 8192 (each row timed alone, one round; not deterministic)",
                    log("bwd_v5_gqa.log", kRun1202)),
       on(Op::Bwd, "07/bwd_v4_dq_tile_reduce")
           .hopper()
@@ -194,9 +195,9 @@ const std::vector<Rule>& dispatch_table() {
           .hopper()
           .dims({128})
           .because("bwd_v4 with a producer warpgroup owning the loads (no block-wide barrier per "
-                   "tile): 0.99-1.11x bwd_v4 at D 128, 1.03-1.11x at N >= 4096 (not "
-                   "deterministic)",
-                   log("bwd_v5_v6_t43_v4.log", kRun1202)),
+                   "tile): at D 128 1.08-1.10x bwd_v4 full, 0.98-1.07x causal, 0.90-0.99x cuDNN "
+                   "(at D 64 0.94-0.99x: bwd_v4 stays; not deterministic)",
+                   log("bwd_v5_t45_v4.log", kRun1202)),
       on(Op::Bwd, "07/bwd_v4_dq_tile_reduce")
           .hopper()
           .dims({64, 128})

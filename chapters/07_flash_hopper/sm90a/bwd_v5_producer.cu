@@ -65,7 +65,13 @@
 // exponentials and staging run under the other's products (at D 64 the tensor work is about a
 // third of a tile, 1,280 of about 3,900 cycles at 354 TFLOP/s). If they stay in step on their
 // own (nothing pushes them apart), D 64 measures as D 128.
-// Measured: pending.
+// Measured (NVIDIA H200, 2026-12-02, bf16, N 1024-16384, beside bwd_v4 in two runs;
+// notes/measured/h200-2026-12-02/bwd_v5_v6_t43_v4.log, bwd_v5_t45_v4.log): the other way round.
+// At D 128 1.03-1.11x bwd_v4 full and 0.98-1.07x causal (1.04-1.07x from N 4096 on): 477-497
+// TFLOP/s full, 0.90-0.98x cuDNN in the second run (bwd_v5_t45_v4_peers.log). At D 64
+// 0.94-1.00x: there the dispatch keeps bwd_v4. Why D 64 lost is not measured; the producer's
+// third warpgroup costs every block registers and issue slots, and at D 64, where the products
+// are a third of a tile, that may outweigh a barrier that was short.
 // Grouped K/V heads, split parts, causal skipping, ragged lengths: as bwd_v4 (the producer walks
 // the same GroupPlace sequence as the consumers).
 // Speed: measured in chapters/07_flash_hopper/README.md

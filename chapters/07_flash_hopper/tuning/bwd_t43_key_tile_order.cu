@@ -21,7 +21,11 @@
 // Prediction (the estimate, common/device/hopper_attention_bwd.cuh): causal 1.02-1.06x bwd_v4 at
 // N 4096 and 8192 (MHA 1.06x and 1.03x by the estimate), grouped causal rows back within 5% of
 // MHA; full attention 0.98-1.00x (the L2).
-// Measured: pending.
+// Measured (NVIDIA H200, 2026-12-02, bf16, N 1024-16384, beside bwd_v4 in one run;
+// notes/measured/h200-2026-12-02/bwd_v5_v6_t43_v4.log): slower everywhere, 0.85-0.99x at D 128
+// and 0.81-0.95x at D 64, full attention included (0.81-0.98x), where the schedule does not
+// change: the L2 lost more than the list schedule won. A block reads its Q and dO tiles from the
+// L2 where the blocks of the same head run beside it; spread over all heads they come from HBM.
 #include <cuda.h>
 
 #include <algorithm>

@@ -16,7 +16,9 @@
 // tile, so the extra slack is used only by the loads, which at two stages already had a tile to
 // land. At D 64, where the warpgroups meet only through the ring, up to 1.05x if the slack lets
 // them drift out of step.
-// Measured: pending.
+// Measured (NVIDIA H200, 2026-12-02, bf16, N 1024-16384, beside bwd_v5 in one run;
+// notes/measured/h200-2026-12-02/bwd_v5_t45_v4.log): 0.99-1.03x bwd_v5 at D 128 and 1.00-1.01x
+// at D 64, inside the noise of one run: the loads were not what the consumers waited for.
 #include <cuda.h>
 
 #include <algorithm>

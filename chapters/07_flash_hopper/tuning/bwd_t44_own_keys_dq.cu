@@ -1,7 +1,8 @@
-// 07/bwd_v6_own_keys_dq: bwd_v5 with each warpgroup's dQ_tile taken over its own 64 keys at
-// D 128 too, so that no warpgroup waits for the other's dS^T: the two consumer warpgroups meet
-// nowhere in the loop and may drift out of step. Not deterministic, as bwd_v5.
-// Copied from 07/bwd_v5_producer (sm90a/bwd_v5_producer.cu; bwd_v4 and bwd_v2 before it: the
+// 07/bwd_t44_own_keys_dq: a tuning step after bwd_v5, off the main path because it measured
+// slower (tuning/README.md): each warpgroup's dQ_tile taken over its own 64 keys at D 128 too,
+// so that no warpgroup waits for the other's dS^T: the two consumer warpgroups meet nowhere in
+// the loop and may drift out of step. Not deterministic, as bwd_v5.
+// Copied from 07/bwd_v5_producer (../sm90a/bwd_v5_producer.cu; bwd_v4 and bwd_v2 before it: the
 // algorithm, the staging boxes, the producer and its ring are theirs); one idea changed: how
 // the warpgroups share dQ_tile = dS K at D 128.
 //
@@ -67,7 +68,10 @@
 // the first suspects are the L2's rate of fp32 reductions (2.8 TB/s) and warpgroups that stay
 // in step on their own; starting warpgroup 1 half a tile after warpgroup 0 (a named barrier at
 // the start) would tell the second apart, and is not done here.
-// Measured: pending.
+// Measured (NVIDIA H200, 2026-12-02, bf16, N 1024-16384, beside bwd_v5 in one run;
+// notes/measured/h200-2026-12-02/bwd_v5_v6_t43_v4.log, where it ran as the candidate rung
+// 07/bwd_v6_own_keys_dq): 0.90-0.98x bwd_v5 at D 128, 0.98-1.00x at D 64. Below bwd_v5, so the
+// first suspects stand: the doubled reductions into L2, and warpgroups that stay in step.
 // Grouped K/V heads, split parts, causal skipping, ragged lengths: as bwd_v5.
 // Speed: measured in chapters/07_flash_hopper/README.md
 #include <cuda.h>
@@ -80,7 +84,7 @@
 namespace fa::ch07 {
 namespace {
 
-constexpr const char* kName = "07/bwd_v6_own_keys_dq";
+constexpr const char* kName = "07/bwd_t44_own_keys_dq";
 constexpr int kWarpgroups = 2;                          // consumers: the warpgroups that compute
 constexpr int kThreads = 128 * (1 + kWarpgroups);       // + the producer warpgroup
 constexpr int kProducerRegs = 24, kConsumerRegs = 240;  // 24 + 2 x 240 = 3 x 168 (07/v2's)
@@ -548,7 +552,7 @@ void dispatch_head_dim(const AttentionBwdArgs& a, cudaStream_t stream) {
   }
 }
 
-void attention_bwd_v6(const AttentionBwdArgs& a, cudaStream_t stream) {
+void attention_bwd_t44(const AttentionBwdArgs& a, cudaStream_t stream) {
   const AttentionShape& s = a.shape;
   FA_REQUIRE(s.seq_q >= 0 && s.seq_k >= 0 && s.bh() >= 0, "negative size");
   FA_UNSUPPORTED_IF(a.dtype != DType::BF16 && a.dtype != DType::F16,
@@ -579,7 +583,7 @@ void attention_bwd_v6(const AttentionBwdArgs& a, cudaStream_t stream) {
 
 FA_REGISTER(AttentionBwdKernel,
             {kName,
-             attention_bwd_v6,
+             attention_bwd_t44,
              "bwd_v5 with each warpgroup's dQ tile over its own 64 keys and all D columns at "
              "D 128 too (as at D 64): no barrier between the consumer warpgroups in the loop; "
              "not deterministic",
