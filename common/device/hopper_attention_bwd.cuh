@@ -295,4 +295,55 @@ inline void grouped_fallback(const AttentionBwdArgs& a, cudaStream_t stream, con
   run_fallback(no_keys, stream);
 }
 
+// ---- dQ from the fp32 workspace (the single-pass rungs, bwd_v2 on) --------------------------------
+// The dK/dV/dQ kernel adds every dQ tile into an fp32 workspace [bh][seq_q][D]; this pass scales
+// it and rounds it once to the dtype. Four floats per thread and step (16-byte loads: the
+// workspace is 16-byte aligned and q_numel a multiple of 4, since D is); the dtype's pairs stored
+// as 4-byte words (dq is 4-byte aligned).
+namespace {
+template <class T>
+__global__ void dq_convert_kernel(const float* __restrict__ acc, T* __restrict__ dq, int64_t n4,
+                                  float scale) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n4; i += stride) {
+    const float4 v = reinterpret_cast<const float4*>(acc)[i];
+    uint32_t* out = reinterpret_cast<uint32_t*>(dq + 4 * i);
+    out[0] = mma::pack2<T>(v.x * scale, v.y * scale);
+    out[1] = mma::pack2<T>(v.z * scale, v.w * scale);
+  }
+}
+}  // namespace
+
+// dQ = scale * workspace in the dtype: memory-bound, a few waves of 256-thread blocks.
+template <class T>
+void dq_convert(const AttentionBwdArgs& a, float scale, cudaStream_t stream) {
+  const int64_t n4 = a.shape.q_numel() / 4;
+  const int64_t blocks =
+      std::min<int64_t>(ceil_div(n4, int64_t(256)), int64_t(gpu_info().sm_count) * 8);
+  dq_convert_kernel<T>
+      <<<unsigned(blocks), 256, 0, stream>>>(a.workspace, static_cast<T*>(a.dq), n4, scale);
+  FA_CHECK_LAUNCH();
+}
+
+// The workspace as TMA sees it, for the rungs that add dQ tiles by tensor reduce-adds (bwd_v4
+// on): fp32 [bh][seq][d], boxes of box_cols columns (32: 128 bytes, the widest a 128-byte
+// swizzle takes) x box_rows rows x 1 head. `name` is the rung's, for the error.
+inline CUtensorMap make_tmap_f32(float* base, int64_t bh, int64_t seq, int d, int box_cols,
+                                 int box_rows, const char* name) {
+  CUtensorMap map;
+  const cuuint64_t dims[3] = {cuuint64_t(d), cuuint64_t(seq), cuuint64_t(bh)};
+  const cuuint64_t strides[2] = {cuuint64_t(d) * 4, cuuint64_t(seq) * cuuint64_t(d) * 4};  // bytes
+  const cuuint32_t box[3] = {cuuint32_t(box_cols), cuuint32_t(box_rows), 1};
+  const cuuint32_t elem_strides[3] = {1, 1, 1};
+  const CUresult rc = tensor_map_encode_fn()(
+      &map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, base, dims, strides, box, elem_strides,
+      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  FA_REQUIRE(rc == CUDA_SUCCESS, std::string(name) +
+                                     ": cuTensorMapEncodeTiled (workspace) failed "
+                                     "with CUresult " +
+                                     std::to_string(int(rc)));
+  return map;
+}
+
 }  // namespace fa::ch07

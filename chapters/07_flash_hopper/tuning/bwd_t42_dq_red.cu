@@ -355,21 +355,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   store_acc_rows<T, D, D>(static_cast<T*>(p.dv) + bh * seq_k * D, dv, row0, seq_k, 1.0f, t);
 }
 
-// ---- dQ = workspace * scale, in the dtype ------------------------------------------------------
-// Four floats per thread and step (16-byte loads: the workspace is 16-byte aligned and q_numel a
-// multiple of 4, since D is); the dtype's pairs stored as 4-byte words (dq is 4-byte aligned).
-template <class T>
-__global__ void dq_convert_kernel(const float* __restrict__ acc, T* __restrict__ dq, int64_t n4,
-                                  float scale) {
-  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n4; i += stride) {
-    const float4 v = reinterpret_cast<const float4*>(acc)[i];
-    uint32_t* out = reinterpret_cast<uint32_t*>(dq + 4 * i);
-    out[0] = mma::pack2<T>(v.x * scale, v.y * scale);
-    out[1] = mma::pack2<T>(v.z * scale, v.w * scale);
-  }
-}
-
 // ---- Launcher ------------------------------------------------------------------------------------
 template <class T, int D>
 void launch(const AttentionBwdArgs& a, cudaStream_t stream) {
@@ -402,13 +387,8 @@ void launch(const AttentionBwdArgs& a, cudaStream_t stream) {
       <<<unsigned(n_kt * s.bh()), kThreads, kSmem, stream>>>(tm_q, tm_k, tm_v, tm_do, p);
   FA_CHECK_LAUNCH();
 
-  // 3. dQ from the workspace: memory-bound, a few waves of 256-thread blocks.
-  const int64_t n4 = s.q_numel() / 4;
-  const int64_t blocks =
-      std::min<int64_t>(ceil_div(n4, int64_t(256)), int64_t(gpu_info().sm_count) * 8);
-  dq_convert_kernel<T>
-      <<<unsigned(blocks), 256, 0, stream>>>(a.workspace, static_cast<T*>(a.dq), n4, p.scale);
-  FA_CHECK_LAUNCH();
+  // 3. dQ from the workspace (dq_convert, hopper_attention_bwd.cuh).
+  dq_convert<T>(a, p.scale, stream);
 }
 
 template <class T>

@@ -386,41 +386,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   store_acc_rows<T, D, D>(static_cast<T*>(p.dv) + kv_bh * seq_k * D, dv, row0, seq_k, 1.0f, t);
 }
 
-// ---- dQ = workspace * scale, in the dtype ------------------------------------------------------
-// Four floats per thread and step (16-byte loads: the workspace is 16-byte aligned and q_numel a
-// multiple of 4, since D is); the dtype's pairs stored as 4-byte words (dq is 4-byte aligned).
-template <class T>
-__global__ void dq_convert_kernel(const float* __restrict__ acc, T* __restrict__ dq, int64_t n4,
-                                  float scale) {
-  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n4; i += stride) {
-    const float4 v = reinterpret_cast<const float4*>(acc)[i];
-    uint32_t* out = reinterpret_cast<uint32_t*>(dq + 4 * i);
-    out[0] = mma::pack2<T>(v.x * scale, v.y * scale);
-    out[1] = mma::pack2<T>(v.z * scale, v.w * scale);
-  }
-}
-
 // ---- Launcher ------------------------------------------------------------------------------------
-// The workspace as TMA sees it: fp32 [bh][seq][d], boxes of 32 columns (128 bytes, the widest a
-// 128-byte swizzle takes) x kBr rows x 1 head.
-inline CUtensorMap make_tmap_f32(float* base, int64_t bh, int64_t seq, int d) {
-  CUtensorMap map;
-  const cuuint64_t dims[3] = {cuuint64_t(d), cuuint64_t(seq), cuuint64_t(bh)};
-  const cuuint64_t strides[2] = {cuuint64_t(d) * 4, cuuint64_t(seq) * cuuint64_t(d) * 4};  // bytes
-  const cuuint32_t box[3] = {cuuint32_t(kBoxCols), cuuint32_t(kBr), 1};
-  const cuuint32_t elem_strides[3] = {1, 1, 1};
-  const CUresult rc = tensor_map_encode_fn()(
-      &map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, base, dims, strides, box, elem_strides,
-      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  FA_REQUIRE(rc == CUDA_SUCCESS, std::string(kName) +
-                                     ": cuTensorMapEncodeTiled (workspace) failed "
-                                     "with CUresult " +
-                                     std::to_string(int(rc)));
-  return map;
-}
-
 template <class T, int D>
 void launch(const AttentionBwdArgs& a, cudaStream_t stream) {
   const AttentionShape& s = a.shape;
@@ -458,7 +424,7 @@ void launch(const AttentionBwdArgs& a, cudaStream_t stream) {
   const CUtensorMap tm_do = make_tmap(a.dout, s.bh(), s.seq_q, D, kBr, a.dtype);
   const CUtensorMap tm_k = make_tmap(a.k, kv_bh, s.seq_k, D, kBc, a.dtype);
   const CUtensorMap tm_v = make_tmap(a.v, kv_bh, s.seq_k, D, kBc, a.dtype);
-  const CUtensorMap tm_dq = make_tmap_f32(a.workspace, s.bh(), s.seq_q, D);
+  const CUtensorMap tm_dq = make_tmap_f32(a.workspace, s.bh(), s.seq_q, D, kBoxCols, kBr, kName);
   constexpr int kSmem = Smem<D>::kBytes;
   set_smem_limit_once<dkdv_dq_kernel<T, D>, kSmem>();
   dkdv_dq_kernel<T, D><<<unsigned(n_kt * kv_bh * p.split), kThreads, kSmem, stream>>>(
@@ -466,13 +432,8 @@ void launch(const AttentionBwdArgs& a, cudaStream_t stream) {
   FA_CHECK_LAUNCH();
   if (p.split > 1) sum_parts<T>(p.parts, a, p.split, p.scale, stream);
 
-  // 3. dQ from the workspace: memory-bound, a few waves of 256-thread blocks.
-  const int64_t n4 = s.q_numel() / 4;
-  const int64_t blocks =
-      std::min<int64_t>(ceil_div(n4, int64_t(256)), int64_t(gpu_info().sm_count) * 8);
-  dq_convert_kernel<T>
-      <<<unsigned(blocks), 256, 0, stream>>>(a.workspace, static_cast<T*>(a.dq), n4, p.scale);
-  FA_CHECK_LAUNCH();
+  // 3. dQ from the workspace (dq_convert, hopper_attention_bwd.cuh).
+  dq_convert<T>(a, p.scale, stream);
 }
 
 template <class T>
