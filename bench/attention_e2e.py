@@ -12,13 +12,15 @@ Each column is one way to compute softmax(Q K^T / sqrt(D)) V and its gradients f
 Every column is timed on the same tensors in the same process: CUDA events around one
 forward + backward (torch.autograd.grad of O with a fixed dO), 3 warm-up calls, the L2 flushed
 before each timed call (flash_from_scratch.bench.Timer, as common/timing.h), the median of
---repeats. So the times include what a user pays besides the kernels: the allocations, the
-backward's preprocess and scratch, the Python layer. TFLOP/s count 4 * B * H * D per visible
-(query, key) pair for the forward and 2.5 times that for the backward (3.5 in all).
+--repeats; with --rounds R the columns are timed R times in turn and each reports the median of
+its R medians (and their spread). So the times include what a user pays besides the kernels: the
+allocations, the backward's preprocess and scratch, the Python layer. TFLOP/s count 4 * B * H * D
+per visible (query, key) pair for the forward and 2.5 times that for the backward (3.5 in all).
 """
 import argparse
 import csv
 import os
+import statistics
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -58,6 +60,10 @@ def main(argv=None):
     p.add_argument("--pair", action="append", default=[],
                    help="FWD:BWD kernel pair to time beside the defaults (repeatable)")
     p.add_argument("--repeats", type=int, default=20)
+    p.add_argument("--rounds", type=int, default=1,
+                   help="time every column this many times, the columns alternating, and report "
+                        "each column's median over the rounds (the host's share of a call varies "
+                        "by about 0.1 ms from one timing to the next on an H200's host)")
     p.add_argument("--csv", help="write the table as CSV here")
     p.add_argument("--profile", action="store_true",
                    help="then, for auto and sdpa-cudnn, list the GPU kernels of one forward + "
@@ -114,28 +120,45 @@ def main(argv=None):
         for t in (q, k, v):
             t.requires_grad_(True)
         flops = attention_flops(b, h, n, n, d, causal, backward=False)
-        for label, f in columns:
-            def fwd_only(f=f):
-                with torch.no_grad():
-                    f(q, k, v, causal)
+        samples = {label: {"fwd_ms": [], "fwd_bwd_ms": []} for label, _ in columns}
+        errors = {}
+        for r in range(args.rounds):
+            for label, f in columns:
+                if label in errors:
+                    continue
 
-            def fwd_bwd(f=f):
-                o = f(q, k, v, causal)
-                torch.autograd.grad(o, (q, k, v), do)
+                def fwd_only(f=f):
+                    with torch.no_grad():
+                        f(q, k, v, causal)
+
+                def fwd_bwd(f=f):
+                    o = f(q, k, v, causal)
+                    torch.autograd.grad(o, (q, k, v), do)
+                try:
+                    samples[label]["fwd_ms"].append(timer(fwd_only))
+                    samples[label]["fwd_bwd_ms"].append(timer(fwd_bwd))
+                except Exception as e:  # a column that cannot run here reads "-", never fatal
+                    errors[label] = str(e).splitlines()[0]
+                    continue
+                if (r == 0 and args.profile and label in ("auto", "sdpa-cudnn")):
+                    profile_kernels(torch, fwd_bwd, "%s, %s" % (label, "causal" if causal else
+                                                                "full"),
+                                    samples[label]["fwd_bwd_ms"][0])
+        for label, _ in columns:
             row = {"mask": "causal" if causal else "full", "column": label}
-            try:
-                row["fwd_ms"] = timer(fwd_only)
-                row["fwd_bwd_ms"] = timer(fwd_bwd)
+            if label in errors:
+                row["error"] = errors[label]
+            else:
+                row["fwd_ms"] = statistics.median(samples[label]["fwd_ms"])
+                row["fwd_bwd_ms"] = statistics.median(samples[label]["fwd_bwd_ms"])
                 row["fwd_tflops"] = flops / (row["fwd_ms"] * 1e-3) / 1e12
                 row["fwd_bwd_tflops"] = 3.5 * flops / (row["fwd_bwd_ms"] * 1e-3) / 1e12
-            except Exception as e:  # a column that cannot run here reads "-", never fatal
-                row["error"] = str(e).splitlines()[0]
+                if args.rounds > 1:
+                    row["spread"] = "%.3f-%.3f" % (min(samples[label]["fwd_bwd_ms"]),
+                                                   max(samples[label]["fwd_bwd_ms"]))
             if label == "auto" and hasattr(fa, "explain"):
                 row["kernels"] = "; ".join(fa.explain(q, k, v, causal=causal, brief=True))
             rows.append(row)
-            if args.profile and label in ("auto", "sdpa-cudnn") and "fwd_bwd_ms" in row:
-                profile_kernels(torch, fwd_bwd, "%s, %s" % (label, row["mask"]),
-                                row["fwd_bwd_ms"])
 
     print("| mask | column | forward ms | fwd+bwd ms | fwd+bwd TFLOP/s | vs sdpa-flash | "
           "vs sdpa-cudnn |")
@@ -155,10 +178,15 @@ def main(argv=None):
     for r in rows:
         if r.get("kernels"):
             print("auto, %s: %s" % (r["mask"], r["kernels"]))
+    if args.rounds > 1:
+        print("fwd+bwd ms over %d rounds (min-max of the rounds' medians):" % args.rounds)
+        for r in rows:
+            if r.get("spread"):
+                print("  %s, %s: %s" % (r["mask"], r["column"], r["spread"]))
     if args.csv:
         os.makedirs(os.path.dirname(os.path.abspath(args.csv)), exist_ok=True)
         fields = ["mask", "column", "fwd_ms", "fwd_bwd_ms", "fwd_tflops", "fwd_bwd_tflops",
-                  "kernels", "error"]
+                  "spread", "kernels", "error"]
         with open(args.csv, "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=fields)
             w.writeheader()

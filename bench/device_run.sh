@@ -518,14 +518,15 @@ PY
       # its defaults, beside named kernel pairs (E2E_PAIRS, space-separated FWD:BWD) and SDPA's
       # FlashAttention-2 and cuDNN backends, at E2E_SHAPES (space-separated B,H,N,D; default the
       # B 4, H 16, N 4096, D 128 of the dispatch's goal). E2E_PROFILE=1 adds each column's GPU
-      # kernels from torch.profiler (--profile). Logs: e2e_<shape>.log and .csv.
+      # kernels from torch.profiler (--profile); E2E_ROUNDS=R times the columns R times in turn
+      # (medians of the rounds). Logs: e2e_<shape>.log and .csv.
       for shape in ${E2E_SHAPES:-4,16,4096,128}; do
         pairs=()
         for pr in ${E2E_PAIRS:-07/v5_persistent:07/bwd_v1_tma_wgmma}; do pairs+=(--pair "$pr"); done
         tag=${shape//,/_}
         log "e2e $shape"
         FA_LIBRARY="$PWD/$BUILD/lib/libfa_python.so" PYTHONUNBUFFERED=1 python3 bench/attention_e2e.py \
-          --shape "$shape" "${pairs[@]}" --csv "$OUT/e2e_$tag.csv" ${E2E_PROFILE:+--profile} > "$OUT/e2e_$tag.log" 2>&1
+          --shape "$shape" "${pairs[@]}" --csv "$OUT/e2e_$tag.csv" ${E2E_PROFILE:+--profile} --rounds "${E2E_ROUNDS:-1}" > "$OUT/e2e_$tag.log" 2>&1
         log "e2e $shape rc=$?"; cat "$OUT/e2e_$tag.log"
       done
       ;;
