@@ -4,6 +4,7 @@
     python3 bench/attention_e2e.py                       # B 4, H 16, N 4096, D 128, bf16
     python3 bench/attention_e2e.py --shape 2,16,8192,128 --pair 07/v5_persistent:07/bwd_v1_tma_wgmma
     python3 bench/attention_e2e.py --csv out/e2e.csv
+    python3 bench/attention_e2e.py --trace out/traces     # + one call's timeline, host and GPU
 
 Each column is one way to compute softmax(Q K^T / sqrt(D)) V and its gradients from PyTorch:
   auto                 fa.attention(q, k, v) with its defaults (the dispatch's choice, fa.explain)
@@ -52,6 +53,35 @@ def profile_kernels(torch, step, label, timed_ms, iterations=5):
         total, timed_ms * 1e3))
 
 
+def trace_call(torch, step, flush, label, path):
+    """One timed call of `step` as the Timer times it (L2 flushed, CUDA events around it) under
+    torch.profiler: writes the Chrome trace to `path` and prints the timeline, the host's CUDA
+    calls and autograd's nodes beside the GPU's kernels, in microseconds from the start event, so
+    that a gap on the GPU can be read against what the host was doing then."""
+    from torch.profiler import ProfilerActivity, profile
+    step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        flush()
+        start, stop = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+        start.record()
+        step()
+        stop.record()
+        stop.synchronize()
+    prof.export_chrome_trace(path)
+    rows = []
+    for e in prof.events():
+        on_gpu = e.device_type == torch.autograd.DeviceType.CUDA
+        if on_gpu or e.name.startswith(("cuda", "cu", "autograd::engine")):
+            rows.append((e.time_range.start, e.time_range.elapsed_us(), on_gpu, e.name))
+    rows.sort()
+    t0 = next((t for t, _, gpu, name in rows if not gpu and name == "cudaEventRecord"), rows[0][0])
+    print("timeline %s: us from the start event; GPU rows indented (%s)" % (label, path))
+    for t, us, gpu, name in rows:
+        print("  %s%8.1f %8.1f  %s" % ("          " if gpu else "", t - t0, us, name[:90]))
+    print("  timed: %.1f us" % (start.elapsed_time(stop) * 1e3))
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--shape", default="4,16,4096,128", help="B,H,N,D (default 4,16,4096,128)")
@@ -69,6 +99,9 @@ def main(argv=None):
                    help="then, for auto and sdpa-cudnn, list the GPU kernels of one forward + "
                         "backward (torch.profiler): their time beside the timed total shows the "
                         "time the GPU waits on the host")
+    p.add_argument("--trace", metavar="DIR",
+                   help="then, for auto and sdpa-cudnn, one call's timeline (trace_call): printed, "
+                        "and as Chrome traces in DIR")
     args = p.parse_args(argv)
 
     import torch
@@ -140,6 +173,11 @@ def main(argv=None):
                 except Exception as e:  # a column that cannot run here reads "-", never fatal
                     errors[label] = str(e).splitlines()[0]
                     continue
+                if r == 0 and args.trace and label in ("auto", "sdpa-cudnn"):
+                    os.makedirs(args.trace, exist_ok=True)
+                    tag = "%s_%s" % (label, "causal" if causal else "full")
+                    trace_call(torch, fwd_bwd, timer.flush_buf.sum, tag,
+                               os.path.join(args.trace, "trace_%s.json" % tag))
                 if (r == 0 and args.profile and label in ("auto", "sdpa-cudnn")):
                     profile_kernels(torch, fwd_bwd, "%s, %s" % (label, "causal" if causal else
                                                                 "full"),

@@ -316,7 +316,8 @@ for stage in "$@"; do
       done
       ;;
     ncu_cudnn)
-      # cuDNN's SDPA kernels in Nsight Compute next to chapter 07's final rungs, forward and
+      # cuDNN's SDPA kernels in Nsight Compute next to chapter 07's kernels (OURS_FWD, default
+      # 07/v5_persistent; OURS_BWD, default 07/bwd_v5_producer: the dispatch's), forward and
       # backward, bf16 D 128 at N CUDNN_N (default 8192; B = 16384 / N, H 16, non-causal): where
       # cuDNN's cycles go, for the profile-first step of beating it. cuDNN's kernel names are not
       # known in advance, so every kernel of the second and third SDPA call is profiled (-s/-c
@@ -334,16 +335,18 @@ for stage in "$@"; do
         ncu -i "$OUT/$X.ncu-rep" > "$OUT/$X.txt" 2>&1
         rm -f "$OUT/$X.ncu-rep"
       done
+      F=${OURS_FWD:-07/v5_persistent}
+      B=${OURS_BWD:-07/bwd_v5_producer}
       X=ncu_ours_fwd_N$N
-      log "ncu_cudnn: ours, 07/v4_intra_overlap"
+      log "ncu_cudnn: ours, $F"
       ncu $SECTIONS --metrics "$M" -k 'regex:flash_fwd_v[0-9]_kernel' -s 2 -c 1 -o "$OUT/$X" \
-        "$BUILD/bin/fa_bench" --benchmark_filter="attn_fwd/07/v4_intra_overlap/bf16/D128/full/N$N/" > /dev/null 2>&1
+        "$BUILD/bin/fa_bench" --benchmark_filter="attn_fwd/$F/bf16/D128/full/N$N/" > /dev/null 2>&1
       ncu -i "$OUT/$X.ncu-rep" > "$OUT/$X.txt" 2>&1
       rm -f "$OUT/$X.ncu-rep"
       X=ncu_ours_bwd_N$N
-      log "ncu_cudnn: ours, 07/bwd_v1_tma_wgmma"
+      log "ncu_cudnn: ours, $B"
       ncu $SECTIONS --metrics "$M" -k 'regex:(dkdv|dq)_kernel' -s 2 -c 2 -o "$OUT/$X" \
-        "$BUILD/bin/fa_bench" --benchmark_filter="attn_bwd/07/bwd_v1_tma_wgmma/bf16/D128/full/N$N/" > /dev/null 2>&1
+        "$BUILD/bin/fa_bench" --benchmark_filter="attn_bwd/$B/bf16/D128/full/N$N/" > /dev/null 2>&1
       ncu -i "$OUT/$X.ncu-rep" > "$OUT/$X.txt" 2>&1
       rm -f "$OUT/$X.ncu-rep"
       ;;
@@ -519,25 +522,26 @@ PY
       # FlashAttention-2 and cuDNN backends, at E2E_SHAPES (space-separated B,H,N,D; default the
       # B 4, H 16, N 4096, D 128 of the dispatch's goal). E2E_PROFILE=1 adds each column's GPU
       # kernels from torch.profiler (--profile); E2E_ROUNDS=R times the columns R times in turn
-      # (medians of the rounds). Logs: e2e_<shape>.log and .csv.
+      # (medians of the rounds); E2E_TRACE=1 adds one call's timeline, host beside GPU (--trace,
+      # Chrome traces under traces/). Logs: e2e_<shape>.log and .csv.
       for shape in ${E2E_SHAPES:-4,16,4096,128}; do
         pairs=()
         for pr in ${E2E_PAIRS:-07/v5_persistent:07/bwd_v1_tma_wgmma}; do pairs+=(--pair "$pr"); done
         tag=${shape//,/_}
         log "e2e $shape"
         FA_LIBRARY="$PWD/$BUILD/lib/libfa_python.so" PYTHONUNBUFFERED=1 python3 bench/attention_e2e.py \
-          --shape "$shape" "${pairs[@]}" --csv "$OUT/e2e_$tag.csv" ${E2E_PROFILE:+--profile} --rounds "${E2E_ROUNDS:-1}" > "$OUT/e2e_$tag.log" 2>&1
+          --shape "$shape" "${pairs[@]}" --csv "$OUT/e2e_$tag.csv" ${E2E_PROFILE:+--profile} ${E2E_TRACE:+--trace "$OUT/traces"} --rounds "${E2E_ROUNDS:-1}" > "$OUT/e2e_$tag.log" 2>&1
         log "e2e $shape rc=$?"; cat "$OUT/e2e_$tag.log"
       done
       ;;
     host)
       # The host's time per call of fa.attention(), its operator and SDPA on a tiny problem, then
-      # cProfile of fa.attention (bench/host_overhead.py --profile). After `build`. Log:
-      # host_overhead.log.
+      # the layers of one call timed alone, and cProfile of fa.attention (bench/host_overhead.py
+      # --stages --profile). After `build`. Log: host_overhead.log.
       log "host: bench/host_overhead.py"
       FA_LIBRARY="$PWD/$BUILD/lib/libfa_python.so" PYTHONUNBUFFERED=1 python3 bench/host_overhead.py \
-        --profile > "$OUT/host_overhead.log" 2>&1
-      log "host rc=$?"; head -14 "$OUT/host_overhead.log"
+        --stages --profile > "$OUT/host_overhead.log" 2>&1
+      log "host rc=$?"; head -28 "$OUT/host_overhead.log"
       ;;
     rung)
       # One kernel version end to end, after `build`: RUNG (a registered name), BASE (optional,
