@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "hopper_attention.cuh"
+#include "kv_tiles.h"
 #include "delta_preprocess.cuh"
 #include "gpu.h"
 
@@ -185,8 +186,13 @@ constexpr double kIterationsPerByte = 1e-7;  // iterations per byte of parts tra
 
 // The order of the dK/dV blocks in the grid: every key tile of a (K/V head, part) before the
 // next (the rungs of the main path), or key tile 0 of every (K/V head, part) first, then key
-// tile 1, ... (tuning/bwd_t43: causally the heaviest blocks first).
-enum class BlockOrder { kHeadMajor, kKeyTileMajor };
+// tile 1, ... (tuning/bwd_t43: causally the heaviest blocks first), or that key-tile order
+// within groups of a few (K/V head, part) units at a time (tuning/bwd_t46: heaviest first
+// inside each group, the group's Q and dO few enough for the L2).
+enum class BlockOrder { kHeadMajor, kKeyTileMajor, kHeadGroups };
+
+// kHeadGroups: head_group_units and head_group_place (kv_tiles.h) give the groups and the place
+// of a block in them.
 
 inline double estimated_dkdv_time(const AttentionShape& s, int split, int slots, int kv_rows,
                                   int q_rows, BlockOrder order = BlockOrder::kHeadMajor) {
@@ -195,9 +201,13 @@ inline double estimated_dkdv_time(const AttentionShape& s, int split, int slots,
   for (int i = 0; i < slots; ++i) free_at.push(0.0);
   const double heads = double(s.group() / split);
   const int64_t n_units = s.batch * s.kv_heads() * split;
+  const int64_t group_units = head_group_units(n_kt, slots, n_units);  // kHeadGroups only
   double end = 0.0;
   for (int64_t b = 0; b < n_units * n_kt; ++b) {  // block b in launch order: its key tile kt
-    const int64_t kt = order == BlockOrder::kHeadMajor ? b % n_kt : b / n_units;
+    const int64_t kt = order == BlockOrder::kHeadMajor ? b % n_kt
+                       : order == BlockOrder::kKeyTileMajor
+                           ? b / n_units
+                           : head_group_place(b, n_kt, n_units, group_units).kt;
     int64_t qt_begin = 0;  // as in the dK/dV kernels
     if (s.causal) {
       const int64_t first = causal_first_query(kt * kv_rows, s.seq_q, s.seq_k);
@@ -242,6 +252,20 @@ int dkdv_split(const AttentionShape& s, int threads, int kv_rows, int q_rows,
   set_smem_limit_once<kKernel, kSmem>();
   FA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kKernel, threads, kSmem));
   return group_split(s, std::max(resident, 1) * gpu_info().sm_count, kv_rows, q_rows, order);
+}
+
+// The blocks of kKernel (kThreads threads, kSmem bytes of shared memory) the GPU holds at once:
+// its SMs times the blocks one SM holds. Asked once per kernel and process.
+template <auto kKernel, int kSmem, int kThreads>
+int64_t resident_slots() {
+  static const int64_t slots = [] {
+    set_smem_limit_once<kKernel, kSmem>();
+    int resident = 1;
+    FA_CUDA_CHECK(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kKernel, kThreads, kSmem));
+    return int64_t(std::max(resident, 1)) * gpu_info().sm_count;
+  }();
+  return slots;
 }
 
 // The parts of a split for a rung whose workspace holds dQ's fp32 sum (bwd_v2 on): a

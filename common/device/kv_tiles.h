@@ -66,4 +66,36 @@ inline KvTiles kv_tiles_brute_force(int64_t q0, int64_t rows, int64_t seq_q, int
   return t;
 }
 
+// ---- The launch order of the backward's dK/dV blocks (tuning/bwd_t46_head_groups) ----------
+// A dK/dV block is a (unit, key tile) pair, a unit being a (K/V head, part); causally a block's
+// work falls with its key tile. The grid is n_units x n_kt blocks, handed out in launch order to
+// whichever SM frees first. Head-group order: groups of `units` units one after the other, and
+// inside a group key tile by key tile (key tile 0 of each of its units, then key tile 1, ...):
+// each group starts with its heaviest blocks, and the blocks running at once read the Q and dO of
+// one or two groups only (the L2). units = 1 is head by head, the main path's order.
+
+// How many units a group holds: about two waves of blocks (2 x slots / n_kt units), so that a
+// group's heavy blocks start while the previous group's light ones still run; a power of two, so
+// that it divides batch x heads in the usual shapes (a last, smaller group is handed out the same
+// way, but ends later); at most n_units. slots: the blocks the GPU holds at once.
+FA_HD int64_t head_group_units(int64_t n_kt, int64_t slots, int64_t n_units) {
+  const int64_t want = 2 * slots / (n_kt > 1 ? n_kt : 1);
+  int64_t g = 1;
+  while (2 * g <= want && 2 * g <= n_units) g *= 2;
+  return g;
+}
+
+// Block b of the grid as (unit, key tile). Block b is in group b / (units x n_kt), which holds
+// units first .. first + here - 1 (here < units only for a last, smaller group); inside it, block
+// r = b - first x n_kt is key tile r / here of unit first + r % here.
+struct BlockPlace {
+  int64_t unit, kt;
+};
+FA_HD BlockPlace head_group_place(int64_t b, int64_t n_kt, int64_t n_units, int64_t units) {
+  const int64_t first = b / (units * n_kt) * units;
+  const int64_t here = n_units - first < units ? n_units - first : units;
+  const int64_t r = b - first * n_kt;
+  return {first + r % here, r / here};
+}
+
 }  // namespace fa::ch07
