@@ -28,7 +28,13 @@
 // D 64), these groups 0.0-2.0% (0.0-1.1%): causal 1.03-1.06x bwd_v5 at D 128 and 1.02-1.03x at
 // D 64 for N 1024-8192, 1.00x at N 16384 (there one head is a wave already). Full attention runs
 // bwd_v5's order: 1.00x.
-// Measured: pending.
+// Measured (NVIDIA H200, 2026-12-02, bf16, beside bwd_v5 in three alternating rounds, medians;
+// notes/measured/h200-2026-12-02/bwd_t46_v5_rounds.md): causal 1.03-1.04x bwd_v5 at D 128, N 1024
+// -4096 (1.57 against 1.64 ms at N 4096), 1.02x at N 8192, 1.00x at N 512 and 16384; at D 64
+// 1.02x at N 1024-8192. Full attention 0.99-1.01x (the same order). A little below the model at
+// D 128, as predicted at D 64. Grouped heads, causal D 128 (bwd_t46_gqa.log): H_kv 8 ran 1.485
+// ms at N 4096 against bwd_v5's 1.715; H_kv 4 and 1 as bwd_v5 (1.69 ms), whose splits now form
+// a single group of all their units.
 #include <cuda.h>
 
 #include <algorithm>
@@ -77,15 +83,15 @@ struct BwdParams {
   void* dk;
   void* dv;
   int64_t seq_q, seq_k;
-  int64_t n_tiles;   // key tiles per (batch, head)
-  int64_t n_units;   // (K/V head, part) units: the grid is n_units x n_tiles blocks
+  int64_t n_tiles;      // key tiles per (batch, head)
+  int64_t n_units;      // (K/V head, part) units: the grid is n_units x n_tiles blocks
   int64_t group_units;  // units per group of the launch order (head_group_place)
-  int group;         // query heads per K/V head (1: no grouping)
-  int split;         // blocks per (key tile, K/V head), each over group / split heads
-  int64_t kv_bh;     // batch * heads_kv
-  float* parts;      // split > 1: fp32 dK parts [split][kv_bh][seq_k][D], then dV's likewise
-  float scale;       // softmax scale
-  float scale_log2;  // scale * log2(e): P = exp2(s * scale_log2 - L2)
+  int group;            // query heads per K/V head (1: no grouping)
+  int split;            // blocks per (key tile, K/V head), each over group / split heads
+  int64_t kv_bh;        // batch * heads_kv
+  float* parts;         // split > 1: fp32 dK parts [split][kv_bh][seq_k][D], then dV's likewise
+  float scale;          // softmax scale
+  float scale_log2;     // scale * log2(e): P = exp2(s * scale_log2 - L2)
   bool causal;
 };
 
@@ -435,10 +441,10 @@ void launch(const AttentionBwdArgs& a, cudaStream_t stream) {
   p.parts = parts.ptr();
   p.n_units = kv_bh * p.split;
   p.group_units =
-      s.causal ? head_group_units(
-                     n_kt, resident_slots<dkdv_dq_kernel<T, D>, Smem<D>::kBytes, kThreads>(),
-                     p.n_units)
-               : 1;
+      s.causal
+          ? head_group_units(
+                n_kt, resident_slots<dkdv_dq_kernel<T, D>, Smem<D>::kBytes, kThreads>(), p.n_units)
+          : 1;
 
   // 2. dK, dV and dQ_tile: K/V boxes of kBc rows (kept), Q/dO boxes of 64 rows (streamed); every
   // box is 64 columns wide, one 128-byte swizzled strip.
