@@ -166,14 +166,15 @@ const std::vector<Rule>& dispatch_table() {
       on(Op::Bwd, "09/bwd_v2_window")
           .window()
           .because("a window's backward on mma.sync (before sm_90)", log("ch09_serving.log")),
-      on(Op::Bwd, "07/bwd_v5_producer")
+      on(Op::Bwd, "07/bwd_v6_head_groups")
           .hopper()
           .grouped()
           .dims({128})
-          .because("grouped K/V heads in the fastest backward at D 128: bwd_v4's group walk with a "
-                   "producer warpgroup owning the loads; 0.96-1.06x its MHA time at H 32, H_kv "
-                   "8/4/1, N 4096 and 8192 (each row timed alone, one round; not deterministic)",
-                   log("bwd_v5_gqa.log", kRun1202)),
+          .because("grouped K/V heads in the fastest backward at D 128: bwd_v5's group walk, "
+                   "causal blocks in head groups; at H 32, N 4096 causal H_kv 8 1.485 ms "
+                   "against bwd_v5's 1.715, H_kv 4 and 1 as bwd_v5 (each row timed alone, two "
+                   "rounds; not deterministic)",
+                   log("bwd_t46_gqa.log", kRun1202)),
       on(Op::Bwd, "07/bwd_v4_dq_tile_reduce")
           .hopper()
           .grouped()
@@ -191,13 +192,13 @@ const std::vector<Rule>& dispatch_table() {
                    "read at h / group, no copies; deterministic; 0.99-1.03x its MHA time at H "
                    "32, H_kv 8/4/1, D 128, N 4096 and 8192, causal and full (each row timed alone)",
                    log("gqa_ratios_alone.log", kRun1202)),
-      on(Op::Bwd, "07/bwd_v5_producer")
+      on(Op::Bwd, "07/bwd_v6_head_groups")
           .hopper()
           .dims({128})
-          .because("bwd_v4 with a producer warpgroup owning the loads (no block-wide barrier per "
-                   "tile): at D 128 1.08-1.10x bwd_v4 full, 0.98-1.07x causal, 0.90-0.99x cuDNN "
-                   "(at D 64 0.94-0.99x: bwd_v4 stays; not deterministic)",
-                   log("bwd_v5_t45_v4.log", kRun1202)),
+          .because("bwd_v5 (a producer warpgroup owning the loads: 1.08-1.10x bwd_v4 full at D "
+                   "128, 0.90-0.99x cuDNN) with causal blocks launched in head groups: causal "
+                   "1.02-1.04x bwd_v5, full the same (at D 64 bwd_v4 stays; not deterministic)",
+                   log("bwd_t46_v5_rounds.md", kRun1202)),
       on(Op::Bwd, "07/bwd_v4_dq_tile_reduce")
           .hopper()
           .dims({64, 128})

@@ -185,9 +185,9 @@ constexpr double kBlockOverhead = 2.0;       // iterations
 constexpr double kIterationsPerByte = 1e-7;  // iterations per byte of parts traffic
 
 // The order of the dK/dV blocks in the grid: every key tile of a (K/V head, part) before the
-// next (the rungs of the main path), or key tile 0 of every (K/V head, part) first, then key
+// next (the rungs of the main path up to bwd_v5), or key tile 0 of every (K/V head, part) first, then key
 // tile 1, ... (tuning/bwd_t43: causally the heaviest blocks first), or that key-tile order
-// within groups of a few (K/V head, part) units at a time (tuning/bwd_t46: heaviest first
+// within groups of a few (K/V head, part) units at a time (07/bwd_v6_head_groups: heaviest first
 // inside each group, the group's Q and dO few enough for the L2).
 enum class BlockOrder { kHeadMajor, kKeyTileMajor, kHeadGroups };
 

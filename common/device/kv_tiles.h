@@ -66,7 +66,7 @@ inline KvTiles kv_tiles_brute_force(int64_t q0, int64_t rows, int64_t seq_q, int
   return t;
 }
 
-// ---- The launch order of the backward's dK/dV blocks (tuning/bwd_t46_head_groups) ----------
+// ---- The launch order of the backward's dK/dV blocks (07/bwd_v6_head_groups) -------------
 // A dK/dV block is a (unit, key tile) pair, a unit being a (K/V head, part); causally a block's
 // work falls with its key tile. The grid is n_units x n_kt blocks, handed out in launch order to
 // whichever SM frees first. Head-group order: groups of `units` units one after the other, and

@@ -49,7 +49,7 @@ TEST(Ch07Tiles, RowsThatSeeNoKey) {
   EXPECT_EQ(all.unmasked, 7);
 }
 
-// The head-group launch order (tuning/bwd_t46_head_groups) visits every (unit, key tile) block
+// The head-group launch order (07/bwd_v6_head_groups) visits every (unit, key tile) block
 // once; inside a group the key tiles never go down; a group of one unit is head by head.
 TEST(Ch07Tiles, HeadGroupPlaceIsAnOrderOfEveryBlock) {
   for (int64_t n_units : {1, 3, 7, 8, 64, 100})

@@ -124,7 +124,7 @@ TEST(Dispatch, ProtocolShapesOnHopperRunChapter07) {
   EXPECT_EQ(fa::pick(fwd(DType::BF16, 128, 16384, true), 90).kernel, "07/v4_intra_overlap");
   EXPECT_EQ(fa::pick(fwd(DType::BF16, 128, 4096, false), 90).kernel, "07/v5_persistent");
   EXPECT_EQ(fa::pick(fwd(DType::BF16, 256, 2048, false), 90).kernel, "07/v2_warp_specialized");
-  EXPECT_EQ(fa::pick(bwd(DType::BF16, 128, 1024, true), 90).kernel, "07/bwd_v5_producer");
+  EXPECT_EQ(fa::pick(bwd(DType::BF16, 128, 1024, true), 90).kernel, "07/bwd_v6_head_groups");
   EXPECT_EQ(fa::pick(bwd(DType::BF16, 64, 4096, false), 90).kernel, "07/bwd_v4_dq_tile_reduce");
   EXPECT_EQ(fa::pick(bwd(DType::BF16, 256, 4096, false), 90).kernel, "07/bwd_v1_tma_wgmma");
 }
@@ -138,7 +138,7 @@ TEST(Dispatch, DeterministicBackwardPassesOverAtomics) {
     const fa::Pick k = fa::pick(p, 90);
     EXPECT_EQ(k.kernel, "07/bwd_v1_tma_wgmma");
     ASSERT_FALSE(k.passed_over.empty());
-    EXPECT_EQ(k.passed_over[0], "07/bwd_v5_producer: not deterministic");
+    EXPECT_EQ(k.passed_over[0], "07/bwd_v6_head_groups: not deterministic");
   }
   EXPECT_EQ(fa::pick(p, 80).kernel, "06/v2_mma");
   p.deterministic = false;
@@ -209,13 +209,13 @@ TEST(Dispatch, EachKindOfProblemGoesWhereItsRowSays) {
   fa::Problem gqa_bwd = gqa;
   gqa_bwd.op = Op::Bwd;
   if (have_hopper_kernels()) {  // the fastest backward takes grouped heads itself
-    EXPECT_EQ(fa::pick(gqa_bwd, 90).kernel, "07/bwd_v5_producer");
-    EXPECT_TRUE(fa::find_entry<fa::AttentionBwdKernel>("07/bwd_v5_producer")->gqa);
+    EXPECT_EQ(fa::pick(gqa_bwd, 90).kernel, "07/bwd_v6_head_groups");
+    EXPECT_TRUE(fa::find_entry<fa::AttentionBwdKernel>("07/bwd_v6_head_groups")->gqa);
     gqa_bwd.deterministic = true;  // bwd_v1 takes them too, deterministically
     const fa::Pick det = fa::pick(gqa_bwd, 90);
     EXPECT_EQ(det.kernel, "07/bwd_v1_tma_wgmma");
     ASSERT_FALSE(det.passed_over.empty());
-    EXPECT_EQ(det.passed_over[0], "07/bwd_v5_producer: not deterministic");
+    EXPECT_EQ(det.passed_over[0], "07/bwd_v6_head_groups: not deterministic");
     EXPECT_TRUE(fa::find_entry<fa::AttentionBwdKernel>("07/bwd_v1_tma_wgmma")->gqa);
     gqa_bwd.deterministic = false;
     gqa_bwd.head_dim = 256;  // bwd_v4 has no D 256: bwd_v1

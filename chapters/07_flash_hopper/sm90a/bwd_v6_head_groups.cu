@@ -1,9 +1,9 @@
-// 07/bwd_t46_head_groups: a tuning step after bwd_v5: the dK/dV blocks handed out key tile by
-// key tile inside groups of a few (K/V head, part) units, instead of head by head. Not
+// 07/bwd_v6_head_groups: bwd_v5 with the dK/dV blocks handed out key tile by key tile inside
+// groups of a few (K/V head, part) units, instead of head by head, under the causal mask. Not
 // deterministic, as bwd_v5.
-// Copied from 07/bwd_v5_producer (../sm90a/bwd_v5_producer.cu, read its header first: the
-// producer warpgroup, the ring, the split of dQ_tile are its); one idea changed: the order of the
-// blocks in the grid.
+// Copied from 07/bwd_v5_producer (sm90a/bwd_v5_producer.cu, read its header first: the producer
+// warpgroup, the ring, the split of dQ_tile are its); one idea changed: the order of the blocks
+// in the grid.
 //
 // Why: causally a block's work falls with its key tile (key tile 0 is seen by every query tile,
 // the last by the last one or two), and the block scheduler hands out blocks in launch order to
@@ -28,7 +28,8 @@
 // D 64), these groups 0.0-2.0% (0.0-1.1%): causal 1.03-1.06x bwd_v5 at D 128 and 1.02-1.03x at
 // D 64 for N 1024-8192, 1.00x at N 16384 (there one head is a wave already). Full attention runs
 // bwd_v5's order: 1.00x.
-// Measured (NVIDIA H200, 2026-12-02, bf16, beside bwd_v5 in three alternating rounds, medians;
+// Measured (NVIDIA H200, 2026-12-02, bf16, beside bwd_v5 in three alternating rounds, medians,
+// under the name 07/bwd_t46_head_groups it had as a tuning step;
 // notes/measured/h200-2026-12-02/bwd_t46_v5_rounds.md): causal 1.03-1.04x bwd_v5 at D 128, N 1024
 // -4096 (1.57 against 1.64 ms at N 4096), 1.02x at N 8192, 1.00x at N 512 and 16384; at D 64
 // 1.02x at N 1024-8192. Full attention 0.99-1.01x (the same order). A little below the model at
@@ -45,7 +46,7 @@
 namespace fa::ch07 {
 namespace {
 
-constexpr const char* kName = "07/bwd_t46_head_groups";
+constexpr const char* kName = "07/bwd_v6_head_groups";
 constexpr int kWarpgroups = 2;                          // consumers: the warpgroups that compute
 constexpr int kThreads = 128 * (1 + kWarpgroups);       // + the producer warpgroup
 constexpr int kProducerRegs = 24, kConsumerRegs = 240;  // 24 + 2 x 240 = 3 x 168 (07/v2's)
@@ -477,7 +478,7 @@ void dispatch_head_dim(const AttentionBwdArgs& a, cudaStream_t stream) {
   }
 }
 
-void attention_bwd_t46(const AttentionBwdArgs& a, cudaStream_t stream) {
+void attention_bwd_v6(const AttentionBwdArgs& a, cudaStream_t stream) {
   const AttentionShape& s = a.shape;
   FA_REQUIRE(s.seq_q >= 0 && s.seq_k >= 0 && s.bh() >= 0, "negative size");
   FA_UNSUPPORTED_IF(a.dtype != DType::BF16 && a.dtype != DType::F16,
@@ -508,7 +509,7 @@ void attention_bwd_t46(const AttentionBwdArgs& a, cudaStream_t stream) {
 
 FA_REGISTER(AttentionBwdKernel,
             {kName,
-             attention_bwd_t46,
+             attention_bwd_v6,
              "bwd_v5 with its blocks handed out key tile by key tile within groups of a few heads "
              "(causally the heaviest first, the group's Q and dO in the L2); not deterministic",
              {DType::BF16, DType::F16},
