@@ -174,7 +174,7 @@ for stage in "$@"; do
       ;;
     gqa)
       # Grouped K/V heads in chapter 07's final rungs: fa_bench's attn_gqa rows (07/v5_persistent,
-      # 07/bwd_v1 .. bwd_v4, and any other fixed-length kernel that takes grouped heads) at
+      # 07/bwd_v1 .. bwd_v6, and any other fixed-length kernel that takes grouped heads) at
       # B 2, H 32, H_kv 32 (MHA) / 8 / 4 / 1 (MQA), N 4096 and 8192, D 128, bf16, causal and full;
       # each row timed alone (a fa_bench process of its own), GQA_ROUNDS rounds (default 3) that
       # alternate the rows; then each row's median over its Hkv32 row (the time per query head
@@ -196,7 +196,7 @@ for stage in "$@"; do
       log "gqa fa_bench: $(wc -l < "$OUT/gqa_rounds.log") samples"
       python3 bench/gqa_ratios.py "$OUT/gqa_rounds.log" > "$OUT/gqa.log" 2>&1
       log "gqa ratios rc=$?"; cat "$OUT/gqa.log"
-      ctest --test-dir "$BUILD" -L gpu -R '\.GroupedKvHeads/07_(v5_persistent|bwd_v[1-4]_)' \
+      ctest --test-dir "$BUILD" -L gpu -R '\.GroupedKvHeads/07_(v5_persistent|bwd_v[1-6]_)' \
         --output-on-failure > "$OUT/gqa_tests.log" 2>&1
       log "gqa tests rc=$?"; tail -5 "$OUT/gqa_tests.log"
       ;;
@@ -386,7 +386,7 @@ for stage in "$@"; do
         for part in fwd bwd; do
           case $part in
             fwd) F="attn_fwd/(05/v[0-5]|07/v[1-5])[^/]*/(bf16|fp32)/D$D/" ;;
-            bwd) F="attn_bwd/(06/v[1-5]|07/bwd_v[1-5])[^/]*/bf16/D$D/" ;;
+            bwd) F="attn_bwd/(06/v[1-5]|07/bwd_v[1-6])[^/]*/bf16/D$D/" ;;
           esac
           log "ladder $part D$D: fa_bench $F"
           "$BUILD/bin/fa_bench" --benchmark_filter="$F" --benchmark_out="$OUT/ladder_${part}_d$D.json" \
