@@ -1,0 +1,590 @@
+// 07/bwd_t47_dq_warp: a tuning step after bwd_v6: dQ_tile's reduce-adds handed to a thread of
+// the producer warpgroup, so that no consumer warpgroup issues TMA instructions or waits for
+// them. Not deterministic, as bwd_v6.
+// Copied from 07/bwd_v6_head_groups (../sm90a/bwd_v6_head_groups.cu; bwd_v5, bwd_v4 and bwd_v2
+// before it: the algorithm, the split of dQ_tile between the warpgroups, the staging boxes, the
+// masking, the producer and its ring, the launch order are theirs); one idea changed: who issues
+// the reduce-adds of the staged dQ_tile, and who waits until the TMA engine has read the boxes.
+//
+// Why: in bwd_v5, once a consumer warpgroup has staged dQ_tile, its thread 0 issues the two
+// tensor reduce-adds (in the SASS each is a loop of about ten instructions around the TMA
+// instruction) and commits them, and a tile later waits until the engine has read the boxes
+// (cp.async.bulk.wait_group.read) before the dS^T barrier. Both are on the warpgroup's path: the
+// next tile's S^T product starts only once all four warps have issued its wgmma, so warp 0's TMA
+// instructions hold back the other three, and the wait holds back the barrier that the whole
+// warpgroup (at D 128 both) must pass. FlashAttention-3's backward (its sm90 kernel) gives dQ's
+// adds to a warp of the producer warpgroup for this reason: the MMA warpgroups only compute. In
+// bwd_v5 two warps of the producer warpgroup do nothing (threads 0..63 load L and D, thread 0 Q
+// and dO; threads 64..127 return).
+//
+// What changes:
+//   * The dQ thread of consumer w: lane 0 of warp 2 + w of the producer warpgroup, one per
+//     consumer, so that neither consumer waits behind the other's adds (at D 64 the consumers
+//     are tied only by the ring and may run up to a tile apart). Per iteration j it waits on
+//     dq_full[w], reads where the tile goes, issues the two reduce-adds and commits them (the
+//     bulk group is its own), waits until the engine has read the boxes (wait_group.read 0) and
+//     arrives on dq_empty[w]. At the end it waits for all its bulk groups, read and written:
+//     the block, and its shared memory, stay until the adds have landed.
+//   * Two mbarriers per consumer warpgroup, one arrival a phase, phase j for iteration j:
+//     dq_full[w] (thread 0 of the consumer, after the fence.proxy.async of its 128 threads and
+//     the staging barrier that bwd_v5 already had) and dq_empty[w] (the dQ thread).
+//   * The consumer's thread 0: where bwd_v5 waited for its own bulk groups' reads, it waits on
+//     dq_empty[w] for phase j - 1 (from j = 1), before the dS^T barrier, which passes the word
+//     to the warpgroup's other threads before any of them writes the boxes again. After the
+//     staging barrier it stores the tile's place (row q0, query head: 8 bytes beside the
+//     barriers) and arrives on dq_full[w] where it issued the reduce-adds. The arrival releases
+//     the store and the dQ thread's wait acquires it, so the dQ thread needs no walk of its own
+//     over the group's heads and Q tiles (and the consumers keep bwd_v5's registers; below).
+//
+// One staging buffer per consumer is enough: the consumer writes the boxes again a whole tile
+// after it handed them over (about 5,400 cycles, 2.7 us, at D 128, N 8192 in bwd_v5), and even at
+// 16 bytes a cycle toward the L2 the engine has read 16 KiB after about 1,000 of them, so
+// dq_empty has completed by the time thread 0 waits on it (bwd_v5's wait_group.read at the same
+// place had the same slack). A second buffer per consumer would fit (226.1 KiB at D 128 of the
+// 227 a block may take) but would pay only if the reads took longer than a tile.
+//
+// Ordering, per consumer warpgroup w and iteration j (s = j % 2):
+//   wait q_full[s]; S^T, dP^T, dV, dK as bwd_v5; dS^T -> dS^T tile j % kDsBuffers, fence;
+//   thread 0: wait dq_empty[w] (phase j - 1, from j = 1); dS^T barrier; dQ_tile; wait 0;
+//   staging, fence, named barrier of the warpgroup; thread 0: arrive on q_empty[s], store the
+//   place, arrive on dq_full[w].
+// dQ thread of w, per iteration j: wait dq_full[w] (phase j); read the place; two reduce-adds,
+//   commit; wait_group.read 0; arrive on dq_empty[w]. After the last: wait_group 0.
+// Producer threads 0..63: as bwd_v5.
+//
+// Shared memory: bwd_v5's + 4 x 8 bytes of barriers + 2 x 8 bytes of places: 114.1 KiB at D 64,
+// 194.1 KiB at D 128.
+//
+// Registers (ptxas, CUDA 13.0, sm_90a, bf16 and fp16 alike): "Used 168 registers" for the kernel
+// (the launch's 384 x 168), no spills at either head dim; inside the consumer's 240 the SASS
+// names registers up to R236 at D 128 and R181 at D 64 (bwd_v5: R236, R179), and the producer
+// warpgroup's code, the dQ threads included, up to R21 of its 24. A first form in which the dQ
+// thread walked the iterations itself (GroupPlace, as the loading threads do), so that the
+// consumers no longer used the query head, spilled 8 bytes at D 128 (two registers saved around
+// the mask of S^T); with the place handed over in shared memory ptxas allocates as in bwd_v5.
+//
+// Prediction, against bwd_v5 on the protocol shapes: small, 1.00-1.03x at both head dims. What
+// leaves each consumer's tile is thread 0's two TMA issue loops and commit (some tens of cycles,
+// paid by the whole warpgroup at its next wgmma) and a wait that, by the slack above, rarely
+// waits; what comes is an 8-byte store, an arrival and an mbarrier test. Against about 5,400
+// cycles a tile at D 128 and 4,100 at D 64 that is at most a few percent, more at D 64, where a
+// tile is shorter. If it measures 1.00x, bwd_v5's consumers were not waiting on dQ's hand-off,
+// and the gap to cuDNN is in their own element-wise work.
+// Measured: pending.
+// Grouped K/V heads, split parts, causal skipping, ragged lengths: as bwd_v5 (the consumers walk
+// the GroupPlace sequence and tell the dQ thread each tile's place).
+// Speed: measured in chapters/07_flash_hopper/README.md
+#include <cuda.h>
+
+#include <algorithm>
+
+#include "hopper_attention_bwd.cuh"
+#include "gpu.h"
+
+namespace fa::ch07 {
+namespace {
+
+constexpr const char* kName = "07/bwd_t47_dq_warp";
+constexpr int kWarpgroups = 2;                          // consumers: the warpgroups that compute
+constexpr int kThreads = 128 * (1 + kWarpgroups);       // + the producer warpgroup
+constexpr int kProducerRegs = 24, kConsumerRegs = 240;  // 24 + 2 x 240 = 3 x 168 (07/v2's)
+constexpr int kStages = 2;
+constexpr int kWgRows = kRowsPerWarpgroup;     // 64: wgmma M, the keys one warpgroup owns
+constexpr int kBc = kWarpgroups * kWgRows;     // 128 keys per block
+constexpr int kBr = 64;                        // queries per streamed tile: N of S^T and dP^T
+constexpr int kDqN = 64;                       // columns of dQ_tile per warpgroup (both head dims)
+constexpr int kBoxCols = 32;                   // fp32 columns per 128-byte swizzled row of a box
+constexpr int kBoxes = kDqN / kBoxCols;        // reduce-adds per warpgroup and tile: 2
+constexpr int kBoxBytes = kBr * kBoxCols * 4;  // 64 rows x 128 bytes = 8 KiB
+// The producer's threads 0..kBr-1 load; lane 0 of warp kBr / 32 + w adds consumer w's dQ_tile.
+static_assert(kBr + 32 * kWarpgroups <= 128, "a dQ warp per consumer beside the loading warps");
+
+// How the two warpgroups share dQ_tile = dS K (see "How the warpgroups share" in the header).
+template <int D>
+struct DqSplit {
+  static_assert(D == 64 || D == 128, "head dims 64 and 128");
+  static constexpr bool kByColumns = D == 128;                // else by keys
+  static constexpr int kKeys = kByColumns ? kBc : kWgRows;    // keys warpgroup w contracts over
+  static constexpr int kBarThreads = kByColumns ? 256 : 128;  // who shares the dS^T tile
+  // dS^T tiles, used in turn by iterations j % kDsBuffers: shared between the warpgroups (by
+  // columns), one warpgroup may write tile j + 1's rows while the other still reads tile j's.
+  static constexpr int kDsBuffers = kByColumns ? 2 : 1;
+  __device__ static int key0(int wg) { return kByColumns ? 0 : wg * kWgRows; }
+  __device__ static int col0(int wg) { return kByColumns ? wg * kDqN : 0; }
+  // Named barrier ids (0 is __syncthreads): the dS^T tile is written (one id for the block at
+  // D = 128, one per warpgroup at D = 64), and the staging rows are written (one per warpgroup).
+  __device__ static int ds_bar(int wg) { return kByColumns ? 1 : 1 + wg; }
+  __device__ static int stage_bar(int wg) { return 3 + wg; }
+};
+
+struct BwdParams {
+  const float* lse;
+  const float* delta;
+  float* dq_acc;  // the workspace: fp32 [batch*heads][seq_q][D], zero on entry
+  void* dk;
+  void* dv;
+  int64_t seq_q, seq_k;
+  int64_t n_tiles;      // key tiles per (batch, head)
+  int64_t n_units;      // (K/V head, part) units: the grid is n_units x n_tiles blocks
+  int64_t group_units;  // units per group of the launch order (head_group_place)
+  int group;            // query heads per K/V head (1: no grouping)
+  int split;            // blocks per (key tile, K/V head), each over group / split heads
+  int64_t kv_bh;        // batch * heads_kv
+  float* parts;         // split > 1: fp32 dK parts [split][kv_bh][seq_k][D], then dV's likewise
+  float scale;          // softmax scale
+  float scale_log2;     // scale * log2(e): P = exp2(s * scale_log2 - L2)
+  bool causal;
+};
+
+// ---- dK, dV and dQ_tile ----------------------------------------------------------------------------
+template <int D>
+struct Smem {
+  static constexpr int kKVBytes = kBc * D * 2;  // K or V
+  static constexpr int kQBytes = kBr * D * 2;   // Q or dO, one stage
+  static constexpr int kdSBytes = kBc * kBr * 2;
+  static constexpr int kStageBytes = kBoxes * kBoxBytes;  // one warpgroup's staging boxes
+  static constexpr int kKOffset = 0;
+  static constexpr int kVOffset = kKVBytes;
+  static constexpr int kQOffset = 2 * kKVBytes;                    // stage s at + s * kQBytes
+  static constexpr int kdOOffset = kQOffset + kStages * kQBytes;   // stage s at + s * kQBytes
+  static constexpr int kdSOffset = kdOOffset + kStages * kQBytes;  // [128 keys][64 queries] each
+  static constexpr int kStOffset = kdSOffset + DqSplit<D>::kDsBuffers * kdSBytes;  // warpgroup w ..
+  static constexpr int kLOffset = kStOffset + kWarpgroups * kStageBytes;  // float [kStages][kBr]
+  static constexpr int kDOffset = kLOffset + kStages * kBr * 4;           // float [kStages][kBr]
+  static constexpr int kPlaceOffset = kDOffset + kStages * kBr * 4;  // int2 [kWarpgroups]
+  static constexpr int kBarOffset = kPlaceOffset + kWarpgroups * 8;
+  static constexpr int kBarriers = 1 + 2 * kStages + 2 * kWarpgroups;
+  static constexpr int kBytes = kBarOffset + kBarriers * 8 + kAtomBytes;  // + alignment
+  static_assert(kKVBytes % kAtomBytes == 0 && kQBytes % kAtomBytes == 0 &&
+                    kdSBytes % kAtomBytes == 0,
+                "atoms stay aligned");
+  static_assert(kStOffset % 1024 == 0 && kBoxBytes % 1024 == 0,
+                "a 128-byte swizzled box starts on a 1024-byte boundary");
+  static_assert(kBytes <= 227 * 1024, "the most dynamic shared memory a block may opt in to");
+};
+
+template <class T, int D>
+__global__ void __launch_bounds__(kThreads, 1)
+    dkdv_dq_kernel(const __grid_constant__ CUtensorMap tm_q,
+                   const __grid_constant__ CUtensorMap tm_k,
+                   const __grid_constant__ CUtensorMap tm_v,
+                   const __grid_constant__ CUtensorMap tm_do,
+                   const __grid_constant__ CUtensorMap tm_dq, const BwdParams p) {
+  using Sm = Smem<D>;
+  using Dq = DqSplit<D>;
+  constexpr int kStrips = D / kSwizzleCols;
+  constexpr int kSAcc = kBr / 2;  // S^T (and dP^T) accumulators per thread
+  extern __shared__ unsigned char smem_raw[];
+  const uint32_t raw = mma::smem_addr(smem_raw);
+  unsigned char* smem = smem_raw + ((kAtomBytes - raw % kAtomBytes) % kAtomBytes);
+  unsigned char* sK = smem + Sm::kKOffset;
+  unsigned char* sV = smem + Sm::kVOffset;
+  auto sQ = [&](int s) { return smem + Sm::kQOffset + s * Sm::kQBytes; };
+  auto sdO = [&](int s) { return smem + Sm::kdOOffset + s * Sm::kQBytes; };
+  unsigned char* sdS = smem + Sm::kdSOffset;                  // dS^T, row = key of the block
+  float* sL = reinterpret_cast<float*>(smem + Sm::kLOffset);  // stage s at + s * kBr
+  float* sD = reinterpret_cast<float*>(smem + Sm::kDOffset);
+  int2* sPlace = reinterpret_cast<int2*>(smem + Sm::kPlaceOffset);  // per consumer: (q0, head)
+  uint64_t* kv_full = reinterpret_cast<uint64_t*>(smem + Sm::kBarOffset);
+  uint64_t* q_full = kv_full + 1;        // per stage: Q, dO (bytes), L and D (arrivals) are in
+  uint64_t* q_empty = q_full + kStages;  // per stage: both consumer warpgroups are done with it
+  uint64_t* dq_full = q_empty + kStages;       // per consumer: its staging boxes are written
+  uint64_t* dq_empty = dq_full + kWarpgroups;  // per consumer: its dQ thread has read them
+
+  const int tid = threadIdx.x;
+  // This block's (K/V head, part) unit and key tile: key tile by key tile within its group.
+  const BlockPlace place = head_group_place(blockIdx.x, p.n_tiles, p.n_units, p.group_units);
+  const int64_t unit = place.unit;  // (K/V head, part) (GQA: bwd_v1's header)
+  const int64_t kv_bh = unit / p.split;
+  const int part = int(unit % p.split), heads = p.group / p.split;  // this block's query heads
+  const int64_t k0 = place.kt * kBc;
+  const int64_t seq_q = p.seq_q, seq_k = p.seq_k;
+
+  // The Q tiles that see this block's keys: causal, from the one holding the first query that
+  // sees key k0 (every earlier tile is entirely masked, its dS is 0). Possibly none.
+  const int64_t n_qt = ceil_div(seq_q, kBr);
+  int64_t qt_begin = 0;
+  if (p.causal) {
+    const int64_t first = causal_first_query(k0, seq_q, seq_k);
+    if (first > 0) qt_begin = first / kBr;
+  }
+  // GQA: the group's query heads one after the other, n_per tiles each (bwd_v1's header).
+  const int n_per = qt_begin < n_qt ? int(n_qt - qt_begin) : 0;
+  const int n_iter = n_per * heads;
+  // Iteration j's place (query head, Q tile qt_begin + i), stepped with j (GroupPlace).
+  GroupPlace at{int(kv_bh * p.group + part * heads), 0};
+
+  if (tid == 0) {
+    hopper::mbar_init(kv_full, 1);
+    for (int s = 0; s < kStages; ++s) {
+      hopper::mbar_init(&q_full[s], 1 + kBr);       // the expect_tx arrival, + kBr L/D rows
+      hopper::mbar_init(&q_empty[s], kWarpgroups);  // one arrival per consumer warpgroup
+    }
+    for (int w = 0; w < kWarpgroups; ++w) {
+      hopper::mbar_init(&dq_full[w], 1);   // the consumer's thread 0
+      hopper::mbar_init(&dq_empty[w], 1);  // its dQ thread
+    }
+    hopper::mbar_fence_init();
+    if (n_iter > 0) {
+      hopper::mbar_arrive_expect_tx(kv_full, 2 * Sm::kKVBytes);
+      for (int c = 0; c < kStrips; ++c) {  // all D columns: S^T and dP^T contract over them
+        hopper::tma_load_3d(sK + c * kBc * 128, &tm_k, kv_full, c * kSwizzleCols, int(k0),
+                            int(kv_bh));
+        hopper::tma_load_3d(sV + c * kBc * 128, &tm_v, kv_full, c * kSwizzleCols, int(k0),
+                            int(kv_bh));
+      }
+    }
+  }
+  __syncthreads();  // the barriers are initialised before anyone waits on them
+
+  if (tid < 128) {
+    // ---- Producer: gives its registers away; threads 0..63 fill the ring, tile after tile.
+    // Thread r carries L2 and D of the tile's query row r, loaded before the wait for the stage
+    // (their latency passes while the consumers still use it), stored after it; its arrival
+    // releases the stores to whoever waits on q_full (mbarrier.arrive is a release, the wait an
+    // acquire). Thread 0 also asks for Q and dO, whose bytes complete the same phase.
+    hopper::setmaxnreg_dec<kProducerRegs>();
+    if (tid < kBr) {
+      GroupPlace pl = at;
+      for (int j = 0; j < n_iter; ++j, pl.step(n_per)) {
+        const int s = j % kStages;
+        const int64_t row = (qt_begin + pl.i) * kBr, head_row0 = pl.head * seq_q;
+        const float l2 = load_l2(p.lse + head_row0, row + tid, seq_q);
+        const float d = row + tid < seq_q ? p.delta[head_row0 + row + tid] : 0.0f;
+        if (j >= kStages) hopper::mbar_wait(&q_empty[s], (j / kStages - 1) & 1);
+        if (tid == 0) {
+          hopper::mbar_arrive_expect_tx(&q_full[s], 2 * Sm::kQBytes);
+          for (int c = 0; c < kStrips; ++c) {
+            hopper::tma_load_3d(sQ(s) + c * kBr * 128, &tm_q, &q_full[s], c * kSwizzleCols,
+                                int(row), pl.head);
+            hopper::tma_load_3d(sdO(s) + c * kBr * 128, &tm_do, &q_full[s], c * kSwizzleCols,
+                                int(row), pl.head);
+          }
+        }
+        sL[s * kBr + tid] = l2;
+        sD[s * kBr + tid] = d;
+        hopper::mbar_arrive(&q_full[s]);
+      }
+    } else if (tid % 32 == 0) {
+      // ---- The dQ thread of consumer w (lane 0 of warp kBr / 32 + w), one phase of its two
+      // barriers per iteration: once the consumer's thread 0 says its boxes are written and
+      // where they go (dq_full[w]), adds them into the workspace, waits until the engine has read
+      // them (the bulk groups are this thread's) and hands them back (dq_empty[w]). The issue and
+      // the wait for the reads, which were on the consumer's path in bwd_v5, happen here.
+      const int w = tid / 32 - kBr / 32;
+      const uint32_t st_addr = mma::smem_addr(smem + Sm::kStOffset + w * Sm::kStageBytes);
+      const int dq_col0 = Dq::col0(w);
+      for (int j = 0; j < n_iter; ++j) {
+        hopper::mbar_wait(&dq_full[w], j & 1);
+        // Rows q0 .. q0 + 63 of the query head, columns dq_col0 + 32 b ..; rows past seq_q are
+        // clipped.
+        const int2 at_w = sPlace[w];  // (q0, query head)
+#pragma unroll
+        for (int b = 0; b < kBoxes; ++b)
+          hopper::tma_reduce_add_3d(&tm_dq, st_addr + b * kBoxBytes, dq_col0 + b * kBoxCols,
+                                    at_w.x, at_w.y);
+        hopper::bulk_commit_group();
+        hopper::bulk_wait_group_read<0>();
+        hopper::mbar_arrive(&dq_empty[w]);
+      }
+      // The last reduce-adds must have read their rows before the block's shared memory goes,
+      // and have landed before the kernel counts as done (the convert kernel reads the
+      // workspace next).
+      hopper::bulk_wait_group<0>();
+    }
+    return;
+  }
+
+  // ---- Consumers: take the registers, then compute as bwd_v4 on their 64 keys.
+  hopper::setmaxnreg_inc<kConsumerRegs>();
+  const int wg = tid / 128 - 1, t = tid % 128, q = t % 4;
+  // This warpgroup's staging: kBoxes boxes of 64 query rows x 32 columns, 128-byte swizzled.
+  unsigned char* sSt = smem + Sm::kStOffset + wg * Sm::kStageBytes;
+  // This warpgroup's 64 keys (rows of K and V in each strip) and this thread's two keys.
+  const int wrow = wg * kWgRows;
+  const unsigned char* sKw = sK + wrow * 128;
+  const unsigned char* sVw = sV + wrow * 128;
+  const int kr = wrow + 16 * (t / 32) + (t % 32) / 4;    // row of the dS^T tile; kr % 8 = lane / 4
+  const int64_t key0 = k0 + kr;                          // and key0 + 8
+  const int64_t off = causal_last_key(0, seq_q, seq_k);  // query i sees keys j <= i + off
+  // dQ_tile of this warpgroup: keys dq_key0 .. + Dq::kKeys - 1 of the block (rows of the dS^T and
+  // K tiles), columns dq_col0 .. + 63 of D.
+  const int dq_key0 = Dq::key0(wg), dq_col0 = Dq::col0(wg);
+  // Thread 0 of the warpgroup hands the staging boxes to its dQ thread and frees the stage.
+  const bool leader = t == 0;
+
+  float dk[D / 2], dv[D / 2];
+  zero(dk);
+  zero(dv);
+
+  if (n_iter > 0) hopper::mbar_wait(kv_full, 0);
+  for (int j = 0; j < n_iter; ++j, at.step(n_per)) {
+    const int s = j % kStages;
+    const int64_t q0 = (qt_begin + at.i) * kBr;
+    unsigned char* sdS_j = sdS + (j % Dq::kDsBuffers) * Sm::kdSBytes;  // this iteration's dS^T
+    const bool need_mask = k0 + kBc > seq_k || (p.causal && k0 + kBc - 1 > q0 + off);
+    hopper::mbar_wait(&q_full[s], (j / kStages) & 1);
+
+    // ---- S^T = K Q^T and dP^T = V dO^T: 64 keys x 64 queries each, two commit groups.
+    float st[kSAcc], dpt[kSAcc];
+    hopper::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+      hopper::wgmma_ss<kBr, T, 0>(st, desc_k_major<kBc>(sKw, kk), desc_k_major<kBr>(sQ(s), kk),
+                                  kk > 0);
+    hopper::wgmma_commit();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+      hopper::wgmma_ss<kBr, T, 0>(dpt, desc_k_major<kBc>(sVw, kk), desc_k_major<kBr>(sdO(s), kk),
+                                  kk > 0);
+    hopper::wgmma_commit();
+    hopper::wgmma_wait<1>();  // S^T has landed; dP^T may still run
+    hopper::fence_registers(st);
+
+    // ---- P^T = exp2(S^T scale log2 e - L2): element i is key key0 + 8 ((i / 2) % 2), query
+    // q0 + 8 (i / 4) + 2q + i % 2 (the accumulator layout, hopper.cuh).
+    const float* l2 = sL + s * kBr;
+#pragma unroll
+    for (int i = 0; i < kSAcc; i += 2) {
+      const float2 l = *reinterpret_cast<const float2*>(l2 + 8 * (i / 4) + 2 * q);
+      st[i] = ex2_approx(fmaf(st[i], p.scale_log2, -l.x));
+      st[i + 1] = ex2_approx(fmaf(st[i + 1], p.scale_log2, -l.y));
+    }
+    if (need_mask) {
+#pragma unroll
+      for (int i = 0; i < kSAcc; ++i) {
+        const int64_t key = key0 + 8 * ((i / 2) % 2);
+        const int64_t query = q0 + 8 * (i / 4) + 2 * q + (i % 2);
+        if (key >= seq_k || (p.causal && key > query + off)) st[i] = 0.0f;
+      }
+    }
+
+    // ---- dV += P^T dO: k = the 64 queries, P^T from registers, dO MN-major.
+    uint32_t pf[kBr / 16][4];
+    pack_p<T>(st, pf);
+    hopper::fence_registers(dv);
+    hopper::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBr / 16; ++kk)
+      hopper::wgmma_rs<D, T, 1>(dv, pf[kk], desc_mn_major<kBr>(sdO(s), kk), 1);
+    hopper::wgmma_commit();
+    hopper::wgmma_wait<1>();  // dP^T (committed before dV) has landed; dV may still run
+    hopper::fence_registers(dpt);
+
+    // ---- dS^T = P^T o (dP^T - D), D per query (column).
+    const float* dd = sD + s * kBr;
+#pragma unroll
+    for (int i = 0; i < kSAcc; i += 2) {
+      const float2 d2 = *reinterpret_cast<const float2*>(dd + 8 * (i / 4) + 2 * q);
+      dpt[i] = st[i] * (dpt[i] - d2.x);
+      dpt[i + 1] = st[i + 1] * (dpt[i + 1] - d2.y);
+    }
+
+    // ---- dK += dS^T Q: k = the 64 queries, dS^T from registers, Q MN-major.
+    uint32_t dsf[kBr / 16][4];
+    pack_p<T>(dpt, dsf);
+    hopper::fence_registers(dk);
+    hopper::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBr / 16; ++kk)
+      hopper::wgmma_rs<D, T, 1>(dk, dsf[kk], desc_mn_major<kBr>(sQ(s), kk), 1);
+    hopper::wgmma_commit();
+
+    // ---- dS^T -> the shared dS^T tile while dK runs: row kr (and kr + 8) = this thread's keys,
+    // 64 queries = 128 bytes per row in eight 16-byte chunks, chunk c stored at c ^ (row % 8)
+    // (the 128-byte swizzle TMA would write; row % 8 = lane / 4 for both rows). dsf[k] holds
+    // queries 16k + 2q, +1 (chunk 2k) in [0] (row kr) and [1] (row kr + 8), and 16k + 8 + 2q, +1
+    // (chunk 2k + 1) in [2] and [3]. For one store of a warp, its 8 rows put their 4-byte words in
+    // 8 different chunks: the 32 words fall on 32 banks.
+    {
+      const int g = (t % 32) / 4;
+      unsigned char* row_lo = sdS_j + kr * 128 + 4 * q;
+      unsigned char* row_hi = row_lo + 8 * 128;
+#pragma unroll
+      for (int k = 0; k < kBr / 16; ++k) {
+        *reinterpret_cast<uint32_t*>(row_lo + ((2 * k) ^ g) * 16) = dsf[k][0];
+        *reinterpret_cast<uint32_t*>(row_hi + ((2 * k) ^ g) * 16) = dsf[k][1];
+        *reinterpret_cast<uint32_t*>(row_lo + ((2 * k + 1) ^ g) * 16) = dsf[k][2];
+        *reinterpret_cast<uint32_t*>(row_hi + ((2 * k + 1) ^ g) * 16) = dsf[k][3];
+      }
+    }
+    hopper::fence_proxy_async_smem();              // the generic stores, before wgmma reads them
+    // The dQ thread has read iteration j - 1's boxes (its arrival, phase j - 1): reusable.
+    if (leader && j > 0) hopper::mbar_wait(&dq_empty[wg], (j - 1) & 1);
+    hopper::named_bar_sync(Dq::ds_bar(wg), Dq::kBarThreads);
+
+    // ---- dQ_tile = dS K: m = the 64 queries, A = dS read transposed from the dS^T tile rows
+    // dq_key0 .., B = K rows dq_key0 .. (MN-major, from strip dq_col0 / 64 on). k16 step kk is
+    // rows dq_key0 + 16 kk .. of both tiles.
+    float dq[kDqN / 2];
+    hopper::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < Dq::kKeys / 16; ++kk)
+      hopper::wgmma_ss_n64_at<T>(dq, desc_mn_major<kBc>(sdS_j + dq_key0 * 128, kk),
+                                 desc_mn_major<kBc>(sK + dq_key0 * 128, kk, dq_col0), kk > 0);
+    hopper::wgmma_commit();
+    hopper::wgmma_wait<0>();  // dV, dK and dQ_tile have landed
+    hopper::fence_registers(dq);
+    hopper::fence_registers(dk);
+    hopper::fence_registers(dv);
+#pragma unroll
+    for (int kk = 0; kk < kBr / 16; ++kk) {
+      hopper::fence_registers(pf[kk]);
+      hopper::fence_registers(dsf[kk]);
+    }
+
+    // ---- dQ_tile -> the staging boxes (fp32, the map's 128-byte swizzle): thread t holds rows
+    // 16w + g and 16w + g + 8, columns 8i + 2q, +1 in dq[4i + 2h], dq[4i + 2h + 1] (w = t / 32).
+    // Column 8i + 2q is in box i / 4, 16-byte chunk 2 (i % 4) + q / 2, at byte 8 (q % 2); the
+    // chunk is stored at chunk ^ g (row % 8 = g for both rows), which is 2 (i % 4) ^ x with
+    // x = (q / 2) ^ g, since 2 (i % 4) is even.
+    {
+      const int w = t / 32, g = (t % 32) / 4, x = (q / 2) ^ g;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        unsigned char* row = sSt + (16 * w + g + 8 * h) * 128 + 8 * (q % 2);
+#pragma unroll
+        for (int i = 0; i < kDqN / 8; ++i)
+          *reinterpret_cast<float2*>(row + (i / 4) * kBoxBytes + (((2 * (i % 4)) ^ x) * 16)) =
+              make_float2(dq[4 * i + 2 * h], dq[4 * i + 2 * h + 1]);
+      }
+    }
+    hopper::fence_proxy_async_smem();  // before the TMA engine reads the boxes
+    hopper::named_bar_sync(Dq::stage_bar(wg), 128);
+    if (leader) {
+      // Every thread of the warpgroup is past its wgmma_wait and its reads of L and D: stage s
+      // is free as far as this warpgroup goes (the producer refills it once both have said so).
+      hopper::mbar_arrive(&q_empty[s]);
+      // The boxes are written and fenced (the barrier above): the dQ thread may add them, at
+      // rows q0 .. of query head at.head (the arrival releases this store).
+      sPlace[wg] = make_int2(int(q0), at.head);
+      hopper::mbar_arrive(&dq_full[wg]);
+    }
+  }
+
+  // Keys no query sees (causal) leave with dK = dV = 0, as they must. Rows k0 + wrow .. of this
+  // K/V head's [seq_k x D] dK and dV, summed over its group.
+  const int64_t row0 = k0 + wrow;
+  if (p.split > 1) {  // this part's fp32 sums; sum_parts_kernel adds the parts (header, GQA)
+    const int64_t head = int64_t(part) * p.kv_bh + kv_bh, all = p.split * p.kv_bh;
+    store_acc_rows<float, D, D>(p.parts + head * seq_k * D, dk, row0, seq_k, 1.0f, t);
+    store_acc_rows<float, D, D>(p.parts + (all + head) * seq_k * D, dv, row0, seq_k, 1.0f, t);
+    return;
+  }
+  store_acc_rows<T, D, D>(static_cast<T*>(p.dk) + kv_bh * seq_k * D, dk, row0, seq_k, p.scale, t);
+  store_acc_rows<T, D, D>(static_cast<T*>(p.dv) + kv_bh * seq_k * D, dv, row0, seq_k, 1.0f, t);
+}
+
+// ---- Launcher ------------------------------------------------------------------------------------
+template <class T, int D>
+void launch(const AttentionBwdArgs& a, cudaStream_t stream) {
+  const AttentionShape& s = a.shape;
+  const int64_t n_kt = ceil_div(s.seq_k, kBc);
+  const int64_t kv_bh = s.batch * s.kv_heads();  // K, V, dK, dV: batch * heads_kv heads (GQA)
+  FA_UNSUPPORTED_IF(n_kt * s.bh() > INT_MAX,
+                    std::string(kName) + ": more than 2^31-1 thread blocks");
+  // A block's iterations, the group's query heads x the Q tiles, count in an int.
+  FA_UNSUPPORTED_IF(ceil_div(s.seq_q, kBr) * s.group() > INT_MAX,
+                    std::string(kName) + ": more than 2^31-1 query tiles per K/V head");
+  BwdParams p{};
+  p.lse = a.lse;
+  p.delta = a.delta;
+  p.dq_acc = a.workspace;
+  p.dk = a.dk;
+  p.dv = a.dv;
+  p.seq_q = s.seq_q;
+  p.seq_k = s.seq_k;
+  p.n_tiles = n_kt;
+  p.scale = s.softmax_scale();
+  p.scale_log2 = p.scale * kLog2e;
+  p.causal = s.causal;
+  p.group = int(s.group());
+  p.kv_bh = kv_bh;
+  // The split of each group (bwd_v1's header); its parts need memory of their own here, since the
+  // workspace holds dQ's sum (PartsBuffer): without it the block runs the whole group.
+  // The launch order: groups of units under the causal mask, head by head (groups of 1) without.
+  const BlockOrder order = s.causal ? BlockOrder::kHeadGroups : BlockOrder::kHeadMajor;
+  p.split = dkdv_split<dkdv_dq_kernel<T, D>, Smem<D>::kBytes>(s, kThreads, kBc, kBr, order);
+  const PartsBuffer parts(s, p.split, stream);
+  if (parts.ptr() == nullptr) p.split = 1;
+  p.parts = parts.ptr();
+  p.n_units = kv_bh * p.split;
+  p.group_units =
+      s.causal
+          ? head_group_units(
+                n_kt, resident_slots<dkdv_dq_kernel<T, D>, Smem<D>::kBytes, kThreads>(), p.n_units)
+          : 1;
+
+  // 2. dK, dV and dQ_tile: K/V boxes of kBc rows (kept), Q/dO boxes of 64 rows (streamed); every
+  // box is 64 columns wide, one 128-byte swizzled strip.
+  const CUtensorMap tm_q = make_tmap(a.q, s.bh(), s.seq_q, D, kBr, a.dtype);
+  const CUtensorMap tm_do = make_tmap(a.dout, s.bh(), s.seq_q, D, kBr, a.dtype);
+  const CUtensorMap tm_k = make_tmap(a.k, kv_bh, s.seq_k, D, kBc, a.dtype);
+  const CUtensorMap tm_v = make_tmap(a.v, kv_bh, s.seq_k, D, kBc, a.dtype);
+  const CUtensorMap tm_dq = make_tmap_f32(a.workspace, s.bh(), s.seq_q, D, kBoxCols, kBr, kName);
+  constexpr int kSmem = Smem<D>::kBytes;
+  set_smem_limit_once<dkdv_dq_kernel<T, D>, kSmem>();
+  dkdv_dq_kernel<T, D><<<unsigned(n_kt * kv_bh * p.split), kThreads, kSmem, stream>>>(
+      tm_q, tm_k, tm_v, tm_do, tm_dq, p);
+  FA_CHECK_LAUNCH();
+  if (p.split > 1) sum_parts<T>(p.parts, a, p.split, p.scale, stream);
+
+  // 3. dQ from the workspace (dq_convert, hopper_attention_bwd.cuh).
+  dq_convert<T>(a, p.scale, stream);
+}
+
+template <class T>
+void dispatch_head_dim(const AttentionBwdArgs& a, cudaStream_t stream) {
+  switch (a.shape.head_dim) {
+    case 64:
+      return launch<T, 64>(a, stream);
+    case 128:
+      return launch<T, 128>(a, stream);
+    default:
+      FA_UNSUPPORTED_IF(true, std::string(kName) + ": head_dim " +
+                                  std::to_string(a.shape.head_dim) + " not instantiated (64, 128)");
+  }
+}
+
+void attention_bwd_t47(const AttentionBwdArgs& a, cudaStream_t stream) {
+  const AttentionShape& s = a.shape;
+  FA_REQUIRE(s.seq_q >= 0 && s.seq_k >= 0 && s.bh() >= 0, "negative size");
+  FA_UNSUPPORTED_IF(a.dtype != DType::BF16 && a.dtype != DType::F16,
+                    std::string(kName) + " takes bf16 and fp16 only");
+  FA_UNSUPPORTED_IF(s.head_dim != 64 && s.head_dim != 128,
+                    std::string(kName) + " is instantiated for head_dim 64 and 128 only");
+  FA_UNSUPPORTED_IF(gpu_info().sm != 90,
+                    std::string(kName) +
+                        " uses sm_90a instructions (wgmma, TMA): it runs on compute capability "
+                        "9.0 (H100, H200) only");
+  FA_REQUIRE(s.valid_heads(), std::string(kName) + ": heads must be a multiple of heads_kv");
+  if (s.bh() == 0) return;  // nothing to write
+  FA_REQUIRE(a.workspace != nullptr, std::string(kName) + " needs the fp32 workspace (dQ's sum)");
+  // The bulk reduce-adds need 16-byte aligned rows of the workspace (D * 4 bytes per row keeps
+  // them so once the base is).
+  const bool can_load = tma_can_load(a) && aligned(a.workspace, 16);
+  if (s.is_gqa() && !can_load) return grouped_fallback(a, stream, kName);
+  if (!can_load) return run_fallback(a, stream);
+  // 1. D = rowsum(dO o O), before the kernel that reads it (same stream).
+  delta_preprocess_launch(a.o, a.dout, a.delta, s, a.dtype, stream);
+  if (a.dtype == DType::BF16)
+    dispatch_head_dim<__nv_bfloat16>(a, stream);
+  else
+    dispatch_head_dim<__half>(a, stream);
+}
+
+}  // namespace
+
+FA_REGISTER(AttentionBwdKernel,
+            {kName,
+             attention_bwd_t47,
+             "bwd_v6 with dQ_tile's TMA reduce-adds issued by a thread of the producer "
+             "warpgroup (one per consumer, dq_full/dq_empty mbarriers): the consumers neither "
+             "issue them nor wait for their reads; not deterministic",
+             {DType::BF16, DType::F16},
+             {64, 128},
+             90,
+             /*deterministic=*/false,
+             /*gqa=*/true});
+
+}  // namespace fa::ch07
