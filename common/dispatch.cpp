@@ -171,10 +171,10 @@ const std::vector<Rule>& dispatch_table() {
           .grouped()
           .dims({128})
           .because("grouped K/V heads in the fastest backward at D 128: bwd_v5's group walk, "
-                   "causal blocks in head groups; at H 32, N 4096 causal H_kv 8 1.485 ms "
-                   "against bwd_v5's 1.715, H_kv 4 and 1 as bwd_v5 (each row timed alone, two "
-                   "rounds; not deterministic)",
-                   log("bwd_t46_gqa.log", kRun1202)),
+                   "causal blocks in head groups; at H 32, N 4096 causal H_kv 8 1.49 ms against "
+                   "bwd_v5's 1.72, H_kv 4 and 1 as bwd_v5; full 0.96-0.99x its MHA time (each "
+                   "row timed alone; not deterministic)",
+                   log("bwd_v6_gqa.log", kRun1202)),
       on(Op::Bwd, "07/bwd_v4_dq_tile_reduce")
           .hopper()
           .grouped()
@@ -197,8 +197,9 @@ const std::vector<Rule>& dispatch_table() {
           .dims({128})
           .because("bwd_v5 (a producer warpgroup owning the loads: 1.08-1.10x bwd_v4 full at D "
                    "128, 0.90-0.99x cuDNN) with causal blocks launched in head groups: causal "
-                   "1.02-1.04x bwd_v5, full the same (at D 64 bwd_v4 stays; not deterministic)",
-                   log("bwd_t46_v5_rounds.md", kRun1202)),
+                   "1.02-1.05x bwd_v5 at N 1024-8192, full the same (at D 64 bwd_v4 stays; not "
+                   "deterministic)",
+                   log("bwd_v6_t47_v5_rounds.md", kRun1202)),
       on(Op::Bwd, "07/bwd_v4_dq_tile_reduce")
           .hopper()
           .dims({64, 128})

@@ -56,21 +56,26 @@
 // 194.1 KiB at D 128.
 //
 // Registers (ptxas, CUDA 13.0, sm_90a, bf16 and fp16 alike): "Used 168 registers" for the kernel
-// (the launch's 384 x 168), no spills at either head dim; inside the consumer's 240 the SASS
-// names registers up to R236 at D 128 and R181 at D 64 (bwd_v5: R236, R179), and the producer
-// warpgroup's code, the dQ threads included, up to R21 of its 24. A first form in which the dQ
-// thread walked the iterations itself (GroupPlace, as the loading threads do), so that the
-// consumers no longer used the query head, spilled 8 bytes at D 128 (two registers saved around
-// the mask of S^T); with the place handed over in shared memory ptxas allocates as in bwd_v5.
+// (the launch's 384 x 168); at D 64 no spills, at D 128 8 bytes spilled (stored and loaded once
+// each), where bwd_v6 spills none: the tile's place handed to the dQ thread through shared memory
+// kept bwd_v5's allocation when this step was first written on bwd_v5 (R236 at D 128, R181 at D
+// 64 inside the consumer's 240), and bwd_v6's block place takes the last registers. The
+// producer warpgroup's code, the dQ threads included, stays within its 24.
 //
-// Prediction, against bwd_v5 on the protocol shapes: small, 1.00-1.03x at both head dims. What
-// leaves each consumer's tile is thread 0's two TMA issue loops and commit (some tens of cycles,
-// paid by the whole warpgroup at its next wgmma) and a wait that, by the slack above, rarely
-// waits; what comes is an 8-byte store, an arrival and an mbarrier test. Against about 5,400
-// cycles a tile at D 128 and 4,100 at D 64 that is at most a few percent, more at D 64, where a
-// tile is shorter. If it measures 1.00x, bwd_v5's consumers were not waiting on dQ's hand-off,
-// and the gap to cuDNN is in their own element-wise work.
-// Measured: pending.
+// Prediction, against bwd_v6 (written against bwd_v5, whose consumers bwd_v6 keeps): small,
+// 1.00-1.03x at both head dims. What leaves each consumer's tile is thread 0's two TMA issue
+// loops and commit (some tens of cycles, paid by the whole warpgroup at its next wgmma) and a
+// wait that, by the slack above, rarely waits; what comes is an 8-byte store, an arrival and an
+// mbarrier test. Against about 5,400 cycles a tile at D 128 and 4,100 at D 64 that is at most a
+// few percent, more at D 64, where a tile is shorter. If it measures 1.00x, the consumers were not
+// waiting on dQ's hand-off, and the gap to cuDNN is in their own element-wise work.
+// Measured (NVIDIA H200, 2026-12-02, bf16, three alternating rounds with bwd_v6 and bwd_v5,
+// medians; notes/measured/h200-2026-12-02/bwd_v6_t47_v5_rounds.md): at D 64 1.02-1.04x bwd_v6,
+// full and causal, every N; at D 128 0.97-1.00x. The hand-off was worth a few percent where a
+// tile is short, as predicted, and nothing at D 128, where the consumers' element-wise work is
+// the wait (and the spill costs its two accesses a tile). At D 64 the dispatch runs bwd_v4, which
+// bwd_v5 trailed by 3-6%: this step brings the single pass with a producer back to about bwd_v4,
+// not past it, so it stays here.
 // Grouped K/V heads, split parts, causal skipping, ragged lengths: as bwd_v5 (the consumers walk
 // the GroupPlace sequence and tell the dQ thread each tile's place).
 // Speed: measured in chapters/07_flash_hopper/README.md
@@ -151,7 +156,7 @@ struct Smem {
   static constexpr int kStOffset = kdSOffset + DqSplit<D>::kDsBuffers * kdSBytes;  // warpgroup w ..
   static constexpr int kLOffset = kStOffset + kWarpgroups * kStageBytes;  // float [kStages][kBr]
   static constexpr int kDOffset = kLOffset + kStages * kBr * 4;           // float [kStages][kBr]
-  static constexpr int kPlaceOffset = kDOffset + kStages * kBr * 4;  // int2 [kWarpgroups]
+  static constexpr int kPlaceOffset = kDOffset + kStages * kBr * 4;       // int2 [kWarpgroups]
   static constexpr int kBarOffset = kPlaceOffset + kWarpgroups * 8;
   static constexpr int kBarriers = 1 + 2 * kStages + 2 * kWarpgroups;
   static constexpr int kBytes = kBarOffset + kBarriers * 8 + kAtomBytes;  // + alignment
@@ -186,9 +191,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   float* sD = reinterpret_cast<float*>(smem + Sm::kDOffset);
   int2* sPlace = reinterpret_cast<int2*>(smem + Sm::kPlaceOffset);  // per consumer: (q0, head)
   uint64_t* kv_full = reinterpret_cast<uint64_t*>(smem + Sm::kBarOffset);
-  uint64_t* q_full = kv_full + 1;        // per stage: Q, dO (bytes), L and D (arrivals) are in
-  uint64_t* q_empty = q_full + kStages;  // per stage: both consumer warpgroups are done with it
-  uint64_t* dq_full = q_empty + kStages;       // per consumer: its staging boxes are written
+  uint64_t* q_full = kv_full + 1;         // per stage: Q, dO (bytes), L and D (arrivals) are in
+  uint64_t* q_empty = q_full + kStages;   // per stage: both consumer warpgroups are done with it
+  uint64_t* dq_full = q_empty + kStages;  // per consumer: its staging boxes are written
   uint64_t* dq_empty = dq_full + kWarpgroups;  // per consumer: its dQ thread has read them
 
   const int tid = threadIdx.x;
@@ -281,8 +286,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int2 at_w = sPlace[w];  // (q0, query head)
 #pragma unroll
         for (int b = 0; b < kBoxes; ++b)
-          hopper::tma_reduce_add_3d(&tm_dq, st_addr + b * kBoxBytes, dq_col0 + b * kBoxCols,
-                                    at_w.x, at_w.y);
+          hopper::tma_reduce_add_3d(&tm_dq, st_addr + b * kBoxBytes, dq_col0 + b * kBoxCols, at_w.x,
+                                    at_w.y);
         hopper::bulk_commit_group();
         hopper::bulk_wait_group_read<0>();
         hopper::mbar_arrive(&dq_empty[w]);
@@ -408,7 +413,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         *reinterpret_cast<uint32_t*>(row_hi + ((2 * k + 1) ^ g) * 16) = dsf[k][3];
       }
     }
-    hopper::fence_proxy_async_smem();              // the generic stores, before wgmma reads them
+    hopper::fence_proxy_async_smem();  // the generic stores, before wgmma reads them
     // The dQ thread has read iteration j - 1's boxes (its arrival, phase j - 1): reusable.
     if (leader && j > 0) hopper::mbar_wait(&dq_empty[wg], (j - 1) & 1);
     hopper::named_bar_sync(Dq::ds_bar(wg), Dq::kBarThreads);
