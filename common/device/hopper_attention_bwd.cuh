@@ -201,7 +201,8 @@ inline double estimated_dkdv_time(const AttentionShape& s, int split, int slots,
   for (int i = 0; i < slots; ++i) free_at.push(0.0);
   const double heads = double(s.group() / split);
   const int64_t n_units = s.batch * s.kv_heads() * split;
-  const int64_t group_units = head_group_units(n_kt, slots, n_units);  // kHeadGroups only
+  const int64_t group_units =  // kHeadGroups only
+      head_group_units(n_kt, slots, n_units, s.group() / split);
   double end = 0.0;
   for (int64_t b = 0; b < n_units * n_kt; ++b) {  // block b in launch order: its key tile kt
     const int64_t kt = order == BlockOrder::kHeadMajor ? b % n_kt

@@ -74,12 +74,17 @@ inline KvTiles kv_tiles_brute_force(int64_t q0, int64_t rows, int64_t seq_q, int
 // each group starts with its heaviest blocks, and the blocks running at once read the Q and dO of
 // one or two groups only (the L2). units = 1 is head by head, the main path's order.
 
-// How many units a group holds: about two waves of blocks (2 x slots / n_kt units), so that a
-// group's heavy blocks start while the previous group's light ones still run; a power of two, so
-// that it divides batch x heads in the usual shapes (a last, smaller group is handed out the same
-// way, but ends later); at most n_units. slots: the blocks the GPU holds at once.
-FA_HD int64_t head_group_units(int64_t n_kt, int64_t slots, int64_t n_units) {
-  const int64_t want = 2 * slots / (n_kt > 1 ? n_kt : 1);
+// How many units a group holds: about two waves of work, so that a group's heavy blocks start
+// while the previous group's light ones still run. Work is counted in blocks of one query head:
+// a unit that walks h query heads (grouped K/V heads, heads_per_unit = h) weighs h of them, so a
+// group holds 2 x slots / (n_kt x h) units, and its Q and dO, h heads' each, stay the same size.
+// A power of two, so that it divides batch x heads in the usual shapes (a last, smaller group is
+// handed out the same way, but ends later); at least 1, at most n_units. slots: the blocks the GPU
+// holds at once.
+FA_HD int64_t head_group_units(int64_t n_kt, int64_t slots, int64_t n_units,
+                               int64_t heads_per_unit = 1) {
+  const int64_t per_unit = (n_kt > 1 ? n_kt : 1) * (heads_per_unit > 1 ? heads_per_unit : 1);
+  const int64_t want = 2 * slots / per_unit;
   int64_t g = 1;
   while (2 * g <= want && 2 * g <= n_units) g *= 2;
   return g;

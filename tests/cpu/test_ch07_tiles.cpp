@@ -83,6 +83,10 @@ TEST(Ch07Tiles, HeadGroupUnits) {
   EXPECT_EQ(fa::ch07::head_group_units(128, 132, 16), 2);  // N 16384
   EXPECT_EQ(fa::ch07::head_group_units(8, 132, 3), 2);     // never more than the units
   EXPECT_EQ(fa::ch07::head_group_units(1024, 132, 64), 1);
+  // Units that walk several query heads (grouped K/V heads) weigh as many blocks of one head.
+  EXPECT_EQ(fa::ch07::head_group_units(32, 132, 16, 4), 2);  // N 4096, H 32, H_kv 8, split 1
+  EXPECT_EQ(fa::ch07::head_group_units(32, 132, 16, 2), 4);  // H_kv 4, split 2
+  EXPECT_EQ(fa::ch07::head_group_units(32, 132, 8, 8), 1);   // H_kv 4, split 1: head by head
 }
 
 // The model behind the step's prediction: blocks handed out in launch order to the slot that

@@ -12,15 +12,16 @@
 // average (Graham's bound). tuning/bwd_t43 launched every head's key tile 0 first, the
 // longest-first order, and lost more than it won (0.81-0.99x bwd_v4): the blocks that ran side by
 // side read all heads' Q and dO, from HBM, where head by head about four heads' tiles stay in the
-// L2. This step keeps both: groups of G units (head_group_units, common/device/
-// hopper_attention_bwd.cuh: a power of two near two waves of blocks, 2 x 132 / n_kt at D 128 on
-// an H200, so G = 8 at N 4096 and 4 at N 8192), key tile by key tile inside each group. The
+// L2. This step keeps both: groups of G units (head_group_units, common/device/kv_tiles.h: a
+// power of two near two waves of blocks, 2 x 132 / n_kt at D 128 on an H200, so G = 8 at N 4096
+// and 4 at N 8192), key tile by key tile inside each group. The
 // resident blocks read the Q and dO of one group, or of two where one group ends and the next
 // begins: 8 to 16 heads at N 4096, 16 to 32 MiB at D 128 (the H200's L2 holds 50), and each group
 // starts with its heaviest blocks. Only under the causal mask: without it every block is equal,
 // no order ends sooner, and head by head keeps the fewest heads in the L2 (G = 1 is that order).
-// Grouped heads: the split estimate (group_split) hands out its blocks in the same order
-// (BlockOrder::kHeadGroups).
+// Grouped heads: a unit that walks h query heads weighs h blocks of one head, so a group holds h
+// times fewer units (the same work, the same heads' Q and dO); the split estimate (group_split)
+// hands out its blocks in the same order (BlockOrder::kHeadGroups).
 //
 // Prediction (a list-schedule simulation of the protocol's causal shapes, B = 16384 / N, H 16 at
 // D 128 and 32 at D 64, iterations of equal time plus two per block for its K/V tile and its dK,
@@ -442,10 +443,10 @@ void launch(const AttentionBwdArgs& a, cudaStream_t stream) {
   p.parts = parts.ptr();
   p.n_units = kv_bh * p.split;
   p.group_units =
-      s.causal
-          ? head_group_units(
-                n_kt, resident_slots<dkdv_dq_kernel<T, D>, Smem<D>::kBytes, kThreads>(), p.n_units)
-          : 1;
+      s.causal ? head_group_units(n_kt,
+                                  resident_slots<dkdv_dq_kernel<T, D>, Smem<D>::kBytes, kThreads>(),
+                                  p.n_units, p.group / p.split)
+               : 1;
 
   // 2. dK, dV and dQ_tile: K/V boxes of kBc rows (kept), Q/dO boxes of 64 rows (streamed); every
   // box is 64 columns wide, one 128-byte swizzled strip.
