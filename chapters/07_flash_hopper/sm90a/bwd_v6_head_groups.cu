@@ -34,9 +34,13 @@
 // notes/measured/h200-2026-12-02/bwd_t46_v5_rounds.md): causal 1.03-1.04x bwd_v5 at D 128, N 1024
 // -4096 (1.57 against 1.64 ms at N 4096), 1.02x at N 8192, 1.00x at N 512 and 16384; at D 64
 // 1.02x at N 1024-8192. Full attention 0.99-1.01x (the same order). A little below the model at
-// D 128, as predicted at D 64. Grouped heads, causal D 128 (bwd_t46_gqa.log): H_kv 8 ran 1.485
-// ms at N 4096 against bwd_v5's 1.715; H_kv 4 and 1 as bwd_v5 (1.69 ms), whose splits now form
-// a single group of all their units.
+// D 128, as predicted at D 64. Grouped heads, causal D 128, H 32: with groups counted in units
+// (bwd_t46_gqa.log), H_kv 8 ran 1.485 ms at N 4096 against bwd_v5's 1.715, but H_kv 4 and MQA as
+// bwd_v5 (1.69 ms): their splits formed one group of all their units, each walking several query
+// heads, t43's order again. Weighing a unit by its query heads (as now) put every grouped row
+// within 3% of the MHA time, 0.97-1.00x at N 4096 and 8192, H_kv 4 and MQA at 1.515 ms
+// (bwd_v6_heads_gqa.log; full attention, whose order is head by head: 0.96-0.99x, bwd_v6_gqa.log).
+// Speed: measured in chapters/07_flash_hopper/README.md
 #include <cuda.h>
 
 #include <algorithm>
