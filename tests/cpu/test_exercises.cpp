@@ -84,7 +84,8 @@ TEST(Exercises, ExercisesInSync) {
     std::ifstream in(fs::path(FA_SOURCE_DIR) / sol, std::ios::binary);
     std::ostringstream text;
     text << in.rdbuf();
-    const std::string ex = fa::exercise_path_for(sol);
+    const std::string ex = fa::exercise_path_for(FA_SOURCE_DIR, sol);
+    ASSERT_FALSE(ex.empty()) << sol << ": no chapter folder for its EXERCISE-KERNELS line";
     fa::ExerciseResult r = fa::make_exercise(text.str(), sol, ex);
     ASSERT_TRUE(r.ok) << r.error;
     std::ifstream committed(fs::path(FA_SOURCE_DIR) / ex, std::ios::binary);
