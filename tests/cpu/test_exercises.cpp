@@ -4,6 +4,7 @@
 // `ctest -E ExercisesInSync`.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -72,6 +73,21 @@ TEST(Exercises, EveryChapterHasAnExercise) {
     for (const std::string& s : solutions) found = found || s.rfind(chapter, 0) == 0;
     EXPECT_TRUE(found) << chapter << "* has no marked solution file";
   }
+}
+
+// A rung's exercise stands beside it; a chapter's shared header that later chapters build on lives
+// in common/device/, and its exercise goes to the chapter that introduces it, so that the student
+// finds it with the chapter's other exercise files and HINTS.md.
+TEST(Exercises, ExerciseOfASharedHeaderIsInItsChapter) {
+  EXPECT_EQ(fa::exercise_path_for(FA_SOURCE_DIR, "chapters/02_online_softmax/v2_single_read.cu"),
+            "chapters/02_online_softmax/exercises/v2_single_read.cu");
+  EXPECT_EQ(fa::exercise_path_for(FA_SOURCE_DIR, "common/device/online_softmax.cuh"),
+            "chapters/02_online_softmax/exercises/online_softmax.cuh");
+  const std::vector<std::string> solutions = fa::find_marked_solutions(FA_SOURCE_DIR);
+  EXPECT_NE(std::find(solutions.begin(), solutions.end(), "common/device/online_softmax.cuh"),
+            solutions.end());
+  EXPECT_EQ(std::find(solutions.begin(), solutions.end(), "common/exercise.h"), solutions.end())
+      << "exercise.h shows a marker line in a comment; it marks nothing";
 }
 
 TEST(Exercises, ExercisesInSync) {
