@@ -27,16 +27,50 @@ std::string read_all(const std::filesystem::path& p) {
   return os.str();
 }
 
+const std::regex& kernels_marker() {
+  static const std::regex r(R"(^\s*//\s*EXERCISE-KERNELS:\s*(.+)$)");
+  return r;
+}
+
+// The names of a solution's EXERCISE-KERNELS line, in order; empty without one.
+std::vector<std::string> marked_kernels(const std::string& text) {
+  std::istringstream in(text);
+  std::vector<std::string> kernels;
+  for (std::string line; std::getline(in, line);) {
+    std::smatch m;
+    if (!std::regex_match(line, m, kernels_marker())) continue;
+    std::stringstream ks(m[1].str());
+    for (std::string k; std::getline(ks, k, ',');)
+      if (!trim(k).empty()) kernels.push_back(trim(k));
+    break;
+  }
+  return kernels;
+}
+
 }  // namespace
 
-std::string exercise_path_for(const std::string& solution_path) {
-  std::filesystem::path p(solution_path);
-  return (p.parent_path() / "exercises" / p.filename()).generic_string();
+std::string exercise_path_for(const std::string& repo_root, const std::string& solution_path) {
+  namespace fs = std::filesystem;
+  const fs::path p(solution_path);
+  if (solution_path.rfind("chapters/", 0) == 0)
+    return (p.parent_path() / "exercises" / p.filename()).generic_string();
+  // A shared header (common/device/): the student finds its exercise beside the chapter's other
+  // exercise files, in the folder of the chapter that introduces it.
+  const std::vector<std::string> kernels = marked_kernels(read_all(fs::path(repo_root) / p));
+  if (kernels.empty()) return "";
+  const std::string prefix = kernels[0].substr(0, kernels[0].find('/')) + "_";
+  const fs::path chapters = fs::path(repo_root) / "chapters";
+  if (!fs::is_directory(chapters)) return "";
+  for (const auto& entry : fs::directory_iterator(chapters)) {
+    const std::string folder = entry.path().filename().string();
+    if (entry.is_directory() && folder.rfind(prefix, 0) == 0)
+      return (fs::path("chapters") / folder / "exercises" / p.filename()).generic_string();
+  }
+  return "";
 }
 
 ExerciseResult make_exercise(const std::string& solution, const std::string& solution_path,
                              const std::string& exercise_path) {
-  static const std::regex kKernels(R"(^\s*//\s*EXERCISE-KERNELS:\s*(.+)$)");
   static const std::regex kBegin(R"(^(\s*)//\s*EXERCISE\(([^)]+)\):\s*(.*)$)");
   static const std::regex kPlaceholder(R"(^\s*//\s*EXERCISE-PLACEHOLDER\s*$)");
   static const std::regex kEnd(R"(^\s*//\s*EXERCISE-END\s*$)");
@@ -56,7 +90,7 @@ ExerciseResult make_exercise(const std::string& solution, const std::string& sol
     ++line_no;
     std::smatch m;
     if (state == Outside) {
-      if (std::regex_match(line, m, kKernels)) {
+      if (std::regex_match(line, m, kernels_marker())) {
         std::stringstream ks(m[1].str());
         std::string k;
         while (std::getline(ks, k, ','))
@@ -170,16 +204,22 @@ std::string untouched_exercise(const std::string& kernel) {
 std::vector<std::string> find_marked_solutions(const std::string& repo_root) {
   namespace fs = std::filesystem;
   std::vector<std::string> found;
-  fs::path chapters = fs::path(repo_root) / "chapters";
-  if (!fs::exists(chapters)) return found;
-  for (const auto& entry : fs::recursive_directory_iterator(chapters)) {
-    if (!entry.is_regular_file()) continue;
-    const fs::path& p = entry.path();
-    if (p.parent_path().filename() == "exercises") continue;
-    std::string ext = p.extension().string();
-    if (ext != ".cu" && ext != ".cpp" && ext != ".cuh" && ext != ".h") continue;
-    if (read_all(p).find("EXERCISE-KERNELS:") == std::string::npos) continue;
-    found.push_back(fs::relative(p, repo_root).generic_string());
+  // chapters/, and common/ for a chapter's piece that later chapters build on (common/device/).
+  for (const char* top : {"chapters", "common"}) {
+    const fs::path folder = fs::path(repo_root) / top;
+    if (!fs::exists(folder)) continue;
+    for (const auto& entry : fs::recursive_directory_iterator(folder)) {
+      if (!entry.is_regular_file()) continue;
+      const fs::path& p = entry.path();
+      if (p.parent_path().filename() == "exercises") continue;
+      std::string ext = p.extension().string();
+      if (ext != ".cu" && ext != ".cpp" && ext != ".cuh" && ext != ".h") continue;
+      // A marker line, not a mention of one (exercise.h shows one in a comment).
+      const std::string text = read_all(p);
+      if (text.find("EXERCISE-KERNELS:") == std::string::npos || marked_kernels(text).empty())
+        continue;
+      found.push_back(fs::relative(p, repo_root).generic_string());
+    }
   }
   std::sort(found.begin(), found.end());
   return found;

@@ -15,8 +15,9 @@
 // "// TODO(exercise warp-max): <hint>" followed by the placeholder lines, and the file ends with a
 // registration (registry.h: Exercise) that names it, so a failing test says
 // "TODO in chapters/01_safe_softmax/exercises/v3_warp_shuffle_vec4.cu: not implemented".
-// Generated files live in chapters/NN_*/exercises/; `cmake --build build --target exercises`
-// regenerates them, and the CPU test ExercisesInSync fails when one is stale.
+// Generated files live in chapters/NN_*/exercises/ (a marked header of common/device/ too: its
+// chapter's, exercise_path_for); `cmake --build build --target exercises` regenerates them, and
+// the CPU test ExercisesInSync fails when one is stale.
 //
 // CPU exercises (the CPU models of every chapter, notes/coursework.md) are marked the same way;
 // their EXERCISE-KERNELS line names the exercise ("cpu/02_pair_merge") instead of a kernel, and their
@@ -44,11 +45,14 @@ struct ExerciseResult {
 ExerciseResult make_exercise(const std::string& solution_text, const std::string& solution_path,
                              const std::string& exercise_path);
 
-// Solution files (relative paths) under chapters/ that contain an EXERCISE-KERNELS line.
+// Solution files (relative paths) under chapters/ and common/ with an EXERCISE-KERNELS line.
 std::vector<std::string> find_marked_solutions(const std::string& repo_root);
 
-// chapters/01_x/v3.cu -> chapters/01_x/exercises/v3.cu
-std::string exercise_path_for(const std::string& solution_path);
+// chapters/01_x/v3.cu -> chapters/01_x/exercises/v3.cu. A shared header outside chapters/ is the
+// exercise of the chapter that introduces it, the chapter of the first kernel its EXERCISE-KERNELS
+// line names: common/device/online_softmax.cuh ("02/v1_online_two_pass, ...") ->
+// chapters/02_online_softmax/exercises/online_softmax.cuh. "" when that chapter has no folder.
+std::string exercise_path_for(const std::string& repo_root, const std::string& solution_path);
 
 // What the stand-in of an unfinished CPU exercise throws: "TODO in <exercise file>: not
 // implemented (TODO(exercise <block>) ...)". The file comes from the exercise's registration.

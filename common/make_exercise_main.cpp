@@ -1,5 +1,6 @@
 // fa_make_exercise: writes chapters/NN_*/exercises/<file> for every solution file that carries
-// EXERCISE markers (see exercise.h).
+// EXERCISE markers (see exercise.h; a marked header of common/device/ too, into its chapter's
+// exercises/).
 //
 //   fa_make_exercise <repo-root>           regenerate every exercise
 //   fa_make_exercise <repo-root> --check   exit 1 and list the exercises that are stale
@@ -23,7 +24,13 @@ int main(int argc, char** argv) {
     std::ifstream in(fs::path(root) / sol, std::ios::binary);
     std::ostringstream text;
     text << in.rdbuf();
-    const std::string ex = fa::exercise_path_for(sol);
+    const std::string ex = fa::exercise_path_for(root, sol);
+    if (ex.empty()) {
+      std::cerr << "error: " << sol << ": no chapter folder for the first kernel of its "
+                << "EXERCISE-KERNELS line (its exercise goes there)\n";
+      ++errors;
+      continue;
+    }
     fa::ExerciseResult r = fa::make_exercise(text.str(), sol, ex);
     if (!r.ok) {
       std::cerr << "error: " << r.error << "\n";

@@ -2,8 +2,8 @@
 // Two passes over x instead of chapter 01's three.
 //
 // What changed vs 01/v3: each thread keeps a running state (m, l) and updates it as values
-// arrive: a new maximum rescales the old sum by e^(m_old - m_new) (ch02_softmax_device.cuh,
-// absorb). Threads then combine their states with the pair merge
+// arrive: a new maximum rescales the old sum by e^(m_old - m_new) (absorb, in common/device/
+// online_softmax.cuh). Threads then combine their states with the pair merge
 //   (m1, l1) (+) (m2, l2) = (M, l1 e^(m1 - M) + l2 e^(m2 - M)),  M = max(m1, m2),
 // which is associative and commutative, so it is a valid operator for a butterfly of shuffles
 // exactly like max or + were. One reduction per row instead of two.
@@ -23,7 +23,7 @@
 #include <limits>
 
 #include "ch02_kernels.h"
-#include "ch02_softmax_device.cuh"
+#include "online_softmax.cuh"
 #include "check.h"
 #include "registry.h"
 

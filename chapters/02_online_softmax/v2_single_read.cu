@@ -27,7 +27,7 @@
 #include <limits>
 
 #include "ch02_kernels.h"
-#include "ch02_softmax_device.cuh"
+#include "online_softmax.cuh"
 #include "check.h"
 #include "registry.h"
 

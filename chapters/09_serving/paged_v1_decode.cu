@@ -75,7 +75,7 @@
 #include <cstdint>
 #include <string>
 
-#include "../02_online_softmax/ch02_softmax_device.cuh"  // Stats, merge, rescale: the pair merge
+#include "online_softmax.cuh"   // Stats, merge, rescale: the pair merge
 #include "split_kv.cuh"         // Params, Traits, workspace, occupancy, make_params
 #include "split_kv_plan.h"      // the split plan
 #include "attention_tiles.cuh"  // the swizzled tile

@@ -27,8 +27,11 @@ What goes in: every file of the tree, except
   - every marked solution (a file with an EXERCISE-KERNELS line, common/exercise.h): in its place
     its generated exercise, chapters/NN_*/exercises/<file> written to chapters/NN_*/<file>, so that
     every build of the release compiles the student's file under the solution's kernel names. A
-    shared header with an exercise block (ch02_softmax_device.cuh, v1_fp32_common.cuh) is cut the
-    same way, so every kernel that includes it builds on the student's code;
+    shared header with an exercise block (v1_fp32_common.cuh) is cut the same way, so every kernel
+    that includes it builds on the student's code; so is one of common/device/
+    (online_softmax.cuh, whose exercise common/exercise.h generates into the exercises/ folder of
+    the chapter that introduces it): the student's version stands in common/device/, and every
+    kernel of later chapters that includes it runs the student's code;
   - the generated exercises themselves (they now stand where their solutions stood), while the
     rest of each exercises/ folder (HINTS.md, the second tier of hints) stays.
 Rewritten on the way: README.md (its Exercises section is tests/course/release/EXERCISES.md) and
@@ -192,10 +195,22 @@ def write(path, text):
 
 # ---- solutions and their exercises -----------------------------------------------------------
 
-def exercise_path_for(solution):
-    """chapters/01_x/v3.cu -> chapters/01_x/exercises/v3.cu (common/exercise.h)."""
+def exercise_path_for(root, solution):
+    """chapters/01_x/v3.cu -> chapters/01_x/exercises/v3.cu (common/exercise.h). A shared header
+    outside chapters/ (common/device/online_softmax.cuh) has its exercise in the exercises/ folder
+    of the chapter that introduces it, the chapter of the first kernel of its EXERCISE-KERNELS
+    line: chapters/02_online_softmax/exercises/online_softmax.cuh."""
     folder, name = os.path.split(solution)
-    return os.path.join(folder, "exercises", name)
+    if solution.startswith("chapters/"):
+        return os.path.join(folder, "exercises", name)
+    kernels = solution_kernels(read(os.path.join(root, solution)))
+    number = kernels[0].split("/")[0] if kernels else ""
+    chapter = next((d for d in sorted(os.listdir(os.path.join(root, "chapters")))
+                    if number and d.startswith(number + "_")), None)
+    if chapter is None:
+        raise SystemExit(f"make_release.py: {solution}: no chapter folder for the first kernel of "
+                         f"its EXERCISE-KERNELS line (its exercise goes there)")
+    return os.path.join("chapters", chapter, "exercises", name)
 
 
 def in_exercises_folder(path):
@@ -239,7 +254,7 @@ def student_text(root, solution):
     """The generated exercise of `solution`, as it stands in the release: at the solution's path,
     saying so, registered under that path; in a header, registered once however many files
     include it."""
-    exercise = exercise_path_for(solution)
+    exercise = exercise_path_for(root, solution)
     text = read(os.path.join(root, exercise))
     hints = os.path.join(os.path.dirname(exercise), "HINTS.md")
     header = (f"// The exercise: fill in every TODO(exercise) block. More hints, still without the\n"
@@ -321,9 +336,11 @@ def wrap(text):
 
 def chapter_exercise_section(root, chapter, rows, kernels):
     """The '## Exercise' section of a chapter README in the release."""
-    mine = [r for r in rows if r[0].startswith(chapter + "/")]
-    hints = sorted({os.path.relpath(os.path.join(os.path.dirname(exercise_path_for(s)), "HINTS.md"),
-                                    chapter) for s, _, _ in mine})
+    # The chapter's exercise files: those whose exercise it holds (a shared header of
+    # common/device/ included: the exercise of the chapter that introduces it).
+    mine = [r for r in rows if exercise_path_for(root, r[0]).startswith(chapter + "/")]
+    hints = sorted({os.path.relpath(os.path.join(os.path.dirname(exercise_path_for(root, s)),
+                                                 "HINTS.md"), chapter) for s, _, _ in mine})
     out = ["## Exercise", "",
            wrap("In this student release the exercise files stand where their solutions stand in "
                 "the course repository, with the key steps cut out: each cut is a "
@@ -333,7 +350,7 @@ def chapter_exercise_section(root, chapter, rows, kernels):
                 "the answer, still no code) is in " + ", ".join(f"`{h}`" for h in hints) + "."),
            "", "| file | blocks | checked by (label) | needs |", "| --- | --- | --- | --- |"]
     for sol, blocks, checks in mine:
-        rel = os.path.relpath(sol, chapter)
+        rel = os.path.relpath(sol, chapter) if sol.startswith(chapter + "/") else sol
         checked = "; ".join(f"{c} (`{label}`)" for c, label, _ in checks) or (
             "the tests of the kernels that include it")
         needs = "a GPU" if any(g for _, _, g in checks) or not checks else "any machine, no GPU"
@@ -355,8 +372,10 @@ def chapter_exercise_section(root, chapter, rows, kernels):
             if k.startswith(number + "/"):
                 built_on.setdefault(sol, []).append(k)
     for sol in sorted(built_on):
-        where = f"`{os.path.relpath(sol, chapter)}`" if sol.startswith(chapter + "/") else (
-            f"`{sol}`, an exercise of chapter {sol.split('/')[1][:2]}")
+        home = exercise_path_for(root, sol)
+        where = (f"`{os.path.relpath(sol, chapter)}`" if sol.startswith(chapter + "/") else
+                 f"`{sol}`" if home.startswith(chapter + "/") else
+                 f"`{sol}`, an exercise of chapter {chapter_of(home):02d}")
         out += ["", wrap(f"Built on {where} (they fail with it until it is written): " +
                          ", ".join(f"`{k}`" for k in sorted(built_on[sol])) + ".")]
     return out
@@ -444,7 +463,7 @@ def drop_exercise_steps(readme_text, chapter_folder, solutions):
 def write_release(root, out, files=None):
     files = tree_files(root) if files is None else files
     solutions = marked_solutions(root, files)
-    exercises = {exercise_path_for(s): s for s in solutions}
+    exercises = {exercise_path_for(root, s): s for s in solutions}
     listed = set(files)
     missing = [e for e in exercises if e not in listed]
     if missing:
@@ -479,7 +498,7 @@ def write_release(root, out, files=None):
             # A table row about the course repository's generated exercise file: the release has
             # the student's file where the solution's row already names it.
             text = re.sub(r"^\|\s*`(?:sm90a/)?exercises/[^`]*`\s*\|.*\n", "", text, flags=re.M)
-            if any(s.startswith(chapter + "/") for s in solutions):
+            if any(e.startswith(chapter + "/") for e in exercises):
                 text = replace_section(text, "## Exercise",
                                        chapter_exercise_section(root, chapter, rows, kernels), f)
             write(dest, text)
@@ -686,17 +705,20 @@ KNOWN_EXCEPTIONS = {
 }
 
 
-def place(path, solution, order):
+def place(path, solution, order, sch):
     """Where a release file stands relative to an exercise's solution in the book: 'before' (the
     exercise builds on it), 'later' (a later rung, which builds on the exercise, or a known
-    exception) or 'other'."""
+    exception) or 'other'. sch: the solution's chapter (that of its exercise file, for a shared
+    header of common/device/)."""
+    if path == solution:
+        return "other"  # the student's file: its own answer is a leak, even in common/
     if path.startswith("common/"):
         return "before"
     if path in KNOWN_EXCEPTIONS:
         return "later"
     if path in BOOK_MATERIAL:
-        return "before" if BOOK_MATERIAL[path] < chapter_of(solution) else "later"
-    ch, sch = chapter_of(path), chapter_of(solution)
+        return "before" if BOOK_MATERIAL[path] < sch else "later"
+    ch = chapter_of(path)
     if ch is None or not path.endswith(SOURCE_EXT) or in_exercises_folder(path):
         return "other"
     if ch != sch:
@@ -779,15 +801,16 @@ def find_leaks(root, out, solutions, texts=None):
     order = ladder_order(root)
     leaks, allowed, looked = [], [], 0
     for sol in solutions:
+        sch = chapter_of(exercise_path_for(root, sol))
         for block, units in fingerprints(root, sol):
             for unit in units:
                 carriers = [(name, where) for name, (t, where) in texts.items() if t.holds(unit)]
-                if any(place(where, sol, order) == "before" for _, where in carriers):
+                if any(place(where, sol, order, sch) == "before" for _, where in carriers):
                     continue  # the book's, before the exercise: the exercise builds on it
                 looked += 1
                 shown = " ".join(unit)
                 for name, where in carriers:
-                    if place(where, sol, order) == "later":
+                    if place(where, sol, order, sch) == "later":
                         why = KNOWN_EXCEPTIONS.get(where, "a later rung")
                         allowed.append(f"{sol} [{block}] in {name} ({why}): {shown}")
                     else:
@@ -888,8 +911,8 @@ def changed_sources(root, out, files):
     sources = [f for f in files
                if f.endswith((".cu", ".cpp")) and os.path.isfile(os.path.join(out, f))]
     by_name = {}
-    for f in files:
-        if f.endswith((".h", ".cuh")):
+    for f in files:  # the release's headers (a generated exercise is not one of them)
+        if f.endswith((".h", ".cuh")) and os.path.isfile(os.path.join(out, f)):
             by_name.setdefault(os.path.basename(f), []).append(f)
 
     def reaches(src, seen):

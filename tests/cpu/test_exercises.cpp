@@ -4,6 +4,7 @@
 // `ctest -E ExercisesInSync`.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -74,6 +75,21 @@ TEST(Exercises, EveryChapterHasAnExercise) {
   }
 }
 
+// A rung's exercise stands beside it; a chapter's shared header that later chapters build on lives
+// in common/device/, and its exercise goes to the chapter that introduces it, so that the student
+// finds it with the chapter's other exercise files and HINTS.md.
+TEST(Exercises, ExerciseOfASharedHeaderIsInItsChapter) {
+  EXPECT_EQ(fa::exercise_path_for(FA_SOURCE_DIR, "chapters/02_online_softmax/v2_single_read.cu"),
+            "chapters/02_online_softmax/exercises/v2_single_read.cu");
+  EXPECT_EQ(fa::exercise_path_for(FA_SOURCE_DIR, "common/device/online_softmax.cuh"),
+            "chapters/02_online_softmax/exercises/online_softmax.cuh");
+  const std::vector<std::string> solutions = fa::find_marked_solutions(FA_SOURCE_DIR);
+  EXPECT_NE(std::find(solutions.begin(), solutions.end(), "common/device/online_softmax.cuh"),
+            solutions.end());
+  EXPECT_EQ(std::find(solutions.begin(), solutions.end(), "common/exercise.h"), solutions.end())
+      << "exercise.h shows a marker line in a comment; it marks nothing";
+}
+
 TEST(Exercises, ExercisesInSync) {
   namespace fs = std::filesystem;
   // A student release (tests/course/make_release.py) holds the exercises in place of the
@@ -84,7 +100,8 @@ TEST(Exercises, ExercisesInSync) {
     std::ifstream in(fs::path(FA_SOURCE_DIR) / sol, std::ios::binary);
     std::ostringstream text;
     text << in.rdbuf();
-    const std::string ex = fa::exercise_path_for(sol);
+    const std::string ex = fa::exercise_path_for(FA_SOURCE_DIR, sol);
+    ASSERT_FALSE(ex.empty()) << sol << ": no chapter folder for its EXERCISE-KERNELS line";
     fa::ExerciseResult r = fa::make_exercise(text.str(), sol, ex);
     ASSERT_TRUE(r.ok) << r.error;
     std::ifstream committed(fs::path(FA_SOURCE_DIR) / ex, std::ios::binary);

@@ -39,9 +39,9 @@
 #include <cstdint>
 #include <string>
 
-#include "../02_online_softmax/ch02_softmax_device.cuh"  // Stats, merge, rescale: the pair merge
-#include "split_kv.cuh"     // Params, Traits, the workspace, the occupancy, make_params
-#include "split_kv_plan.h"  // the split plan
+#include "online_softmax.cuh"  // Stats, merge, rescale: the pair merge
+#include "split_kv.cuh"        // Params, Traits, the workspace, the occupancy, make_params
+#include "split_kv_plan.h"     // the split plan
 #include "check.h"
 #include "registry.h"
 

@@ -29,7 +29,7 @@
 #include <cstdint>
 #include <string>
 
-#include "../../02_online_softmax/ch02_softmax_device.cuh"  // Stats, merge, rescale: the pair merge
+#include "online_softmax.cuh"   // Stats, merge, rescale: the pair merge
 #include "attention_tiles.cuh"  // padded tiles and their cp.async loader
 #include "split_kv.cuh"         // Params, Traits, the workspace, the occupancy, make_params
 #include "split_kv_plan.h"      // the split plan

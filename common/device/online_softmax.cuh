@@ -1,7 +1,5 @@
-// GENERATED from chapters/02_online_softmax/ch02_softmax_device.cuh by fa_make_exercise: this is the exercise.
-// Fill in every TODO(exercise) block; the tests and benchmarks run your version when the
-// project is configured with -DFA_BUILD_EXERCISES=ON (preset "exercises").
-// ch02_softmax_device.cuh: the device pieces both chapter-02 kernels share.
+// online_softmax.cuh: the online softmax's device pieces, introduced by chapter 02, whose two
+// kernels share them; chapter 08's split-KV merges and chapter 09's paged decode merge with them too.
 //
 //  * Stats (m, l) and merge(): the pair merge of notes/02_online_softmax.md, the reduction
 //    operator of every warp and block reduction here.
@@ -10,10 +8,12 @@
 //  * group_merge<kGroup>(): all-reduce of Stats over a group of threads that shares a row: one
 //    warp (shuffles only) or a whole block (shuffles + one barrier).
 //
-// merge() is the exercise's GPU half (notes/coursework.md): the same operator as the CPU exercise's
-// pair merge (online_cpu.cpp), so a student release must not hold it. Every kernel below reduces
-// with it, chapter 08's split-KV merges and chapter 09's paged decode included: they are the
-// kernels of the list, and until it is written they fail with "TODO in" this file.
+// merge() is the GPU half of chapter 02's exercise (notes/coursework.md): the same operator as the
+// CPU exercise's pair merge (online_cpu.cpp). Its exercise is generated into chapter 02's folder
+// (chapters/02_online_softmax/exercises/, the chapter of the first kernel listed below), and in the
+// student release that version stands here: every kernel listed on the next line then reduces with
+// the student's merge (until it is written they fail with "TODO in" this file), and the answer is
+// not in the release.
 // EXERCISE-KERNELS: 02/v1_online_two_pass, 02/v2_single_read, 08/v1_split_kv, 08/v2_parallel_merge, 08/v3_mma_split, 08/v4_block_stream, 08/v5_swizzled_ring, 08/t04_hoisted_addresses, 08/t06_l2_prefetch, 09/paged_v1_decode
 #pragma once
 #include <cuda_runtime.h>
@@ -49,8 +49,12 @@ __device__ __forceinline__ float rescale(float m_old, float m_new) {
 // into an FMA: an FMA would round merge(a, b) and merge(b, a) differently, and the lanes of a
 // butterfly (which merge in opposite orders) would end with slightly different l.
 __device__ __forceinline__ Stats merge(Stats a, Stats b) {
-  // TODO(exercise device-merge): the pair merge of the CPU exercise, in float on the GPU: the larger maximum, and each side's sum brought to it by its own factor (the helper above) before they are added. Keep each product and the sum rounded on their own, with no fused multiply-add: the lanes of a butterfly merge in opposite orders, and merge(a, b) must equal merge(b, a) to the bit
-  return a;  // stand-in: b is dropped
+  // EXERCISE(device-merge): the pair merge of the CPU exercise, in float on the GPU: the larger maximum, and each side's sum brought to it by its own factor (the helper above) before they are added. Keep each product and the sum rounded on their own, with no fused multiply-add: the lanes of a butterfly merge in opposite orders, and merge(a, b) must equal merge(b, a) to the bit
+  const float m = fmaxf(a.m, b.m);
+  return {m, __fadd_rn(__fmul_rn(a.l, rescale(a.m, m)), __fmul_rn(b.l, rescale(b.m, m)))};
+  // EXERCISE-PLACEHOLDER
+  // return a;  // stand-in: b is dropped
+  // EXERCISE-END
 }
 
 // The online step for N freshly loaded values: one new maximum, one rescale of the old sum,
@@ -104,7 +108,3 @@ inline bool aligned16(const void* p) {
 
 }  // namespace gpu
 }  // namespace ch02
-
-// Registered so that a failing test names this file (see common/exercise.h).
-#include "registry.h"
-FA_REGISTER(Exercise, {"chapters/02_online_softmax/exercises/ch02_softmax_device.cuh", {"02/v1_online_two_pass", "02/v2_single_read", "08/v1_split_kv", "08/v2_parallel_merge", "08/v3_mma_split", "08/v4_block_stream", "08/v5_swizzled_ring", "08/t04_hoisted_addresses", "08/t06_l2_prefetch", "09/paged_v1_decode"}, 1});
