@@ -185,10 +185,10 @@ constexpr double kBlockOverhead = 2.0;       // iterations
 constexpr double kIterationsPerByte = 1e-7;  // iterations per byte of parts traffic
 
 // The order of the dK/dV blocks in the grid: every key tile of a (K/V head, part) before the
-// next (the rungs of the main path up to bwd_v5), or key tile 0 of every (K/V head, part) first, then key
-// tile 1, ... (tuning/bwd_t43: causally the heaviest blocks first), or that key-tile order
-// within groups of a few (K/V head, part) units at a time (07/bwd_v6_head_groups: heaviest first
-// inside each group, the group's Q and dO few enough for the L2).
+// next (the rungs of the main path up to bwd_v5), or key tile 0 of every (K/V head, part) first,
+// then key tile 1, ... (tuning/bwd_t43: causally the heaviest blocks first), or that key-tile
+// order within groups of a few (K/V head, part) units at a time (07/bwd_v6_head_groups:
+// heaviest first inside each group, the group's Q and dO few enough for the L2).
 enum class BlockOrder { kHeadMajor, kKeyTileMajor, kHeadGroups };
 
 // kHeadGroups: head_group_units and head_group_place (kv_tiles.h) give the groups and the place
@@ -243,30 +243,28 @@ inline int group_split(const AttentionShape& s, int slots, int kv_rows, int q_ro
   return best;
 }
 
-// The split for dK/dV kernel kKernel (kThreads threads, kSmem bytes of shared memory): 1 without
-// grouped heads, else group_split over the SMs times the blocks of kKernel one SM holds.
+// The blocks of kKernel (`threads` threads, kSmem bytes of shared memory) the GPU holds at once:
+// its SMs times the blocks one SM holds (their shared memory allows one at D 128). Asked once per
+// kernel and process (a kernel is always launched with the same block size).
+template <auto kKernel, int kSmem>
+int64_t resident_slots(int threads) {
+  static const int64_t slots = [threads] {
+    set_smem_limit_once<kKernel, kSmem>();
+    int resident = 1;
+    FA_CUDA_CHECK(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kKernel, threads, kSmem));
+    return int64_t(std::max(resident, 1)) * gpu_info().sm_count;
+  }();
+  return slots;
+}
+
+// The split for dK/dV kernel kKernel (`threads` threads, kSmem bytes of shared memory): 1 without
+// grouped heads, else group_split over the blocks the GPU holds at once.
 template <auto kKernel, int kSmem>
 int dkdv_split(const AttentionShape& s, int threads, int kv_rows, int q_rows,
                BlockOrder order = BlockOrder::kHeadMajor) {
   if (!s.is_gqa()) return 1;
-  int resident = 1;  // blocks per SM (their shared memory allows one at D 128)
-  set_smem_limit_once<kKernel, kSmem>();
-  FA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kKernel, threads, kSmem));
-  return group_split(s, std::max(resident, 1) * gpu_info().sm_count, kv_rows, q_rows, order);
-}
-
-// The blocks of kKernel (kThreads threads, kSmem bytes of shared memory) the GPU holds at once:
-// its SMs times the blocks one SM holds. Asked once per kernel and process.
-template <auto kKernel, int kSmem, int kThreads>
-int64_t resident_slots() {
-  static const int64_t slots = [] {
-    set_smem_limit_once<kKernel, kSmem>();
-    int resident = 1;
-    FA_CUDA_CHECK(
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kKernel, kThreads, kSmem));
-    return int64_t(std::max(resident, 1)) * gpu_info().sm_count;
-  }();
-  return slots;
+  return group_split(s, int(resident_slots<kKernel, kSmem>(threads)), kv_rows, q_rows, order);
 }
 
 // The parts of a split for a rung whose workspace holds dQ's fp32 sum (bwd_v2 on): a

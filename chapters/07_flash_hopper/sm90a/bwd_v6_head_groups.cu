@@ -447,10 +447,10 @@ void launch(const AttentionBwdArgs& a, cudaStream_t stream) {
   p.parts = parts.ptr();
   p.n_units = kv_bh * p.split;
   p.group_units =
-      s.causal ? head_group_units(n_kt,
-                                  resident_slots<dkdv_dq_kernel<T, D>, Smem<D>::kBytes, kThreads>(),
-                                  p.n_units, p.group / p.split)
-               : 1;
+      s.causal
+          ? head_group_units(n_kt, resident_slots<dkdv_dq_kernel<T, D>, Smem<D>::kBytes>(kThreads),
+                             p.n_units, p.group / p.split)
+          : 1;
 
   // 2. dK, dV and dQ_tile: K/V boxes of kBc rows (kept), Q/dO boxes of 64 rows (streamed); every
   // box is 64 columns wide, one 128-byte swizzled strip.
