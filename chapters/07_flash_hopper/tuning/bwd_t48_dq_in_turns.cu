@@ -33,7 +33,7 @@
 //     with the fragments of P^T and dS^T (32 more, held until dV and dK land) they do not fit the
 //     consumer's 240 (tuning/bwd_t44's header: ptxas serializes the wgmmas). So both warpgroups
 //     wait for dV and dK (wgmma_wait 0) after the dS^T stores, before the turn. ptxas (CUDA 13.0,
-//     sm_90a): 168 registers; at D 128 8 bytes of spill (bf16; 12 stored, 32 loaded at fp16),
+//     sm_90a): 168 registers; at D 128 8 bytes of spill stores and loads (bf16 and fp16),
 //     none at D 64.
 //   * Staging: 64 x D fp32 a warpgroup (bwd_v6: 64 x 64), a box set of its own for each, since
 //     a warpgroup's boxes may still be read by its last turn's reduce-adds when the other's turn
