@@ -192,12 +192,20 @@ const std::vector<Rule>& dispatch_table() {
                    "read at h / group, no copies; deterministic; 0.99-1.03x its MHA time at H "
                    "32, H_kv 8/4/1, D 128, N 4096 and 8192, causal and full (each row timed alone)",
                    log("gqa_ratios_alone.log", kRun1202)),
+      on(Op::Bwd, "07/bwd_t48_dq_in_turns")
+          .hopper()
+          .dims({64})
+          .because("bwd_v6 with each tile's dQ_tile computed whole by one warpgroup, the two in "
+                   "turns: at D 64 1.04-1.21x bwd_v4 and 1.04-1.19x bwd_v6, every protocol shape "
+                   "(three alternating rounds), 0.89-1.07x cuDNN; at D 128 0.99-1.03x bwd_v6, "
+                   "which stays (not deterministic)",
+                   log("bwd_t48_t49_rounds.md", kRun1202)),
       on(Op::Bwd, "07/bwd_v6_head_groups")
           .hopper()
           .dims({128})
           .because("bwd_v5 (a producer warpgroup owning the loads: 1.08-1.10x bwd_v4 full at D "
                    "128, 0.90-0.99x cuDNN) with causal blocks launched in head groups: causal "
-                   "1.02-1.05x bwd_v5 at N 1024-8192, full the same (at D 64 bwd_v4 stays; not "
+                   "1.02-1.05x bwd_v5 at N 1024-8192, full the same (at D 64 bwd_t48 runs; not "
                    "deterministic)",
                    log("bwd_v6_t47_v5_rounds.md", kRun1202)),
       on(Op::Bwd, "07/bwd_v4_dq_tile_reduce")

@@ -125,7 +125,7 @@ TEST(Dispatch, ProtocolShapesOnHopperRunChapter07) {
   EXPECT_EQ(fa::pick(fwd(DType::BF16, 128, 4096, false), 90).kernel, "07/v5_persistent");
   EXPECT_EQ(fa::pick(fwd(DType::BF16, 256, 2048, false), 90).kernel, "07/v2_warp_specialized");
   EXPECT_EQ(fa::pick(bwd(DType::BF16, 128, 1024, true), 90).kernel, "07/bwd_v6_head_groups");
-  EXPECT_EQ(fa::pick(bwd(DType::BF16, 64, 4096, false), 90).kernel, "07/bwd_v4_dq_tile_reduce");
+  EXPECT_EQ(fa::pick(bwd(DType::BF16, 64, 4096, false), 90).kernel, "07/bwd_t48_dq_in_turns");
   EXPECT_EQ(fa::pick(bwd(DType::BF16, 256, 4096, false), 90).kernel, "07/bwd_v1_tma_wgmma");
 }
 
