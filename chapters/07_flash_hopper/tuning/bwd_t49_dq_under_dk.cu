@@ -17,6 +17,9 @@
 //
 // Prediction, against bwd_t48: D 128 1.00-1.04x (the wait before the turn, a few hundred cycles
 // a tile, against the barrier before dK); D 64 0.98-1.01x (t48 had no register problem there).
+// Measured (NVIDIA H200, 2026-12-02, bf16, three alternating rounds beside t48;
+// notes/measured/h200-2026-12-02/bwd_t48_t49_rounds.md): 0.96-0.99x t48 at D 128, 0.89-1.01x at
+// D 64. The barrier before dK and its shared-memory operand cost more than the wait they remove.
 // Speed: measured in tuning/README.md
 #include <cuda.h>
 

@@ -19,6 +19,10 @@
 //
 // Prediction, against bwd_t48: D 128 1.00-1.05x (the wait before the turn goes; the narrower
 // instructions cost what t48's wider ones did not visibly pay); D 64 1.00-1.02x.
+// Measured (NVIDIA H200, 2026-12-02, bf16, three alternating rounds beside t48 and bwd_v6;
+// notes/measured/h200-2026-12-02/bwd_t50_rounds.md): 0.95-1.03x t48 at D 128 (0.96-1.03x bwd_v6),
+// 0.93-1.04x t48 at D 64. Neither the wait before the turn nor the width of its instructions is
+// what holds D 128 back; t48's N = 128 pieces stay.
 // Grouped K/V heads, split parts, causal skipping, ragged lengths, the launch order: as bwd_v6.
 // Speed: measured in tuning/README.md
 #include <cuda.h>
