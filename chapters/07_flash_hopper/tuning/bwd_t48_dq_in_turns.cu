@@ -82,12 +82,18 @@ constexpr int kBoxBytes = kBr * kBoxCols * 4;  // 64 rows x 128 bytes = 8 KiB
 constexpr int kDsBuffers = 2;
 
 // Whose turn it is: iteration j's dQ_tile is computed by warpgroup j % kWarpgroups.
-__device__ __forceinline__ int dq_turn(int j) { return j % kWarpgroups; }
+__device__ __forceinline__ int dq_turn(int j) {
+  return j % kWarpgroups;
+}
 // Named barrier ids (0 is __syncthreads): dS^T tile j % 2 is written by both warpgroups (one id
 // per tile: the turns of j and j + 1 may be open at once), and a warpgroup's staging rows are
 // written (one id per warpgroup).
-__device__ __forceinline__ int ds_bar(int j) { return 1 + j % kDsBuffers; }
-__device__ __forceinline__ int stage_bar(int wg) { return 1 + kDsBuffers + wg; }
+__device__ __forceinline__ int ds_bar(int j) {
+  return 1 + j % kDsBuffers;
+}
+__device__ __forceinline__ int stage_bar(int wg) {
+  return 1 + kDsBuffers + wg;
+}
 
 struct BwdParams {
   const float* lse;
@@ -121,7 +127,7 @@ struct Smem {
   static constexpr int kQOffset = 2 * kKVBytes;                    // stage s at + s * kQBytes
   static constexpr int kdOOffset = kQOffset + kStages * kQBytes;   // stage s at + s * kQBytes
   static constexpr int kdSOffset = kdOOffset + kStages * kQBytes;  // [128 keys][64 queries] each
-  static constexpr int kStOffset = kdSOffset + kDsBuffers * kdSBytes;  // warpgroup w ..
+  static constexpr int kStOffset = kdSOffset + kDsBuffers * kdSBytes;     // warpgroup w ..
   static constexpr int kLOffset = kStOffset + kWarpgroups * kStageBytes;  // float [kStages][kBr]
   static constexpr int kDOffset = kLOffset + kStages * kBr * 4;           // float [kStages][kBr]
   static constexpr int kBarOffset = kDOffset + kStages * kBr * 4;
