@@ -120,24 +120,29 @@ void add_dispatch_protocol(const std::string& family, bool backward, Run run) {
 
 // Grouped K/V heads on the fixed-length kernels that take them (forward and backward; decoding
 // kernels are timed on the decode shapes): B 2, H 32 query heads over H_kv 32 (MHA), 8, 4 and 1
-// (MQA) K/V heads, N 4096 and 8192, D 128, bf16, causal and full. The query heads (and so the
-// FLOPs) are the same at every H_kv, so a row's time against its Hkv32 row is the time per query
-// head against MHA: attn_gqa/fwd|bwd/<kernel>/bf16/D128/<causal|full>/N<n>/Hkv<h>.
+// (MQA) K/V heads, N 4096 and 8192, D 128 (the rows the grouped-heads goal is measured on) and
+// D 64, bf16, causal and full. The query heads (and so the FLOPs) are the same at every H_kv, so
+// a row's time against its Hkv32 row is the time per query head against MHA:
+// attn_gqa/fwd|bwd/<kernel>/bf16/D<d>/<causal|full>/N<n>/Hkv<h>.
 template <class K, class Run>
 void add_grouped_heads(const std::string& family, Run run) {
   const fa::DType t = fa::DType::BF16;
   for (const K* k : fa::entries_with_prefix<K>("")) {
     if constexpr (std::is_same_v<K, fa::AttentionFwdKernel>)
       if (k->decoding) continue;
-    if (!k->gqa || !fa::supports(k->dtypes, t) || !fa::supports(k->head_dims, 128)) continue;
-    for (bool causal : {false, true})
-      for (int64_t n : {4096, 8192})
-        for (int64_t hkv : {32, 8, 4, 1}) {
-          const fa::AttentionShape s{2, 32, n, n, 128, causal, 0.0f, hkv};
-          add(family + k->name + "/bf16/D128/" + (causal ? "causal" : "full") + "/N" +
-                  std::to_string(n) + "/Hkv" + std::to_string(hkv),
-              [k, s, t, run](benchmark::State& st) { report(st, run(*k, s, t, timing_only())); });
-        }
+    if (!k->gqa || !fa::supports(k->dtypes, t)) continue;
+    for (int d : {128, 64}) {
+      if (!fa::supports(k->head_dims, d)) continue;
+      for (bool causal : {false, true})
+        for (int64_t n : {4096, 8192})
+          for (int64_t hkv : {32, 8, 4, 1}) {
+            const fa::AttentionShape s{2, 32, n, n, d, causal, 0.0f, hkv};
+            add(family + k->name + "/bf16/D" + std::to_string(d) + "/" +
+                    (causal ? "causal" : "full") + "/N" + std::to_string(n) + "/Hkv" +
+                    std::to_string(hkv),
+                [k, s, t, run](benchmark::State& st) { report(st, run(*k, s, t, timing_only())); });
+          }
+    }
   }
 }
 

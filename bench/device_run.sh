@@ -175,16 +175,18 @@ for stage in "$@"; do
     gqa)
       # Grouped K/V heads in chapter 07's final rungs: fa_bench's attn_gqa rows (07/v5_persistent,
       # 07/bwd_v1 .. bwd_v6, and any other fixed-length kernel that takes grouped heads) at
-      # B 2, H 32, H_kv 32 (MHA) / 8 / 4 / 1 (MQA), N 4096 and 8192, D 128, bf16, causal and full;
+      # B 2, H 32, H_kv 32 (MHA) / 8 / 4 / 1 (MQA), N 4096 and 8192, D 128 (D 64 rows too, left out
+      # unless GQA_FILTER names them), bf16, causal and full;
       # each row timed alone (a fa_bench process of its own), GQA_ROUNDS rounds (default 3) that
       # alternate the rows; then each row's median over its Hkv32 row (the time per query head
       # against MHA, to be at most 1.05; bench/gqa_ratios.py says why rows timed one after the
       # other in one process are not comparable), then the registry's GPU tests of the grouped
-      # shapes. GQA_FILTER (a fa_bench filter, default attn_gqa/) narrows the rows, e.g.
-      # 'attn_gqa/bwd/07/bwd_v[14]'. After `build`. Logs: gqa_rounds.log, gqa.log (the ratios),
+      # shapes. GQA_FILTER (a fa_bench filter, default the D 128 rows, attn_gqa/.*/D128/) narrows
+      # or widens the rows, e.g. 'attn_gqa/bwd/07/bwd_v[14]' or 'attn_gqa/bwd/.*/D64/'. After
+      # `build`. Logs: gqa_rounds.log, gqa.log (the ratios),
       # gqa_tests.log.
-      log "gqa: fa_bench ${GQA_FILTER:-attn_gqa/}, each row alone, ${GQA_ROUNDS:-3} rounds"
-      rows=$("$BUILD/bin/fa_bench" --benchmark_list_tests --benchmark_filter="${GQA_FILTER:-attn_gqa/}" |
+      log "gqa: fa_bench ${GQA_FILTER:-attn_gqa/.*/D128/}, each row alone, ${GQA_ROUNDS:-3} rounds"
+      rows=$("$BUILD/bin/fa_bench" --benchmark_list_tests --benchmark_filter="${GQA_FILTER:-attn_gqa/.*/D128/}" |
         grep -o '^attn_gqa/[^ ]*/Hkv[0-9]*' | sort -u)
       : > "$OUT/gqa_rounds.log"
       for r in $(seq "${GQA_ROUNDS:-3}"); do

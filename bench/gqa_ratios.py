@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Grouped K/V heads against multi-head attention: the time per query head, from fa_bench rows.
 
-fa_bench's attn_gqa rows (bench/fa_bench.cpp, add_grouped_heads) time one kernel at B 2, H 32,
-D 128, bf16, with H_kv 32 (MHA), 8, 4 and 1 (MQA) K/V heads: the FLOPs are the same at every H_kv,
-so a row's time over its Hkv32 row is the time per query head against MHA (<= 1.05: within 5%).
+fa_bench's attn_gqa rows (bench/bench_main.cpp, add_grouped_heads) time one kernel at B 2, H 32,
+D 128 or 64, bf16, with H_kv 32 (MHA), 8, 4 and 1 (MQA) K/V heads: the FLOPs are the same at every
+H_kv, so a row's time over its Hkv32 row (same D) is the time per query head against MHA (<= 1.05:
+within 5%).
 
 Measure each row alone, in rounds that alternate the rows, and compare medians. Timed one after
 the other in one process, the rows were not comparable on an H200 (2026-12-02): the forward's
@@ -21,7 +22,7 @@ import re
 import statistics
 import sys
 
-ROW = re.compile(r"attn_gqa/(fwd|bwd)/(.+)/bf16/D128/(causal|full)/N(\d+)/Hkv(\d+)")
+ROW = re.compile(r"attn_gqa/(fwd|bwd)/(.+)/bf16/D(\d+)/(causal|full)/N(\d+)/Hkv(\d+)")
 
 
 def samples(path, rows):
@@ -51,16 +52,16 @@ def main():
     print("time over MHA (Hkv 32) at the same query heads, medians of each row's samples: "
           "<= 1.05 is within 5%")
     worst = 0.0
-    for key in sorted(rows, key=lambda k: (k[0], k[1], k[2], int(k[3]), -int(k[4]))):
-        direction, kernel, mask, n, hkv = key
-        mha = rows.get((direction, kernel, mask, n, "32"))
+    for key in sorted(rows, key=lambda k: (k[0], k[1], -int(k[2]), k[3], int(k[4]), -int(k[5]))):
+        direction, kernel, d, mask, n, hkv = key
+        mha = rows.get((direction, kernel, d, mask, n, "32"))
         if hkv == "32" or not mha:
             continue
         t, base = statistics.median(rows[key]), statistics.median(mha)
         worst = max(worst, t / base)
-        print("%s %-22s %-6s N%-5s Hkv %2s  %8.3f ms  MHA %8.3f ms  ratio %.3f  %s  (%d samples)" % (
-            direction, kernel, mask, n, hkv, t, base, t / base,
-            "ok" if t / base <= 1.05 else "OVER", len(rows[key])))
+        print("%s %-22s D%-3s %-6s N%-5s Hkv %2s  %8.3f ms  MHA %8.3f ms  ratio %.3f  %s  "
+              "(%d samples)" % (direction, kernel, d, mask, n, hkv, t, base, t / base,
+                                "ok" if t / base <= 1.05 else "OVER", len(rows[key])))
     print("worst ratio %.3f" % worst)
     return 0
 
