@@ -51,9 +51,10 @@
 // Measured (NVIDIA H200, 2026-12-02, bf16, three alternating rounds beside bwd_v6, twice, and
 // bwd_v4 once; notes/measured/h200-2026-12-02/bwd_t48_v6_rounds.md, bwd_t48_t49_rounds.md): at D 64
 // 1.17-1.19x bwd_v6 full and 1.04-1.17x causal (1.04-1.21x bwd_v4, every shape), far past the
-// prediction, which counted instructions and not the two warpgroups out of step; at D 128
-// 0.99-1.03x, below it: the wait for dV and dK before the turn gives back what the overlap and
-// the wider instructions took. At D 64 the fastest backward of the chapter (0.89-1.07x cuDNN,
+// prediction; at D 128 0.99-1.03x, below it. At D 64 the step both puts the warpgroups out of
+// step and halves the reduce-adds into L2; only D 64 has the second, and only D 64 gained, so
+// the reduce-adds are the first suspect (tuning/README.md, "What t48 says"; the wait before the
+// turn and the instruction width were ruled out at D 128 by t49 and t50). At D 64 the fastest backward of the chapter (0.89-1.07x cuDNN,
 // bwd_t48_t49_sdpa.log); the dispatch runs it there.
 // Grouped K/V heads, split parts, causal skipping, ragged lengths, the launch order: as bwd_v6.
 // Speed: measured in tuning/README.md
