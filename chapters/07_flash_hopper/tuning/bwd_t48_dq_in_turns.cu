@@ -5,10 +5,11 @@
 // it: the producer warpgroup, the ring, the staging boxes, the launch order are theirs); one
 // idea changed: who computes dQ_tile.
 //
-// Why: in bwd_v6 every tile ends with both warpgroups at one barrier (at D 128 each needs the
-// other's rows of dS^T for its 64 columns of dQ_tile; at D 64 each adds a partial dQ_tile over
-// its own keys), and then both do their element-wise work at the same moment while the tensor
-// cores wait (tuning/README.md, t41: about 2,560 tensor cycles of a 5,900-cycle tile). Nsight
+// Why: at D 128 every tile of bwd_v6 ends with both warpgroups at one barrier (each needs the
+// other's rows of dS^T for its 64 columns of dQ_tile), and then both do their element-wise work
+// at the same moment while the tensor cores wait (tuning/README.md, t41: about 2,560 tensor
+// cycles of a 5,900-cycle tile). At D 64 they never meet: each adds a partial dQ_tile over its
+// own 64 keys, two reduce-adds of 64 x 64 fp32 a tile. Nsight
 // Compute counts 7/8 of our wgmma instructions in cuDNN's backward for the same five products
 // (notes/07_flash_hopper.md, "Against cuDNN"): wider ones. Here tile j's dQ_tile is computed by
 // warpgroup j % 2 alone, over all 128 keys and all D columns, with one wgmma of N = D per k16
@@ -46,16 +47,17 @@
 // Prediction, against bwd_v6 on the protocol shapes: D 128 1.03-1.10x (fewer, wider dQ
 // instructions, and one warpgroup's element-wise work under the other's products; less the dV,
 // dK wait before the turn, which bwd_v6 did not have); D 64 1.00-1.05x (no fewer instructions:
-// the same 8 N = 64 steps a tile, from one warpgroup; half the reduce-adds and one barrier
-// arrival instead of a meeting).
+// the same 8 N = 64 steps a tile, from one warpgroup; half the reduce-adds, and a barrier
+// between the warpgroups where bwd_v6 had none).
 // Measured (NVIDIA H200, 2026-12-02, bf16, three alternating rounds beside bwd_v6, twice, and
 // bwd_v4 once; notes/measured/h200-2026-12-02/bwd_t48_v6_rounds.md, bwd_t48_t49_rounds.md): at D 64
 // 1.17-1.19x bwd_v6 full and 1.04-1.17x causal (1.04-1.21x bwd_v4, every shape), far past the
-// prediction; at D 128 0.99-1.03x, below it. At D 64 the step both puts the warpgroups out of
-// step and halves the reduce-adds into L2; only D 64 has the second, and only D 64 gained, so
-// the reduce-adds are the first suspect (tuning/README.md, "What t48 says"; the wait before the
-// turn and the instruction width were ruled out at D 128 by t49 and t50). At D 64 the fastest backward of the chapter (0.89-1.07x cuDNN,
-// bwd_t48_t49_sdpa.log); the dispatch runs it there.
+// prediction; at D 128 0.99-1.03x, below it. The two head dims took different halves of the
+// idea: at D 128 the warpgroups came out of step and the dQ bytes stayed; at D 64, where they
+// never met, the dQ traffic halved (staging and reduce-adds; and a meeting came in). Only D 64
+// gained, so what paid is the traffic, not the overlap (tuning/README.md, "What t48 says"; t49 and t50 ruled out
+// the wait before the turn and the instruction width at D 128). At D 64 the fastest backward of
+// the chapter (0.89-1.07x cuDNN, bwd_t48_t49_sdpa.log); the dispatch runs it there.
 // Grouped K/V heads, split parts, causal skipping, ragged lengths, the launch order: as bwd_v6.
 // Speed: measured in tuning/README.md
 #include <cuda.h>
