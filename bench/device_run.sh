@@ -7,8 +7,9 @@
 #
 # Stages: build, test, testlong, tour (TOUR_CHAPTERS: some chapters), command2 (the README's command 2
 # from an empty build folder, timed), bench, benchquick, sdpa, memdemo, sanitize, mystery, ch07, gqa,
-# python, ncu_decode, ncu_fwd, ncu_bwd, ncu_ch07, ncu_cudnn, timeline07 (chapter 07's measured timeline, in a
-# build folder of its own), ladder (the main path of 05-08 in one run, with the
+# python, ncu_decode, ncu_fwd, ncu_bwd, ncu_pair (two backward kernels side by side: RUNG, BASE),
+# ncu_ch07, ncu_cudnn, timeline07 (chapter 07's measured timeline, in a build folder of its own),
+# ladder (the main path of 05-08 in one run, with the
 # peers), serving (chapter 09: its program, the serving benchmarks, PyTorch's peers), e2e (fa.attention()
 # end to end beside SDPA, bench/attention_e2e.py), host (the host's time per call,
 # bench/host_overhead.py), dispatch (fa_bench's auto rows with peers),
@@ -264,6 +265,32 @@ for stage in "$@"; do
       ncu_export "$X"
       python3 bench/sass_memory.py "$OUT/${X}_ours_sass.csv.gz" "$OUT/${X}_fa2_sass.csv.gz" > "$OUT/${X}_memory.txt" 2>&1
       log "ncu_fwd memory per opcode: $OUT/${X}_memory.txt"
+      ;;
+    ncu_pair)
+      # Two of chapter 07's backward kernels (RUNG, BASE, e.g. RUNG=07/bwd_t48_dq_in_turns
+      # BASE=07/bwd_v6_head_groups) in Nsight Compute, their dK/dV kernel at bf16 D BWD_D (default
+      # 64) N BWD_N (default 8192; B = 16384 / N, H = 2048 / D), full: the fp32 reduce-adds into
+      # L2 (sectors and their rate), the tensor pipe, and the stall reasons, side by side. For
+      # telling which of a step's changes paid (tuning/README.md, t48: half the dQ traffic or the
+      # warpgroups out of step). After `build`. Logs: ncu_pair_<kernel>_D<d>_N<n>.txt.
+      : "${RUNG:?set RUNG and BASE to two backward kernels}" "${BASE:?set BASE}"
+      D=${BWD_D:-64}
+      N=${BWD_N:-8192}
+      M=lts__t_sectors_op_red.sum,lts__t_sectors_op_red.sum.per_second
+      M=$M,sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active
+      M=$M,sm__inst_executed_pipe_tensor_op_gmma.sum,smsp__issue_active.avg.pct_of_peak_sustained_active
+      for r in barrier long_scoreboard math_pipe_throttle mio_throttle membar short_scoreboard wait; do
+        M=$M,smsp__average_warp_latency_issue_stalled_$r.ratio; done
+      for k in "$RUNG" "$BASE"; do
+        X=ncu_pair_${k//\//_}_D${D}_N$N
+        log "ncu_pair: $k, D $D, N $N"
+        ncu --section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis \
+          --metrics "$M" -k 'regex:dkdv_dq_kernel' -s 2 -c 1 -o "$OUT/$X" "$BUILD/bin/fa_bench" \
+          --benchmark_filter="attn_bwd/$k/bf16/D$D/full/N$N/" > /dev/null 2>&1
+        log "ncu_pair $k rc=$?"
+        ncu -i "$OUT/$X.ncu-rep" > "$OUT/$X.txt" 2>&1
+        rm -f "$OUT/$X.ncu-rep"
+      done
       ;;
     ncu_bwd)
       # The backward's dK/dV kernel at bf16 D 128 N 8192 (B 2, H 16, non-causal) in Nsight Compute,
