@@ -5,6 +5,7 @@
     python3 bench/attention_e2e.py --shape 2,16,8192,128 --pair 07/v5_persistent:07/bwd_v1_tma_wgmma
     python3 bench/attention_e2e.py --csv out/e2e.csv
     python3 bench/attention_e2e.py --trace out/traces     # + one call's timeline, host and GPU
+    python3 bench/attention_e2e.py --host                 # + the host's time inside one call
 
 Each column is one way to compute softmax(Q K^T / sqrt(D)) V and its gradients from PyTorch:
   auto                 fa.attention(q, k, v) with its defaults (the dispatch's choice, fa.explain)
@@ -82,6 +83,28 @@ def trace_call(torch, step, flush, label, path):
     print("  timed: %.1f us" % (start.elapsed_time(stop) * 1e3))
 
 
+def host_split(torch, fwd, bwd, calls=20):
+    """The host's side of one forward + backward at this shape, the GPU idle at its start (as the
+    Timer leaves it): medians over `calls` of the wall time until the forward call returns, then
+    until autograd.grad returns, then until the GPU is done. A host path that waits on the GPU
+    somewhere (a synchronous copy, an allocation that frees) shows as a backward return close to
+    the GPU's time; one that only issues work returns within tens of microseconds."""
+    import time
+    marks = []
+    for _ in range(calls + 3):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        o = fwd()
+        t1 = time.perf_counter()
+        bwd(o)
+        t2 = time.perf_counter()
+        torch.cuda.synchronize()
+        t3 = time.perf_counter()
+        marks.append(((t1 - t0) * 1e6, (t2 - t1) * 1e6, (t3 - t0) * 1e6))
+    marks = marks[3:]  # the warm-up calls
+    return tuple(statistics.median(m[i] for m in marks) for i in range(3))
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--shape", default="4,16,4096,128", help="B,H,N,D (default 4,16,4096,128)")
@@ -102,6 +125,9 @@ def main(argv=None):
     p.add_argument("--trace", metavar="DIR",
                    help="then, for auto and sdpa-cudnn, one call's timeline (trace_call): printed, "
                         "and as Chrome traces in DIR")
+    p.add_argument("--host", action="store_true",
+                   help="then, for every column, the host's time to return from the forward and "
+                        "from autograd.grad, and the wall time of the call (host_split)")
     args = p.parse_args(argv)
 
     import torch
@@ -143,7 +169,7 @@ def main(argv=None):
     columns += [("sdpa-flash", sdpa(SDPBackend.FLASH_ATTENTION)),
                 ("sdpa-cudnn", sdpa(SDPBackend.CUDNN_ATTENTION))]
 
-    rows = []
+    rows, host_rows = [], []
     for causal in (False, True):
         g = torch.Generator(device="cuda").manual_seed(20261201)
         q = torch.randn(b, h, n, d, device="cuda", dtype=dtype, generator=g) + 0.5
@@ -178,6 +204,10 @@ def main(argv=None):
                     tag = "%s_%s" % (label, "causal" if causal else "full")
                     trace_call(torch, fwd_bwd, timer.flush_buf.sum, tag,
                                os.path.join(args.trace, "trace_%s.json" % tag))
+                if r == 0 and args.host:
+                    hs = host_split(torch, lambda f=f: f(q, k, v, causal),
+                                    lambda o: torch.autograd.grad(o, (q, k, v), do))
+                    host_rows.append((label, "causal" if causal else "full") + hs)
                 if (r == 0 and args.profile and label in ("auto", "sdpa-cudnn")):
                     profile_kernels(torch, fwd_bwd, "%s, %s" % (label, "causal" if causal else
                                                                 "full"),
@@ -221,6 +251,12 @@ def main(argv=None):
         for r in rows:
             if r.get("spread"):
                 print("  %s, %s: %s" % (r["mask"], r["column"], r["spread"]))
+    if host_rows:
+        print("host_split: us, medians of 20 calls, each from an idle GPU")
+        print("| mask | column | forward returns | autograd.grad returns | GPU done |")
+        print("| --- | --- | ---: | ---: | ---: |")
+        for label, mask, f_us, b_us, all_us in host_rows:
+            print("| %s | %s | %.1f | %.1f | %.1f |" % (mask, label, f_us, b_us, all_us))
     if args.csv:
         os.makedirs(os.path.dirname(os.path.abspath(args.csv)), exist_ok=True)
         fields = ["mask", "column", "fwd_ms", "fwd_bwd_ms", "fwd_tflops", "fwd_bwd_tflops",

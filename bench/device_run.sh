@@ -408,7 +408,7 @@ for stage in "$@"; do
       # chapter READMEs' ladder tables come from here. After `build`. fa_bench of the forward rungs
       # (05/v0-v5, 07/v1-v5) and the backward rungs (06/v1-v5, 07/bwd_v1-v5) at D LADDER_D (default
       # 128) on the protocol shapes (B = 16384/N, H = 2048/D), then PyTorch SDPA (FlashAttention-2
-      # and cuDNN) on the same shapes; the decoding rungs 08/v1-v5 on the decode shapes with the
+      # and cuDNN) on the same shapes; the decoding rungs 08/v1-v6 on the decode shapes with the
       # copy ceiling, then PyTorch's decode peers. Logs and CSVs: ladder_{fwd,bwd}_d<D>*, ladder_decode*.
       # LADDER_D may list head dims ("64 128 256"); each gets its own logs (ladder_<part>_d<D>*).
       for D in ${LADDER_D:-128}; do
@@ -426,8 +426,8 @@ for stage in "$@"; do
           log "ladder $part D$D peers rc=$?"; grep -E "^\|" "$OUT/ladder_${part}_d${D}_peers.log" | head -40
         done
       done
-      log "ladder decode: fa_bench ceiling/copy|attn_decode/08/v[1-5]"
-      "$BUILD/bin/fa_bench" --benchmark_filter="ceiling/copy|attn_decode/08/v[1-5]" \
+      log "ladder decode: fa_bench ceiling/copy|attn_decode/08/v[1-6]"
+      "$BUILD/bin/fa_bench" --benchmark_filter="ceiling/copy|attn_decode/08/v[1-6]" \
         --benchmark_out="$OUT/ladder_decode.json" --benchmark_out_format=json > "$OUT/ladder_decode.log" 2>&1
       log "ladder decode fa_bench rc=$?"
       PYTHONUNBUFFERED=1 python3 bench/compare_decode.py "$OUT/ladder_decode.json" \
@@ -551,15 +551,17 @@ PY
       # FlashAttention-2 and cuDNN backends, at E2E_SHAPES (space-separated B,H,N,D; default the
       # B 4, H 16, N 4096, D 128 of the dispatch's goal). E2E_PROFILE=1 adds each column's GPU
       # kernels from torch.profiler (--profile); E2E_ROUNDS=R times the columns R times in turn
-      # (medians of the rounds); E2E_TRACE=1 adds one call's timeline, host beside GPU (--trace,
-      # Chrome traces under traces/). Logs: e2e_<shape>.log and .csv.
+      # (default 5; medians of the rounds: one round's ratio to cuDNN has read 0.89-0.97 where the
+      # five rounds' medians read 0.92); E2E_TRACE=1 adds one call's timeline, host beside GPU (--trace,
+      # Chrome traces under traces/), E2E_HOST=1 the host's time inside one call (--host),
+      # E2E_REPEATS the timed calls per column and round (default 50). Logs: e2e_<shape>.log, .csv.
       for shape in ${E2E_SHAPES:-4,16,4096,128}; do
         pairs=()
         for pr in ${E2E_PAIRS:-07/v5_persistent:07/bwd_v1_tma_wgmma}; do pairs+=(--pair "$pr"); done
         tag=${shape//,/_}
         log "e2e $shape"
         FA_LIBRARY="$PWD/$BUILD/lib/libfa_python.so" PYTHONUNBUFFERED=1 python3 bench/attention_e2e.py \
-          --shape "$shape" "${pairs[@]}" --csv "$OUT/e2e_$tag.csv" ${E2E_PROFILE:+--profile} ${E2E_TRACE:+--trace "$OUT/traces"} --rounds "${E2E_ROUNDS:-1}" > "$OUT/e2e_$tag.log" 2>&1
+          --shape "$shape" "${pairs[@]}" --csv "$OUT/e2e_$tag.csv" ${E2E_PROFILE:+--profile} ${E2E_TRACE:+--trace "$OUT/traces"} ${E2E_HOST:+--host} --rounds "${E2E_ROUNDS:-5}" --repeats "${E2E_REPEATS:-50}" > "$OUT/e2e_$tag.log" 2>&1
         log "e2e $shape rc=$?"; cat "$OUT/e2e_$tag.log"
       done
       ;;

@@ -89,11 +89,13 @@ constexpr int64_t kAny = -1;
 const std::vector<Rule>& dispatch_table() {
   static const std::vector<Rule> table = {
       // ---- forward, fixed length -------------------------------------------------------------
-      on(Op::Fwd, "08/v5_swizzled_ring")
+      on(Op::Fwd, "08/v6_last_block_merge")
           .decoding()
-          .because("a query row or a few against a long cache is memory-bound: 4288-4554 GB/s, "
-                   "at or past SDPA's best on the three decode shapes",
-                   log("ladder_decode_peers.log")),
+          .because("a query row or a few against a long cache is memory-bound: chapter 08's "
+                   "last rung, one launch (the splits merged by each row tile's last block): "
+                   "1.00-1.01x 08/v5_swizzled_ring on the three decode shapes (three "
+                   "alternating rounds), 0.99-1.01x cuDNN at B 1 and at H_kv 32",
+                   log("decode_v6_rounds.md", kRun1202)),
       on(Op::Fwd, "09/hopper_v2_window")
           .hopper()
           .window()
@@ -175,16 +177,15 @@ const std::vector<Rule>& dispatch_table() {
                    "8/4/1, N 4096 and 8192 causal 0.97-1.00x its MHA time (bwd_v5: 1.01-1.06x), "
                    "full 0.96-0.99x (each row timed alone; not deterministic)",
                    log("bwd_v6_heads_gqa.log", kRun1202)),
-      on(Op::Bwd, "07/bwd_v4_dq_tile_reduce")
+      on(Op::Bwd, "07/bwd_t48_dq_in_turns")
           .hopper()
           .grouped()
-          .dims({64, 128})
-          .because("grouped K/V heads in the fastest backward: bwd_v1's loop over the group (dK, "
-                   "dV summed in registers, K/V read at h / group) in bwd_v4's one pass; at H "
-                   "32, H_kv 8/4/1, D 128, N 4096 and 8192 1.00-1.06x its MHA time and "
-                   "1.06-1.13x faster than bwd_v1 grouped (each row timed alone, one round; not "
-                   "deterministic)",
-                   log("bwd_gqa_v1_v4_console.log", kRun1202)),
+          .dims({64})
+          .because("grouped K/V heads in the fastest backward at D 64: bwd_v6's group walk with "
+                   "dQ in turns; at H 32, H_kv 8/4/1, N 4096, causal and full 1.18-1.24x "
+                   "bwd_v4 grouped and 0.97-0.99x its own MHA time (each row timed alone, one "
+                   "round; not deterministic)",
+                   log("bwd_t48_gqa_d64.log", kRun1202)),
       on(Op::Bwd, "07/bwd_v1_tma_wgmma")
           .hopper()
           .grouped()

@@ -1,7 +1,7 @@
 // 08/v5_swizzled_ring: 08/v4_block_stream with K and V stored swizzled instead of padded in the
 // ring. One idea: a shared-memory layout whose rows start at 128-byte boundaries, so that the
-// cp.async of a whole row is one aligned piece of shared memory and of L2. The chapter's last
-// rung: fp16 and bf16, D 64 and 128, grouped-query attention included, like v4.
+// cp.async of a whole row is one aligned piece of shared memory and of L2. fp16 and bf16, D 64
+// and 128, grouped-query attention included, like v4.
 //
 // Why. On the grouped shape (B 8, H 32, H_kv 8, seq_k 32768, bf16, D 128) the block-streaming
 // kernel reads from DRAM exactly the bytes of K and V, as FlashAttention-2 does, on the same grid,

@@ -2,7 +2,7 @@
 // parameters, the per-dtype conversions, the cached workspace of the partials, the occupancy
 // query the split plan needs, and the parameters of a launch that follows the plan
 // (split_kv_plan.h). Chapter 08 introduces it (notes/08_decoding.md); its rungs
-// (chapters/08_decoding/v1_split_kv.cu ... v5_swizzled_ring.cu, tuning/) and chapter 09's paged
+// (chapters/08_decoding/v1_split_kv.cu ... v6_last_block_merge.cu, tuning/) and chapter 09's paged
 // decode (chapters/09_serving/paged_v1_decode.cu) hold their kernels, launchers and dispatch, and
 // include chapter 02's pair merge (Stats, merge, rescale) themselves: merge is chapter 02's
 // exercise, which a shared header must not carry (README.md of this folder).

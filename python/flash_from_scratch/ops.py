@@ -27,7 +27,7 @@ bottom-right, scale 1/sqrt(head_dim) by default, the sliding window FlashAttenti
 
 Grouped K/V heads (k, v with H_kv < H heads) and the window run on the kernels that take them
 (on an H100/H200 the dispatch sends grouped heads to chapter 07's 07/v5_persistent forward and
-07/bwd_v6_head_groups backward at head dim 128 (07/bwd_v4_dq_tile_reduce at 64),
+07/bwd_v6_head_groups backward at head dim 128 (07/bwd_t48_dq_in_turns at 64),
 07/bwd_v1_tma_wgmma when the backward must be deterministic
 or at head dim 256, which read K/V head h / group and sum dK, dV over each group themselves; the
 window to chapter 09's, on the batch packed as one of equal lengths). For a

@@ -52,6 +52,7 @@ class EmulatedLibrary:
     def fa_py_list_kernels(self):
         rows = ["fwd\t%s\tfp32\t32\t80\t1\tx" % fa.DEFAULT_FWD,
                 "fwd\t08/v5_swizzled_ring\tfp32\t32\t80\t1\tx",
+                "fwd\t08/v6_last_block_merge\tfp32\t32\t80\t1\tx",
                 "bwd\t%s\tfp32\t32\t80\t1\tx" % fa.DEFAULT_BWD,
                 "bwd\t%s\tfp32\t32\t90\t1\tx" % self.GROUPED_BWD]
         return ("\n".join(rows) + "\n").encode()
@@ -70,7 +71,7 @@ class EmulatedLibrary:
         op = op.decode()
         if op == "fwd":
             choice = (("09/v2_window", "varlen_fwd") if window else
-                      ("08/v5_swizzled_ring", "fwd") if 0 < seq_q <= 16 else
+                      ("08/v6_last_block_merge", "fwd") if 0 < seq_q <= 16 else
                       ("09/v1_varlen", "varlen_fwd") if gqa else (fa.DEFAULT_FWD, "fwd"))
         elif op == "bwd":
             choice = ("09/bwd_v2_window", "varlen_bwd") if window else (fa.DEFAULT_BWD, "bwd")

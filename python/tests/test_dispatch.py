@@ -58,7 +58,7 @@ def test_explain_for_another_gpu():
     assert any(x.startswith("  measured: notes/measured/") for x in lines), lines
     assert any(x.startswith("backward: ") for x in lines), lines
     assert lines[-1].startswith("grouped heads in the backward"), lines
-    grouped_rows = ("backward: 07/bwd_v6_head_groups", "backward: 07/bwd_v4_dq_tile_reduce",
+    grouped_rows = ("backward: 07/bwd_v6_head_groups", "backward: 07/bwd_t48_dq_in_turns",
                     "backward: 07/bwd_v1_tma_wgmma")
     if any(x.startswith(grouped_rows) for x in lines):  # their grouped rows
         assert "sums dK, dV over each group itself" in lines[-1], lines

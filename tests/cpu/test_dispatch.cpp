@@ -188,8 +188,8 @@ TEST(Dispatch, EachKindOfProblemGoesWhereItsRowSays) {
   fa::Problem decode = fwd(DType::BF16, 128, 1, false);
   decode.seq_k = 32768;
   decode.gqa = true;
-  EXPECT_EQ(fa::pick(decode, 90).kernel, "08/v5_swizzled_ring");
-  EXPECT_EQ(fa::pick(decode, 80).kernel, "08/v5_swizzled_ring");
+  EXPECT_EQ(fa::pick(decode, 90).kernel, "08/v6_last_block_merge");
+  EXPECT_EQ(fa::pick(decode, 80).kernel, "08/v6_last_block_merge");
 
   fa::Problem gqa = fwd(DType::BF16, 128, 4096, true);
   gqa.gqa = true;
@@ -218,7 +218,10 @@ TEST(Dispatch, EachKindOfProblemGoesWhereItsRowSays) {
     EXPECT_EQ(det.passed_over[0], "07/bwd_v6_head_groups: not deterministic");
     EXPECT_TRUE(fa::find_entry<fa::AttentionBwdKernel>("07/bwd_v1_tma_wgmma")->gqa);
     gqa_bwd.deterministic = false;
-    gqa_bwd.head_dim = 256;  // bwd_v4 has no D 256: bwd_v1
+    gqa_bwd.head_dim = 64;  // at D 64 the grouped rows measured bwd_t48 fastest
+    EXPECT_EQ(fa::pick(gqa_bwd, 90).kernel, "07/bwd_t48_dq_in_turns");
+    EXPECT_TRUE(fa::find_entry<fa::AttentionBwdKernel>("07/bwd_t48_dq_in_turns")->gqa);
+    gqa_bwd.head_dim = 256;  // neither bwd_v6 nor bwd_t48 has D 256: bwd_v1
     EXPECT_EQ(fa::pick(gqa_bwd, 90).kernel, "07/bwd_v1_tma_wgmma");
     gqa_bwd.head_dim = 128;
   }

@@ -17,7 +17,7 @@
 // student release that version stands here: every kernel listed on the next line then reduces with
 // the student's merge (until it is written they fail with "TODO in" this file), and the answer is
 // not in the release.
-// EXERCISE-KERNELS: 02/v1_online_two_pass, 02/v2_single_read, 08/v1_split_kv, 08/v2_parallel_merge, 08/v3_mma_split, 08/v4_block_stream, 08/v5_swizzled_ring, 08/t04_hoisted_addresses, 08/t06_l2_prefetch, 09/paged_v1_decode
+// EXERCISE-KERNELS: 02/v1_online_two_pass, 02/v2_single_read, 08/v1_split_kv, 08/v2_parallel_merge, 08/v3_mma_split, 08/v4_block_stream, 08/v5_swizzled_ring, 08/v6_last_block_merge, 08/t04_hoisted_addresses, 08/t06_l2_prefetch, 09/paged_v1_decode
 #pragma once
 #include <cuda_runtime.h>
 
