@@ -93,9 +93,9 @@ const std::vector<Rule>& dispatch_table() {
           .decoding()
           .because("a query row or a few against a long cache is memory-bound: chapter 08's "
                    "last rung, one launch (the splits merged by each row tile's last block): "
-                   "1.00-1.01x 08/v5_swizzled_ring on the three decode shapes (three "
+                   "1.000-1.009x 08/v5_swizzled_ring on the three decode shapes (three "
                    "alternating rounds), 0.99-1.01x cuDNN at B 1 and at H_kv 32",
-                   log("decode_v6_rounds.md", kRun1202)),
+                   log("decode_v6_batch8_rounds.md", kRun1202)),
       on(Op::Fwd, "09/hopper_v2_window")
           .hopper()
           .window()

@@ -100,8 +100,9 @@ void print_plan(const AttentionShape& s) {
               << " keys: " << std::min<int64_t>(100, 100 * p.base_blocks / resident)
               << "% of the resident block slots busy\n"
               << "    split-KV: " << p.num_splits << " splits of " << p.split_len << " keys, "
-              << p.blocks << " blocks; a merge kernel folds the " << p.num_splits
-              << " partials of each row\n";
+              << p.blocks << " blocks; the " << p.num_splits
+              << " partials of each row are folded by a merge kernel (v1-v5) or by the row "
+                 "tile's last split block (v6)\n";
   }
 }
 
