@@ -94,27 +94,55 @@ void add_attention_protocol(const std::string& family, Run run) {
 // names the kernel; bench/compare_sdpa.py reports these rows as "ours" beside the fastest
 // registered kernel of the same run.
 template <class K, class Run>
+void add_auto(const std::string& family, bool backward, const fa::AttentionShape& s, fa::DType t,
+              Run run) {
+  add(family + "auto/" + fa::dtype_name(t) + "/D" + std::to_string(s.head_dim) + "/" +
+          (s.causal ? "causal" : "full") + "/N" + std::to_string(s.seq_q),
+      [s, t, backward, run](benchmark::State& st) {
+        const fa::Pick k =
+            fa::pick(backward ? fa::Problem::backward(s, t) : fa::Problem::forward(s, t));
+        const K* kernel = k ? fa::find_entry<K>(k.kernel) : nullptr;
+        if (kernel == nullptr) {
+          st.SkipWithError((k ? k.kernel + " is not of this family" : k.refusal).c_str());
+          for (auto _ : st) {
+          }
+          return;
+        }
+        st.SetLabel(k.kernel);
+        report(st, run(*kernel, s, t, timing_only()));
+      });
+}
+
+template <class K, class Run>
 void add_dispatch_protocol(const std::string& family, bool backward, Run run) {
-  const fa::DType t = fa::DType::BF16;
   for (int d : {64, 128, 256})
     for (bool causal : {false, true})
-      for (int64_t n : {512, 1024, 2048, 4096, 8192, 16384}) {
-        fa::AttentionShape s{16384 / n, 2048 / d, n, n, d, causal, 0.0f};
-        add(family + "auto/bf16/D" + std::to_string(d) + "/" + (causal ? "causal" : "full") + "/N" +
-                std::to_string(n),
-            [s, t, backward, run](benchmark::State& st) {
-              const fa::Pick k =
-                  fa::pick(backward ? fa::Problem::backward(s, t) : fa::Problem::forward(s, t));
-              const K* kernel = k ? fa::find_entry<K>(k.kernel) : nullptr;
-              if (kernel == nullptr) {
-                st.SkipWithError((k ? k.kernel + " is not of this family" : k.refusal).c_str());
-                for (auto _ : st) {
-                }
-                return;
-              }
-              st.SetLabel(k.kernel);
-              report(st, run(*kernel, s, t, timing_only()));
-            });
+      for (int64_t n : {512, 1024, 2048, 4096, 8192, 16384})
+        add_auto<K>(family, backward, {16384 / n, 2048 / d, n, n, d, causal, 0.0f}, fa::DType::BF16,
+                    run);
+}
+
+// Head dims off the protocol's three: D 32 and three between chapter 07's instances (80, 96, 192:
+// rounded up inside the kernels, rounds_head_dim in registry.h), bf16, B = 16384/N, H = 2048/D
+// (rounded down), N 2048 and 8192, with the protocol's row names so that compare_sdpa.py times
+// SDPA beside them: the dispatch's choice (auto), the final Hopper rungs that round, and the
+// mma.sync kernels that list the head dim (the dispatch's choice before the rounding).
+template <class K, class Run>
+void add_head_dims_between(const std::string& family, bool backward,
+                           const std::vector<const char*>& names, Run run) {
+  const fa::DType t = fa::DType::BF16;
+  for (int d : {32, 80, 96, 192})
+    for (bool causal : {false, true})
+      for (int64_t n : {2048, 8192}) {
+        const fa::AttentionShape s{16384 / n, 2048 / d, n, n, d, causal, 0.0f};
+        add_auto<K>(family, backward, s, t, run);
+        for (const char* name : names) {
+          const K* k = fa::find_entry<K>(name);
+          if (k == nullptr || !fa::supports(k->dtypes, t) || !fa::takes_head_dim(*k, d)) continue;
+          add(family + k->name + "/bf16/D" + std::to_string(d) + "/" +
+                  (causal ? "causal" : "full") + "/N" + std::to_string(n),
+              [k, s, t, run](benchmark::State& st) { report(st, run(*k, s, t, timing_only())); });
+        }
       }
 }
 
@@ -364,6 +392,15 @@ void register_all() {
   add_attention_protocol<fa::AttentionBwdKernel>("attn_bwd/", fa::run_attention_bwd);
   add_dispatch_protocol<fa::AttentionFwdKernel>("attn_fwd/", false, fa::run_attention_fwd);
   add_dispatch_protocol<fa::AttentionBwdKernel>("attn_bwd/", true, fa::run_attention_bwd);
+  add_head_dims_between<fa::AttentionFwdKernel>(
+      "attn_fwd/", false,
+      {"07/v5_persistent", "05/v5_fewer_instructions", "05/v4_swizzled_pipelined"},
+      fa::run_attention_fwd);
+  add_head_dims_between<fa::AttentionBwdKernel>(
+      "attn_bwd/", true,
+      {"07/bwd_v6_head_groups", "07/bwd_t48_dq_in_turns", "07/bwd_v1_tma_wgmma", "06/v5_warp_tiles",
+       "06/v4_bc128_tuned"},
+      fa::run_attention_bwd);
   add_decode_shapes();
   add_grouped_heads<fa::AttentionFwdKernel>("attn_gqa/fwd/", fa::run_attention_fwd);
   add_grouped_heads<fa::AttentionBwdKernel>("attn_gqa/bwd/", fa::run_attention_bwd);

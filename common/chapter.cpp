@@ -157,11 +157,17 @@ std::string describe_kernel(const GemmKernel& k) {
 std::string describe_kernel(const TransposeKernel& k) {
   return kernel_line(k.name, "fp32", {}, k.min_sm, k.about);
 }
+// "[D 8k] ": the kernel also takes the multiples of 8 between its head dims (rounds_head_dim).
+static std::string rounding_tag(bool rounds) {
+  return rounds ? "[D 8k] " : "";
+}
 std::string describe_kernel(const AttentionFwdKernel& k) {
-  return kernel_line(k.name, dtype_list(k.dtypes), k.head_dims, k.min_sm, k.about);
+  return kernel_line(k.name, dtype_list(k.dtypes), k.head_dims, k.min_sm,
+                     rounding_tag(k.rounds_head_dim) + k.about);
 }
 std::string describe_kernel(const AttentionBwdKernel& k) {
-  return kernel_line(k.name, dtype_list(k.dtypes), k.head_dims, k.min_sm, k.about);
+  return kernel_line(k.name, dtype_list(k.dtypes), k.head_dims, k.min_sm,
+                     rounding_tag(k.rounds_head_dim) + k.about);
 }
 std::string describe_kernel(const VarlenFwdKernel& k) {
   std::string tags = std::string(k.gqa ? "[GQA] " : "") + (k.window ? "[window] " : "");

@@ -156,7 +156,7 @@ void require_supported(const std::vector<const K*>& kernels, const AttentionOpti
                        bool named) {
   const int d = static_cast<int>(a.shape.head_dim);
   auto runs = [&](const K& k) {
-    if (!supports(k.head_dims, d)) return false;
+    if (!takes_head_dim(k, d)) return false;
     for (DType t : a.dtypes)
       if (supports(k.dtypes, t)) return true;
     return false;

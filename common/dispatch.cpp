@@ -59,6 +59,10 @@ struct Row {
     r.gqa = Rule::Tri::Yes;
     return *this;
   }
+  Row& rounded() {
+    r.rounded = Rule::Tri::Yes;
+    return *this;
+  }
   Row& decoding() {
     r.seq_q_max = kDecodeSeqQ;
     return *this;
@@ -104,6 +108,18 @@ const std::vector<Rule>& dispatch_table() {
       on(Op::Fwd, "09/v2_window")
           .window()
           .because("the window's mma.sync kernel (before sm_90)", log("ch09_serving.log")),
+      on(Op::Fwd, "05/v5_fewer_instructions")
+          .sm(90)
+          .dims({32})
+          .because("D 32, which chapter 05's final rung lists: it stays there until chapter 07 "
+                   "rounded up to D 64 is timed against it",
+                   log("ladder_fwd_d128.log")),
+      on(Op::Fwd, "05/v4_swizzled_pipelined")
+          .sm(90)
+          .dims({96})
+          .because("D 96, which chapter 05's v4 lists: it stays there until chapter 07 rounded "
+                   "up to D 128 is timed against it",
+                   log("ladder_fwd_d256.log")),
       on(Op::Fwd, "07/v5_persistent")
           .hopper()
           .grouped()
@@ -114,6 +130,13 @@ const std::vector<Rule>& dispatch_table() {
       on(Op::Fwd, "09/v1_varlen")
           .grouped()
           .because("grouped K/V heads on mma.sync (before sm_90)", log("ch09_serving.log")),
+      on(Op::Fwd, "07/v5_persistent")
+          .hopper()
+          .rounded()
+          .because("head dims between the instances 64, 128 and 256 (multiples of 8: 80, 160, "
+                   "192, ...) rounded up inside the fastest forward, where nothing ran them "
+                   "before; checked on ragged shapes, causal and grouped; speed not measured yet",
+                   log("head_dims_rounded.md", kRun1202)),
       on(Op::Fwd, "07/v1_tma_wgmma")
           .hopper()
           .dims({64})
@@ -168,6 +191,13 @@ const std::vector<Rule>& dispatch_table() {
       on(Op::Bwd, "09/bwd_v2_window")
           .window()
           .because("a window's backward on mma.sync (before sm_90)", log("ch09_serving.log")),
+      on(Op::Bwd, "06/v4_bc128_tuned")
+          .sm(90)
+          .dims({32, 96})
+          .because("D 32 and 96, which chapter 06's v4 lists: they stay there until chapter 07 "
+                   "rounded up to D 64 and 128 is timed against it (dQ by atomics, not "
+                   "deterministic)",
+                   log("ladder_bwd_d128.log")),
       on(Op::Bwd, "07/bwd_v6_head_groups")
           .hopper()
           .grouped()
@@ -193,6 +223,28 @@ const std::vector<Rule>& dispatch_table() {
                    "read at h / group, no copies; deterministic; 0.99-1.03x its MHA time at H "
                    "32, H_kv 8/4/1, D 128, N 4096 and 8192, causal and full (each row timed alone)",
                    log("gqa_ratios_alone.log", kRun1202)),
+      on(Op::Bwd, "07/bwd_t48_dq_in_turns")
+          .hopper()
+          .rounded()
+          .dims({64})
+          .because("head dims below 64 (multiples of 8) rounded up inside the fastest D 64 "
+                   "backward; checked on ragged shapes, causal and grouped; speed not measured yet",
+                   log("head_dims_rounded.md", kRun1202)),
+      on(Op::Bwd, "07/bwd_v6_head_groups")
+          .hopper()
+          .rounded()
+          .dims({128})
+          .because("head dims between 64 and 128 (multiples of 8) rounded up inside the fastest "
+                   "D 128 backward; checked on ragged shapes, causal and grouped; speed not "
+                   "measured yet",
+                   log("head_dims_rounded.md", kRun1202)),
+      on(Op::Bwd, "07/bwd_v1_tma_wgmma")
+          .hopper()
+          .rounded()
+          .because("head dims between 128 and 256 (multiples of 8) rounded up inside the one "
+                   "Hopper backward with D 256, where nothing ran them before; deterministic; "
+                   "checked on ragged shapes, causal and grouped; speed not measured yet",
+                   log("head_dims_rounded.md", kRun1202)),
       on(Op::Bwd, "07/bwd_t48_dq_in_turns")
           .hopper()
           .dims({64})
@@ -349,6 +401,7 @@ std::string Rule::conditions() const {
   if (causal != Tri::Any) os << (causal == Tri::Yes ? ", causal" : ", full");
   if (window == Tri::Yes) os << ", window";
   if (gqa == Tri::Yes) os << ", grouped K/V heads";
+  if (rounded == Tri::Yes) os << ", head dims rounded up";
   if (seq_q_max >= 0) os << ", seq_q <= " << seq_q_max;
   if (seq_k_min > 0 && seq_k_max >= 0)
     os << ", " << seq_k_min << " <= seq_k <= " << seq_k_max;
@@ -365,11 +418,25 @@ bool tri_holds(Rule::Tri t, bool value) {
   return t == Rule::Tri::Any || (t == Rule::Tri::Yes) == value;
 }
 
+// The head dim the row's kernel computes the problem at: a kernel that rounds head dims up
+// (harness.h) runs D 96 as its D 128, so a row for D 128 of it holds for D 96 too.
+int64_t row_head_dim(const Rule& r, const Problem& p) {
+  if (p.op == Op::Fwd)
+    if (const AttentionFwdKernel* k = find_entry<AttentionFwdKernel>(r.kernel))
+      return computed_head_dim(k->head_dims, k->rounds_head_dim, p.head_dim);
+  if (p.op == Op::Bwd)
+    if (const AttentionBwdKernel* k = find_entry<AttentionBwdKernel>(r.kernel))
+      return computed_head_dim(k->head_dims, k->rounds_head_dim, p.head_dim);
+  return p.head_dim;
+}
+
 // Whether the row's conditions describe the problem (not yet whether its kernel can run it).
 bool row_holds(const Rule& r, const Problem& p, int sm) {
   if (r.op != p.op || sm < r.sm_min || sm > r.sm_max) return false;
   if (!r.dtypes.empty() && !supports(r.dtypes, p.dtype)) return false;
-  if (!r.head_dims.empty() && !supports(r.head_dims, p.head_dim)) return false;
+  const int64_t computed = row_head_dim(r, p);
+  if (!r.head_dims.empty() && !supports(r.head_dims, int(computed))) return false;
+  if (!tri_holds(r.rounded, computed != p.head_dim)) return false;
   // A row for the window or for grouped heads is for those problems alone; a row without them is
   // for every problem, and its kernel's registration decides (below).
   if (!tri_holds(r.causal, p.causal) || !tri_holds(r.window, p.window) || !tri_holds(r.gqa, p.gqa))
@@ -396,7 +463,7 @@ std::string cannot_run(const std::string& name, const Problem& p, int sm, std::s
       if (k->min_sm > sm) return need_sm(k->min_sm);
       if (p.gqa && !k->gqa) return "takes no grouped K/V heads";
       if (p.window) return "takes no sliding window";
-      return missing_version(k->dtypes, k->head_dims, p.dtype, p.head_dim);
+      return missing_version(*k, p.dtype, p.head_dim);
     }
   if (fwd)
     if (const VarlenFwdKernel* k = find_entry<VarlenFwdKernel>(name)) {
@@ -404,7 +471,7 @@ std::string cannot_run(const std::string& name, const Problem& p, int sm, std::s
       if (k->min_sm > sm) return need_sm(k->min_sm);
       if (p.gqa && !k->gqa) return "takes no grouped K/V heads";
       if (p.window && !k->window) return "takes no sliding window";
-      return missing_version(k->dtypes, k->head_dims, p.dtype, p.head_dim);
+      return missing_version(*k, p.dtype, p.head_dim);
     }
   if (bwd && p.op == Op::Bwd)
     if (const AttentionBwdKernel* k = find_entry<AttentionBwdKernel>(name)) {
@@ -412,7 +479,7 @@ std::string cannot_run(const std::string& name, const Problem& p, int sm, std::s
       if (k->min_sm > sm) return need_sm(k->min_sm);
       if (p.window) return "takes no sliding window";
       if (p.deterministic && !k->deterministic) return "not deterministic";
-      return missing_version(k->dtypes, k->head_dims, p.dtype, p.head_dim);
+      return missing_version(*k, p.dtype, p.head_dim);
     }
   if (bwd)
     if (const VarlenBwdKernel* k = find_entry<VarlenBwdKernel>(name)) {
@@ -420,7 +487,7 @@ std::string cannot_run(const std::string& name, const Problem& p, int sm, std::s
       if (k->min_sm > sm) return need_sm(k->min_sm);
       if (p.window && !k->window) return "takes no sliding window";
       if (p.deterministic && !k->deterministic) return "not deterministic";
-      return missing_version(k->dtypes, k->head_dims, p.dtype, p.head_dim);
+      return missing_version(*k, p.dtype, p.head_dim);
     }
   if (p.op == Op::PagedFwd)
     if (const PagedFwdKernel* k = find_entry<PagedFwdKernel>(name)) {
@@ -429,7 +496,7 @@ std::string cannot_run(const std::string& name, const Problem& p, int sm, std::s
       if (p.window) return "takes no sliding window";
       if (p.page_size > 0 && !supports(k->page_sizes, p.page_size))
         return "no version for pages of " + std::to_string(p.page_size) + " keys";
-      return missing_version(k->dtypes, k->head_dims, p.dtype, p.head_dim);
+      return missing_version(*k, p.dtype, p.head_dim);
     }
   return "not in this build";
 }

@@ -57,9 +57,12 @@ struct Rule {
   std::string kernel;
   int sm_min = 80, sm_max = 1000;  // the GPUs the row is for (compute capability, 90 = H100/H200)
   std::vector<DType> dtypes;       // empty: every dtype the kernel takes
-  std::vector<int> head_dims;      // empty: every head dim the kernel takes
+  // Empty: every head dim the kernel takes. Matched against the head dim the kernel computes the
+  // problem at (a kernel that rounds head dims up, registry.h, runs D 96 as D 128).
+  std::vector<int> head_dims;
   Tri causal = Tri::Any, window = Tri::Any, gqa = Tri::Any;
-  int64_t seq_q_max = -1;                 // -1: no limit
+  Tri rounded = Tri::Any;  // Yes: head dims the kernel does not list but rounds up to one it does
+  int64_t seq_q_max = -1;  // -1: no limit
   int64_t seq_k_min = 0, seq_k_max = -1;  // keys per sequence; -1: no limit
   std::string why;                        // what the measurement showed, in a line
   std::string measured;  // the log it showed it in, relative to the repository root

@@ -6,6 +6,7 @@
 #include "harness.h"
 
 #include <algorithm>
+#include <climits>
 #include <cstdlib>
 #include <iomanip>
 #include <iostream>
@@ -68,11 +69,27 @@ bool supports(const std::vector<int>& head_dims, int d) {
   return std::find(head_dims.begin(), head_dims.end(), d) != head_dims.end();
 }
 
+int64_t computed_head_dim(const std::vector<int>& head_dims, bool rounds_up, int64_t d) {
+  if (!rounds_up || d <= 0 || d % kHeadDimStep != 0 || supports(head_dims, int(d))) return d;
+  for (int listed : head_dims)  // sorted (tests/cpu/test_registry_head_dims.cpp)
+    if (listed > d) return listed;
+  return d;
+}
+
+bool takes_head_dim(const std::vector<int>& head_dims, bool rounds_up, int64_t d) {
+  const int64_t c = computed_head_dim(head_dims, rounds_up, d);
+  return c <= INT_MAX && supports(head_dims, int(c));
+}
+
 std::string missing_version(const std::vector<DType>& dtypes, const std::vector<int>& head_dims,
-                            DType t, int64_t d) {
-  if (supports(dtypes, t) && supports(head_dims, int(d))) return "";
-  return "this kernel has no " + std::string(dtype_name(t)) + " D=" + std::to_string(d) +
-         " version";
+                            DType t, int64_t d, bool rounds_up) {
+  if (supports(dtypes, t) && takes_head_dim(head_dims, rounds_up, d)) return "";
+  std::string why =
+      "this kernel has no " + std::string(dtype_name(t)) + " D=" + std::to_string(d) + " version";
+  if (rounds_up && !head_dims.empty())
+    why += " (it rounds head dims up to " + std::to_string(head_dims.back()) +
+           " that are multiples of " + std::to_string(kHeadDimStep) + ")";
+  return why;
 }
 
 std::string kernel_error_message(const Error& e, bool* unsupported) {
@@ -101,7 +118,7 @@ double attention_fwd_min_bytes(const AttentionShape& s, DType t) {
 const AttentionFwdKernel* best_forward_kernel(DType t, int d) {
   const AttentionFwdKernel* best = nullptr;
   for (const AttentionFwdKernel* k : entries_with_prefix<AttentionFwdKernel>("05/"))
-    if (supports(k->dtypes, t) && supports(k->head_dims, d) && gpu_skip_reason(k->min_sm).empty())
+    if (supports(k->dtypes, t) && takes_head_dim(*k, d) && gpu_skip_reason(k->min_sm).empty())
       best = k;
   return best;
 }
@@ -111,7 +128,7 @@ const AttentionFwdKernel* forward_for_backward(DType t, int d) {
   const AttentionFwdKernel* any = nullptr;
   for (const AttentionFwdKernel* k : entries_with_prefix<AttentionFwdKernel>(""))
     if (!k->decoding && k->name.rfind("ref/", 0) != 0 && supports(k->dtypes, t) &&
-        supports(k->head_dims, d) && gpu_skip_reason(k->min_sm).empty())
+        takes_head_dim(*k, d) && gpu_skip_reason(k->min_sm).empty())
       any = k;
   return any;
 }
@@ -121,7 +138,7 @@ const AttentionFwdKernel* forward_for_backward(const AttentionShape& s, DType t)
   if (!s.is_gqa() || (best != nullptr && best->gqa)) return best;
   for (const AttentionFwdKernel* k : entries_with_prefix<AttentionFwdKernel>(""))
     if (k->gqa && k->name.rfind("ref/", 0) != 0 && supports(k->dtypes, t) &&
-        supports(k->head_dims, int(s.head_dim)) && gpu_skip_reason(k->min_sm).empty())
+        takes_head_dim(*k, s.head_dim) && gpu_skip_reason(k->min_sm).empty())
       return k;
   return nullptr;
 }

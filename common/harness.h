@@ -119,10 +119,35 @@ std::string exercise_hint(const std::string& kernel);
 
 bool supports(const std::vector<DType>& dtypes, DType t);
 bool supports(const std::vector<int>& head_dims, int d);
-// The message of the harness's UNSUPPORTED row for a kernel that lists no version for dtype t and
-// head dim d ("this kernel has no bf16 D=80 version"); "" when it lists one.
+// The head dim a kernel computes d at: d when it is listed (or cannot be rounded), else the
+// smallest listed head dim above d, for a kernel that rounds and a d that is a multiple of
+// kHeadDimStep. takes_head_dim: whether that head dim is listed.
+int64_t computed_head_dim(const std::vector<int>& head_dims, bool rounds_up, int64_t d);
+bool takes_head_dim(const std::vector<int>& head_dims, bool rounds_up, int64_t d);
+// Whether a kernel rounds head dims up: the flag of the kernels that have it, false for others.
+inline bool rounds_head_dim(const AttentionFwdKernel& k) {
+  return k.rounds_head_dim;
+}
+inline bool rounds_head_dim(const AttentionBwdKernel& k) {
+  return k.rounds_head_dim;
+}
+template <class K>
+bool rounds_head_dim(const K&) {
+  return false;
+}
+template <class K>
+bool takes_head_dim(const K& k, int64_t d) {
+  return takes_head_dim(k.head_dims, rounds_head_dim(k), d);
+}
+// The message of the harness's UNSUPPORTED row for a kernel that has no version for dtype t and
+// head dim d ("this kernel has no bf16 D=80 version"); "" when it has one (listed, or rounded up
+// to one with rounds_up).
 std::string missing_version(const std::vector<DType>& dtypes, const std::vector<int>& head_dims,
-                            DType t, int64_t d);
+                            DType t, int64_t d, bool rounds_up = false);
+template <class K>
+std::string missing_version(const K& k, DType t, int64_t d) {
+  return missing_version(k.dtypes, k.head_dims, t, d, rounds_head_dim(k));
+}
 // The message of an fa::Error thrown by a kernel run, as the harness reports it: e.what(), plus a
 // rebuild hint when the binary holds no code for this GPU, which makes the run UNSUPPORTED rather
 // than failed (*unsupported is set then).

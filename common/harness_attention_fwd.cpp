@@ -66,7 +66,7 @@ RunResult run_attention_fwd(const AttentionFwdKernel& k, AttentionShape s, DType
   r.shape = s.str();
   r.dtype = dtype_name(t);
   if (!gpu_ready(r, k.min_sm)) return r;
-  r.message = missing_version(k.dtypes, k.head_dims, t, s.head_dim);
+  r.message = missing_version(k, t, s.head_dim);
   if (r.message.empty()) r.message = grouped_heads_refusal(s, k.gqa);
   if (r.message.empty() && s.has_window())
     r.message = "a sliding window is chapter 09's: this kernel takes causal or full attention only";

@@ -50,6 +50,11 @@ struct TransposeKernel {
   int min_sm = 70;
 };
 
+// Head dims a kernel does not list but rounds up inside (rounds_head_dim, below) are the multiples
+// of kHeadDimStep: the step at which a row of 16-bit elements stays a whole number of 16-byte
+// chunks, as TMA's row strides must be.
+constexpr int kHeadDimStep = 8;
+
 // ---- Attention forward (chapters 05, 07, 08). --------------------------------------------------
 // q, k, v, o are `dtype` with the layouts of AttentionShape; lse (L) is fp32 [batch, heads, seq_q].
 // K and V have shape.kv_heads() heads (grouped-query attention when fewer than shape.heads).
@@ -77,6 +82,10 @@ struct AttentionFwdKernel {
   // long square shapes of the FlashAttention benchmark protocol are not its job (fa_bench skips
   // it there and times it on decode shapes instead).
   bool decoding = false;
+  // Also takes every head dim below head_dims.back() that is a multiple of kHeadDimStep (8; not
+  // listed): computed at the next listed head dim, the columns past the real one zero in shared
+  // memory and never stored (harness.h, takes_head_dim).
+  bool rounds_head_dim = false;
 };
 
 // ---- FP8 (e4m3) attention forward (chapter 07, common/fp8.h) ----------------------------------
@@ -147,8 +156,9 @@ struct AttentionBwdKernel {
   std::vector<DType> dtypes = {DType::F32};
   std::vector<int> head_dims = {64};
   int min_sm = 70;
-  bool deterministic = true;  // false for versions that accumulate with atomics
-  bool gqa = false;           // takes grouped K/V heads (shape.heads_kv < shape.heads)
+  bool deterministic = true;     // false for versions that accumulate with atomics
+  bool gqa = false;              // takes grouped K/V heads (shape.heads_kv < shape.heads)
+  bool rounds_head_dim = false;  // as AttentionFwdKernel's
 };
 
 // ---- The backward's preprocess (chapter 06): D = rowsum(dO o O), one float per query row. ------

@@ -48,18 +48,20 @@ void launch_fwd(const char* name, const AttentionFwdArgs& a, cudaStream_t stream
 #if FA_CH07_TIMELINE
   timeline::upload();  // where this launch records its phases (ch07_timeline.cuh)
 #endif
-  const CUtensorMap tm_q = make_tmap(a.q, s.bh(), s.seq_q, D, kBr, a.dtype);
-  const CUtensorMap tm_k = make_tmap(a.k, s.bh(), s.seq_k, D, Tiles<D>::kBc, a.dtype);
-  const CUtensorMap tm_v = make_tmap(a.v, s.bh(), s.seq_k, D, Tiles<D>::kBc, a.dtype);
+  const int d = int(s.head_dim);  // <= D: the boxes' columns past it arrive as zeros
+  const CUtensorMap tm_q = make_tmap(a.q, s.bh(), s.seq_q, d, kBr, a.dtype);
+  const CUtensorMap tm_k = make_tmap(a.k, s.bh(), s.seq_k, d, Tiles<D>::kBc, a.dtype);
+  const CUtensorMap tm_v = make_tmap(a.v, s.bh(), s.seq_k, d, Tiles<D>::kBc, a.dtype);
   kKernel<<<unsigned(blocks), kThreads, kSmemBytes, stream>>>(tm_q, tm_k, tm_v,
                                                               make_params(a, int(num_q_tiles)));
   FA_CHECK_LAUNCH();
 }
 
-// Launch<T, D>::run for the head dims every rung instantiates.
+// Launch<T, D>::run for the head dims every rung instantiates; a head dim between them that is a
+// multiple of 8 runs the next (head_dim_instance, hopper_attention.cuh).
 template <template <class, int> class Launch, class T>
 void dispatch_head_dim(const char* name, const AttentionFwdArgs& a, cudaStream_t stream) {
-  switch (a.shape.head_dim) {
+  switch (head_dim_instance(a.shape.head_dim)) {
     case 64:
       return Launch<T, 64>::run(a, stream);
     case 128:
@@ -68,7 +70,8 @@ void dispatch_head_dim(const char* name, const AttentionFwdArgs& a, cudaStream_t
       return Launch<T, 256>::run(a, stream);
     default:
       FA_UNSUPPORTED_IF(true, std::string(name) + ": head_dim " + std::to_string(a.shape.head_dim) +
-                                  " not instantiated (64, 128, 256)");
+                                  " not instantiated (64, 128, 256, and the multiples of 8 "
+                                  "between them, rounded up)");
   }
 }
 

@@ -94,7 +94,7 @@ std::string kernels_text() {
 }
 
 bool supports_shape(const AttentionFwdKernel& k, DType t, int64_t head_dim) {
-  return fa::supports(k.dtypes, t) && fa::supports(k.head_dims, int(head_dim));
+  return fa::supports(k.dtypes, t) && fa::takes_head_dim(k, head_dim);
 }
 
 int run(const std::vector<std::string>& args) {

@@ -82,6 +82,7 @@ struct Params {
   void* o;
   float* lse;
   int64_t seq_q, seq_k;
+  int d;  // the real head dim: O's row length (the kernel's D rounds it up; head_dim_instance)
   int num_q_tiles;
   bool causal;
   float scale_log2;  // softmax_scale * log2(e); its absolute value is used (see negate_if)
@@ -195,10 +196,13 @@ __device__ __forceinline__ void pack_p(const float (&s)[N], uint32_t (&p)[N / 8]
 // O = acc / l in the dtype, L = ln(sum_j exp(scale s_j)) = (c m + log2 l) ln 2; a row that saw no
 // key (l = 0) gets O = 0 and L = -inf. row0: the warpgroup's first query row; rows at or past seq_q
 // are not stored. Each thread stores pairs of columns (4 bytes), so O must be 4-byte aligned.
+// d: O's row length, the real head dim; columns at or past it (the zeros of a head dim rounded up
+// to D, head_dim_instance) are not stored. d is a multiple of 8, so a quad's columns 8j .. 8j + 7
+// are all stored or all skipped.
 template <class T, int D>
 __device__ __forceinline__ void store_o_l(const float (&o)[D / 2], const float (&m)[2],
                                           float (&l)[2], float c, T* O, float* L, int64_t row0,
-                                          int64_t seq_q, int t) {
+                                          int64_t seq_q, int t, int d = D) {
   const int w = t / 32, g = (t % 32) / 4, q = t % 4;
   float inv_l[2];
 #pragma unroll
@@ -211,11 +215,12 @@ __device__ __forceinline__ void store_o_l(const float (&o)[D / 2], const float (
   for (int h = 0; h < 2; ++h) {
     const int64_t row = row0 + 16 * w + g + 8 * h;
     if (row >= seq_q) continue;
-    T* out = O + row * D + 2 * q;
+    T* out = O + row * d + 2 * q;
 #pragma unroll
     for (int j = 0; j < D / 8; ++j)
-      *reinterpret_cast<uint32_t*>(out + 8 * j) =
-          mma::pack2<T>(o[4 * j + 2 * h] * inv_l[h], o[4 * j + 2 * h + 1] * inv_l[h]);
+      if (8 * j < d)
+        *reinterpret_cast<uint32_t*>(out + 8 * j) =
+            mma::pack2<T>(o[4 * j + 2 * h] * inv_l[h], o[4 * j + 2 * h + 1] * inv_l[h]);
     if (q == 0) L[row] = l[h] > 0.0f ? (m[h] * c + log2f(l[h])) * 0.6931471805599453f : -INFINITY;
   }
 }
@@ -231,13 +236,28 @@ inline bool aligned(const void* p, uintptr_t n) {
   return reinterpret_cast<uintptr_t>(p) % n == 0;
 }
 
-// TMA's rules: a 16-byte aligned base, row strides that are multiples of 16 bytes (D * 2 always is
-// for D = 64, 128, 256), sizes and coordinates that fit in int32. The epilogue stores O in
-// 4-byte pairs. Empty K (seq_k = 0) cannot be described either.
+// TMA's rules: a 16-byte aligned base, row strides that are multiples of 16 bytes (d * 2 is for a
+// head dim d that is a multiple of 8), sizes and coordinates that fit in int32. The epilogue
+// stores O in 4-byte pairs. Empty K (seq_k = 0) cannot be described either.
 inline bool tma_can_load(const AttentionFwdArgs& a) {
   const AttentionShape& s = a.shape;
   return aligned(a.q, 16) && aligned(a.k, 16) && aligned(a.v, 16) && aligned(a.o, 4) &&
-         s.seq_k > 0 && s.seq_q < INT_MAX - 512 && s.seq_k < INT_MAX - 512 && s.bh() < INT_MAX;
+         s.head_dim % kHeadDimStep == 0 && s.seq_k > 0 && s.seq_q < INT_MAX - 512 &&
+         s.seq_k < INT_MAX - 512 && s.bh() < INT_MAX;
+}
+
+// Head dims rounded up inside the kernel. The rungs are instantiated for D = 64, 128 and 256; a
+// head dim d in between that is a multiple of 8 runs the next instance, D >= d. Nothing is padded
+// in memory: the TMA maps describe rows of d elements, so the boxes' columns past d arrive as
+// zeros in shared memory (TMA fills whatever lies outside the tensor, as it does the rows past
+// seq), and zero columns of Q and K add nothing to S = Q K^T, nor zero columns of V anything but
+// zero columns to O, which the epilogue does not store. The price: d / D of the tensor cores' work
+// is useful (D 80 runs as D 128, at 80 / 128 of D 128's TFLOP/s counted on d). FlashAttention-3
+// rounds the same way between its instances 64, 96, 128, 192 and 256 (round_up_headdim in
+// hopper/flash_api.cpp, github.com/Dao-AILab/flash-attention). 0 for a head dim no instance takes.
+inline int head_dim_instance(int64_t d) {
+  if (d <= 0 || d % kHeadDimStep != 0 || d > 256) return 0;
+  return d <= 64 ? 64 : d <= 128 ? 128 : 256;
 }
 
 inline void run_fallback(const AttentionFwdArgs& a, cudaStream_t stream) {
@@ -288,6 +308,7 @@ inline Params make_params(const AttentionFwdArgs& a, int num_q_tiles) {
   p.lse = a.lse;
   p.seq_q = a.shape.seq_q;
   p.seq_k = a.shape.seq_k;
+  p.d = int(a.shape.head_dim);  // <= 256: head_dim_instance took it
   p.num_q_tiles = num_q_tiles;
   p.causal = a.shape.causal;
   p.scale_log2 = a.shape.softmax_scale() * 1.4426950408889634f;  // log2(e)

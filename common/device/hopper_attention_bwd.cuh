@@ -81,6 +81,34 @@ __device__ __forceinline__ void store_acc_rows(T* out, const float (&acc)[N / 2]
   }
 }
 
+// The same into rows of `ld` elements of which the first `cols` exist (a multiple of 8; nothing
+// is stored where cols <= 0): the gradients of a head dim rounded up inside the kernel
+// (head_dim_instance, hopper_attention.cuh), whose accumulator columns past the real head dim
+// hold the zero padding and are not stored. A quad's columns 8j .. 8j + 7 are all stored or all
+// skipped.
+template <class T, int N>
+__device__ __forceinline__ void store_acc_rows(T* out, const float (&acc)[N / 2], int64_t row0,
+                                               int64_t seq, float mul, int t, int64_t ld,
+                                               int cols) {
+  const int w = t / 32, g = (t % 32) / 4, q = t % 4;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t row = row0 + 16 * w + g + 8 * h;
+    if (row >= seq) continue;
+    T* dst = out + row * ld + 2 * q;
+#pragma unroll
+    for (int j = 0; j < N / 8; ++j) {
+      if (8 * j >= cols) continue;
+      if constexpr (std::is_same_v<T, float>)
+        *reinterpret_cast<float2*>(dst + 8 * j) =
+            make_float2(acc[4 * j + 2 * h] * mul, acc[4 * j + 2 * h + 1] * mul);
+      else
+        *reinterpret_cast<uint32_t*>(dst + 8 * j) =
+            mma::pack2<T>(acc[4 * j + 2 * h] * mul, acc[4 * j + 2 * h + 1] * mul);
+    }
+  }
+}
+
 // threadIdx.x read anew: an asm volatile read the compiler may not merge with the kernel's own.
 // For a store after a loop that holds every register: a value derived from the first read (such
 // as t % 4) would otherwise be kept alive across the loop for it, or spilled there.
@@ -116,14 +144,16 @@ struct GroupPlace {
 // head dim of this kernel has a fallback.
 constexpr const char* kBwdFallback = "06/v2_mma";
 
-// TMA's rules for Q, K, V, dO (16-byte aligned bases; D * 2 bytes per row is a multiple of 16;
-// sizes and coordinates in int32; no empty sequence), and 4-byte aligned gradients for the
-// paired stores. seq_q = 0 (dK = dV = 0) and seq_k = 0 (dQ = 0) go to the fallback too.
+// TMA's rules for Q, K, V, dO (16-byte aligned bases; d * 2 bytes per row is a multiple of 16 for
+// a head dim d that is a multiple of 8; sizes and coordinates in int32; no empty sequence), and
+// 4-byte aligned gradients for the paired stores. seq_q = 0 (dK = dV = 0) and seq_k = 0 (dQ = 0)
+// go to the fallback too.
 inline bool tma_can_load(const AttentionBwdArgs& a) {
   const AttentionShape& s = a.shape;
   return aligned(a.q, 16) && aligned(a.k, 16) && aligned(a.v, 16) && aligned(a.dout, 16) &&
-         aligned(a.dq, 4) && aligned(a.dk, 4) && aligned(a.dv, 4) && s.seq_q > 0 && s.seq_k > 0 &&
-         s.seq_q < INT_MAX - 512 && s.seq_k < INT_MAX - 512 && s.bh() < INT_MAX;
+         aligned(a.dq, 4) && aligned(a.dk, 4) && aligned(a.dv, 4) &&
+         s.head_dim % kHeadDimStep == 0 && s.seq_q > 0 && s.seq_k > 0 && s.seq_q < INT_MAX - 512 &&
+         s.seq_k < INT_MAX - 512 && s.bh() < INT_MAX;
 }
 
 inline void run_fallback(const AttentionBwdArgs& a, cudaStream_t stream) {

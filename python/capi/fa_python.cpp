@@ -90,7 +90,7 @@ void require_runnable(const K& k, fa::DType t, int64_t head_dim) {
     if (!fa::have_gpu()) throw NoGpu(why);
     throw fa::Unsupported(why);
   }
-  const std::string missing = fa::missing_version(k.dtypes, k.head_dims, t, head_dim);
+  const std::string missing = fa::missing_version(k, t, head_dim);
   if (!missing.empty()) throw fa::Unsupported(missing);
 }
 

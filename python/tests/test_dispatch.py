@@ -26,6 +26,21 @@ def test_protocol_shapes_pick_chapter_07_on_hopper():
                 assert os.path.isfile(os.path.join(REPO_ROOT, p.measured)), p.measured
 
 
+def test_head_dims_between_instances_round_up_on_hopper():
+    """D 80 and 192 (multiples of 8 between chapter 07's instances 64, 128, 256) run in the
+    Hopper kernels, rounded up inside; D 59 (off the step of 8) is refused with the reason."""
+    library_or_skip()
+    if not hopper_kernels_built():
+        pytest.skip("this build targets no sm_90: no chapter 07 kernels")
+    for d in (80, 192):
+        f = fa.pick("fwd", "bf16", d, 4096, 4096, causal=True, sm=90)
+        b = fa.pick("bwd", "bf16", d, 4096, 4096, causal=True, sm=90)
+        assert f.kernel == "07/v5_persistent", f
+        assert b.kernel == ("07/bwd_v6_head_groups" if d <= 128 else "07/bwd_v1_tma_wgmma"), b
+    with pytest.raises(fa.UnsupportedError, match="multiples of 8"):
+        fa.pick("fwd", "bf16", 59, 4096, 4096, sm=90)
+
+
 def test_each_row_names_its_log():
     library_or_skip()
     rows = fa.dispatch_table()
@@ -38,7 +53,7 @@ def test_each_row_names_its_log():
 def test_refusals():
     library_or_skip()
     with pytest.raises(fa.UnsupportedError, match="no registered kernel runs fwd bf16 D80"):
-        fa.pick("fwd", "bf16", 80, 4096, 4096, sm=90)
+        fa.pick("fwd", "bf16", 80, 4096, 4096, sm=80)
     with pytest.raises(ValueError, match="op must be fwd, bwd"):
         fa.pick("sideways", "bf16", 128, sm=90)
     if fa.describe_gpu().startswith("no GPU"):

@@ -1,5 +1,6 @@
 // The head dims each attention kernel registers: sorted, no repeats, and each one of the dims the
-// chapters instantiate (32, 64, 96, 128, 256). The GPU test RegisteredFwdHeadDims /
+// chapters instantiate (32, 64, 96, 128, 256); and the head dims between them that some kernels
+// round up (rounds_head_dim). The GPU test RegisteredFwdHeadDims /
 // RegisteredBwdHeadDims (tests/gpu/test_registered_head_dims.cpp) then runs every one of them.
 #include <gtest/gtest.h>
 
@@ -7,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "harness.h"
 #include "registry.h"
 
 namespace {
@@ -43,6 +45,60 @@ TEST(RegistryHeadDims, ForwardListsAreSortedAndKnown) {
 
 TEST(RegistryHeadDims, BackwardListsAreSortedAndKnown) {
   check_head_dims<fa::AttentionBwdKernel>("backward");
+}
+
+// Head dims a kernel rounds up (rounds_head_dim): the multiples of 8 between its instances run at
+// the next one (D 40 as 64, 80 and 96 as 128, 136 to 248 as 256); a head dim off the step of 8,
+// past the largest instance, or listed is computed as itself, and the refusal says what the kernel
+// rounds.
+TEST(RegistryHeadDims, RoundingUpToTheNextInstance) {
+  const std::vector<int> dims = {64, 128, 256};
+  for (auto [d, at] : std::vector<std::pair<int, int>>{{8, 64},
+                                                       {40, 64},
+                                                       {64, 64},
+                                                       {72, 128},
+                                                       {80, 128},
+                                                       {96, 128},
+                                                       {128, 128},
+                                                       {136, 256},
+                                                       {160, 256},
+                                                       {192, 256},
+                                                       {224, 256},
+                                                       {248, 256},
+                                                       {256, 256}}) {
+    SCOPED_TRACE("D " + std::to_string(d));
+    EXPECT_EQ(fa::computed_head_dim(dims, true, d), at);
+    EXPECT_TRUE(fa::takes_head_dim(dims, true, d));
+    EXPECT_EQ(fa::missing_version({fa::DType::BF16}, dims, fa::DType::BF16, d, true), "");
+    EXPECT_EQ(fa::takes_head_dim(dims, false, d), d == at);
+  }
+  for (int d : {0, 59, 111, 250, 264, 512}) {
+    SCOPED_TRACE("D " + std::to_string(d));
+    EXPECT_EQ(fa::computed_head_dim(dims, true, d), d);
+    EXPECT_FALSE(fa::takes_head_dim(dims, true, d));
+  }
+  EXPECT_EQ(fa::missing_version({fa::DType::BF16}, dims, fa::DType::BF16, 59, true),
+            "this kernel has no bf16 D=59 version (it rounds head dims up to 256 that are "
+            "multiples of 8)");
+  EXPECT_EQ(fa::missing_version({fa::DType::BF16}, dims, fa::DType::BF16, 96),
+            "this kernel has no bf16 D=96 version");
+  EXPECT_FALSE(fa::takes_head_dim({64, 128}, true, 192)) << "past the largest instance";
+}
+
+// The kernels that round head dims up read Q, K and V by TMA (chapter 07's sm_90a kernels), whose
+// boxes fill the columns past the real head dim with zeros; a kernel that loads with its own
+// instructions would read the next row there instead.
+template <class K>
+void rounding_kernels_are_hopper_kernels() {
+  for (const K* k : fa::entries_with_prefix<K>(""))
+    if (k->rounds_head_dim) {
+      EXPECT_EQ(k->name.rfind("07/", 0), 0u) << k->name;
+      EXPECT_EQ(k->min_sm, 90) << k->name;
+    }
+}
+TEST(RegistryHeadDims, KernelsThatRoundAreTmaKernels) {
+  rounding_kernels_are_hopper_kernels<fa::AttentionFwdKernel>();
+  rounding_kernels_are_hopper_kernels<fa::AttentionBwdKernel>();
 }
 
 }  // namespace

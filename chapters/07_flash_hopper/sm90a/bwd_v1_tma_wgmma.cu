@@ -98,6 +98,10 @@
 // that sees key k0 (causal_first_query); a block whose keys no query sees stores dK = dV = 0.
 // dq visits only the K/V tiles its rows see (kv_tiles); rows seeing no key store dQ = 0.
 // Offsets are 64-bit; batch*heads * tiles is on gridDim.x.
+// Head dims between the instances (a multiple of 8 below 64, 128 or 256) run the next one, as the
+// forward does (head_dim_instance, hopper_attention.cuh): TMA zero-fills Q, K, V and dO past the
+// real head dim d, so the padded columns of dQ, dK and dV come out zero, and store_acc_rows (rows
+// of d elements) does not store them.
 //
 // Grouped K/V heads (GQA, MQA; shapes.h): query head bh = b * heads + h reads K/V head
 // kv_index(bh) = b * heads_kv + h / group, which is bh / group (heads = heads_kv * group), and dK,
@@ -182,6 +186,7 @@ struct BwdParams {
   void* dk;
   void* dv;
   int64_t seq_q, seq_k;
+  int d;             // the real head dim, the rows' length in global memory (D rounds it up)
   int64_t n_tiles;   // tiles per (batch, head): of keys (dkdv) or of queries (dq)
   int group;         // query heads per K/V head (1: no grouping)
   int split;         // dkdv: blocks per (key tile, K/V head), each over group / split heads
@@ -411,15 +416,16 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int64_t row0 = k0 + wrow;
   if (p.split > 1) {  // this part's fp32 sums; sum_parts_kernel adds the parts (header, GQA)
     const int64_t head = int64_t(part) * p.kv_bh + kv_bh, all = p.split * p.kv_bh;
-    store_acc_rows<float, kN, D>(p.parts + head * seq_k * D + col0, dk, row0, seq_k, 1.0f, t);
-    store_acc_rows<float, kN, D>(p.parts + (all + head) * seq_k * D + col0, dv, row0, seq_k, 1.0f,
-                                 t);
+    store_acc_rows<float, kN>(p.parts + head * seq_k * p.d + col0, dk, row0, seq_k, 1.0f, t, p.d,
+                              p.d - col0);
+    store_acc_rows<float, kN>(p.parts + (all + head) * seq_k * p.d + col0, dv, row0, seq_k, 1.0f, t,
+                              p.d, p.d - col0);
     return;
   }
-  store_acc_rows<T, kN, D>(static_cast<T*>(p.dk) + kv_bh * seq_k * D + col0, dk, row0, seq_k,
-                           p.scale, t);
-  store_acc_rows<T, kN, D>(static_cast<T*>(p.dv) + kv_bh * seq_k * D + col0, dv, row0, seq_k, 1.0f,
-                           t);
+  store_acc_rows<T, kN>(static_cast<T*>(p.dk) + kv_bh * seq_k * p.d + col0, dk, row0, seq_k,
+                        p.scale, t, p.d, p.d - col0);
+  store_acc_rows<T, kN>(static_cast<T*>(p.dv) + kv_bh * seq_k * p.d + col0, dv, row0, seq_k, 1.0f,
+                        t, p.d, p.d - col0);
 }
 
 // ---- dQ ------------------------------------------------------------------------------------------
@@ -578,8 +584,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 
   // Rows q0 + wrow .., columns col0 .. col0 + kN - 1 of this head's [seq_q x D] dQ.
-  store_acc_rows<T, kN, D>(static_cast<T*>(p.dq) + bh * seq_q * D + col0, dq, q0 + wrow, seq_q,
-                           p.scale, t);
+  store_acc_rows<T, kN>(static_cast<T*>(p.dq) + bh * seq_q * p.d + col0, dq, q0 + wrow, seq_q,
+                        p.scale, t, p.d, p.d - col0);
 }
 
 // ---- Launcher ------------------------------------------------------------------------------------
@@ -601,6 +607,7 @@ void launch(const AttentionBwdArgs& a, cudaStream_t stream) {
   p.dv = a.dv;
   p.seq_q = s.seq_q;
   p.seq_k = s.seq_k;
+  p.d = int(s.head_dim);
   p.scale = s.softmax_scale();
   p.scale_log2 = p.scale * kLog2e;
   p.causal = s.causal;
@@ -612,10 +619,10 @@ void launch(const AttentionBwdArgs& a, cudaStream_t stream) {
   // 2. dK, dV: K/V boxes of kKvBc rows (kept), Q/dO boxes of 64 rows (streamed); every box is
   // 64 columns wide, one 128-byte swizzled strip.
   {
-    const CUtensorMap tm_q = make_tmap(a.q, s.bh(), s.seq_q, D, kKvBr, a.dtype);
-    const CUtensorMap tm_do = make_tmap(a.dout, s.bh(), s.seq_q, D, kKvBr, a.dtype);
-    const CUtensorMap tm_k = make_tmap(a.k, kv_bh, s.seq_k, D, kKvBc<D>, a.dtype);
-    const CUtensorMap tm_v = make_tmap(a.v, kv_bh, s.seq_k, D, kKvBc<D>, a.dtype);
+    const CUtensorMap tm_q = make_tmap(a.q, s.bh(), s.seq_q, p.d, kKvBr, a.dtype);
+    const CUtensorMap tm_do = make_tmap(a.dout, s.bh(), s.seq_q, p.d, kKvBr, a.dtype);
+    const CUtensorMap tm_k = make_tmap(a.k, kv_bh, s.seq_k, p.d, kKvBc<D>, a.dtype);
+    const CUtensorMap tm_v = make_tmap(a.v, kv_bh, s.seq_k, p.d, kKvBc<D>, a.dtype);
     constexpr int kSmem = DkdvSmem<D>::kBytes;
     set_smem_limit_once<dkdv_kernel<T, D>, kSmem>();
     p.n_tiles = n_kt;
@@ -626,10 +633,10 @@ void launch(const AttentionBwdArgs& a, cudaStream_t stream) {
   }
   // 3. dQ: Q/dO boxes of kQBr rows (kept), K/V boxes of 64 rows (streamed).
   {
-    const CUtensorMap tm_q = make_tmap(a.q, s.bh(), s.seq_q, D, kQBr<D>, a.dtype);
-    const CUtensorMap tm_do = make_tmap(a.dout, s.bh(), s.seq_q, D, kQBr<D>, a.dtype);
-    const CUtensorMap tm_k = make_tmap(a.k, kv_bh, s.seq_k, D, kQBc, a.dtype);
-    const CUtensorMap tm_v = make_tmap(a.v, kv_bh, s.seq_k, D, kQBc, a.dtype);
+    const CUtensorMap tm_q = make_tmap(a.q, s.bh(), s.seq_q, p.d, kQBr<D>, a.dtype);
+    const CUtensorMap tm_do = make_tmap(a.dout, s.bh(), s.seq_q, p.d, kQBr<D>, a.dtype);
+    const CUtensorMap tm_k = make_tmap(a.k, kv_bh, s.seq_k, p.d, kQBc, a.dtype);
+    const CUtensorMap tm_v = make_tmap(a.v, kv_bh, s.seq_k, p.d, kQBc, a.dtype);
     constexpr int kSmem = DqSmem<D>::kBytes;
     set_smem_limit_once<dq_kernel<T, D>, kSmem>();
     p.n_tiles = n_qt;
@@ -641,7 +648,7 @@ void launch(const AttentionBwdArgs& a, cudaStream_t stream) {
 
 template <class T>
 void dispatch_head_dim(const AttentionBwdArgs& a, cudaStream_t stream) {
-  switch (a.shape.head_dim) {
+  switch (head_dim_instance(a.shape.head_dim)) {
     case 64:
       return launch<T, 64>(a, stream);
     case 128:
@@ -659,8 +666,9 @@ void attention_bwd_v1(const AttentionBwdArgs& a, cudaStream_t stream) {
   FA_REQUIRE(s.seq_q >= 0 && s.seq_k >= 0 && s.bh() >= 0, "negative size");
   FA_UNSUPPORTED_IF(a.dtype != DType::BF16 && a.dtype != DType::F16,
                     "07/bwd_v1_tma_wgmma takes bf16 and fp16 only");
-  FA_UNSUPPORTED_IF(s.head_dim != 64 && s.head_dim != 128 && s.head_dim != 256,
-                    "07/bwd_v1_tma_wgmma is instantiated for head_dim 64, 128 and 256 only");
+  FA_UNSUPPORTED_IF(head_dim_instance(s.head_dim) == 0,
+                    "07/bwd_v1_tma_wgmma is instantiated for head_dim 64, 128 and 256 (the "
+                    "multiples of 8 between them rounded up) only");
   FA_UNSUPPORTED_IF(gpu_info().sm != 90,
                     "07/bwd_v1_tma_wgmma uses sm_90a instructions (wgmma, TMA): it runs on "
                     "compute capability 9.0 (H100, H200) only");
@@ -687,6 +695,7 @@ FA_REGISTER(AttentionBwdKernel,
              {64, 128, 256},
              90,
              /*deterministic=*/true,
-             /*gqa=*/true});
+             /*gqa=*/true,
+             /*rounds_head_dim=*/true});
 
 }  // namespace fa::ch07

@@ -157,7 +157,6 @@ constexpr int kBc = kWarpgroups * kWgRows;  // 128 keys per block
 constexpr int kBr = 64;                     // queries per streamed tile: N of S^T and dP^T
 constexpr int kDqN = 64;                    // columns of dQ_tile per warpgroup (both head dims)
 constexpr int kStageLd = kDqN + 8;          // floats per staging row: + 32 bytes, no conflicts
-constexpr int kRowBytes = kDqN * 4;         // one reduce-add: 256 bytes of one query row
 using Walk = DqWalk<kBr, kBc>;              // the query tiles a key block visits, its ranks
 
 // How the two warpgroups share dQ_tile = dS K (see "How the warpgroups share" in the header).
@@ -193,6 +192,7 @@ struct BwdParams {
   void* dk;
   void* dv;
   int64_t seq_q, seq_k;
+  int d;             // the real head dim, the rows' length in global memory (D rounds it up)
   int64_t n_tiles;   // key tiles per (batch, head)
   int group;         // query heads per K/V head (1: no grouping)
   int split;         // blocks per (key tile, K/V head), each over group / split heads
@@ -534,8 +534,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       // before the release that announces it.
       hopper::fence_proxy_async_global();
       const int64_t row = i * kBr + t;
-      if (row < seq_q)
-        hopper::bulk_reduce_add_f32(sTurn[wg].acc + (bh * seq_q + row) * D, st_row, kRowBytes);
+      const int cols = min(kDqN, p.d - Dq::col0(wg));  // the real columns of a head dim rounded up
+      if (row < seq_q && cols > 0)
+        hopper::bulk_reduce_add_f32(sTurn[wg].acc + (bh * seq_q + row) * p.d, st_row, cols * 4);
       hopper::bulk_commit_group();
       hopper::bulk_wait_group<0>();
       hopper::fence_proxy_async_global();
@@ -564,12 +565,16 @@ __global__ void __launch_bounds__(kThreads, 1)
     // kept q = t % 4 for these stores across the loop, spilled (4 bytes at D 128).
     const int64_t head = int64_t(part) * p.kv_bh + kv_bh, all = p.split * p.kv_bh;
     const int t_again = thread_index_again() % 128;
-    store_acc_rows<float, D, D>(p.parts + head * seq_k * D, dk, row0, seq_k, 1.0f, t_again);
-    store_acc_rows<float, D, D>(p.parts + (all + head) * seq_k * D, dv, row0, seq_k, 1.0f, t_again);
+    store_acc_rows<float, D>(p.parts + head * seq_k * p.d, dk, row0, seq_k, 1.0f, t_again, p.d,
+                             p.d);
+    store_acc_rows<float, D>(p.parts + (all + head) * seq_k * p.d, dv, row0, seq_k, 1.0f, t_again,
+                             p.d, p.d);
     return;
   }
-  store_acc_rows<T, D, D>(static_cast<T*>(p.dk) + kv_bh * seq_k * D, dk, row0, seq_k, p.scale, t);
-  store_acc_rows<T, D, D>(static_cast<T*>(p.dv) + kv_bh * seq_k * D, dv, row0, seq_k, 1.0f, t);
+  store_acc_rows<T, D>(static_cast<T*>(p.dk) + kv_bh * seq_k * p.d, dk, row0, seq_k, p.scale, t,
+                       p.d, p.d);
+  store_acc_rows<T, D>(static_cast<T*>(p.dv) + kv_bh * seq_k * p.d, dv, row0, seq_k, 1.0f, t, p.d,
+                       p.d);
 }
 
 // ---- Launcher ------------------------------------------------------------------------------------
@@ -593,6 +598,7 @@ void launch(const AttentionBwdArgs& a, cudaStream_t stream) {
   p.dv = a.dv;
   p.seq_q = s.seq_q;
   p.seq_k = s.seq_k;
+  p.d = int(s.head_dim);
   p.n_tiles = n_kt;
   p.n_qt = ceil_div(s.seq_q, int64_t(kBr));
   p.turns = static_cast<int*>(a.dq);
@@ -610,10 +616,10 @@ void launch(const AttentionBwdArgs& a, cudaStream_t stream) {
 
   // 2. dK, dV and dQ_tile: K/V boxes of kBc rows (kept), Q/dO boxes of 64 rows (streamed); every
   // box is 64 columns wide, one 128-byte swizzled strip.
-  const CUtensorMap tm_q = make_tmap(a.q, s.bh(), s.seq_q, D, kBr, a.dtype);
-  const CUtensorMap tm_do = make_tmap(a.dout, s.bh(), s.seq_q, D, kBr, a.dtype);
-  const CUtensorMap tm_k = make_tmap(a.k, kv_bh, s.seq_k, D, kBc, a.dtype);
-  const CUtensorMap tm_v = make_tmap(a.v, kv_bh, s.seq_k, D, kBc, a.dtype);
+  const CUtensorMap tm_q = make_tmap(a.q, s.bh(), s.seq_q, p.d, kBr, a.dtype);
+  const CUtensorMap tm_do = make_tmap(a.dout, s.bh(), s.seq_q, p.d, kBr, a.dtype);
+  const CUtensorMap tm_k = make_tmap(a.k, kv_bh, s.seq_k, p.d, kBc, a.dtype);
+  const CUtensorMap tm_v = make_tmap(a.v, kv_bh, s.seq_k, p.d, kBc, a.dtype);
   constexpr int kSmem = Smem<D>::kBytes;
   set_smem_limit_once<dkdv_dq_kernel<T, D>, kSmem>();
   // The turn counters live in dQ's own buffer until the convert kernel overwrites it: a head
@@ -638,7 +644,7 @@ void launch(const AttentionBwdArgs& a, cudaStream_t stream) {
 
 template <class T>
 void dispatch_head_dim(const AttentionBwdArgs& a, cudaStream_t stream) {
-  switch (a.shape.head_dim) {
+  switch (head_dim_instance(a.shape.head_dim)) {
     case 64:
       return launch<T, 64>(a, stream);
     case 128:
@@ -654,8 +660,10 @@ void attention_bwd_v3(const AttentionBwdArgs& a, cudaStream_t stream) {
   FA_REQUIRE(s.seq_q >= 0 && s.seq_k >= 0 && s.bh() >= 0, "negative size");
   FA_UNSUPPORTED_IF(a.dtype != DType::BF16 && a.dtype != DType::F16,
                     std::string(kName) + " takes bf16 and fp16 only");
-  FA_UNSUPPORTED_IF(s.head_dim != 64 && s.head_dim != 128,
-                    std::string(kName) + " is instantiated for head_dim 64 and 128 only");
+  FA_UNSUPPORTED_IF(head_dim_instance(s.head_dim) == 0 || head_dim_instance(s.head_dim) > 128,
+                    std::string(kName) +
+                        " is instantiated for head_dim 64 and 128 (the multiples of 8 up to 128 "
+                        "rounded up) only");
   FA_UNSUPPORTED_IF(gpu_info().sm != 90,
                     std::string(kName) +
                         " uses sm_90a instructions (wgmma, TMA): it runs on compute capability "
@@ -690,6 +698,7 @@ FA_REGISTER(
      {64, 128},
      90,
      /*deterministic=*/true,
-     /*gqa=*/true});
+     /*gqa=*/true,
+     /*rounds_head_dim=*/true});
 
 }  // namespace fa::ch07

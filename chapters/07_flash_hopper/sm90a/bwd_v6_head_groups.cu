@@ -89,6 +89,7 @@ struct BwdParams {
   void* dk;
   void* dv;
   int64_t seq_q, seq_k;
+  int d;                // the real head dim, the rows' length in global memory (D rounds it up)
   int64_t n_tiles;      // key tiles per (batch, head)
   int64_t n_units;      // (K/V head, part) units: the grid is n_units x n_tiles blocks
   int64_t group_units;  // units per group of the launch order (head_group_place)
@@ -404,12 +405,15 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int64_t row0 = k0 + wrow;
   if (p.split > 1) {  // this part's fp32 sums; sum_parts_kernel adds the parts (header, GQA)
     const int64_t head = int64_t(part) * p.kv_bh + kv_bh, all = p.split * p.kv_bh;
-    store_acc_rows<float, D, D>(p.parts + head * seq_k * D, dk, row0, seq_k, 1.0f, t);
-    store_acc_rows<float, D, D>(p.parts + (all + head) * seq_k * D, dv, row0, seq_k, 1.0f, t);
+    store_acc_rows<float, D>(p.parts + head * seq_k * p.d, dk, row0, seq_k, 1.0f, t, p.d, p.d);
+    store_acc_rows<float, D>(p.parts + (all + head) * seq_k * p.d, dv, row0, seq_k, 1.0f, t, p.d,
+                             p.d);
     return;
   }
-  store_acc_rows<T, D, D>(static_cast<T*>(p.dk) + kv_bh * seq_k * D, dk, row0, seq_k, p.scale, t);
-  store_acc_rows<T, D, D>(static_cast<T*>(p.dv) + kv_bh * seq_k * D, dv, row0, seq_k, 1.0f, t);
+  store_acc_rows<T, D>(static_cast<T*>(p.dk) + kv_bh * seq_k * p.d, dk, row0, seq_k, p.scale, t,
+                       p.d, p.d);
+  store_acc_rows<T, D>(static_cast<T*>(p.dv) + kv_bh * seq_k * p.d, dv, row0, seq_k, 1.0f, t, p.d,
+                       p.d);
 }
 
 // ---- Launcher ------------------------------------------------------------------------------------
@@ -431,6 +435,7 @@ void launch(const AttentionBwdArgs& a, cudaStream_t stream) {
   p.dv = a.dv;
   p.seq_q = s.seq_q;
   p.seq_k = s.seq_k;
+  p.d = int(s.head_dim);
   p.n_tiles = n_kt;
   p.scale = s.softmax_scale();
   p.scale_log2 = p.scale * kLog2e;
@@ -454,11 +459,11 @@ void launch(const AttentionBwdArgs& a, cudaStream_t stream) {
 
   // 2. dK, dV and dQ_tile: K/V boxes of kBc rows (kept), Q/dO boxes of 64 rows (streamed); every
   // box is 64 columns wide, one 128-byte swizzled strip.
-  const CUtensorMap tm_q = make_tmap(a.q, s.bh(), s.seq_q, D, kBr, a.dtype);
-  const CUtensorMap tm_do = make_tmap(a.dout, s.bh(), s.seq_q, D, kBr, a.dtype);
-  const CUtensorMap tm_k = make_tmap(a.k, kv_bh, s.seq_k, D, kBc, a.dtype);
-  const CUtensorMap tm_v = make_tmap(a.v, kv_bh, s.seq_k, D, kBc, a.dtype);
-  const CUtensorMap tm_dq = make_tmap_f32(a.workspace, s.bh(), s.seq_q, D, kBoxCols, kBr, kName);
+  const CUtensorMap tm_q = make_tmap(a.q, s.bh(), s.seq_q, p.d, kBr, a.dtype);
+  const CUtensorMap tm_do = make_tmap(a.dout, s.bh(), s.seq_q, p.d, kBr, a.dtype);
+  const CUtensorMap tm_k = make_tmap(a.k, kv_bh, s.seq_k, p.d, kBc, a.dtype);
+  const CUtensorMap tm_v = make_tmap(a.v, kv_bh, s.seq_k, p.d, kBc, a.dtype);
+  const CUtensorMap tm_dq = make_tmap_f32(a.workspace, s.bh(), s.seq_q, p.d, kBoxCols, kBr, kName);
   constexpr int kSmem = Smem<D>::kBytes;
   set_smem_limit_once<dkdv_dq_kernel<T, D>, kSmem>();
   dkdv_dq_kernel<T, D><<<unsigned(n_kt * kv_bh * p.split), kThreads, kSmem, stream>>>(
@@ -472,7 +477,7 @@ void launch(const AttentionBwdArgs& a, cudaStream_t stream) {
 
 template <class T>
 void dispatch_head_dim(const AttentionBwdArgs& a, cudaStream_t stream) {
-  switch (a.shape.head_dim) {
+  switch (head_dim_instance(a.shape.head_dim)) {
     case 64:
       return launch<T, 64>(a, stream);
     case 128:
@@ -488,8 +493,10 @@ void attention_bwd_v6(const AttentionBwdArgs& a, cudaStream_t stream) {
   FA_REQUIRE(s.seq_q >= 0 && s.seq_k >= 0 && s.bh() >= 0, "negative size");
   FA_UNSUPPORTED_IF(a.dtype != DType::BF16 && a.dtype != DType::F16,
                     std::string(kName) + " takes bf16 and fp16 only");
-  FA_UNSUPPORTED_IF(s.head_dim != 64 && s.head_dim != 128,
-                    std::string(kName) + " is instantiated for head_dim 64 and 128 only");
+  FA_UNSUPPORTED_IF(head_dim_instance(s.head_dim) == 0 || head_dim_instance(s.head_dim) > 128,
+                    std::string(kName) +
+                        " is instantiated for head_dim 64 and 128 (the multiples of 8 up to 128 "
+                        "rounded up) only");
   FA_UNSUPPORTED_IF(gpu_info().sm != 90,
                     std::string(kName) +
                         " uses sm_90a instructions (wgmma, TMA): it runs on compute capability "
@@ -521,6 +528,7 @@ FA_REGISTER(AttentionBwdKernel,
              {64, 128},
              90,
              /*deterministic=*/false,
-             /*gqa=*/true});
+             /*gqa=*/true,
+             /*rounds_head_dim=*/true});
 
 }  // namespace fa::ch07

@@ -38,6 +38,11 @@
 //               L stores are predicated on the row. Causal: tiles above the diagonal are never
 //               loaded (kv_tiles.h), the diagonal tiles are masked, rows that see no key get
 //               O = 0 and L = -inf.
+//   head dims   D = 64, 128, 256 are compiled; a multiple of 8 between them (80, 96, 192, ...)
+//               runs the next D, its columns past the real head dim d zero-filled by TMA (the maps
+//               describe rows of d elements) and not stored (store_o_l's row length d):
+//               head_dim_instance in hopper_attention.cuh, the chapter README's "Head dims
+//               between the instances".
 //   fallback    pointers TMA cannot take (not 16-byte aligned), seq_k = 0 or sizes near 2^31 run
 //               05/v5_fewer_instructions through the registry (it takes every head dim of these).
 //
@@ -196,8 +201,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 
   FA_TL_START(tl_epilogue);
-  store_o_l<T, D>(o, m, l, c, static_cast<T*>(p.o) + bh * p.seq_q * D, p.lse + bh * p.seq_q, q0,
-                  p.seq_q, t);
+  store_o_l<T, D>(o, m, l, c, static_cast<T*>(p.o) + bh * p.seq_q * p.d, p.lse + bh * p.seq_q, q0,
+                  p.seq_q, t, p.d);
   FA_TL_END(tl_epilogue, kEpilogue, n_tiles);
 }
 
@@ -224,6 +229,9 @@ FA_REGISTER(AttentionFwdKernel,
              "from registers",
              {DType::BF16, DType::F16},
              {64, 128, 256},
-             90});
+             90,
+             /*gqa=*/false,
+             /*decoding=*/false,
+             /*rounds_head_dim=*/true});
 
 }  // namespace fa::ch07

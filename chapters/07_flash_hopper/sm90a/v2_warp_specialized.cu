@@ -202,8 +202,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 
   FA_TL_START(tl_epilogue);
-  store_o_l<T, D>(o, m, l, c, static_cast<T*>(p.o) + bh * p.seq_q * D, p.lse + bh * p.seq_q,
-                  wg_row0, p.seq_q, t);
+  store_o_l<T, D>(o, m, l, c, static_cast<T*>(p.o) + bh * p.seq_q * p.d, p.lse + bh * p.seq_q,
+                  wg_row0, p.seq_q, t, p.d);
   FA_TL_END(tl_epilogue, kEpilogue, n_tiles);
 }
 
@@ -230,6 +230,9 @@ FA_REGISTER(AttentionFwdKernel,
              "full/empty mbarrier K/V ring, setmaxnreg 24/240",
              {DType::BF16, DType::F16},
              {64, 128, 256},
-             90});
+             90,
+             /*gqa=*/false,
+             /*decoding=*/false,
+             /*rounds_head_dim=*/true});
 
 }  // namespace fa::ch07

@@ -376,8 +376,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         fill += uint64_t(n_tiles);
       }
 
-      store_o_l<T, D>(o, m, l, c, static_cast<T*>(p.o) + int64_t(bh) * p.seq_q * D,
-                      p.lse + int64_t(bh) * p.seq_q, wg_row0, p.seq_q, t);
+      store_o_l<T, D>(o, m, l, c, static_cast<T*>(p.o) + int64_t(bh) * p.seq_q * p.d,
+                      p.lse + int64_t(bh) * p.seq_q, wg_row0, p.seq_q, t, p.d);
     }
   }
   // v5: the token consumer 1 handed over after the block's last turn (at the start, if none).
@@ -416,10 +416,11 @@ struct Launch {
     FA_REQUIRE(sms > 0, std::string(kName) + ": the GPU reports no SMs");
     const unsigned blocks = sched.units < unsigned(sms) ? sched.units : unsigned(sms);  // >= 1
     set_smem_limit_once<kKernel, kSmemBytes>();
-    const CUtensorMap tm_q = make_tmap(a.q, s.bh(), s.seq_q, D, kBr, a.dtype);
+    const int d = int(s.head_dim);  // <= D: the boxes' columns past it arrive as zeros
+    const CUtensorMap tm_q = make_tmap(a.q, s.bh(), s.seq_q, d, kBr, a.dtype);
     const int64_t kv_bh = s.batch * s.kv_heads();  // K and V: batch * heads_kv heads (GQA)
-    const CUtensorMap tm_k = make_tmap(a.k, kv_bh, s.seq_k, D, Tiles<D>::kBc, a.dtype);
-    const CUtensorMap tm_v = make_tmap(a.v, kv_bh, s.seq_k, D, Tiles<D>::kBc, a.dtype);
+    const CUtensorMap tm_k = make_tmap(a.k, kv_bh, s.seq_k, d, Tiles<D>::kBc, a.dtype);
+    const CUtensorMap tm_v = make_tmap(a.v, kv_bh, s.seq_k, d, Tiles<D>::kBc, a.dtype);
     kKernel<<<blocks, kThreads, kSmemBytes, stream>>>(tm_q, tm_k, tm_v, make_params(a, num_q_tiles),
                                                       sched);
     FA_CHECK_LAUNCH();
@@ -453,6 +454,8 @@ FA_REGISTER(AttentionFwdKernel,
              {DType::BF16, DType::F16},
              {64, 128, 256},
              90,
-             /*gqa=*/true});
+             /*gqa=*/true,
+             /*decoding=*/false,
+             /*rounds_head_dim=*/true});
 
 }  // namespace fa::ch07
