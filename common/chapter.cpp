@@ -170,13 +170,14 @@ std::string describe_kernel(const AttentionBwdKernel& k) {
                      rounding_tag(k.rounds_head_dim) + k.about);
 }
 std::string describe_kernel(const VarlenFwdKernel& k) {
-  std::string tags = std::string(k.gqa ? "[GQA] " : "") + (k.window ? "[window] " : "");
+  std::string tags = std::string(k.gqa ? "[GQA] " : "") + (k.window ? "[window] " : "") +
+                     rounding_tag(k.rounds_head_dim);
   return kernel_line(k.name, dtype_list(k.dtypes), k.head_dims, k.min_sm, tags + k.about);
 }
 std::string describe_kernel(const VarlenBwdKernel& k) {
-  std::string tags = std::string(k.window ? "[window] " : "") +
-                     (k.deterministic ? "" : "[atomics] ") +
-                     (k.forward.empty() ? "" : "[forward " + k.forward + "] ");
+  std::string tags =
+      std::string(k.window ? "[window] " : "") + (k.deterministic ? "" : "[atomics] ") +
+      (k.forward.empty() ? "" : "[forward " + k.forward + "] ") + rounding_tag(k.rounds_head_dim);
   return kernel_line(k.name, dtype_list(k.dtypes), k.head_dims, k.min_sm, tags + k.about);
 }
 std::string describe_kernel(const PagedFwdKernel& k) {

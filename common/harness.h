@@ -131,6 +131,12 @@ inline bool rounds_head_dim(const AttentionFwdKernel& k) {
 inline bool rounds_head_dim(const AttentionBwdKernel& k) {
   return k.rounds_head_dim;
 }
+inline bool rounds_head_dim(const VarlenFwdKernel& k) {
+  return k.rounds_head_dim;
+}
+inline bool rounds_head_dim(const VarlenBwdKernel& k) {
+  return k.rounds_head_dim;
+}
 template <class K>
 bool rounds_head_dim(const K&) {
   return false;

@@ -86,12 +86,13 @@ void require_paged(const PagedShape& s) {
     throw UsageError("paged: num_pages and max_pages are 0 (the harness sizes them) or more");
 }
 
-// Why a varlen kernel cannot run this shape ("" when it can).
-std::string varlen_refusal(const std::vector<DType>& dtypes, const std::vector<int>& head_dims,
-                           bool takes_gqa, bool takes_window, const VarlenShape& s, DType t) {
-  std::string why = missing_version(dtypes, head_dims, t, s.head_dim);
+// Why varlen kernel k cannot run this shape ("" when it can); takes_gqa: whether it takes
+// grouped K/V heads (no varlen backward does).
+template <class K>
+std::string varlen_refusal(const K& k, bool takes_gqa, const VarlenShape& s, DType t) {
+  std::string why = missing_version(k, t, s.head_dim);
   if (why.empty()) why = grouped_heads_refusal(s.sequence(0), takes_gqa);
-  if (why.empty() && s.has_window() && !takes_window)
+  if (why.empty() && s.has_window() && !k.window)
     why = "this kernel takes no sliding window (window_left / window_right)";
   return why;
 }
@@ -570,7 +571,7 @@ RunResult run_varlen_fwd(const VarlenFwdKernel& k, const VarlenShape& s, DType t
   require_varlen(s);
   RunResult r = start_row(k.name, s.str(), t);
   if (!gpu_ready(r, k.min_sm)) return r;
-  r.message = varlen_refusal(k.dtypes, k.head_dims, k.gqa, k.window, s, t);
+  r.message = varlen_refusal(k, k.gqa, s, t);
   if (!r.message.empty()) {
     r.status = Status::Unsupported;
     return r;
@@ -663,7 +664,7 @@ RunResult run_varlen_bwd(const VarlenBwdKernel& k, const VarlenShape& s, DType t
   require_varlen(s);
   RunResult r = start_row(k.name, s.str(), t);
   if (!gpu_ready(r, k.min_sm)) return r;
-  r.message = varlen_refusal(k.dtypes, k.head_dims, false, k.window, s, t);
+  r.message = varlen_refusal(k, false, s, t);
   if (!r.message.empty()) {  // grouped K/V heads: no varlen backward takes them (registry.h)
     r.status = Status::Unsupported;
     return r;
@@ -678,7 +679,7 @@ RunResult run_varlen_bwd(const VarlenBwdKernel& k, const VarlenShape& s, DType t
     return r;
   }
   std::string why = gpu_skip_reason(fwd->min_sm);
-  if (why.empty()) why = varlen_refusal(fwd->dtypes, fwd->head_dims, false, fwd->window, s, t);
+  if (why.empty()) why = varlen_refusal(*fwd, false, s, t);
   if (!why.empty()) {
     r.status = Status::Unsupported;
     r.message = "its forward " + fwd->name + ": " + why;

@@ -198,8 +198,9 @@ struct VarlenFwdKernel {
   std::vector<DType> dtypes = {DType::F16, DType::BF16};
   std::vector<int> head_dims = {64, 128};
   int min_sm = 80;
-  bool gqa = false;     // takes heads_kv < heads
-  bool window = false;  // takes window_left / window_right (shape.has_window())
+  bool gqa = false;              // takes heads_kv < heads
+  bool window = false;           // takes window_left / window_right (shape.has_window())
+  bool rounds_head_dim = false;  // as AttentionFwdKernel's
 };
 
 // The backward of a variable-length batch: inputs as the forward's plus o, dout (like q) and lse;
@@ -232,7 +233,8 @@ struct VarlenBwdKernel {
   int min_sm = 80;
   bool window = false;
   bool deterministic = true;
-  std::string forward;  // the VarlenFwdKernel that makes O and L for it
+  std::string forward;           // the VarlenFwdKernel that makes O and L for it
+  bool rounds_head_dim = false;  // as AttentionFwdKernel's
 };
 
 // ---- Chapter 09: attention over a paged KV cache (PagedShape in shapes.h). ---------------------

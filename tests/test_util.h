@@ -28,6 +28,30 @@
     if (!fa_why_.empty()) GTEST_SKIP() << fa_why_ << FA_SKIP_NOTE; \
   } while (0)
 
+// Head dims between the Hopper instances 64, 128 and 256 (multiples of 8) that a kernel which
+// rounds head dims up (rounds_head_dim, registry.h) takes without listing them.
+inline const std::vector<int> kBetweenInstances = {40, 80, 96, 160, 192, 224};
+// Those of kBetweenInstances that kernel k takes without listing them.
+template <class K>
+std::vector<int> rounded_dims(const K& k) {
+  std::vector<int> out;
+  for (int d : kBetweenInstances)
+    if (!fa::supports(k.head_dims, d) && fa::takes_head_dim(k, d)) out.push_back(d);
+  return out;
+}
+
+// The head dims an attention kernel runs under the sanitizers: those it lists, and for a kernel
+// that rounds head dims up (rounds_head_dim, registry.h) those between instances among 80 and 192,
+// whose stores must stay inside rows of the real head dim.
+template <class K>
+std::vector<int> sanitized_dims(const K& k) {
+  std::vector<int> dims = k.head_dims;
+  if (k.rounds_head_dim)
+    for (int d : {80, 192})
+      if (!fa::supports(k.head_dims, d) && fa::takes_head_dim(k, d)) dims.push_back(d);
+  return dims;
+}
+
 // A registry name ("05/v1_scalar_fp32") as a test-parameter name ("05_v1_scalar_fp32").
 // FA_SANITIZE_ONLY=07/,08/ (comma-separated name prefixes) limits the sanitizer's small runs
 // (SanitizeSmall*) to those kernels: a sanitizer multiplies a kernel's time by 10-100x, and after

@@ -62,6 +62,7 @@ TEST(Dispatch, EveryRowNamesAKernelThatTakesWhatTheRowSendsIt) {
     } else if (const auto* k = fa::find_entry<fa::VarlenFwdKernel>(r.kernel);
                k && (r.op == Op::Fwd || r.op == Op::VarlenFwd)) {
       dims = k->head_dims, min_sm = k->min_sm, gqa = k->gqa, window = k->window;
+      rounds = k->rounds_head_dim;
     } else if (const auto* k = fa::find_entry<fa::AttentionBwdKernel>(r.kernel);
                k && r.op == Op::Bwd) {
       // A grouped row sends grouped heads to the kernel itself; through any other row the caller
@@ -71,6 +72,7 @@ TEST(Dispatch, EveryRowNamesAKernelThatTakesWhatTheRowSendsIt) {
     } else if (const auto* k = fa::find_entry<fa::VarlenBwdKernel>(r.kernel);
                k && (r.op == Op::Bwd || r.op == Op::VarlenBwd)) {
       dims = k->head_dims, min_sm = k->min_sm, gqa = true, window = k->window;
+      rounds = k->rounds_head_dim;
     } else if (const auto* k = fa::find_entry<fa::PagedFwdKernel>(r.kernel);
                k && r.op == Op::PagedFwd) {
       dims = k->head_dims, min_sm = k->min_sm, gqa = true;
@@ -212,6 +214,24 @@ TEST(Dispatch, HeadDimsBetweenInstancesRoundUpOnHopper) {
   EXPECT_EQ(fa::pick(fwd(DType::BF16, 64, 1024, false), 90).kernel, "07/v1_tma_wgmma");
   EXPECT_EQ(fa::pick(bwd(DType::BF16, 128, 4096, true), 90).explain(true).find("rounded"),
             std::string::npos);
+  // Packed batches and the window: chapter 09's Hopper rungs round as well; before sm_90 nothing
+  // runs D 80 there.
+  fa::Problem packed = fwd(DType::BF16, 80, 1000, true);
+  packed.op = Op::VarlenFwd;
+  EXPECT_EQ(fa::pick(packed, 90).kernel, "09/hopper_v1_varlen");
+  EXPECT_FALSE(fa::pick(packed, 80));
+  packed.window = true;
+  EXPECT_EQ(fa::pick(packed, 90).kernel, "09/hopper_v2_window");
+  fa::Problem window = fwd(DType::BF16, 160, 4096, true);
+  window.window = true;
+  EXPECT_EQ(fa::pick(window, 90).kernel, "09/hopper_v2_window");
+  packed.op = Op::VarlenBwd;
+  packed.head_dim = 224;
+  EXPECT_EQ(fa::pick(packed, 90).kernel, "09/hopper_bwd_v2_window");
+  packed.window = false;
+  EXPECT_EQ(fa::pick(packed, 90).kernel, "09/hopper_bwd_v1_varlen");
+  packed.head_dim = 59;
+  EXPECT_FALSE(fa::pick(packed, 90));
   const fa::Pick d59 = fa::pick(fwd(DType::BF16, 59, 4096, false), 90);
   EXPECT_FALSE(d59);
   EXPECT_NE(d59.refusal.find("07/v5_persistent: this kernel has no bf16 D=59 version (it rounds "

@@ -5,14 +5,14 @@
 // heads where it takes them, checked as every other run (the poisoned outputs catch a column
 // stored past d, a wrong row length shows as wrong values); a refusal here FAILS, since the
 // registration says the kernel takes these head dims. A head dim that is no multiple of 8 (59,
-// 111) must be refused with the reason, never run.
+// 111) must be refused with the reason, never run. (The packed-batch kernels of chapter 09 that
+// round are tested in test_serving.cpp, RoundedHeadDims.)
 #include "test_util.h"
 
 namespace {
 
 using fa::AttentionShape;
 
-const std::vector<int> kBetweenInstances = {40, 80, 96, 160, 192, 224};
 const std::vector<std::pair<int64_t, int64_t>> kShapes = {
     {1, 1}, {17, 17}, {113, 203}, {203, 113}, {127, 129}};
 
@@ -21,15 +21,6 @@ fa::RunOptions check_only(uint64_t seed) {
   o.seed = seed;
   o.time = false;
   return o;
-}
-
-// The head dims of kBetweenInstances that kernel `k` takes without listing them.
-template <class K>
-std::vector<int> rounded_dims(const K& k) {
-  std::vector<int> out;
-  for (int d : kBetweenInstances)
-    if (!fa::supports(k.head_dims, d) && fa::takes_head_dim(k, d)) out.push_back(d);
-  return out;
 }
 
 template <class K>

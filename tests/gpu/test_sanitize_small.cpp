@@ -87,18 +87,6 @@ TEST(SanitizeSmall, TransposeKernels) {
   }
 }
 
-// The head dims an attention kernel runs here: those it lists, and for a kernel that rounds head
-// dims up (rounds_head_dim, registry.h) one between instances where it has them (80 and 192),
-// whose stores must stay inside rows of the real head dim.
-template <class K>
-std::vector<int> sanitized_dims(const K& k) {
-  std::vector<int> dims = k.head_dims;
-  if (k.rounds_head_dim)
-    for (int d : {80, 192})
-      if (!fa::supports(k.head_dims, d) && fa::takes_head_dim(k, d)) dims.push_back(d);
-  return dims;
-}
-
 TEST(SanitizeSmall, AttentionForwardKernels) {
   FA_SKIP_WITHOUT_GPU(70);
   for (const fa::AttentionFwdKernel* k : fa::entries_with_prefix<fa::AttentionFwdKernel>("")) {

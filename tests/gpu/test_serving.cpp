@@ -178,6 +178,51 @@ class VarlenBwdKernels : public VariantTest {
 const std::vector<int64_t> kBwd = {1, 17, 0, 127, 129, 513};
 const std::vector<int64_t> kBwdQ = {1, 17, 129, 0, 200}, kBwdK = {300, 17, 129, 5, 0};
 
+// Head dims between the instances (rounds_head_dim): a kernel that rounds runs each on a ragged
+// packed batch, causal and not, with a window and grouped K/V heads where it takes them (the
+// backward's shapes, for both directions); head dims off the step of 8 are refused with the
+// reason. A kernel that does not round refuses D 80.
+template <class K, class Run>
+void rounded_head_dims(const K& k, bool gqa, Run run) {
+  FA_SKIP_WITHOUT_GPU(k.min_sm);
+  if (!k.rounds_head_dim) {
+    const fa::RunResult r = run(varlen({17}, {17}, 2, 80, true), k.dtypes.front(), 5);
+    if (r.status == fa::Status::NoGpu) GTEST_SKIP() << r.message;
+    EXPECT_EQ(r.status, fa::Status::Unsupported) << r.report();
+    return;
+  }
+  const std::vector<int> dims = rounded_dims(k);
+  ASSERT_FALSE(dims.empty()) << k.name << " rounds head dims but takes none of the test's";
+  for (DType t : k.dtypes)
+    for (int d : dims)
+      for (bool causal : {false, true}) {
+        std::vector<VarlenShape> shapes = {varlen(kBwdQ, kBwdK, 2, d, causal)};
+        if (k.window) shapes.push_back(varlen(kBwd, kBwd, 2, d, causal, 100, causal ? -1 : 50));
+        if (gqa) shapes.push_back(varlen(kBwdQ, kBwdK, 4, d, causal, -1, -1, 1));
+        for (const VarlenShape& s : shapes) {
+          SCOPED_TRACE(s.str() + " " + fa::dtype_name(t));
+          FA_EXPECT_PASS(run(s, t, uint64_t(d * 3 + causal)));
+        }
+      }
+  for (int d : {59, 111}) {
+    const fa::RunResult r = run(varlen({33, 5}, {47, 9}, 2, d, true), k.dtypes.front(), 3);
+    EXPECT_EQ(r.status, fa::Status::Unsupported) << r.report();
+    EXPECT_NE(r.message.find("multiples of 8"), std::string::npos) << r.message;
+  }
+}
+
+TEST_P(VarlenFwdKernels, RoundedHeadDims) {
+  rounded_head_dims(kernel(), kernel().gqa, [&](const VarlenShape& s, DType t, uint64_t seed) {
+    return fa::run_varlen_fwd(kernel(), s, t, check_only(seed));
+  });
+}
+
+TEST_P(VarlenBwdKernels, RoundedHeadDims) {
+  rounded_head_dims(kernel(), false, [&](const VarlenShape& s, DType t, uint64_t seed) {
+    return fa::run_varlen_bwd(kernel(), s, t, check_only(seed));
+  });
+}
+
 TEST_P(VarlenBwdKernels, MixedLengthsCausalAndNot) {
   FA_SKIP_WITHOUT_GPU(kernel().min_sm);
   for (auto [t, d] : variants(kernel()))
@@ -413,9 +458,11 @@ TEST(VarlenWithFixedLengthKernels, PaddedAndPerSequenceRun) {
 // compute-sanitizer (the "sanitize" ctest tests run fa_gpu_tests --gtest_filter=SanitizeSmall*,
 // tests/CMakeLists.txt). FA_SANITIZE_ONLY=09/ limits them (sanitize_selected, test_util.h).
 
-// A failed check or an exception fails the test; the remaining kernels still run.
+// A failed check or an exception fails the test; the remaining kernels still run. Each case is
+// named in the log, so a sanitizer run shows which kernels and shapes it covered.
 template <class F>
 void sanitize_case(const std::string& what, F body) {
+  std::printf("  case %s\n", what.c_str());
   try {
     fa::RunResult r = body();
     if (r.status == fa::Status::Fail) ADD_FAILURE() << what << "\n" << r.report();
@@ -430,23 +477,25 @@ TEST(SanitizeSmallServing, VarlenKernels) {
     if (!sanitize_selected(k->name) || !fa::gpu_skip_reason(k->min_sm).empty() ||
         exercise_not_written(k->name))
       continue;
-    for (auto [t, d] : variants(*k))
-      for (int64_t left : {int64_t(-1), k->window ? int64_t(5) : int64_t(-1)}) {
-        const VarlenShape s = varlen({17, 0, 33}, {33, 5, 17}, 2, d, true, left, -1);
-        sanitize_case(k->name + " " + s.str(),
-                      [&] { return fa::run_varlen_fwd(*k, s, t, check_only(1)); });
-      }
+    for (DType t : k->dtypes)
+      for (int d : sanitized_dims(*k))
+        for (int64_t left : {int64_t(-1), k->window ? int64_t(5) : int64_t(-1)}) {
+          const VarlenShape s = varlen({17, 0, 33}, {33, 5, 17}, 2, d, true, left, -1);
+          sanitize_case(k->name + " " + s.str(),
+                        [&] { return fa::run_varlen_fwd(*k, s, t, check_only(1)); });
+        }
   }
   for (const fa::VarlenBwdKernel* k : fa::entries_with_prefix<fa::VarlenBwdKernel>("09/")) {
     if (!sanitize_selected(k->name) || !fa::gpu_skip_reason(k->min_sm).empty() ||
         exercise_not_written(k->name))
       continue;
-    for (auto [t, d] : variants(*k))
-      for (int64_t left : {int64_t(-1), k->window ? int64_t(5) : int64_t(-1)}) {
-        const VarlenShape s = varlen({17, 0, 33}, {33, 5, 17}, 2, d, true, left, -1);
-        sanitize_case(k->name + " " + s.str(),
-                      [&] { return fa::run_varlen_bwd(*k, s, t, check_only(2)); });
-      }
+    for (DType t : k->dtypes)
+      for (int d : sanitized_dims(*k))
+        for (int64_t left : {int64_t(-1), k->window ? int64_t(5) : int64_t(-1)}) {
+          const VarlenShape s = varlen({17, 0, 33}, {33, 5, 17}, 2, d, true, left, -1);
+          sanitize_case(k->name + " " + s.str(),
+                        [&] { return fa::run_varlen_bwd(*k, s, t, check_only(2)); });
+        }
   }
 }
 

@@ -97,6 +97,7 @@ struct VarlenBwdParams {
   const int32_t* cu_seqlens_q;  // batch + 1 offsets into the packed rows, on the device
   const int32_t* cu_seqlens_k;
   int64_t total_q, total_k;  // rows of one head's slab: the sums of the lengths
+  int d;                     // the real head dim, the rows' length (D rounds it up)
   int heads;
   int64_t n_tiles;   // tiles per (sequence, head), the longest sequence's: of keys or queries
   float scale;       // softmax scale
@@ -369,9 +370,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   // slab; store_acc_rows skips rows at or past seq_k, which belong to the next sequence.
   const int64_t row0 = k0 + wrow;
   const int64_t first_row = int64_t(h) * p.total_k + k_start;  // in the [heads, total_k] slabs
-  store_acc_rows<T, kN, D>(static_cast<T*>(p.dk) + first_row * D + col0, dk, row0, seq_k, p.scale,
-                           t);
-  store_acc_rows<T, kN, D>(static_cast<T*>(p.dv) + first_row * D + col0, dv, row0, seq_k, 1.0f, t);
+  store_acc_rows<T, kN>(static_cast<T*>(p.dk) + first_row * p.d + col0, dk, row0, seq_k, p.scale, t,
+                        p.d, p.d - col0);
+  store_acc_rows<T, kN>(static_cast<T*>(p.dv) + first_row * p.d + col0, dv, row0, seq_k, 1.0f, t,
+                        p.d, p.d - col0);
 }
 
 // ---- dQ ------------------------------------------------------------------------------------------
@@ -545,8 +547,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   // Rows q0 + wrow .., columns col0 .. col0 + kN - 1 of this sequence's [seq_q x D] part of the
   // head's dQ slab; rows at or past seq_q (the next sequence's) are skipped.
-  store_acc_rows<T, kN, D>(static_cast<T*>(p.dq) + first_row * D + col0, dq, q0 + wrow, seq_q,
-                           p.scale, t);
+  store_acc_rows<T, kN>(static_cast<T*>(p.dq) + first_row * p.d + col0, dq, q0 + wrow, seq_q,
+                        p.scale, t, p.d, p.d - col0);
 }
 
 // ---- Launcher: 07's three launches over the packed layout -------------------------------------
@@ -571,6 +573,7 @@ void launch(const VarlenBwdArgs& a, cudaStream_t stream) {
   p.cu_seqlens_k = a.cu_seqlens_k;
   p.total_q = s.total_q();
   p.total_k = s.total_k();
+  p.d = int(s.head_dim);  // <= D: the boxes' columns past it arrive as zeros
   p.heads = int(s.heads);
   p.scale = s.sequence(0).softmax_scale();
   p.scale_log2 = p.scale * kLog2e;
@@ -584,12 +587,12 @@ void launch(const VarlenBwdArgs& a, cudaStream_t stream) {
   auto maps = [&](int q_box, int k_box, CUtensorMap& tm_q, CUtensorMap& tm_do, CUtensorMap& tm_k,
                   CUtensorMap& tm_v) {
     if (p.total_q > 0) {
-      tm_q = make_tmap(a.q, s.heads, p.total_q, D, q_box, a.dtype);
-      tm_do = make_tmap(a.dout, s.heads, p.total_q, D, q_box, a.dtype);
+      tm_q = make_tmap(a.q, s.heads, p.total_q, p.d, q_box, a.dtype);
+      tm_do = make_tmap(a.dout, s.heads, p.total_q, p.d, q_box, a.dtype);
     }
     if (p.total_k > 0) {
-      tm_k = make_tmap(a.k, s.heads, p.total_k, D, k_box, a.dtype);
-      tm_v = make_tmap(a.v, s.heads, p.total_k, D, k_box, a.dtype);
+      tm_k = make_tmap(a.k, s.heads, p.total_k, p.d, k_box, a.dtype);
+      tm_v = make_tmap(a.v, s.heads, p.total_k, p.d, k_box, a.dtype);
     }
     if (p.total_q == 0) tm_q = tm_do = tm_k;
     if (p.total_k == 0) tm_k = tm_v = tm_q;
@@ -624,7 +627,7 @@ void launch(const VarlenBwdArgs& a, cudaStream_t stream) {
 
 template <class T>
 void dispatch_head_dim(const VarlenBwdArgs& a, cudaStream_t stream) {
-  switch (a.shape.head_dim) {
+  switch (head_dim_instance(a.shape.head_dim)) {
     case 64:
       return launch<T, 64>(a, stream);
     case 128:
@@ -634,7 +637,8 @@ void dispatch_head_dim(const VarlenBwdArgs& a, cudaStream_t stream) {
     default:
       FA_UNSUPPORTED_IF(true, std::string(kName) + ": head_dim " +
                                   std::to_string(a.shape.head_dim) +
-                                  " not instantiated (64, 128, 256)");
+                                  " not instantiated (64, 128, 256, and the multiples of 8 "
+                                  "between them, rounded up)");
   }
 }
 
@@ -649,8 +653,10 @@ void varlen_bwd(const VarlenBwdArgs& a, cudaStream_t stream) {
   FA_UNSUPPORTED_IF(a.dtype != DType::BF16 && a.dtype != DType::F16,
                     std::string(kName) + " takes bf16 and fp16 only");
   FA_UNSUPPORTED_IF(s.is_gqa(), std::string(kName) + " takes heads_kv == heads only");
-  FA_UNSUPPORTED_IF(s.head_dim != 64 && s.head_dim != 128 && s.head_dim != 256,
-                    std::string(kName) + " is instantiated for head_dim 64, 128 and 256 only");
+  FA_UNSUPPORTED_IF(head_dim_instance(s.head_dim) == 0,
+                    std::string(kName) +
+                        " is instantiated for head_dim 64, 128 and 256 (the multiples of 8 "
+                        "between them rounded up) only");
   FA_UNSUPPORTED_IF(gpu_info().sm != 90,
                     std::string(kName) +
                         " uses sm_90a instructions (wgmma, TMA): it runs on compute capability "
@@ -700,6 +706,7 @@ FA_REGISTER(VarlenBwdKernel,
              /*min_sm=*/90,
              /*window=*/true,
              /*deterministic=*/true,
-             /*forward=*/"09/hopper_v2_window"});
+             /*forward=*/"09/hopper_v2_window",
+             /*rounds_head_dim=*/true});
 
 }  // namespace fa::ch09

@@ -42,7 +42,9 @@
 //   box starting at a sequence's last tile (offset + up to 128 rows) still fits.
 //
 //   Grouped-query attention costs one division: query head h reads K/V head h / (heads /
-//   heads_kv), the third TMA coordinate. Head dims 64, 128, 256 as 07/v4; the few extra
+//   heads_kv), the third TMA coordinate. Head dims 64, 128, 256 as 07/v4, and the multiples of 8
+//   between them rounded up to the next as 07 does (head_dim_instance, hopper_attention.cuh: the
+//   maps' rows are d long, TMA zero-fills the columns past d, O stores d of them); the few extra
 //   registers (the offsets, read once, and the epilogue's base) leave every instantiation within
 //   setmaxnreg's 240 without spills (-Xptxas -v, CUDA 13.0), D = 256 needing 225..232 as in 07/v4.
 //
@@ -104,6 +106,7 @@ struct VarlenParams {
   const int32_t* cu_seqlens_q;  // batch + 1 offsets into the packed rows, on the device
   const int32_t* cu_seqlens_k;
   int64_t total_q;   // rows of one head's slab of Q, O and L
+  int d;             // the real head dim, O's row length (D rounds it up)
   int heads, group;  // query heads; query heads per K/V head
   int num_q_tiles;   // ceil(max_seq_q / Br): Q tiles per (sequence, head)
   bool causal;
@@ -278,8 +281,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Rows 0 .. seq_q - 1 of this sequence and head only: store_o_l skips rows at or past seq_q,
   // which belong to the next sequence.
   const int64_t first_row = int64_t(h) * p.total_q + q_start;  // in the [heads, total_q] slabs
-  store_o_l<T, D>(o, m, l, c, static_cast<T*>(p.o) + first_row * D, p.lse + first_row, wg_row0,
-                  seq_q, t);
+  store_o_l<T, D>(o, m, l, c, static_cast<T*>(p.o) + first_row * p.d, p.lse + first_row, wg_row0,
+                  seq_q, t, p.d);
 }
 
 // ---- Host side: 07's checks and launch (ch07_launch.cuh), for the packed layout.
@@ -294,12 +297,14 @@ void launch(const VarlenFwdArgs& a, cudaStream_t stream) {
   const int64_t blocks = num_q_tiles * s.batch() * s.heads;
   FA_UNSUPPORTED_IF(blocks > INT_MAX, std::string(kName) + ": more than 2^31-1 thread blocks");
   set_smem_limit_once<kKernel, kSmemBytes>();
-  // [heads][total][D]: a head's slab is the 07 map's [seq] axis; the packed offsets select rows.
-  const CUtensorMap tm_q = make_tmap(a.q, s.heads, s.total_q(), D, kBr, a.dtype);
+  // [heads][total][d]: a head's slab is the 07 map's [seq] axis; the packed offsets select rows.
+  // d <= D: the boxes' columns past it arrive as zeros (head_dim_instance).
+  const int d = int(s.head_dim);
+  const CUtensorMap tm_q = make_tmap(a.q, s.heads, s.total_q(), d, kBr, a.dtype);
   CUtensorMap tm_k = tm_q, tm_v = tm_q;  // every K empty: no block loads a K/V tile (header)
   if (s.total_k() > 0) {
-    tm_k = make_tmap(a.k, s.kv_heads(), s.total_k(), D, Tiles<D>::kBc, a.dtype);
-    tm_v = make_tmap(a.v, s.kv_heads(), s.total_k(), D, Tiles<D>::kBc, a.dtype);
+    tm_k = make_tmap(a.k, s.kv_heads(), s.total_k(), d, Tiles<D>::kBc, a.dtype);
+    tm_v = make_tmap(a.v, s.kv_heads(), s.total_k(), d, Tiles<D>::kBc, a.dtype);
   }
   VarlenParams p;
   p.o = a.o;
@@ -307,6 +312,7 @@ void launch(const VarlenFwdArgs& a, cudaStream_t stream) {
   p.cu_seqlens_q = a.cu_seqlens_q;
   p.cu_seqlens_k = a.cu_seqlens_k;
   p.total_q = s.total_q();
+  p.d = d;
   p.heads = int(s.heads);
   p.group = int(s.heads / s.kv_heads());
   p.num_q_tiles = int(num_q_tiles);
@@ -318,7 +324,7 @@ void launch(const VarlenFwdArgs& a, cudaStream_t stream) {
 
 template <class T>
 void dispatch_head_dim(const VarlenFwdArgs& a, cudaStream_t stream) {
-  switch (a.shape.head_dim) {
+  switch (head_dim_instance(a.shape.head_dim)) {
     case 64:
       return launch<T, 64>(a, stream);
     case 128:
@@ -328,7 +334,8 @@ void dispatch_head_dim(const VarlenFwdArgs& a, cudaStream_t stream) {
     default:
       FA_UNSUPPORTED_IF(true, std::string(kName) + ": head_dim " +
                                   std::to_string(a.shape.head_dim) +
-                                  " not instantiated (64, 128, 256)");
+                                  " not instantiated (64, 128, 256, and the multiples of 8 "
+                                  "between them, rounded up)");
   }
 }
 
@@ -375,6 +382,7 @@ FA_REGISTER(VarlenFwdKernel,
              {64, 128, 256},
              /*min_sm=*/90,
              /*gqa=*/true,
-             /*window=*/false});
+             /*window=*/false,
+             /*rounds_head_dim=*/true});
 
 }  // namespace fa::ch09
