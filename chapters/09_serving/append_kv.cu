@@ -24,12 +24,14 @@
 // entry: a correct table never gives one for a key below seqlens_k[b], and a wrong one must not
 // turn into a write before the pool).
 //
-// The file, top to bottom: AppendParams; append_kernel; launch and the dispatch on the row's
-// size; the registration.
+// The file, top to bottom: AppendParams; pool_row, where a row goes; append_kernel, for rows of
+// 64 to 512 bytes; append_any_kernel, for every other head dim; the launchers and the dispatch
+// on the row's size; the registration.
 //
 // Speed: measured in chapters/09_serving/README.md.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -56,30 +58,68 @@ struct AppendParams {
   int page_shift;     // log2(page_size)
 };
 
+// Row `row` of k_new, (b * heads_kv + kvh) * seq_q + i, is token i of K/V head kvh of sequence
+// b: the pool row it goes to, or -1 where it is not written.
+__device__ __forceinline__ int64_t pool_row(const AppendParams& p, uint32_t row) {
+  const uint32_t bkv = row / p.seq_q, i = row % p.seq_q;
+  const uint32_t b = bkv / p.heads_kv, kvh = bkv % p.heads_kv;
+  // The key this token becomes.
+  const int64_t j = int64_t(__ldg(p.seqlens_k + b)) - int64_t(p.seq_q) + int64_t(i);
+  if (j < 0) return -1;  // the sequence is shorter than its new tokens: no place for this one
+  const int32_t page = __ldg(p.block_table + int64_t(b) * p.max_pages + (j >> p.page_shift));
+  if (page < 0) return -1;  // an unused entry: never a write outside the pool
+  const int64_t in_page = (int64_t(1) << p.page_shift) - 1;
+  return ((int64_t(page) * p.heads_kv + kvh) << p.page_shift) + (j & in_page);
+}
+
 // Thread tid of the block copies chunk tid % kChunks of row blockIdx.x * kRowsPerBlock + tid /
-// kChunks of k_new and of v_new. That row is (b * heads_kv + kvh) * seq_q + i: token i of K/V
-// head kvh of sequence b.
+// kChunks of k_new and of v_new.
 template <int kChunks>
 __global__ void __launch_bounds__(kThreads) append_kernel(const AppendParams p) {
   constexpr int kRowsPerBlock = kThreads / kChunks;
   const uint32_t row = blockIdx.x * uint32_t(kRowsPerBlock) + threadIdx.x / kChunks;
   const int c = int(threadIdx.x % kChunks);
   if (row >= p.rows) return;
-  const uint32_t bkv = row / p.seq_q, i = row % p.seq_q;
-  const uint32_t b = bkv / p.heads_kv, kvh = bkv % p.heads_kv;
-  // The key this token becomes.
-  const int64_t j = int64_t(__ldg(p.seqlens_k + b)) - int64_t(p.seq_q) + int64_t(i);
-  if (j < 0) return;  // the sequence is shorter than its new tokens: no place for this one
-  const int32_t page = __ldg(p.block_table + int64_t(b) * p.max_pages + (j >> p.page_shift));
-  if (page < 0) return;  // an unused entry: never a write outside the pool
-  const int64_t in_page = (int64_t(1) << p.page_shift) - 1;
-  const int64_t dst_row = ((int64_t(page) * p.heads_kv + kvh) << p.page_shift) + (j & in_page);
+  const int64_t dst_row = pool_row(p, row);
+  if (dst_row < 0) return;
   const int64_t src = int64_t(row) * kChunks + c;
   const int64_t dst = dst_row * kChunks + c;
   const uint4 k = __ldg(p.k_new + src);
   const uint4 v = __ldg(p.v_new + src);
   p.k_pages[dst] = k;
   p.v_pages[dst] = v;
+}
+
+// Rows of any other length (head dims such as 80, 59 or 111): a thread per unit of k_new, a
+// 16-byte chunk where the row is a whole number of them, else a 2-byte element, the row found by
+// a run-time division (the price of a row length no power of two divides). A grid-stride loop:
+// rows * units may pass what one grid holds.
+template <class Unit>
+__global__ void __launch_bounds__(kThreads) append_any_kernel(const AppendParams p, int units) {
+  const Unit* k_new = reinterpret_cast<const Unit*>(p.k_new);
+  const Unit* v_new = reinterpret_cast<const Unit*>(p.v_new);
+  Unit* k_pages = reinterpret_cast<Unit*>(p.k_pages);
+  Unit* v_pages = reinterpret_cast<Unit*>(p.v_pages);
+  const int64_t total = int64_t(p.rows) * units;
+  for (int64_t u = int64_t(blockIdx.x) * kThreads + threadIdx.x; u < total;
+       u += int64_t(gridDim.x) * kThreads) {
+    const uint32_t row = uint32_t(u / units);
+    const int c = int(u % units);
+    const int64_t dst_row = pool_row(p, row);
+    if (dst_row < 0) continue;
+    const int64_t dst = dst_row * units + c;
+    k_pages[dst] = k_new[u];
+    v_pages[dst] = v_new[u];
+  }
+}
+
+template <class Unit>
+void launch_any(const AppendParams& p, int64_t row_bytes, cudaStream_t stream) {
+  const int units = int(row_bytes / int64_t(sizeof(Unit)));
+  const int64_t blocks =
+      std::min<int64_t>((int64_t(p.rows) * units + kThreads - 1) / kThreads, int64_t(1) << 20);
+  append_any_kernel<Unit><<<unsigned(blocks), kThreads, 0, stream>>>(p, units);
+  FA_CHECK_LAUNCH();
 }
 
 template <int kChunks>
@@ -127,7 +167,7 @@ void append_kv(const fa::PagedAppendArgs& a, cudaStream_t stream) {
   p.page_shift = 0;
   while ((int64_t(1) << p.page_shift) < s.page_size) ++p.page_shift;
   // The row's 16-byte chunks: a power of two that divides the block (D 64 and 128 at 16 bits are
-  // 8 and 16; D 32 and 256 come along).
+  // 8 and 16; D 32 and 256 come along); any other row by units (append_any_kernel).
   switch (row_bytes) {
     case 64:
       return launch<4>(p, stream);
@@ -138,9 +178,8 @@ void append_kv(const fa::PagedAppendArgs& a, cudaStream_t stream) {
     case 512:
       return launch<32>(p, stream);
     default:
-      FA_UNSUPPORTED_IF(
-          true, std::string(kName) + " takes rows of 64, 128, 256 or 512 bytes, not " +
-                    std::to_string(row_bytes) + " (head_dim " + std::to_string(s.head_dim) + ")");
+      if (row_bytes % 16 == 0) return launch_any<uint4>(p, row_bytes, stream);
+      return launch_any<uint16_t>(p, row_bytes, stream);
   }
 }
 
@@ -150,6 +189,6 @@ FA_REGISTER(PagedAppendKernel,
             {kName,
              append_kv,
              "the new tokens' K and V rows into their pages: one thread per 16-byte chunk, a row "
-             "per group of threads, its page from the block table",
+             "per group of threads, its page from the block table (any head dim)",
              {fa::DType::F16, fa::DType::BF16},
              /*min_sm=*/70});

@@ -425,6 +425,18 @@ TEST_P(PagedAppendKernels, EveryElementExact) {
           }
 }
 
+// Every head dim up to 256: rows of 64 to 512 bytes copy by a group of threads per row, rows of
+// other whole 16-byte chunks (D 40, 80, 96, ...) and rows of none (D 59, 111) by units of k_new.
+TEST_P(PagedAppendKernels, EveryHeadDim) {
+  FA_SKIP_WITHOUT_GPU(kernel().min_sm);
+  for (DType t : kernel().dtypes)
+    for (int64_t d : {32, 40, 59, 80, 96, 111, 160, 192, 224, 256}) {
+      const PagedShape s = paged({7, 17, 1000, 129}, 8, 2, d, 7, 16, false);
+      SCOPED_TRACE(s.str() + " " + fa::dtype_name(t));
+      FA_EXPECT_PASS(fa::run_paged_append(kernel(), s, t, check_only(uint64_t(d))));
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(Registered, PagedAppendKernels,
                          ::testing::ValuesIn(chapter09<fa::PagedAppendKernel>()),
                          RegistryNamePrinter());
@@ -515,11 +527,12 @@ TEST(SanitizeSmallServing, PagedKernels) {
     if (!sanitize_selected(k->name) || !fa::gpu_skip_reason(k->min_sm).empty() ||
         exercise_not_written(k->name))
       continue;
-    for (DType t : k->dtypes) {
-      const PagedShape s = paged({17, 3, 33}, 4, 2, 64, 3, 16, false);
-      sanitize_case(k->name + " " + s.str(),
-                    [&] { return fa::run_paged_append(*k, s, t, check_only(4)); });
-    }
+    for (DType t : k->dtypes)
+      for (int64_t d : {64, 80, 59}) {  // by rows, by 16-byte chunks, by elements
+        const PagedShape s = paged({17, 3, 33}, 4, 2, d, 3, 16, false);
+        sanitize_case(k->name + " " + s.str(),
+                      [&] { return fa::run_paged_append(*k, s, t, check_only(4)); });
+      }
   }
 }
 
