@@ -54,38 +54,15 @@ __device__ __forceinline__ float load_l2(const float* lse, int64_t row, int64_t 
 }
 
 // Store a warpgroup's 64 x N fp32 accumulator times `mul` into rows row0 .. row0+63, columns
-// 0 .. N-1 of a row-major matrix of T with LD elements per row (out points at the first column
-// to write: a column half of a D = 256 gradient passes out + 128 and LD = 256); rows at or past
-// seq are skipped. Thread t holds rows 16w + g and 16w + g + 8, columns 8j + 2q, +1 in
-// acc[4j + 2h], acc[4j + 2h + 1] (hopper.cuh). T = float stores the fp32 values themselves (the
-// parts of a split sum, bwd_v1's grouped heads).
-template <class T, int N, int LD>
-__device__ __forceinline__ void store_acc_rows(T* out, const float (&acc)[N / 2], int64_t row0,
-                                               int64_t seq, float mul, int t) {
-  static_assert(N <= LD, "the accumulator's columns lie within a row");
-  const int w = t / 32, g = (t % 32) / 4, q = t % 4;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int64_t row = row0 + 16 * w + g + 8 * h;
-    if (row >= seq) continue;
-    T* dst = out + row * LD + 2 * q;
-#pragma unroll
-    for (int j = 0; j < N / 8; ++j) {
-      if constexpr (std::is_same_v<T, float>)
-        *reinterpret_cast<float2*>(dst + 8 * j) =
-            make_float2(acc[4 * j + 2 * h] * mul, acc[4 * j + 2 * h + 1] * mul);
-      else
-        *reinterpret_cast<uint32_t*>(dst + 8 * j) =
-            mma::pack2<T>(acc[4 * j + 2 * h] * mul, acc[4 * j + 2 * h + 1] * mul);
-    }
-  }
-}
-
-// The same into rows of `ld` elements of which the first `cols` exist (a multiple of 8; nothing
-// is stored where cols <= 0): the gradients of a head dim rounded up inside the kernel
-// (head_dim_instance, hopper_attention.cuh), whose accumulator columns past the real head dim
-// hold the zero padding and are not stored. A quad's columns 8j .. 8j + 7 are all stored or all
-// skipped.
+// 0 .. N-1 of a row-major matrix of T with `ld` elements per row (out points at the first column
+// to write: a column half of a D = 256 gradient passes out + 128 and ld = 256), of which the
+// first `cols` exist (a multiple of 8; nothing is stored where cols <= 0): the gradients of a
+// head dim rounded up inside the kernel (head_dim_instance, hopper_attention.cuh), whose
+// accumulator columns past the real head dim hold the zero padding and are not stored. Rows at or
+// past seq are skipped. Thread t holds rows 16w + g and 16w + g + 8, columns 8j + 2q, +1 in
+// acc[4j + 2h], acc[4j + 2h + 1] (hopper.cuh), so a quad's columns 8j .. 8j + 7 are all stored or
+// all skipped. T = float stores the fp32 values themselves (the parts of a split sum, bwd_v1's
+// grouped heads).
 template <class T, int N>
 __device__ __forceinline__ void store_acc_rows(T* out, const float (&acc)[N / 2], int64_t row0,
                                                int64_t seq, float mul, int t, int64_t ld,
@@ -107,6 +84,14 @@ __device__ __forceinline__ void store_acc_rows(T* out, const float (&acc)[N / 2]
             mma::pack2<T>(acc[4 * j + 2 * h] * mul, acc[4 * j + 2 * h + 1] * mul);
     }
   }
+}
+
+// The same with a row length fixed at compile time and every column stored.
+template <class T, int N, int LD>
+__device__ __forceinline__ void store_acc_rows(T* out, const float (&acc)[N / 2], int64_t row0,
+                                               int64_t seq, float mul, int t) {
+  static_assert(N <= LD, "the accumulator's columns lie within a row");
+  store_acc_rows<T, N>(out, acc, row0, seq, mul, t, LD, N);
 }
 
 // threadIdx.x read anew: an asm volatile read the compiler may not merge with the kernel's own.
