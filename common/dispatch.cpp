@@ -12,10 +12,11 @@ namespace fa {
 
 namespace {
 
-// The runs the rows cite (H200, 2026-12-01 and 2026-12-02; notes/measured/README.md says what
+// The runs the rows cite (H200, 2026-12-01 to 2026-12-03; notes/measured/README.md says what
 // each holds).
 constexpr const char* kRun = "notes/measured/h200-2026-12-01/";
 constexpr const char* kRun1202 = "notes/measured/h200-2026-12-02/";
+constexpr const char* kRun1203 = "notes/measured/h200-2026-12-03/";
 std::string log(const char* file, const char* run = kRun) {
   return std::string(run) + file;
 }
@@ -111,15 +112,10 @@ const std::vector<Rule>& dispatch_table() {
       on(Op::Fwd, "05/v5_fewer_instructions")
           .sm(90)
           .dims({32})
-          .because("D 32, which chapter 05's final rung lists: it stays there until chapter 07 "
-                   "rounded up to D 64 is timed against it",
-                   log("ladder_fwd_d128.log")),
-      on(Op::Fwd, "05/v4_swizzled_pipelined")
-          .sm(90)
-          .dims({96})
-          .because("D 96, which chapter 05's v4 lists: it stays there until chapter 07 rounded "
-                   "up to D 128 is timed against it",
-                   log("ladder_fwd_d256.log")),
+          .because("D 32, which chapter 05's final rung lists: 1.01-1.02x 07/v5_persistent "
+                   "rounded up to D 64 (223.6-236.7 against 219.8-231.8 TFLOP/s at N 2048 and "
+                   "8192, causal and full)",
+                   log("head_dims_between.log", kRun1203)),
       on(Op::Fwd, "07/v5_persistent")
           .hopper()
           .grouped()
@@ -133,10 +129,11 @@ const std::vector<Rule>& dispatch_table() {
       on(Op::Fwd, "07/v5_persistent")
           .hopper()
           .rounded()
-          .because("head dims between the instances 64, 128 and 256 (multiples of 8: 80, 160, "
-                   "192, ...) rounded up inside the fastest forward, where nothing ran them "
-                   "before; checked on ragged shapes, causal and grouped; speed not measured yet",
-                   log("head_dims_rounded.md", kRun1202)),
+          .because("head dims between the instances 64, 128 and 256 (multiples of 8) rounded "
+                   "up inside the fastest forward: D 96 401-470 TFLOP/s, 1.51-1.77x 05/v4 (the "
+                   "kernel that ran it before); D 80 314-403 and D 192 385-491 (0.69-0.94x cuDNN, "
+                   "1.41-1.65x FlashAttention-2), TFLOP/s counted on the real head dim",
+                   log("head_dims_between.log", kRun1203)),
       on(Op::Fwd, "07/v1_tma_wgmma")
           .hopper()
           .dims({64})
@@ -191,13 +188,6 @@ const std::vector<Rule>& dispatch_table() {
       on(Op::Bwd, "09/bwd_v2_window")
           .window()
           .because("a window's backward on mma.sync (before sm_90)", log("ch09_serving.log")),
-      on(Op::Bwd, "06/v4_bc128_tuned")
-          .sm(90)
-          .dims({32, 96})
-          .because("D 32 and 96, which chapter 06's v4 lists: they stay there until chapter 07 "
-                   "rounded up to D 64 and 128 is timed against it (dQ by atomics, not "
-                   "deterministic)",
-                   log("ladder_bwd_d128.log")),
       on(Op::Bwd, "07/bwd_v6_head_groups")
           .hopper()
           .grouped()
@@ -228,23 +218,25 @@ const std::vector<Rule>& dispatch_table() {
           .rounded()
           .dims({64})
           .because("head dims below 64 (multiples of 8) rounded up inside the fastest D 64 "
-                   "backward; checked on ragged shapes, causal and grouped; speed not measured yet",
-                   log("head_dims_rounded.md", kRun1202)),
+                   "backward: D 32 163-205 TFLOP/s, 1.19-1.30x 06/v4 (the kernel that ran it "
+                   "before; not deterministic)",
+                   log("head_dims_between.log", kRun1203)),
       on(Op::Bwd, "07/bwd_v6_head_groups")
           .hopper()
           .rounded()
           .dims({128})
           .because("head dims between 64 and 128 (multiples of 8) rounded up inside the fastest "
-                   "D 128 backward; checked on ragged shapes, causal and grouped; speed not "
-                   "measured yet",
-                   log("head_dims_rounded.md", kRun1202)),
+                   "D 128 backward: D 96 297-389 TFLOP/s, 1.67-1.80x 06/v4 (the kernel that ran "
+                   "it before; bwd_t48 within 2%); D 80 253-330, 0.92-1.04x cuDNN (not "
+                   "deterministic)",
+                   log("head_dims_between.log", kRun1203)),
       on(Op::Bwd, "07/bwd_v1_tma_wgmma")
           .hopper()
           .rounded()
           .because("head dims between 128 and 256 (multiples of 8) rounded up inside the one "
-                   "Hopper backward with D 256, where nothing ran them before; deterministic; "
-                   "checked on ragged shapes, causal and grouped; speed not measured yet",
-                   log("head_dims_rounded.md", kRun1202)),
+                   "Hopper backward with D 256, where nothing ran them before: D 192 181-224 "
+                   "TFLOP/s, 0.88-1.03x FlashAttention-2, 0.68-0.76x cuDNN; deterministic",
+                   log("head_dims_between.log", kRun1203)),
       on(Op::Bwd, "07/bwd_t48_dq_in_turns")
           .hopper()
           .dims({64})

@@ -27,16 +27,18 @@ def test_protocol_shapes_pick_chapter_07_on_hopper():
 
 
 def test_head_dims_between_instances_round_up_on_hopper():
-    """D 80 and 192 (multiples of 8 between chapter 07's instances 64, 128, 256) run in the
-    Hopper kernels, rounded up inside; D 59 (off the step of 8) is refused with the reason."""
+    """D 80, 96 and 192 (multiples of 8 between chapter 07's instances 64, 128, 256) and the D 32
+    backward run in the Hopper kernels, rounded up inside; D 59 (off the step of 8) is refused with the reason."""
     library_or_skip()
     if not hopper_kernels_built():
         pytest.skip("this build targets no sm_90: no chapter 07 kernels")
-    for d in (80, 192):
+    for d in (80, 96, 192):
         f = fa.pick("fwd", "bf16", d, 4096, 4096, causal=True, sm=90)
         b = fa.pick("bwd", "bf16", d, 4096, 4096, causal=True, sm=90)
         assert f.kernel == "07/v5_persistent", f
         assert b.kernel == ("07/bwd_v6_head_groups" if d <= 128 else "07/bwd_v1_tma_wgmma"), b
+    b32 = fa.pick("bwd", "bf16", 32, 4096, 4096, causal=True, sm=90)
+    assert b32.kernel == "07/bwd_t48_dq_in_turns", b32
     with pytest.raises(fa.UnsupportedError, match="multiples of 8"):
         fa.pick("fwd", "bf16", 59, 4096, 4096, sm=90)
 

@@ -191,11 +191,13 @@ TEST(Dispatch, HeadDimsAFinalRungLacksGoToTheRungBefore) {
 // head dim off the step of 8 goes where it went before, or is refused.
 TEST(Dispatch, HeadDimsBetweenInstancesRoundUpOnHopper) {
   if (!have_hopper_kernels()) GTEST_SKIP() << "this build targets no sm_90: no chapter 07 kernels";
-  for (int d : {40, 80, 160, 192, 224}) {
+  for (int d : {32, 40, 80, 96, 160, 192, 224}) {
     SCOPED_TRACE("D " + std::to_string(d));
     const fa::Pick f = fa::pick(fwd(DType::BF16, d, 4096, true), 90);
-    EXPECT_EQ(f.kernel, "07/v5_persistent");
-    EXPECT_NE(f.explain(true).find("head dims rounded up"), std::string::npos) << f.explain();
+    if (d != 32) {  // D 32 stays on chapter 05's final rung, which lists it and ran faster (below)
+      EXPECT_EQ(f.kernel, "07/v5_persistent");
+      EXPECT_NE(f.explain(true).find("head dims rounded up"), std::string::npos) << f.explain();
+    }
     const fa::Pick b = fa::pick(bwd(DType::F16, d, 4096, false), 90);
     EXPECT_EQ(b.kernel, d <= 64    ? "07/bwd_t48_dq_in_turns"
                         : d <= 128 ? "07/bwd_v6_head_groups"
@@ -204,12 +206,10 @@ TEST(Dispatch, HeadDimsBetweenInstancesRoundUpOnHopper) {
     det.deterministic = true;
     EXPECT_EQ(fa::pick(det, 90).kernel, "07/bwd_v1_tma_wgmma");
   }
-  // D 32 and 96, which chapters 05 and 06 list, stay there until the rounded kernels are timed
-  // against them.
+  // D 32, which chapter 05 lists, stays there: 05/v5 ran it 1-2% faster than 07/v5 rounded up to
+  // D 64. D 96 (chapter 05's v4, chapter 06's v4) and the D 32 backward go to the rounded rungs,
+  // 1.2-1.8x faster (notes/measured/h200-2026-12-03/head_dims_between.log).
   EXPECT_EQ(fa::pick(fwd(DType::BF16, 32, 4096, false), 90).kernel, "05/v5_fewer_instructions");
-  EXPECT_EQ(fa::pick(fwd(DType::BF16, 96, 4096, false), 90).kernel, "05/v4_swizzled_pipelined");
-  for (int d : {32, 96})
-    EXPECT_EQ(fa::pick(bwd(DType::BF16, d, 4096, true), 90).kernel, "06/v4_bc128_tuned");
   // Listed head dims keep their rows: the rounded rows hold only for head dims the kernel lacks.
   EXPECT_EQ(fa::pick(fwd(DType::BF16, 64, 1024, false), 90).kernel, "07/v1_tma_wgmma");
   EXPECT_EQ(fa::pick(bwd(DType::BF16, 128, 4096, true), 90).explain(true).find("rounded"),
