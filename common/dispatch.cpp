@@ -131,7 +131,7 @@ const std::vector<Rule>& dispatch_table() {
           .rounded()
           .because("head dims between the instances 64, 128 and 256 (multiples of 8) rounded "
                    "up inside the fastest forward: D 96 401-470 TFLOP/s, 1.51-1.77x 05/v4 (the "
-                   "kernel that ran it before); D 80 314-403 and D 192 385-491 (0.69-0.94x cuDNN, "
+                   "kernel that ran it before); D 80 312-402 and D 192 390-486 (0.69-0.94x cuDNN, "
                    "1.41-1.65x FlashAttention-2), TFLOP/s counted on the real head dim",
                    log("head_dims_between.log", kRun1203)),
       on(Op::Fwd, "07/v1_tma_wgmma")
@@ -227,14 +227,14 @@ const std::vector<Rule>& dispatch_table() {
           .dims({128})
           .because("head dims between 64 and 128 (multiples of 8) rounded up inside the fastest "
                    "D 128 backward: D 96 297-389 TFLOP/s, 1.67-1.80x 06/v4 (the kernel that ran "
-                   "it before; bwd_t48 within 2%); D 80 253-330, 0.92-1.04x cuDNN (not "
+                   "it before; bwd_t48 within 2%); D 80 254-329, 0.92-1.04x cuDNN (not "
                    "deterministic)",
                    log("head_dims_between.log", kRun1203)),
       on(Op::Bwd, "07/bwd_v1_tma_wgmma")
           .hopper()
           .rounded()
           .because("head dims between 128 and 256 (multiples of 8) rounded up inside the one "
-                   "Hopper backward with D 256, where nothing ran them before: D 192 181-224 "
+                   "Hopper backward with D 256, where nothing ran them before: D 192 185-221 "
                    "TFLOP/s, 0.88-1.03x FlashAttention-2, 0.68-0.76x cuDNN; deterministic",
                    log("head_dims_between.log", kRun1203)),
       on(Op::Bwd, "07/bwd_t48_dq_in_turns")
