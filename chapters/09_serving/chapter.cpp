@@ -308,9 +308,10 @@ std::string kernels_text() {
   return text;
 }
 
+// Kernel k runs dtype t at this head dim: one it lists, or one it rounds up (takes_head_dim).
 template <class K>
 bool takes(const K& k, DType t, int64_t head_dim) {
-  return fa::supports(k.dtypes, t) && fa::supports(k.head_dims, int(head_dim));
+  return fa::supports(k.dtypes, t) && fa::takes_head_dim(k, head_dim);
 }
 
 // "09/v1_varlen bf16: the mixed batch at 0.97x the TFLOP/s of the square batch", for each pair

@@ -483,32 +483,33 @@ void sanitize_case(const std::string& what, F body) {
   }
 }
 
+// Every chapter 09 kernel of kind K once per tiny ragged packed batch: each head dim it lists
+// (and rounds, sanitized_dims), causal, with a window where it takes one.
+template <class K, class Run>
+void sanitize_varlen(Run run) {
+  for (const K* k : fa::entries_with_prefix<K>("09/")) {
+    if (!sanitize_selected(k->name) || !fa::gpu_skip_reason(k->min_sm).empty() ||
+        exercise_not_written(k->name))
+      continue;
+    for (DType t : k->dtypes)
+      for (int d : sanitized_dims(*k))
+        for (int64_t left : {int64_t(-1), k->window ? int64_t(5) : int64_t(-1)}) {
+          const VarlenShape s = varlen({17, 0, 33}, {33, 5, 17}, 2, d, true, left, -1);
+          sanitize_case(k->name + " " + s.str(), [&] { return run(*k, s, t); });
+        }
+  }
+}
+
 TEST(SanitizeSmallServing, VarlenKernels) {
   FA_SKIP_WITHOUT_GPU(80);
-  for (const fa::VarlenFwdKernel* k : fa::entries_with_prefix<fa::VarlenFwdKernel>("09/")) {
-    if (!sanitize_selected(k->name) || !fa::gpu_skip_reason(k->min_sm).empty() ||
-        exercise_not_written(k->name))
-      continue;
-    for (DType t : k->dtypes)
-      for (int d : sanitized_dims(*k))
-        for (int64_t left : {int64_t(-1), k->window ? int64_t(5) : int64_t(-1)}) {
-          const VarlenShape s = varlen({17, 0, 33}, {33, 5, 17}, 2, d, true, left, -1);
-          sanitize_case(k->name + " " + s.str(),
-                        [&] { return fa::run_varlen_fwd(*k, s, t, check_only(1)); });
-        }
-  }
-  for (const fa::VarlenBwdKernel* k : fa::entries_with_prefix<fa::VarlenBwdKernel>("09/")) {
-    if (!sanitize_selected(k->name) || !fa::gpu_skip_reason(k->min_sm).empty() ||
-        exercise_not_written(k->name))
-      continue;
-    for (DType t : k->dtypes)
-      for (int d : sanitized_dims(*k))
-        for (int64_t left : {int64_t(-1), k->window ? int64_t(5) : int64_t(-1)}) {
-          const VarlenShape s = varlen({17, 0, 33}, {33, 5, 17}, 2, d, true, left, -1);
-          sanitize_case(k->name + " " + s.str(),
-                        [&] { return fa::run_varlen_bwd(*k, s, t, check_only(2)); });
-        }
-  }
+  sanitize_varlen<fa::VarlenFwdKernel>(
+      [](const fa::VarlenFwdKernel& k, const VarlenShape& s, DType t) {
+        return fa::run_varlen_fwd(k, s, t, check_only(1));
+      });
+  sanitize_varlen<fa::VarlenBwdKernel>(
+      [](const fa::VarlenBwdKernel& k, const VarlenShape& s, DType t) {
+        return fa::run_varlen_bwd(k, s, t, check_only(2));
+      });
 }
 
 TEST(SanitizeSmallServing, PagedKernels) {
