@@ -152,6 +152,12 @@ void add_head_dims_between(const std::string& family, bool backward,
 // D 64, bf16, causal and full. The query heads (and so the FLOPs) are the same at every H_kv, so
 // a row's time against its Hkv32 row is the time per query head against MHA:
 // attn_gqa/fwd|bwd/<kernel>/bf16/D<d>/<causal|full>/N<n>/Hkv<h>.
+std::string gqa_row(const std::string& family, const std::string& kernel, int d, bool causal,
+                    int64_t n, int64_t hkv) {
+  return family + kernel + "/bf16/D" + std::to_string(d) + "/" + (causal ? "causal" : "full") +
+         "/N" + std::to_string(n) + "/Hkv" + std::to_string(hkv);
+}
+
 template <class K, class Run>
 void add_grouped_heads(const std::string& family, Run run) {
   const fa::DType t = fa::DType::BF16;
@@ -165,12 +171,32 @@ void add_grouped_heads(const std::string& family, Run run) {
         for (int64_t n : {4096, 8192})
           for (int64_t hkv : {32, 8, 4, 1}) {
             const fa::AttentionShape s{2, 32, n, n, d, causal, 0.0f, hkv};
-            add(family + k->name + "/bf16/D" + std::to_string(d) + "/" +
-                    (causal ? "causal" : "full") + "/N" + std::to_string(n) + "/Hkv" +
-                    std::to_string(hkv),
+            add(gqa_row(family, k->name, d, causal, n, hkv),
                 [k, s, t, run](benchmark::State& st) { report(st, run(*k, s, t, timing_only())); });
           }
     }
+  }
+}
+
+// The same rows at D 128 for chapter 09's varlen kernels that take grouped heads, on the same
+// problem packed (two sequences of N tokens).
+template <class K, class Run>
+void add_grouped_varlen(const std::string& family, Run run) {
+  const fa::DType t = fa::DType::BF16;
+  for (const K* k : fa::entries_with_prefix<K>("")) {
+    if (!k->gqa || !fa::supports(k->dtypes, t) || !fa::supports(k->head_dims, 128)) continue;
+    for (bool causal : {false, true})
+      for (int64_t n : {4096, 8192})
+        for (int64_t hkv : {32, 8, 4, 1}) {
+          fa::VarlenShape s;
+          s.seqlens_q = s.seqlens_k = {n, n};
+          s.heads = 32;
+          s.heads_kv = hkv;
+          s.head_dim = 128;
+          s.causal = causal;
+          add(gqa_row(family, k->name, 128, causal, n, hkv),
+              [k, s, t, run](benchmark::State& st) { report(st, run(*k, s, t, timing_only())); });
+        }
   }
 }
 
@@ -404,6 +430,8 @@ void register_all() {
   add_decode_shapes();
   add_grouped_heads<fa::AttentionFwdKernel>("attn_gqa/fwd/", fa::run_attention_fwd);
   add_grouped_heads<fa::AttentionBwdKernel>("attn_gqa/bwd/", fa::run_attention_bwd);
+  add_grouped_varlen<fa::VarlenFwdKernel>("attn_gqa/fwd/", fa::run_varlen_fwd);
+  add_grouped_varlen<fa::VarlenBwdKernel>("attn_gqa/bwd/", fa::run_varlen_bwd);
   // Chapter 09: variable-length batches, sliding windows, the paged KV cache.
   add_varlen_shapes();
   add_window_shapes();

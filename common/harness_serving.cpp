@@ -24,6 +24,7 @@
 #include <numeric>
 #include <random>
 #include <sstream>
+#include <type_traits>
 
 #include "buffer.h"
 #include "ceilings.h"
@@ -86,12 +87,11 @@ void require_paged(const PagedShape& s) {
     throw UsageError("paged: num_pages and max_pages are 0 (the harness sizes them) or more");
 }
 
-// Why varlen kernel k cannot run this shape ("" when it can); takes_gqa: whether it takes
-// grouped K/V heads (no varlen backward does).
+// Why varlen kernel k (forward or backward) cannot run this shape ("" when it can).
 template <class K>
-std::string varlen_refusal(const K& k, bool takes_gqa, const VarlenShape& s, DType t) {
+std::string varlen_refusal(const K& k, const VarlenShape& s, DType t) {
   std::string why = missing_version(k, t, s.head_dim);
-  if (why.empty()) why = grouped_heads_refusal(s.sequence(0), takes_gqa);
+  if (why.empty()) why = grouped_heads_refusal(s.sequence(0), k.gqa);
   if (why.empty() && s.has_window() && !k.window)
     why = "this kernel takes no sliding window (window_left / window_right)";
   return why;
@@ -187,8 +187,11 @@ struct Plan {
 // a spread of heads (`requested` when given), then (sample_rows) three blocks of rows of each
 // long sequence, then a subset of the sequences: the first and last that hold rows, those that
 // cost nothing (empty rows or keys: O = 0, L = -inf), and the others in order while they fit.
+// group > 1 (a backward with grouped K/V heads): the heads are sampled as whole groups, so that
+// each checked K/V head's dK and dV can be compared against the sum over all its query heads.
 Plan plan_checks(const std::vector<int64_t>& nq, const std::vector<int64_t>& nk, int64_t heads,
-                 int64_t d, double cost_per_pair, int64_t requested, bool sample_rows) {
+                 int64_t d, double cost_per_pair, int64_t requested, bool sample_rows,
+                 int64_t group = 1) {
   Plan p;
   const int64_t batch = int64_t(nq.size());
   auto seq_cost = [&](int64_t b) {
@@ -201,9 +204,12 @@ Plan plan_checks(const std::vector<int64_t>& nq, const std::vector<int64_t>& nk,
   };
   p.rows.resize(batch);
   for (int64_t b = 0; b < batch; ++b) p.rows[b] = rows_of(nq[b], false);
-  AttentionShape as;  // heads_to_check samples s.bh() = heads
-  as.heads = heads;
-  p.heads = heads_to_check(as, requested, std::max(head_cost(), 1.0), kRefBudget);
+  AttentionShape as;  // heads_to_check samples s.bh() = heads: here the K/V heads, one a group
+  as.heads = heads / group;
+  const std::vector<int64_t> kv = heads_to_check(as, requested > 0 ? ceil_div(requested, group) : 0,
+                                                 std::max(head_cost(), 1.0) * group, kRefBudget);
+  for (int64_t k : kv)
+    for (int64_t i = 0; i < group; ++i) p.heads.push_back(k * group + i);
   const double nh = double(p.heads.size());
   bool rows_sampled = false;
   if (sample_rows && nh * head_cost() > kRefBudget)
@@ -234,7 +240,8 @@ Plan plan_checks(const std::vector<int64_t>& nq, const std::vector<int64_t>& nk,
   std::ostringstream os;
   const char* sep = "checked ";
   if (int64_t(p.heads.size()) < heads) {
-    os << sep << p.heads.size() << " of " << heads << " heads";
+    os << sep << p.heads.size() << " of " << heads << " heads"
+       << (group > 1 ? " (whole groups)" : "");
     sep = ", ";
   }
   if (rows_sampled) {
@@ -571,7 +578,7 @@ RunResult run_varlen_fwd(const VarlenFwdKernel& k, const VarlenShape& s, DType t
   require_varlen(s);
   RunResult r = start_row(k.name, s.str(), t);
   if (!gpu_ready(r, k.min_sm)) return r;
-  r.message = varlen_refusal(k, k.gqa, s, t);
+  r.message = varlen_refusal(k, s, t);
   if (!r.message.empty()) {
     r.status = Status::Unsupported;
     return r;
@@ -657,6 +664,30 @@ BwdRefs backward_refs(const std::vector<Unit>& units, DType t) {
   return f;
 }
 
+// Grouped K/V heads: dK and dV of a K/V head are the sums over its group's query heads, which are
+// consecutive units (plan_checks samples whole groups). A same-precision implementation stores
+// its group sum in the dtype, as the kernel does: the naive sums are rounded once more (as the
+// fixed-length harness does), or their error would be that of an fp32 output.
+void sum_groups(BwdRefs& f, int64_t group, DType t) {
+  if (group == 1) return;
+  auto fold = [&](auto& per_unit) {
+    std::remove_reference_t<decltype(per_unit)> sums;
+    for (size_t u = 0; u < per_unit.size(); u += size_t(group)) {
+      auto sum = per_unit[u];
+      for (size_t i = 1; i < size_t(group); ++i)
+        for (size_t e = 0; e < sum.size(); ++e) sum[e] += per_unit[u + i][e];
+      sums.push_back(std::move(sum));
+    }
+    per_unit = std::move(sums);
+  };
+  fold(f.dK);
+  fold(f.dV);
+  fold(f.ndK);
+  fold(f.ndV);
+  for (auto* v : {&f.ndK, &f.ndV})
+    for (std::vector<float>& x : *v) round_in_place(t, x);
+}
+
 }  // namespace
 
 RunResult run_varlen_bwd(const VarlenBwdKernel& k, const VarlenShape& s, DType t,
@@ -664,8 +695,8 @@ RunResult run_varlen_bwd(const VarlenBwdKernel& k, const VarlenShape& s, DType t
   require_varlen(s);
   RunResult r = start_row(k.name, s.str(), t);
   if (!gpu_ready(r, k.min_sm)) return r;
-  r.message = varlen_refusal(k, false, s, t);
-  if (!r.message.empty()) {  // grouped K/V heads: no varlen backward takes them (registry.h)
+  r.message = varlen_refusal(k, s, t);
+  if (!r.message.empty()) {
     r.status = Status::Unsupported;
     return r;
   }
@@ -679,7 +710,7 @@ RunResult run_varlen_bwd(const VarlenBwdKernel& k, const VarlenShape& s, DType t
     return r;
   }
   std::string why = gpu_skip_reason(fwd->min_sm);
-  if (why.empty()) why = varlen_refusal(*fwd, false, s, t);
+  if (why.empty()) why = varlen_refusal(*fwd, s, t);
   if (!why.empty()) {
     r.status = Status::Unsupported;
     r.message = "its forward " + fwd->name + ": " + why;
@@ -736,13 +767,17 @@ RunResult run_varlen_bwd(const VarlenBwdKernel& k, const VarlenShape& s, DType t
       FA_CUDA_CHECK(cudaDeviceSynchronize());
       // The reference computes every row of a checked sequence (no row sampling): six products of
       // rows x keys x d, twice for fp16/bf16 (the naive one).
+      const int64_t group = s.heads / s.kv_heads();
       const Plan plan = plan_checks(s.seqlens_q, s.seqlens_k, s.heads, s.head_dim,
-                                    t == DType::F32 ? 6 : 12, opt.check_heads, false);
+                                    t == DType::F32 ? 6 : 12, opt.check_heads, false, group);
       r.note = plan.note;
       const std::vector<Unit> units = varlen_units(s, plan, t, in, true);
       static LastReference<BwdRefs> last;
-      const BwdRefs ref = last.get(key_of("varlen bwd " + varlen_key(s, t), units),
-                                   [&] { return backward_refs(units, t); });
+      const BwdRefs ref = last.get(key_of("varlen bwd " + varlen_key(s, t), units), [&] {
+        BwdRefs f = backward_refs(units, t);
+        sum_groups(f, group, t);  // dK, dV: one entry per K/V head
+        return f;
+      });
       const std::vector<int32_t> cu_q = s.cu_seqlens_q(), cu_k = s.cu_seqlens_k();
       const int64_t Tq = s.total_q(), Tk = s.total_k(), d = s.head_dim;
       DeviceReader xq(t, gq, s.q_numel()), xk(t, gk, s.k_numel()), xv(t, gv, s.k_numel()),
@@ -764,28 +799,36 @@ RunResult run_varlen_bwd(const VarlenBwdKernel& k, const VarlenShape& s, DType t
         for (size_t u = u0; u < u1; ++u) {
           const int64_t h = units[u].h;
           add(got[0], xq.read((h * Tq + cu_q[b]) * d, n * d));
-          add(got[1], xk.read((h * Tk + cu_k[b]) * d, nk * d));
-          add(got[2], xv.read((h * Tk + cu_k[b]) * d, nk * d));
           add(got[3], xD.read(h * Tq + cu_q[b], n));
           add(want[0], ref.dQ[u]);
-          add(want[1], ref.dK[u]);
-          add(want[2], ref.dV[u]);
           add(want[3], ref.D[u]);
           add(naive[0], ref.ndQ[u]);
-          add(naive[1], ref.ndK[u]);
-          add(naive[2], ref.ndV[u]);
           add(naive[3], ref.nD[u]);
+          if (h % group == 0) {  // the group's K/V head, against the sum over the group
+            const int64_t kv = h / group;
+            const size_t g = u / size_t(group);
+            add(got[1], xk.read((kv * Tk + cu_k[b]) * d, nk * d));
+            add(got[2], xv.read((kv * Tk + cu_k[b]) * d, nk * d));
+            add(want[1], ref.dK[g]);
+            add(want[2], ref.dV[g]);
+            add(naive[1], ref.ndK[g]);
+            add(naive[2], ref.ndV[g]);
+          }
         }
         const char* names[4] = {"dQ", "dK", "dV", "D"};
         const int64_t rows[4] = {n, nk, nk, n};
-        const std::string hn = int64_t(u1 - u0) == s.heads ? "h" : "checked-head#";
+        const int64_t n_heads = int64_t(u1 - u0), n_kv = n_heads / group;
         for (int i = 0; i < 4; ++i) {
           if (rows[i] == 0) continue;
+          const bool kv = i == 1 || i == 2;
           CompareResult c =
               compare_in_batch(std::string(names[i]) + " seq " + std::to_string(b), got[i], want[i],
                                naive[i], i == 3 ? tolD : tolG, batch_naive[i]);
-          c.dims = {int64_t(u1 - u0), rows[i]};
-          c.names = {hn, i == 1 || i == 2 ? "j" : "i"};
+          c.dims = {kv ? n_kv : n_heads, rows[i]};
+          if (kv)
+            c.names = {n_kv == s.kv_heads() ? "h_kv" : "checked-kv-head#", "j"};
+          else
+            c.names = {n_heads == s.heads ? "h" : "checked-head#", "i"};
           if (i < 3) {
             c.dims.push_back(d);
             c.names.push_back("d");

@@ -205,7 +205,8 @@ struct VarlenFwdKernel {
 
 // The backward of a variable-length batch: inputs as the forward's plus o, dout (like q) and lse;
 // outputs dq (like q), dk, dv (like k), delta (fp32, like lse). `workspace` is fp32 scratch of
-// q_numel() floats, zeroed before every call. Like chapter 06, heads_kv == heads only.
+// q_numel() floats, zeroed before every call. Grouped K/V heads only where the kernel says gqa
+// (then dk, dv of a K/V head are the sums over its group).
 struct VarlenBwdArgs {
   const void* q = nullptr;
   const void* k = nullptr;
@@ -235,6 +236,7 @@ struct VarlenBwdKernel {
   bool deterministic = true;
   std::string forward;           // the VarlenFwdKernel that makes O and L for it
   bool rounds_head_dim = false;  // as AttentionFwdKernel's
+  bool gqa = false;              // takes heads_kv < heads (dK, dV summed over each group)
 };
 
 // ---- Chapter 09: attention over a paged KV cache (PagedShape in shapes.h). ---------------------

@@ -468,8 +468,8 @@ const char* fa_py_list_serving_kernels(void) {
     for (const fa::VarlenBwdKernel* k : fa::entries_with_prefix<fa::VarlenBwdKernel>(""))
       os << "varlen_bwd\t" << k->name << "\t" << fa::dtype_list(k->dtypes) << "\t"
          << head_dims_list(k->head_dims) << "\t" << k->min_sm << "\t"
-         << serving_flags(false, k->window, false, k->deterministic) << "\t\t" << k->forward << "\t"
-         << k->about << "\n";
+         << serving_flags(k->gqa, k->window, false, k->deterministic) << "\t\t" << k->forward
+         << "\t" << k->about << "\n";
     for (const fa::PagedFwdKernel* k : fa::entries_with_prefix<fa::PagedFwdKernel>(""))
       os << "paged_fwd\t" << k->name << "\t" << fa::dtype_list(k->dtypes) << "\t"
          << head_dims_list(k->head_dims) << "\t" << k->min_sm << "\t"
@@ -507,7 +507,7 @@ int fa_py_supported_ex(const char* kind, const char* name, const char* dtype, in
     } else if (k == "varlen_bwd") {
       const auto& kernel = find_kernel<fa::VarlenBwdKernel>(name);
       require_runnable(kernel, t(), head_dim);
-      if (gqa) throw fa::Unsupported(kNoGqa);
+      if (gqa && !kernel.gqa) throw fa::Unsupported(kNoGqa);
       if (window && !kernel.window) throw fa::Unsupported(kNoWindow);
     } else if (k == "paged_fwd") {
       const auto& kernel = find_kernel<fa::PagedFwdKernel>(name);
@@ -597,7 +597,7 @@ int fa_py_varlen_bwd(const char* name, const void* q, const void* k, const void*
       require_pointer(dv, "dv");
     }
     require_runnable(kernel, t, head_dim);
-    if (a.shape.is_gqa()) throw fa::Unsupported(kNoGqa);  // like chapter 06: no grouped heads
+    if (a.shape.is_gqa() && !kernel.gqa) throw fa::Unsupported(kNoGqa);
     if (a.shape.has_window() && !kernel.window) throw fa::Unsupported(kNoWindow);
     DeviceGuard guard(device);
     const cudaStream_t st = static_cast<cudaStream_t>(stream);

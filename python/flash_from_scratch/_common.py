@@ -213,12 +213,13 @@ _GROUPED = {}
 
 
 def takes_grouped_heads(kind, kernel, dtype, head_dim):
-    """Whether fixed-length backward `kernel` takes grouped K/V heads itself (it sums dK, dV over
-    each group: no repeated K, V, no sum in Python); remembered."""
+    """Whether backward `kernel` of registry `kind` ('bwd' or 'varlen_bwd') takes grouped K/V
+    heads itself (it sums dK, dV over each group: no repeated K, V, no sum in Python);
+    remembered."""
     key = (kind, kernel, dtype, int(head_dim))
     if key not in _GROUPED:
-        _GROUPED[key] = kind == "bwd" and _lib.supported(kind, kernel, dtype, head_dim,
-                                                         gqa=True) is None
+        _GROUPED[key] = (kind in ("bwd", "varlen_bwd")
+                         and _lib.supported(kind, kernel, dtype, head_dim, gqa=True) is None)
     return _GROUPED[key]
 
 

@@ -184,8 +184,8 @@ def varlen_fwd_into(plan, q, k, v, o, lse, causal=False, scale=None, window=(-1,
 
 def varlen_bwd_into(plan, q, k, v, o, do, lse, dq, dk, dv, delta, workspace, causal=False,
                     scale=None, window=(-1, -1), kernel="09/bwd_v1_varlen"):
-    """Launches varlen backward `kernel` on head-major packed tensors (K and V with H heads: no
-    backward takes grouped heads). workspace is fp32 of q.numel() floats and must be zero before
+    """Launches varlen backward `kernel` on head-major packed tensors (K, V, dK and dV with H_kv
+    heads only where the kernel takes grouped heads, takes_grouped_heads). workspace is fp32 of q.numel() floats and must be zero before
     every call (workspace.zero_())."""
     dt, h, hkv, d = check_packed(plan, q, k, v)
     (left, right), _ = window_arg(window, causal)
@@ -273,14 +273,13 @@ def fixed_fwd(kind, kernel, q, k, v, causal, scale, window):
 def fixed_bwd(kind, kernel, do, q, k, v, o, lse, causal, scale, window):
     """(dQ, dK, dV) of a fixed-length problem on backward `kernel` of registry `kind` ('bwd', or
     'varlen_bwd' on the batch packed as fixed_fwd packs it). Grouped heads: a kernel that takes
-    them (chapter 07's 07/bwd_v1 .. v6) gets K and V as they are and sums dK, dV over each group
-    itself, so the memory is about the MHA backward's or less; for any other, K and V are
+    them (chapter 07's 07/bwd_v1 .. v6, chapter 09's Hopper backwards) gets K and V as they are
+    and sums dK, dV over each group itself, so the memory is about the MHA backward's or less; for any other, K and V are
     repeated over the group and the group's dK, dV summed in fp32 (group_sum)."""
     b, h, nq, d = q.shape
     hkv = k.shape[1]
     # A kernel that takes grouped heads sums dK, dV over each group itself: K, V as they are.
-    in_kernel = hkv != h and kind == "bwd" and takes_grouped_heads(kind, kernel,
-                                                                   dtype_name(q.dtype), d)
+    in_kernel = hkv != h and takes_grouped_heads(kind, kernel, dtype_name(q.dtype), d)
     ke, ve = (k, v) if in_kernel else (group_expand(k, h, 1), group_expand(v, h, 1))
     if kind == "bwd":
         dq = torch.empty_like(q)

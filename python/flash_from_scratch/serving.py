@@ -27,13 +27,13 @@ does both once for a batch that is attended to repeatedly, and the operators tak
 
 Which kernel: kernel="auto" is the dispatch's choice (common/dispatch.h), as for attention().
 
-Grouped-query attention in the backward. The varlen backward kernels take heads_kv == heads
-only, as chapter 06's do. The backward here repeats K and V over each group of H / H_kv query
-heads (repeat_interleave: query head h reads K/V head h // group), runs the kernel with H heads,
-and sums each group's H / H_kv gradients of dK and dV in fp32 in Python, rounding once. That
-costs the expanded copies and a reduction; a kernel that accumulates the group itself does not
-(chapter 07's backward rungs, on fixed-length problems: attention() calls them with K and V as
-they are).
+Grouped-query attention in the backward. Chapter 09's Hopper backwards (09/hopper_bwd_v1_varlen,
+09/hopper_bwd_v2_window) take grouped K/V heads: they read K/V head h / group and sum dK, dV
+over each group themselves, so they get K and V as they are. The mma.sync ones take heads_kv ==
+heads only, as chapter 06's do: for them the backward here repeats K and V over each group of
+H / H_kv query heads (repeat_interleave: query head h reads K/V head h // group), runs the kernel
+with H heads, and sums each group's H / H_kv gradients of dK and dV in fp32 in Python, rounding
+once, which costs the expanded copies and a reduction.
 
 Every function checks dtypes, devices and shapes and raises ValueError with what is wrong; a
 kernel that cannot run the problem raises flash_from_scratch.UnsupportedError in the harness's
@@ -45,7 +45,8 @@ import torch
 
 from . import _launch, _lib
 from ._common import (check_heads, check_same, check_tensor, dense, dtype_name, group_expand,
-                      group_sum, require, scale_arg, scale_or_none, window_arg)
+                      group_sum, require, scale_arg, scale_or_none, takes_grouped_heads,
+                      window_arg)
 from ._launch import (PagedLengths, VarlenBatch, check_packed, device_int32, host_ints,  # noqa: F401
                       is_int_dtype, paged_fwd_into, varlen_bwd_into, varlen_fwd_into)
 from .names import APPEND_KV, AUTO
@@ -111,14 +112,17 @@ def varlen_bwd_op(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse:
                   host_cu_seqlens_k: Tensor, causal: bool, scale: float, window_left: int,
                   window_right: int, kernel: str,
                   deterministic: bool) -> Tuple[Tensor, Tensor, Tensor]:
-    """(dQ, dK, dV) of a packed batch; dK, dV with k's H_kv heads (the kernel runs on K and V
-    repeated over the group, and the group's gradients are summed in fp32)."""
+    """(dQ, dK, dV) of a packed batch; dK, dV with k's H_kv heads (a kernel that takes grouped
+    heads sums them itself; for any other K and V are repeated over the group and the group's
+    gradients summed in fp32)."""
     plan = _Plan(cu_seqlens_q, cu_seqlens_k, host_cu_seqlens_q, host_cu_seqlens_k)
     dt, h, hkv, d = check_packed(plan, q, k, v)
     window, has_window = window_arg((window_left, window_right), causal)
     name = _pick_varlen("bwd", kernel, dt, d, plan, causal, has_window, hkv != h, deterministic)
     q, o, lse = dense(q), dense(o), dense(lse)
-    ke, ve = dense(group_expand(k, h, 0)), dense(group_expand(v, h, 0))
+    in_kernel = hkv != h and takes_grouped_heads("varlen_bwd", name, dt, d)
+    ke, ve = (dense(k), dense(v)) if in_kernel else (dense(group_expand(k, h, 0)),
+                                                     dense(group_expand(v, h, 0)))
     do = dense(dout.to(q.dtype))
     dq, dk, dv = torch.empty_like(q), torch.empty_like(ke), torch.empty_like(ve)
     delta = torch.empty_like(lse)

@@ -16,6 +16,8 @@ class EmulatedLibrary:
     # The fixed-length backward that takes grouped K/V heads, as the real registry declares it
     # (AttentionBwdKernel::gqa); fa_py_supported_ex refuses grouped heads for every other.
     GROUPED_BWD = "07/bwd_v1_tma_wgmma"
+    # The varlen backward that takes them (VarlenBwdKernel::gqa), listed for sm_90 as the real one.
+    GROUPED_VARLEN_BWD = "09/hopper_bwd_v1_varlen"
 
     def __init__(self, torch):
         self.torch = torch
@@ -44,6 +46,7 @@ class EmulatedLibrary:
                 "varlen_fwd\t09/v2_window\tfp32\t32\t80\tgqa,window\t\t\tx",
                 "varlen_bwd\t09/bwd_v1_varlen\tfp32\t32\t80\t\t\t09/v1_varlen\tx",
                 "varlen_bwd\t09/bwd_v2_window\tfp32\t32\t80\twindow\t\t09/v2_window\tx",
+                "varlen_bwd\t%s\tfp32\t32\t90\tgqa\t\t09/v1_varlen\tx" % self.GROUPED_VARLEN_BWD,
                 "paged_fwd\t09/paged_v1_decode\tfp32\t32\t80\tgqa,decoding\t4,8\t\tx",
                 "paged_fwd\t09/paged_v2_prefill\tfp32\t32\t80\tgqa\t4,8\t\tx",
                 "append\t09/append_kv\tfp32\t\t70\t\t\t\tx"]
@@ -58,7 +61,8 @@ class EmulatedLibrary:
         return ("\n".join(rows) + "\n").encode()
 
     def fa_py_supported_ex(self, kind, name, dtype, head_dim, gqa, window, page_size):
-        if kind == b"bwd" and gqa and name.decode() != self.GROUPED_BWD:
+        grouped = {b"bwd": self.GROUPED_BWD, b"varlen_bwd": self.GROUPED_VARLEN_BWD}
+        if kind in grouped and gqa and name.decode() != grouped[kind]:
             self.error = b"this kernel takes heads_kv == heads only (no grouped-query attention)"
             return 2  # FA_PY_UNSUPPORTED
         return 0
@@ -191,24 +195,29 @@ class EmulatedLibrary:
     def fa_py_varlen_bwd(self, name, q, k, v, o, do, lse, dq, dk, dv, delta, ws, cu_q, cu_k,
                          host_q, host_k, batch, h, hkv, d, dtype, scale, causal, wl, wr, device,
                          stream):
+        """K, V, dK, dV of hkv heads: dK, dV of a K/V head summed over its group."""
         self.calls.append((name.decode(), "varlen_bwd"))
-        assert hkv in (0, h), "no backward takes grouped heads"
+        hkv = hkv or h
+        self.bwd_heads.append((h, hkv))
+        assert hkv == h or name.decode() == self.GROUPED_VARLEN_BWD, "this backward takes no groups"
         hq, hk = self._varlen(cu_q, cu_k, host_q, host_k, batch)
-        tq, tk = hq[-1], hk[-1]
+        tq, tk, g = hq[-1], hk[-1], h // hkv
         assert not self.view(ws, h * tq * d).any(), "workspace not zeroed"
         Q = self.view(q, h * tq * d).view(h, tq, d)
-        K = self.view(k, h * tk * d).view(h, tk, d)
-        V = self.view(v, h * tk * d).view(h, tk, d)
+        K = self.view(k, hkv * tk * d).view(hkv, tk, d)
+        V = self.view(v, hkv * tk * d).view(hkv, tk, d)
         dO = self.view(do, h * tq * d).view(h, tq, d)
         dQ = self.view(dq, h * tq * d).view(h, tq, d)
-        dK = self.view(dk, h * tk * d).view(h, tk, d)
-        dV = self.view(dv, h * tk * d).view(h, tk, d)
+        dK = self.view(dk, hkv * tk * d).view(hkv, tk, d)
+        dV = self.view(dv, hkv * tk * d).view(hkv, tk, d)
         dK.zero_()
         dV.zero_()
         for b in range(batch):
             qs, ks = slice(hq[b], hq[b + 1]), slice(hk[b], hk[b + 1])
-            gq, gk, gv = self._grads(Q[:, qs], K[:, ks], V[:, ks], dO[:, qs], causal, scale,
+            gq, gk, gv = self._grads(Q[:, qs], K[:, ks].repeat_interleave(g, 0),
+                                     V[:, ks].repeat_interleave(g, 0), dO[:, qs], causal, scale,
                                      (wl, wr))
+            gk, gv = (x.reshape(hkv, g, -1, d).sum(1) for x in (gk, gv))
             dQ[:, qs], dK[:, ks], dV[:, ks] = gq.float(), gk.float(), gv.float()
         return 0
 

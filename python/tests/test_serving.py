@@ -771,6 +771,42 @@ def test_attention_gqa_in_chapter07_kernels():
     report(failures, 6)
 
 
+@pytest.mark.parametrize("fwd,bwd,window", [
+    ("09/hopper_v1_varlen", "09/hopper_bwd_v1_varlen", (-1, -1)),
+    ("09/hopper_v2_window", "09/hopper_bwd_v2_window", (255, 0))])
+def test_varlen_gqa_in_chapter09_kernels(fwd, bwd, window):
+    """Grouped and multi-query heads through chapter 09's Hopper backwards, which sum dK, dV over
+    each group themselves: the backward's memory no more than the MHA backward's on the same
+    packed batch (the gradients are checked by test_varlen_gradients)."""
+    torch = torch_cuda_or_skip()
+    for kind, name in (("varlen_fwd", fwd), ("varlen_bwd", bwd)):
+        err = fa.supported(kind, name, "bf16", 128, gqa=True)
+        if err is not None:
+            pytest.skip(str(err))
+    lens = [300, 1, 0, 517, 1024]
+    for hkv in (2, 1):
+        q, k, v, do, cu_q, cu_k = varlen_inputs(torch, lens, lens, 8, hkv, 128, torch.bfloat16,
+                                                SEED + hkv)
+        q.requires_grad_()
+
+        def backward_peak(k, v):
+            """The bytes the backward allocated at its peak."""
+            k, v = k.detach().requires_grad_(), v.detach().requires_grad_()
+            o = fa.varlen_attention(q, k, v, cu_q, cu_k, causal=True, window=window, kernel=fwd,
+                                    kernel_bwd=bwd)
+            torch.cuda.synchronize()
+            before = torch.cuda.memory_allocated()
+            torch.cuda.reset_peak_memory_stats()
+            torch.autograd.grad(o, (q, k, v), do)
+            torch.cuda.synchronize()
+            return torch.cuda.max_memory_allocated() - before
+
+        peak = backward_peak(k, v)
+        mha_peak = backward_peak(k.repeat_interleave(8 // hkv, 1), v.repeat_interleave(8 // hkv, 1))
+        assert peak <= mha_peak, "grouped backward peak %d B > MHA's %d B (H_kv %d)" % (
+            peak, mha_peak, hkv)
+
+
 def test_serving_refusals(torch_cuda):
     torch = torch_cuda
     q = torch.randn(10, 4, 64, device="cuda", dtype=torch.bfloat16)
@@ -786,3 +822,29 @@ def test_serving_refusals(torch_cuda):
             fa.attention(x, x, x, causal=True, window=(4, 0), kernel=fa.DEFAULT_FWD)
         with pytest.raises(fa.UnsupportedError, match="no grouped-query attention"):
             fa.attention(x, y, y, kernel=fa.DEFAULT_FWD)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_python_layer_varlen_gqa_in_the_backward_kernel(emulated, causal):
+    """A varlen backward that takes grouped heads gets K and V as they are (H_kv heads, no
+    repeat, no sum in Python), and its dK, dV are the group's sums; one that takes none runs on
+    K and V repeated."""
+    torch, emu = emulated
+    lens_q, lens_k = [7, 0, 20, 3], [9, 2, 20, 0]
+    cu_q, cu_k = offsets(lens_q), offsets(lens_k)
+    g = torch.Generator().manual_seed(SEED)
+    q = torch.randn(cu_q[-1], 6, 32, generator=g).requires_grad_()
+    k = torch.randn(cu_k[-1], 2, 32, generator=g).requires_grad_()
+    v = torch.randn(cu_k[-1], 2, 32, generator=g).requires_grad_()
+    do = torch.randn(cu_q[-1], 6, 32, generator=g)
+    q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+    ref = _ref_varlen(torch, q64, k64, v64, cu_q, cu_k, causal, (-1, -1))
+    refs = torch.autograd.grad(ref, (q64, k64, v64), do.double(), allow_unused=True)
+    for bwd, heads in ((emu.GROUPED_VARLEN_BWD, (6, 2)), ("09/bwd_v1_varlen", (6, 6))):
+        emu.bwd_heads.clear()
+        o = fa.varlen_attention(q, k, v, cu_q, cu_k, causal=causal, kernel="09/v1_varlen",
+                                kernel_bwd=bwd)
+        grads = torch.autograd.grad(o, (q, k, v), do)
+        for got, want in zip(grads, refs):
+            assert got.shape == want.shape and torch.allclose(got.double(), want, atol=1e-4)
+        assert emu.bwd_heads == [heads], (bwd, emu.bwd_heads)

@@ -71,8 +71,8 @@ TEST(Dispatch, EveryRowNamesAKernelThatTakesWhatTheRowSendsIt) {
       rounds = k->rounds_head_dim;
     } else if (const auto* k = fa::find_entry<fa::VarlenBwdKernel>(r.kernel);
                k && (r.op == Op::Bwd || r.op == Op::VarlenBwd)) {
-      dims = k->head_dims, min_sm = k->min_sm, gqa = true, window = k->window;
-      rounds = k->rounds_head_dim;
+      dims = k->head_dims, min_sm = k->min_sm, gqa = k->gqa || r.gqa != fa::Rule::Tri::Yes;
+      window = k->window, rounds = k->rounds_head_dim;
     } else if (const auto* k = fa::find_entry<fa::PagedFwdKernel>(r.kernel);
                k && r.op == Op::PagedFwd) {
       dims = k->head_dims, min_sm = k->min_sm, gqa = true;
@@ -285,6 +285,20 @@ TEST(Dispatch, EachKindOfProblemGoesWhereItsRowSays) {
   }
   // Before sm_90 the caller repeats K and V: any backward serves.
   EXPECT_EQ(fa::pick(gqa_bwd, 80).kernel, "06/v5_warp_tiles");
+  // Packed batches with grouped heads: chapter 09's Hopper backwards sum dK, dV over the group
+  // themselves (the window's too); the mma.sync ones run on K and V repeated by the caller.
+  fa::Problem varlen_gqa_bwd = gqa_bwd;
+  varlen_gqa_bwd.op = Op::VarlenBwd;
+  if (have_hopper_kernels()) {
+    EXPECT_EQ(fa::pick(varlen_gqa_bwd, 90).kernel, "09/hopper_bwd_v1_varlen");
+    EXPECT_TRUE(fa::find_entry<fa::VarlenBwdKernel>("09/hopper_bwd_v1_varlen")->gqa);
+    varlen_gqa_bwd.window = true;
+    EXPECT_EQ(fa::pick(varlen_gqa_bwd, 90).kernel, "09/hopper_bwd_v2_window");
+    EXPECT_TRUE(fa::find_entry<fa::VarlenBwdKernel>("09/hopper_bwd_v2_window")->gqa);
+    varlen_gqa_bwd.window = false;
+  }
+  EXPECT_EQ(fa::pick(varlen_gqa_bwd, 80).kernel, "09/bwd_v1_varlen");
+  EXPECT_FALSE(fa::find_entry<fa::VarlenBwdKernel>("09/bwd_v1_varlen")->gqa);
 
   EXPECT_EQ(fa::pick(fwd(DType::F32, 64, 1000, true), 90).kernel, "05/v1_scalar_fp32");
   EXPECT_EQ(fa::pick(bwd(DType::F32, 64, 1000, true), 90).kernel, "06/v1_fp32");

@@ -183,7 +183,7 @@ const std::vector<int64_t> kBwdQ = {1, 17, 129, 0, 200}, kBwdK = {300, 17, 129, 
 // backward's shapes, for both directions); head dims off the step of 8 are refused with the
 // reason. A kernel that does not round refuses D 80.
 template <class K, class Run>
-void rounded_head_dims(const K& k, bool gqa, Run run) {
+void rounded_head_dims(const K& k, Run run) {
   FA_SKIP_WITHOUT_GPU(k.min_sm);
   if (!k.rounds_head_dim) {
     const fa::RunResult r = run(varlen({17}, {17}, 2, 80, true), k.dtypes.front(), 5);
@@ -198,7 +198,7 @@ void rounded_head_dims(const K& k, bool gqa, Run run) {
       for (bool causal : {false, true}) {
         std::vector<VarlenShape> shapes = {varlen(kBwdQ, kBwdK, 2, d, causal)};
         if (k.window) shapes.push_back(varlen(kBwd, kBwd, 2, d, causal, 100, causal ? -1 : 50));
-        if (gqa) shapes.push_back(varlen(kBwdQ, kBwdK, 4, d, causal, -1, -1, 1));
+        if (k.gqa) shapes.push_back(varlen(kBwdQ, kBwdK, 4, d, causal, -1, -1, 1));
         for (const VarlenShape& s : shapes) {
           SCOPED_TRACE(s.str() + " " + fa::dtype_name(t));
           FA_EXPECT_PASS(run(s, t, uint64_t(d * 3 + causal)));
@@ -212,13 +212,13 @@ void rounded_head_dims(const K& k, bool gqa, Run run) {
 }
 
 TEST_P(VarlenFwdKernels, RoundedHeadDims) {
-  rounded_head_dims(kernel(), kernel().gqa, [&](const VarlenShape& s, DType t, uint64_t seed) {
+  rounded_head_dims(kernel(), [&](const VarlenShape& s, DType t, uint64_t seed) {
     return fa::run_varlen_fwd(kernel(), s, t, check_only(seed));
   });
 }
 
 TEST_P(VarlenBwdKernels, RoundedHeadDims) {
-  rounded_head_dims(kernel(), false, [&](const VarlenShape& s, DType t, uint64_t seed) {
+  rounded_head_dims(kernel(), [&](const VarlenShape& s, DType t, uint64_t seed) {
     return fa::run_varlen_bwd(kernel(), s, t, check_only(seed));
   });
 }
@@ -252,12 +252,26 @@ TEST_P(VarlenBwdKernels, SlidingWindows) {
       }
 }
 
-TEST_P(VarlenBwdKernels, GroupedKvHeadsAreRefused) {
+// Grouped K/V heads (a group of 4, and MQA): dK and dV of each K/V head against the sum over
+// its group (the harness checks whole groups). A kernel that does not take them refuses.
+TEST_P(VarlenBwdKernels, GroupedKvHeads) {
   FA_SKIP_WITHOUT_GPU(kernel().min_sm);
-  auto [t, d] = variants(kernel()).front();
-  fa::RunResult r =
-      fa::run_varlen_bwd(kernel(), varlen({17}, {17}, 4, d, false, -1, -1, 2), t, check_only(61));
-  EXPECT_EQ(r.status, fa::Status::Unsupported) << r.report();
+  if (!kernel().gqa) {
+    auto [t, d] = variants(kernel()).front();
+    fa::RunResult r =
+        fa::run_varlen_bwd(kernel(), varlen({17}, {17}, 4, d, false, -1, -1, 2), t, check_only(61));
+    EXPECT_EQ(r.status, fa::Status::Unsupported) << r.report();
+    return;
+  }
+  for (auto [t, d] : variants(kernel()))
+    for (bool causal : {false, true}) {
+      const int64_t left = kernel().window ? 100 : -1;  // one windowed case where it takes one
+      for (const VarlenShape& s : {varlen(kBwd, kBwd, 8, d, causal, -1, -1, 2),
+                                   varlen(kBwdQ, kBwdK, 4, d, causal, left, -1, 1)}) {
+        SCOPED_TRACE(s.str() + " " + fa::dtype_name(t));
+        FA_EXPECT_PASS(fa::run_varlen_bwd(kernel(), s, t, check_only(63 + causal)));
+      }
+    }
 }
 
 TEST_P(VarlenBwdKernels, ManyHeadsBeyondGridLimit) {
@@ -484,7 +498,8 @@ void sanitize_case(const std::string& what, F body) {
 }
 
 // Every chapter 09 kernel of kind K once per tiny ragged packed batch: each head dim it lists
-// (and rounds, sanitized_dims), causal, with a window where it takes one.
+// (and rounds, sanitized_dims), causal, with a window where it takes one, and with grouped K/V
+// heads (MQA) where it takes them.
 template <class K, class Run>
 void sanitize_varlen(Run run) {
   for (const K* k : fa::entries_with_prefix<K>("09/")) {
@@ -494,8 +509,11 @@ void sanitize_varlen(Run run) {
     for (DType t : k->dtypes)
       for (int d : sanitized_dims(*k))
         for (int64_t left : {int64_t(-1), k->window ? int64_t(5) : int64_t(-1)}) {
-          const VarlenShape s = varlen({17, 0, 33}, {33, 5, 17}, 2, d, true, left, -1);
-          sanitize_case(k->name + " " + s.str(), [&] { return run(*k, s, t); });
+          std::vector<VarlenShape> shapes = {
+              varlen({17, 0, 33}, {33, 5, 17}, 2, d, true, left, -1)};
+          if (k->gqa) shapes.push_back(varlen({17, 0, 33}, {33, 5, 17}, 4, d, true, left, -1, 1));
+          for (const VarlenShape& s : shapes)
+            sanitize_case(k->name + " " + s.str(), [&] { return run(*k, s, t); });
         }
   }
 }

@@ -7,7 +7,7 @@
 // What changed vs 07/bwd_v1, and why
 //   One idea: an offset table in front of both tile loops. The batch is packed without padding,
 //   head-major (VarlenShape, common/shapes.h): Q, O, dO, dQ are [heads, total_q, D], K, V, dK, dV
-//   [heads, total_k, D], L and D [heads, total_q], and sequence b owns rows cu_seqlens_q[b] ..
+//   [heads_kv, total_k, D], L and D [heads, total_q], and sequence b owns rows cu_seqlens_q[b] ..
 //   cu_seqlens_q[b+1] - 1 of every head's slab (K: cu_seqlens_k). Each block reads its
 //   sequence's two offsets and two lengths from cu_seqlens (device memory) and from then on is
 //   07's block on a problem of seq_q x seq_k whose row 0 lies at that offset; causal masking is
@@ -52,24 +52,31 @@
 //   box starting at a sequence's last tile (offset + up to 128 rows) still fits. Offsets into the
 //   tensors are 64-bit. A slab with no rows at all (total_q or total_k = 0) has no tensor map:
 //   the other slab's map stands in, never read. 07's fallback (06/v2_mma for shapes TMA cannot
-//   load) has no varlen counterpart: misaligned tensors are refused. Like chapter 06 and
-//   09/bwd_v1_varlen, heads_kv == heads only. Head dims between 64, 128 and 256 (multiples of 8)
-//   run the next instance as 07/bwd_v1 does: the maps' rows are d long, so the columns past d
-//   arrive as zeros and give zero gradient columns, which the stores (rows of d) leave out.
+//   load) has no varlen counterpart: misaligned tensors are refused. Head dims between 64, 128
+//   and 256 (multiples of 8) run the next instance as 07/bwd_v1 does: the maps' rows are d long,
+//   so the columns past d arrive as zeros and give zero gradient columns, which the stores (rows
+//   of d) leave out.
+//
+//   Grouped K/V heads (GQA, MQA) as 07/bwd_v1 takes them (its header): K, V, dK and dV are
+//   [heads_kv, total_k, D]; a dK/dV block is a (key tile, K/V head, sequence) and its loop walks
+//   the group's query heads one after the other, dK and dV summed in its registers (no copies,
+//   no atomics, still deterministic); a dQ block reads K and V at head h / group. 07's split of
+//   a group over several blocks (for a grid too small to fill the GPU) is left out: a packed
+//   batch's sequences already multiply the blocks.
 //
 // Map of the kernels (as 07/bwd_v1; Bc, Br = 128 at D 64 and 128, 64 at D 256)
 //   1. D = rowsum(dO o O) over the heads * total_q rows.
-//   2. dkdv_kernel, one block per (key tile, head, sequence), 2 warpgroups: the offset table,
-//      return if past seq_k; K, V kept, the Q tiles that see them (causal: from
-//      causal_first_query) through a 2-stage ring with L, D; S^T = K Q^T, dP^T = V dO^T
+//   2. dkdv_kernel, one block per (key tile, K/V head, sequence), 2 warpgroups: the offset
+//      table, return if past seq_k; K, V kept, for each query head of the group the Q tiles that
+//      see them (causal: from causal_first_query) through a 2-stage ring with L, D; S^T = K Q^T, dP^T = V dO^T
 //      (wgmma_ss), P^T, dV += P^T dO, dS^T, dK += dS^T Q (wgmma_rs); dK * scale, dV stored.
 //   3. dq_kernel, one block per (query tile, head, sequence): return if past seq_q; Q, dO kept,
 //      the visible K/V tiles (kv_tiles) through a 2-stage ring; S, dP, P, dS, dQ += dS K;
 //      dQ * scale stored.
 //   smem      dkdv D 64: 65 KiB, D 128: 130 KiB, D 256: 194 KiB; dq 65 / 129 / 193 KiB
-//   registers (ptxas, CUDA 13.0, sm_90a, fp16 = bf16; 256 threads, up to 255 each): dkdv 199
-//             (D 64) / 255 (D 128) / 245 (D 256), dq 141 / 184 / 157, no spills (07/bwd_v1:
-//             191 / 255 / 244 and 136 / 182 / 155: the offsets and per-sequence bases cost few)
+//   registers (ptxas, CUDA 13.0, sm_90a, fp16 = bf16; 256 threads, up to 255 each): dkdv 197
+//             (D 64) / 255 (D 128) / 247 (D 256), dq 145 / 191 / 159, no spills (07/bwd_v1,
+//             whose dkdv also splits groups: 206 / 254 / 254 and 136 / 182 / 155)
 // Speed: measured in chapters/09_serving/README.md
 #include <cuda.h>
 
@@ -113,13 +120,13 @@ struct VarlenBwdParams {
   const float* lse;    // [heads, total_q]
   const float* delta;  // [heads, total_q]
   void* dq;            // [heads, total_q, D]
-  void* dk;            // [heads, total_k, D]
+  void* dk;            // [heads_kv, total_k, D]
   void* dv;
   const int32_t* cu_seqlens_q;  // batch + 1 offsets into the packed rows, on the device
   const int32_t* cu_seqlens_k;
   int64_t total_q, total_k;  // rows of one head's slab: the sums of the lengths
   int d;                     // the real head dim, the rows' length (D rounds it up)
-  int heads;
+  int heads, group;          // query heads; query heads per K/V head (1: no grouping)
   int64_t n_tiles;   // tiles per (sequence, head), the longest sequence's: of keys or queries
   float scale;       // softmax scale
   float scale_log2;  // scale * log2(e): P = exp2(s * scale_log2 - L2)
@@ -159,10 +166,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr int kSAcc = kKvBr / 2;  // S^T (and dP^T) accumulators per thread
   constexpr int kN = Sp::kAccCols;  // columns of dK and dV this warpgroup accumulates
 
-  // ---- The offset table: which sequence, head and key tile this block is, and where they lie.
-  const int64_t seq_head = int64_t(blockIdx.x) / p.n_tiles;  // sequence * heads + head
+  // ---- The offset table: which sequence, K/V head and key tile this block is, and where they
+  // lie.
+  const int heads_kv = p.heads / p.group;
+  const int64_t seq_head = int64_t(blockIdx.x) / p.n_tiles;  // sequence * heads_kv + K/V head
   const int64_t k0 = (int64_t(blockIdx.x) % p.n_tiles) * kBc;
-  const int b = int(seq_head / p.heads), h = int(seq_head % p.heads);
+  const int b = int(seq_head / heads_kv), kv = int(seq_head % heads_kv);
   const int q_start = p.cu_seqlens_q[b], k_start = p.cu_seqlens_k[b];  // first packed rows
   const int64_t seq_q = p.cu_seqlens_q[b + 1] - q_start, seq_k = p.cu_seqlens_k[b + 1] - k_start;
   if (k0 >= seq_k) return;  // past this sequence's keys: the whole block, before any barrier
@@ -180,10 +189,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint64_t* q_full = kv_full + 1;  // one per stage: Q and dO bytes of the tile have landed
 
   const int tid = threadIdx.x, wg = tid / 128, t = tid % 128, q = t % 4;
-  // L and D of this sequence and head: element h * total_q + q_start of the [heads, total_q]
-  // vectors; load_ld reads them for rows < seq_q only (the rows after are the next sequence's).
-  const float* lse = p.lse + int64_t(h) * p.total_q + q_start;
-  const float* delta = p.delta + int64_t(h) * p.total_q + q_start;
 
   // The Q tiles that see this block's keys: causal, from the one holding the first query that
   // sees key k0 (every earlier tile is entirely masked). Possibly none.
@@ -193,25 +198,33 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int64_t first = causal_first_query(k0, seq_q, seq_k);
     if (first > 0) qt_begin = first / kKvBr;
   }
-  const int n_iter = qt_begin < n_qt ? int(n_qt - qt_begin) : 0;
+  // GQA: the group's query heads one after the other, n_per tiles each (07/bwd_v1's header).
+  const int n_per = qt_begin < n_qt ? int(n_qt - qt_begin) : 0;
+  const int n_iter = n_per * p.group;
+  // Iteration j: its query head and its first query row (within the sequence).
+  auto head_of = [&](int j) { return kv * p.group + j / n_per; };
+  auto row_of = [&](int j) { return (qt_begin + j % n_per) * kKvBr; };
 
-  // Thread 0: Q and dO of iteration j (Q tile qt_begin + j) into stage j % kStages. The row is
-  // a packed row: the sequence's offset plus the tile's first row (the box may run into the next
-  // sequence; see the header).
+  // Thread 0: Q and dO of iteration j into stage j % kStages. The row is a packed row: the
+  // sequence's offset plus the tile's first row (the box may run into the next sequence; see
+  // the header).
   auto request_q = [&](int j) {
     const int s = j % kStages;
-    const int row = q_start + int((qt_begin + j) * kKvBr);
+    const int row = q_start + int(row_of(j)), h = head_of(j);
     hopper::mbar_arrive_expect_tx(&q_full[s], 2 * Sm::kQBytes);
     for (int c = 0; c < kStrips; ++c) {
       hopper::tma_load_3d(sQ(s) + c * kKvBr * 128, &tm_q, &q_full[s], c * kSwizzleCols, row, h);
       hopper::tma_load_3d(sdO(s) + c * kKvBr * 128, &tm_do, &q_full[s], c * kSwizzleCols, row, h);
     }
   };
-  // Warpgroup 0: threads 0..63 carry L2 of the tile's 64 queries, threads 64..127 their D.
+  // Warpgroup 0: threads 0..63 carry L2 of the tile's 64 queries, threads 64..127 their D. L and
+  // D of the sequence and head start at element h * total_q + q_start of the [heads, total_q]
+  // vectors; rows at or past seq_q (the next sequence's) get L2 = +inf and D = 0.
   auto load_ld = [&](int j) {
-    const int64_t row = (qt_begin + j) * kKvBr + tid % kKvBr;
-    if (tid < kKvBr) return load_l2(lse, row, seq_q);
-    return row < seq_q ? delta[row] : 0.0f;
+    const int64_t row = row_of(j) + tid % kKvBr;
+    const int64_t head_row0 = int64_t(head_of(j)) * p.total_q + q_start;
+    if (tid < kKvBr) return load_l2(p.lse + head_row0, row, seq_q);
+    return row < seq_q ? p.delta[head_row0 + row] : 0.0f;
   };
   auto store_ld = [&](int j, float x) {
     const int s = j % kStages;
@@ -229,9 +242,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       hopper::mbar_arrive_expect_tx(kv_full, 2 * Sm::kKVBytes);
       for (int c = 0; c < kStrips; ++c) {  // all D columns: S^T and dP^T contract over them
         hopper::tma_load_3d(sK + c * kBc * 128, &tm_k, kv_full, c * kSwizzleCols, k_start + int(k0),
-                            h);
+                            kv);
         hopper::tma_load_3d(sV + c * kBc * 128, &tm_v, kv_full, c * kSwizzleCols, k_start + int(k0),
-                            h);
+                            kv);
       }
     }
     for (int j = 0; j < kStages && j < n_iter; ++j) request_q(j);
@@ -255,7 +268,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (n_iter > 0) hopper::mbar_wait(kv_full, 0);
   for (int j = 0; j < n_iter; ++j) {
     const int s = j % kStages;
-    const int64_t q0 = (qt_begin + j) * kKvBr;
+    const int64_t q0 = row_of(j);
     const bool prefetch = j + kStages < n_iter && tid < 2 * kKvBr;
     const float next_ld = prefetch ? load_ld(j + kStages) : 0.0f;
     const bool need_mask = k0 + kBc > seq_k || (p.causal && k0 + kBc - 1 > q0 + off);
@@ -346,10 +359,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 
   // Keys no query sees (causal, or seq_q = 0) leave with dK = dV = 0, as they must. Rows
-  // k0 + wrow .., columns col0 .. col0 + kN - 1 of this sequence's [seq_k x D] part of the head's
-  // slab; store_acc_rows skips rows at or past seq_k, which belong to the next sequence.
+  // k0 + wrow .., columns col0 .. col0 + kN - 1 of this sequence's [seq_k x D] part of the K/V
+  // head's slab, summed over its group; store_acc_rows skips rows at or past seq_k, which belong
+  // to the next sequence.
   const int64_t row0 = k0 + wrow;
-  const int64_t first_row = int64_t(h) * p.total_k + k_start;  // in the [heads, total_k] slabs
+  const int64_t first_row = int64_t(kv) * p.total_k + k_start;  // in the [heads_kv, total_k] slabs
   store_acc_rows<T, kN>(static_cast<T*>(p.dk) + first_row * p.d + col0, dk, row0, seq_k, p.scale, t,
                         p.d, p.d - col0);
   store_acc_rows<T, kN>(static_cast<T*>(p.dv) + first_row * p.d + col0, dv, row0, seq_k, 1.0f, t,
@@ -392,6 +406,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Heaviest tiles first under causal masking (the last query tiles see the most keys).
   const int64_t q0 = (p.n_tiles - 1 - int64_t(blockIdx.x) % p.n_tiles) * kBr;
   const int b = int(seq_head / p.heads), h = int(seq_head % p.heads);
+  const int kv = h / p.group;  // the K/V head it reads (GQA: 07/bwd_v1's header)
   const int q_start = p.cu_seqlens_q[b], k_start = p.cu_seqlens_k[b];  // first packed rows
   const int64_t seq_q = p.cu_seqlens_q[b + 1] - q_start, seq_k = p.cu_seqlens_k[b + 1] - k_start;
   if (q0 >= seq_q) return;  // past this sequence's queries: the whole block, before any barrier
@@ -416,9 +431,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     hopper::mbar_arrive_expect_tx(&kv_full[s], 2 * Sm::kKVBytes);
     for (int c = 0; c < kStrips; ++c) {  // all D columns: S and dP contract over them
       hopper::tma_load_3d(sK(s) + c * kQBc * 128, &tm_k, &kv_full[s], c * kSwizzleCols,
-                          k_start + j * kQBc, h);
+                          k_start + j * kQBc, kv);
       hopper::tma_load_3d(sV(s) + c * kQBc * 128, &tm_v, &kv_full[s], c * kSwizzleCols,
-                          k_start + j * kQBc, h);
+                          k_start + j * kQBc, kv);
     }
   };
 
@@ -533,11 +548,14 @@ template <class T, int D>
 void launch(const VarlenBwdArgs& a, cudaStream_t stream) {
   const VarlenShape& s = a.shape;
   // Tiles of the longest sequence, for every (sequence, head); shorter sequences' blocks past
-  // their keys (queries) return at once.
+  // their keys (queries) return at once. dK/dV: one block per K/V head (GQA: 07/bwd_v1's header).
   const int64_t n_kt = ceil_div(s.max_seq_k(), kKvBc<D>), n_qt = ceil_div(s.max_seq_q(), kQBr<D>);
-  const int64_t seq_heads = s.batch() * s.heads;
-  FA_UNSUPPORTED_IF(n_kt * seq_heads > INT_MAX || n_qt * seq_heads > INT_MAX,
+  const int64_t seq_heads = s.batch() * s.heads, seq_kv_heads = s.batch() * s.kv_heads();
+  FA_UNSUPPORTED_IF(n_kt * seq_kv_heads > INT_MAX || n_qt * seq_heads > INT_MAX,
                     std::string(kName) + ": more than 2^31-1 thread blocks");
+  // dkdv's iterations, the group's query heads x the Q tiles, count in an int.
+  FA_UNSUPPORTED_IF(ceil_div(s.max_seq_q(), kKvBr) * (s.heads / s.kv_heads()) > INT_MAX,
+                    std::string(kName) + ": more than 2^31-1 query tiles per K/V head");
   VarlenBwdParams p{};
   p.lse = a.lse;
   p.delta = a.delta;
@@ -550,11 +568,13 @@ void launch(const VarlenBwdArgs& a, cudaStream_t stream) {
   p.total_k = s.total_k();
   p.d = int(s.head_dim);  // <= D: the boxes' columns past it arrive as zeros
   p.heads = int(s.heads);
+  p.group = int(s.heads / s.kv_heads());
   p.scale = s.sequence(0).softmax_scale();
   p.scale_log2 = p.scale * kLog2e;
   p.causal = s.causal;
 
-  // [heads][total][D]: a head's slab is the 07 map's [seq] axis; the packed offsets select rows.
+  // [heads][total][D]: a head's slab is the 07 map's [seq] axis; the packed offsets select rows
+  // (K and V: heads_kv slabs).
   // A slab with no rows (every Q, or every K, empty) has no tensor to describe: the other one's
   // map stands in, never read (no block loads a tile of an empty sequence).
   auto maps = [&](int q_box, int k_box, CUtensorMap& tm_q, CUtensorMap& tm_do, CUtensorMap& tm_k,
@@ -564,8 +584,8 @@ void launch(const VarlenBwdArgs& a, cudaStream_t stream) {
       tm_do = make_tmap(a.dout, s.heads, p.total_q, p.d, q_box, a.dtype);
     }
     if (p.total_k > 0) {
-      tm_k = make_tmap(a.k, s.heads, p.total_k, p.d, k_box, a.dtype);
-      tm_v = make_tmap(a.v, s.heads, p.total_k, p.d, k_box, a.dtype);
+      tm_k = make_tmap(a.k, s.kv_heads(), p.total_k, p.d, k_box, a.dtype);
+      tm_v = make_tmap(a.v, s.kv_heads(), p.total_k, p.d, k_box, a.dtype);
     }
     if (p.total_q == 0) tm_q = tm_do = tm_k;
     if (p.total_k == 0) tm_k = tm_v = tm_q;
@@ -581,7 +601,7 @@ void launch(const VarlenBwdArgs& a, cudaStream_t stream) {
     set_smem_limit_once<dkdv_kernel<T, D>, kSmem>();
     p.n_tiles = n_kt;
     dkdv_kernel<T, D>
-        <<<unsigned(n_kt * seq_heads), kThreads, kSmem, stream>>>(tm_q, tm_k, tm_v, tm_do, p);
+        <<<unsigned(n_kt * seq_kv_heads), kThreads, kSmem, stream>>>(tm_q, tm_k, tm_v, tm_do, p);
     FA_CHECK_LAUNCH();
   }
   // 3. dQ (every query row, zeros where it sees no key): Q/dO boxes of kQBr rows (kept), K/V
@@ -619,13 +639,12 @@ void dispatch_head_dim(const VarlenBwdArgs& a, cudaStream_t stream) {
 // Hopper-less varlen backward of this kernel's head dims to hand it to).
 void varlen_bwd(const VarlenBwdArgs& a, cudaStream_t stream) {
   const VarlenShape& s = a.shape;
-  FA_REQUIRE(s.heads >= 0, "negative head count");
+  FA_REQUIRE(s.heads >= 0 && s.heads_kv >= 0, "negative head count");
   FA_REQUIRE(s.seqlens_k.size() == s.seqlens_q.size(), "seqlens_q and seqlens_k differ in length");
   for (size_t b = 0; b < s.seqlens_q.size(); ++b)
     FA_REQUIRE(s.seqlens_q[b] >= 0 && s.seqlens_k[b] >= 0, "negative sequence length");
   FA_UNSUPPORTED_IF(a.dtype != DType::BF16 && a.dtype != DType::F16,
                     std::string(kName) + " takes bf16 and fp16 only");
-  FA_UNSUPPORTED_IF(s.is_gqa(), std::string(kName) + " takes heads_kv == heads only");
   FA_UNSUPPORTED_IF(s.window_left >= 0 || (!s.causal && s.window_right >= 0),
                     std::string(kName) + ": no sliding window (09/hopper_bwd_v2_window takes one)");
   FA_UNSUPPORTED_IF(head_dim_instance(s.head_dim) == 0,
@@ -636,6 +655,7 @@ void varlen_bwd(const VarlenBwdArgs& a, cudaStream_t stream) {
                     std::string(kName) +
                         " uses sm_90a instructions (wgmma, TMA): it runs on compute capability "
                         "9.0 (H100, H200) only");
+  FA_REQUIRE(s.heads == 0 || s.heads % s.kv_heads() == 0, "heads must be a multiple of heads_kv");
   if (s.batch() == 0 || s.heads == 0) return;  // nothing to write
   if (s.total_q() == 0 && s.total_k() == 0) return;
   FA_REQUIRE(a.cu_seqlens_q != nullptr && a.cu_seqlens_k != nullptr,
@@ -682,6 +702,7 @@ FA_REGISTER(VarlenBwdKernel,
              /*window=*/false,
              /*deterministic=*/true,
              /*forward=*/"09/hopper_v1_varlen",
-             /*rounds_head_dim=*/true});
+             /*rounds_head_dim=*/true,
+             /*gqa=*/true});
 
 }  // namespace fa::ch09
