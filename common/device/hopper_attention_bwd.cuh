@@ -175,15 +175,26 @@ __global__ void sum_parts_kernel(const float* parts, T* dk, T* dv, int64_t n, in
 }
 }  // namespace
 
-// dK and dV of a split group from its parts (one launch of sum_parts_kernel on the stream).
+// dK and dV (n elements each) of a split group from its parts (one launch of sum_parts_kernel
+// on the stream).
+template <class T>
+void sum_parts(const float* parts, void* dk, void* dv, int64_t n, int split, float scale,
+               cudaStream_t stream) {
+  const int64_t blocks = std::min<int64_t>(ceil_div(2 * n, 256), 8 * gpu_info().sm_count);
+  sum_parts_kernel<T><<<unsigned(blocks), 256, 0, stream>>>(parts, static_cast<T*>(dk),
+                                                            static_cast<T*>(dv), n, split, scale);
+  FA_CHECK_LAUNCH();
+}
 template <class T>
 void sum_parts(const float* parts, const AttentionBwdArgs& a, int split, float scale,
                cudaStream_t stream) {
-  const int64_t n = a.shape.k_numel();
-  const int64_t blocks = std::min<int64_t>(ceil_div(2 * n, 256), 8 * gpu_info().sm_count);
-  sum_parts_kernel<T><<<unsigned(blocks), 256, 0, stream>>>(parts, static_cast<T*>(a.dk),
-                                                            static_cast<T*>(a.dv), n, split, scale);
-  FA_CHECK_LAUNCH();
+  sum_parts<T>(parts, a.dk, a.dv, a.shape.k_numel(), split, scale, stream);
+}
+// A packed batch (chapter 09): its K/V heads' [heads_kv, total_k, D] slabs are the parts' rows.
+template <class T>
+void sum_parts(const float* parts, const VarlenBwdArgs& a, int split, float scale,
+               cudaStream_t stream) {
+  sum_parts<T>(parts, a.dk, a.dv, a.shape.k_numel(), split, scale, stream);
 }
 
 // The split of each group among dK/dV blocks: the divisor of the group with the least estimated
@@ -280,6 +291,27 @@ int dkdv_split(const AttentionShape& s, int threads, int kv_rows, int q_rows,
                BlockOrder order = BlockOrder::kHeadMajor) {
   if (!s.is_gqa()) return 1;
   return group_split(s, int(resident_slots<kKernel, kSmem>(threads)), kv_rows, q_rows, order);
+}
+
+// The same for a packed batch (chapter 09's Hopper backwards): estimated on the fixed-length
+// problem of its mean lengths (exact for a batch of one length; a mixed batch has more blocks of
+// unequal work, which the mean underrates), then cut to a divisor of the group whose parts fit
+// the q_numel() fp32 workspace of VarlenBwdArgs.
+template <auto kKernel, int kSmem>
+int dkdv_split(const VarlenShape& s, int threads, int kv_rows, int q_rows) {
+  if (!s.is_gqa() || s.batch() == 0 || s.total_q() == 0) return 1;
+  AttentionShape mean;
+  mean.batch = s.batch();
+  mean.heads = s.heads;
+  mean.heads_kv = s.heads_kv;
+  mean.seq_q = ceil_div(s.total_q(), s.batch());
+  mean.seq_k = std::max<int64_t>(1, ceil_div(s.total_k(), s.batch()));
+  mean.head_dim = s.head_dim;
+  mean.causal = s.causal;
+  int split = dkdv_split<kKernel, kSmem>(mean, threads, kv_rows, q_rows);
+  const int64_t group = s.heads / s.kv_heads();
+  while (split > 1 && (group % split != 0 || 2 * split * s.k_numel() > s.q_numel())) --split;
+  return split;
 }
 
 // The parts of a split for a rung whose workspace holds dQ's fp32 sum (bwd_v2 on): a

@@ -41,7 +41,7 @@
 //     its rows, none of the next sequence's.
 //   No atomics, so nothing can add into another sequence's dQ, and the result stays bitwise
 //   deterministic: every dQ element is still summed by one thread in a fixed order. The fp32
-//   workspace of VarlenBwdArgs (for kernels that accumulate dQ by atomics) is not used.
+//   workspace of VarlenBwdArgs holds only the split parts of grouped heads (below).
 //
 //   The preprocess D = rowsum(dO o O) runs as 09/bwd_v1_varlen runs it: over the packed layout
 //   D's rows are the heads * total_q rows of O and dO in order, so chapter 06's preprocess
@@ -60,9 +60,15 @@
 //   Grouped K/V heads (GQA, MQA) as 07/bwd_v1 takes them (its header): K, V, dK and dV are
 //   [heads_kv, total_k, D]; a dK/dV block is a (key tile, K/V head, sequence) and its loop walks
 //   the group's query heads one after the other, dK and dV summed in its registers (no copies,
-//   no atomics, still deterministic); a dQ block reads K and V at head h / group. 07's split of
-//   a group over several blocks (for a grid too small to fill the GPU) is left out: a packed
-//   batch's sequences already multiply the blocks.
+//   no atomics, still deterministic); a dQ block reads K and V at head h / group. Where that
+//   grid would leave SMs idle (few sequences, few K/V heads: MQA over two sequences of 4096 has
+//   64 dK/dV blocks for 132 SMs, and ran 2.29x its MHA time per query head causal, 1.53x full;
+//   H200, 2026-12-03, notes/measured/h200-2026-12-03/gqa_varlen_bwd_unsplit.log), 07's split
+//   holds too: `split` blocks per (key tile, K/V head,
+//   sequence) over group / split query heads each, their fp32 parts in the workspace
+//   ([split][heads_kv][total_k][D], every row written), added in a fixed order by
+//   sum_parts_kernel. dkdv_split (hopper_attention_bwd.cuh) estimates the split on the
+//   fixed-length problem of the batch's mean lengths.
 //
 // Map of the kernels (as 07/bwd_v1; Bc, Br = 128 at D 64 and 128, 64 at D 256)
 //   1. D = rowsum(dO o O) over the heads * total_q rows.
@@ -74,9 +80,9 @@
 //      the visible K/V tiles (kv_tiles) through a 2-stage ring; S, dP, P, dS, dQ += dS K;
 //      dQ * scale stored.
 //   smem      dkdv D 64: 65 KiB, D 128: 130 KiB, D 256: 194 KiB; dq 65 / 129 / 193 KiB
-//   registers (ptxas, CUDA 13.0, sm_90a, fp16 = bf16; 256 threads, up to 255 each): dkdv 197
-//             (D 64) / 255 (D 128) / 247 (D 256), dq 145 / 191 / 159, no spills (07/bwd_v1,
-//             whose dkdv also splits groups: 206 / 254 / 254 and 136 / 182 / 155)
+//   registers (ptxas, CUDA 13.0, sm_90a, fp16 = bf16; 256 threads, up to 255 each): dkdv 214
+//             (D 64) / 255 (D 128) / 250 (D 256), dq 145 / 191 / 159, no spills (07/bwd_v1:
+//             206 / 254 / 254 and 136 / 182 / 155)
 // Speed: measured in chapters/09_serving/README.md
 #include <cuda.h>
 
@@ -127,6 +133,8 @@ struct VarlenBwdParams {
   int64_t total_q, total_k;  // rows of one head's slab: the sums of the lengths
   int d;                     // the real head dim, the rows' length (D rounds it up)
   int heads, group;          // query heads; query heads per K/V head (1: no grouping)
+  int split;     // dkdv: blocks per (key tile, K/V head, sequence), each over group / split heads
+  float* parts;  // split > 1: fp32 dK parts [split][heads_kv][total_k][D], then dV's likewise
   int64_t n_tiles;   // tiles per (sequence, head), the longest sequence's: of keys or queries
   float scale;       // softmax scale
   float scale_log2;  // scale * log2(e): P = exp2(s * scale_log2 - L2)
@@ -169,7 +177,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   // ---- The offset table: which sequence, K/V head and key tile this block is, and where they
   // lie.
   const int heads_kv = p.heads / p.group;
-  const int64_t seq_head = int64_t(blockIdx.x) / p.n_tiles;  // sequence * heads_kv + K/V head
+  const int64_t unit = int64_t(blockIdx.x) / p.n_tiles;  // (sequence, K/V head, part) (GQA)
+  const int64_t seq_head = unit / p.split;               // sequence * heads_kv + K/V head
+  const int part = int(unit % p.split), heads = p.group / p.split;  // this block's query heads
   const int64_t k0 = (int64_t(blockIdx.x) % p.n_tiles) * kBc;
   const int b = int(seq_head / heads_kv), kv = int(seq_head % heads_kv);
   const int q_start = p.cu_seqlens_q[b], k_start = p.cu_seqlens_k[b];  // first packed rows
@@ -200,17 +210,18 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   // GQA: the group's query heads one after the other, n_per tiles each (07/bwd_v1's header).
   const int n_per = qt_begin < n_qt ? int(n_qt - qt_begin) : 0;
-  const int n_iter = n_per * p.group;
-  // Iteration j: its query head and its first query row (within the sequence).
-  auto head_of = [&](int j) { return kv * p.group + j / n_per; };
-  auto row_of = [&](int j) { return (qt_begin + j % n_per) * kKvBr; };
+  const int n_iter = n_per * heads;
+  // Iteration j's place (query head, Q tile qt_begin + i), stepped with j (GroupPlace, as
+  // 07/bwd_v4 steps it: dividing j by n_per twice an iteration made the plain multi-head loop
+  // 2-8% slower, H200, 2026-12-03, notes/measured/h200-2026-12-03/varlen_bwd_mha_divided.md);
+  // `ahead` is iteration j + kStages's, the tile the loop requests and whose L and D it loads.
+  GroupPlace at{kv * p.group + part * heads, 0}, ahead = at;
 
-  // Thread 0: Q and dO of iteration j into stage j % kStages. The row is a packed row: the
+  // Thread 0: Q and dO of the tile at place `pl` into stage s. The row is a packed row: the
   // sequence's offset plus the tile's first row (the box may run into the next sequence; see
   // the header).
-  auto request_q = [&](int j) {
-    const int s = j % kStages;
-    const int row = q_start + int(row_of(j)), h = head_of(j);
+  auto request_q = [&](int s, GroupPlace pl) {
+    const int row = q_start + int((qt_begin + pl.i) * kKvBr), h = pl.head;
     hopper::mbar_arrive_expect_tx(&q_full[s], 2 * Sm::kQBytes);
     for (int c = 0; c < kStrips; ++c) {
       hopper::tma_load_3d(sQ(s) + c * kKvBr * 128, &tm_q, &q_full[s], c * kSwizzleCols, row, h);
@@ -220,14 +231,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Warpgroup 0: threads 0..63 carry L2 of the tile's 64 queries, threads 64..127 their D. L and
   // D of the sequence and head start at element h * total_q + q_start of the [heads, total_q]
   // vectors; rows at or past seq_q (the next sequence's) get L2 = +inf and D = 0.
-  auto load_ld = [&](int j) {
-    const int64_t row = row_of(j) + tid % kKvBr;
-    const int64_t head_row0 = int64_t(head_of(j)) * p.total_q + q_start;
+  auto load_ld = [&](GroupPlace pl) {
+    const int64_t row = (qt_begin + pl.i) * kKvBr + tid % kKvBr;
+    const int64_t head_row0 = int64_t(pl.head) * p.total_q + q_start;
     if (tid < kKvBr) return load_l2(p.lse + head_row0, row, seq_q);
     return row < seq_q ? p.delta[head_row0 + row] : 0.0f;
   };
-  auto store_ld = [&](int j, float x) {
-    const int s = j % kStages;
+  auto store_ld = [&](int s, float x) {
     if (tid < kKvBr)
       sL[s * kKvBr + tid] = x;
     else if (tid < 2 * kKvBr)
@@ -247,10 +257,11 @@ __global__ void __launch_bounds__(kThreads, 1)
                             kv);
       }
     }
-    for (int j = 0; j < kStages && j < n_iter; ++j) request_q(j);
+    GroupPlace pl = ahead;
+    for (int j = 0; j < kStages && j < n_iter; ++j, pl.step(n_per)) request_q(j, pl);
   }
-  if (tid < 2 * kKvBr)
-    for (int j = 0; j < kStages && j < n_iter; ++j) store_ld(j, load_ld(j));
+  for (int j = 0; j < kStages && j < n_iter; ++j, ahead.step(n_per))
+    if (tid < 2 * kKvBr) store_ld(j, load_ld(ahead));
   __syncthreads();  // barriers initialised, L and D of the first stages stored
 
   // This warpgroup's 64 keys (rows of K and V in each strip), this thread's two keys, and the
@@ -266,11 +277,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   zero(dv);
 
   if (n_iter > 0) hopper::mbar_wait(kv_full, 0);
-  for (int j = 0; j < n_iter; ++j) {
+  for (int j = 0; j < n_iter; ++j, at.step(n_per), ahead.step(n_per)) {
     const int s = j % kStages;
-    const int64_t q0 = row_of(j);
+    const int64_t q0 = (qt_begin + at.i) * kKvBr;
     const bool prefetch = j + kStages < n_iter && tid < 2 * kKvBr;
-    const float next_ld = prefetch ? load_ld(j + kStages) : 0.0f;
+    const float next_ld = prefetch ? load_ld(ahead) : 0.0f;
     const bool need_mask = k0 + kBc > seq_k || (p.causal && k0 + kBc - 1 > q0 + off);
     hopper::mbar_wait(&q_full[s], (j / kStages) & 1);
 
@@ -353,8 +364,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     // ---- Stage s is free once both warpgroups are done with it: refill it with tile j + 2.
     __syncthreads();
     if (j + kStages < n_iter) {
-      if (tid == 0) request_q(j + kStages);
-      store_ld(j + kStages, next_ld);  // read again only after next iteration's barrier
+      if (tid == 0) request_q(s, ahead);
+      store_ld(s, next_ld);  // read again only after next iteration's barrier
     }
   }
 
@@ -364,6 +375,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   // to the next sequence.
   const int64_t row0 = k0 + wrow;
   const int64_t first_row = int64_t(kv) * p.total_k + k_start;  // in the [heads_kv, total_k] slabs
+  if (p.split > 1) {  // this part's fp32 sums; sum_parts_kernel adds the parts (07/bwd_v1, GQA)
+    const int64_t rows = int64_t(heads_kv) * p.total_k, at_part = part * rows + first_row;
+    const int64_t dv_part = (int64_t(p.split) * rows + at_part) * p.d;
+    store_acc_rows<float, kN>(p.parts + at_part * p.d + col0, dk, row0, seq_k, 1.0f, t, p.d,
+                              p.d - col0);
+    store_acc_rows<float, kN>(p.parts + dv_part + col0, dv, row0, seq_k, 1.0f, t, p.d, p.d - col0);
+    return;
+  }
   store_acc_rows<T, kN>(static_cast<T*>(p.dk) + first_row * p.d + col0, dk, row0, seq_k, p.scale, t,
                         p.d, p.d - col0);
   store_acc_rows<T, kN>(static_cast<T*>(p.dv) + first_row * p.d + col0, dv, row0, seq_k, 1.0f, t,
@@ -551,8 +570,9 @@ void launch(const VarlenBwdArgs& a, cudaStream_t stream) {
   // their keys (queries) return at once. dK/dV: one block per K/V head (GQA: 07/bwd_v1's header).
   const int64_t n_kt = ceil_div(s.max_seq_k(), kKvBc<D>), n_qt = ceil_div(s.max_seq_q(), kQBr<D>);
   const int64_t seq_heads = s.batch() * s.heads, seq_kv_heads = s.batch() * s.kv_heads();
-  FA_UNSUPPORTED_IF(n_kt * seq_kv_heads > INT_MAX || n_qt * seq_heads > INT_MAX,
-                    std::string(kName) + ": more than 2^31-1 thread blocks");
+  FA_UNSUPPORTED_IF(
+      n_kt * seq_kv_heads * (s.heads / s.kv_heads()) > INT_MAX || n_qt * seq_heads > INT_MAX,
+      std::string(kName) + ": more than 2^31-1 thread blocks");
   // dkdv's iterations, the group's query heads x the Q tiles, count in an int.
   FA_UNSUPPORTED_IF(ceil_div(s.max_seq_q(), kKvBr) * (s.heads / s.kv_heads()) > INT_MAX,
                     std::string(kName) + ": more than 2^31-1 query tiles per K/V head");
@@ -569,6 +589,8 @@ void launch(const VarlenBwdArgs& a, cudaStream_t stream) {
   p.d = int(s.head_dim);  // <= D: the boxes' columns past it arrive as zeros
   p.heads = int(s.heads);
   p.group = int(s.heads / s.kv_heads());
+  p.split = dkdv_split<dkdv_kernel<T, D>, DkdvSmem<D>::kBytes>(s, kThreads, kKvBc<D>, kKvBr);
+  p.parts = a.workspace;  // split > 1 only; dkdv_split keeps the parts within its q_numel floats
   p.scale = s.sequence(0).softmax_scale();
   p.scale_log2 = p.scale * kLog2e;
   p.causal = s.causal;
@@ -600,9 +622,10 @@ void launch(const VarlenBwdArgs& a, cudaStream_t stream) {
     constexpr int kSmem = DkdvSmem<D>::kBytes;
     set_smem_limit_once<dkdv_kernel<T, D>, kSmem>();
     p.n_tiles = n_kt;
-    dkdv_kernel<T, D>
-        <<<unsigned(n_kt * seq_kv_heads), kThreads, kSmem, stream>>>(tm_q, tm_k, tm_v, tm_do, p);
+    dkdv_kernel<T, D><<<unsigned(n_kt * seq_kv_heads * p.split), kThreads, kSmem, stream>>>(
+        tm_q, tm_k, tm_v, tm_do, p);
     FA_CHECK_LAUNCH();
+    if (p.split > 1) sum_parts<T>(p.parts, a, p.split, p.scale, stream);
   }
   // 3. dQ (every query row, zeros where it sees no key): Q/dO boxes of kQBr rows (kept), K/V
   // boxes of 64 rows (streamed).
