@@ -311,7 +311,7 @@ const std::vector<Rule>& dispatch_table() {
           .grouped()
           .because("grouped K/V heads in the packed backward: 07/bwd_v1's group walk, dK and dV "
                    "summed in registers (the group split over blocks where the grid is small), "
-                   "no copies; 0.98-1.03x its MHA time per query head at H 32, H_kv 8/4/1, two "
+                   "no copies; 0.99-1.03x its MHA time per query head at H 32, H_kv 8/4/1, two "
                    "sequences of N 4096 and 8192, D 128, causal and full (each row timed alone); "
                    "deterministic",
                    log("gqa_varlen_bwd.log", kRun1203)),

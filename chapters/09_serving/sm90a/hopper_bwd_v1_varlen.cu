@@ -130,9 +130,9 @@ struct VarlenBwdParams {
   void* dv;
   const int32_t* cu_seqlens_q;  // batch + 1 offsets into the packed rows, on the device
   const int32_t* cu_seqlens_k;
-  int64_t total_q, total_k;  // rows of one head's slab: the sums of the lengths
-  int d;                     // the real head dim, the rows' length (D rounds it up)
-  int heads, group;          // query heads; query heads per K/V head (1: no grouping)
+  int64_t total_q, total_k;    // rows of one head's slab: the sums of the lengths
+  int d;                       // the real head dim, the rows' length (D rounds it up)
+  int heads, heads_kv, group;  // query heads, K/V heads, query heads per K/V head (1: none)
   int split;     // dkdv: blocks per (key tile, K/V head, sequence), each over group / split heads
   float* parts;  // split > 1: fp32 dK parts [split][heads_kv][total_k][D], then dV's likewise
   int64_t n_tiles;   // tiles per (sequence, head), the longest sequence's: of keys or queries
@@ -176,12 +176,16 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   // ---- The offset table: which sequence, K/V head and key tile this block is, and where they
   // lie.
-  const int heads_kv = p.heads / p.group;
-  const int64_t unit = int64_t(blockIdx.x) / p.n_tiles;  // (sequence, K/V head, part) (GQA)
-  const int64_t seq_head = unit / p.split;               // sequence * heads_kv + K/V head
-  const int part = int(unit % p.split), heads = p.group / p.split;  // this block's query heads
-  const int64_t k0 = (int64_t(blockIdx.x) % p.n_tiles) * kBc;
-  const int b = int(seq_head / heads_kv), kv = int(seq_head % heads_kv);
+  // In 32 bits: the grid has fewer than 2^31 blocks (the launcher checks), and the block's
+  // prologue is paid by every block, the many that return at once too (with 64-bit divisions
+  // here the multi-head backward ran 0.97-1.02x, with these 0.98-1.00x the build before the
+  // group walk: notes/measured/h200-2026-12-03/varlen_bwd_mha_split.md, _32bit.md).
+  const int n_tiles = int(p.n_tiles), block = int(blockIdx.x);
+  const int unit = block / n_tiles;  // (sequence, K/V head, part) (GQA)
+  const int64_t k0 = int64_t(block % n_tiles) * kBc;
+  const int seq_head = unit / p.split;                         // sequence * heads_kv + K/V head
+  const int part = unit % p.split, heads = p.group / p.split;  // this block's query heads
+  const int b = seq_head / p.heads_kv, kv = seq_head % p.heads_kv;
   const int q_start = p.cu_seqlens_q[b], k_start = p.cu_seqlens_k[b];  // first packed rows
   const int64_t seq_q = p.cu_seqlens_q[b + 1] - q_start, seq_k = p.cu_seqlens_k[b + 1] - k_start;
   if (k0 >= seq_k) return;  // past this sequence's keys: the whole block, before any barrier
@@ -376,7 +380,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int64_t row0 = k0 + wrow;
   const int64_t first_row = int64_t(kv) * p.total_k + k_start;  // in the [heads_kv, total_k] slabs
   if (p.split > 1) {  // this part's fp32 sums; sum_parts_kernel adds the parts (07/bwd_v1, GQA)
-    const int64_t rows = int64_t(heads_kv) * p.total_k, at_part = part * rows + first_row;
+    const int64_t rows = int64_t(p.heads_kv) * p.total_k, at_part = part * rows + first_row;
     const int64_t dv_part = (int64_t(p.split) * rows + at_part) * p.d;
     store_acc_rows<float, kN>(p.parts + at_part * p.d + col0, dk, row0, seq_k, 1.0f, t, p.d,
                               p.d - col0);
@@ -588,6 +592,7 @@ void launch(const VarlenBwdArgs& a, cudaStream_t stream) {
   p.total_k = s.total_k();
   p.d = int(s.head_dim);  // <= D: the boxes' columns past it arrive as zeros
   p.heads = int(s.heads);
+  p.heads_kv = int(s.kv_heads());
   p.group = int(s.heads / s.kv_heads());
   p.split = dkdv_split<dkdv_kernel<T, D>, DkdvSmem<D>::kBytes>(s, kThreads, kKvBc<D>, kKvBr);
   p.parts = a.workspace;  // split > 1 only; dkdv_split keeps the parts within its q_numel floats
