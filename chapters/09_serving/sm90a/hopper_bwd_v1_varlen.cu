@@ -26,10 +26,11 @@
 //   happens only at the end of the whole packed slab: a box that runs past the end of one
 //   sequence reads the next sequence's rows, real data. 07's masks never relied on the zeros
 //   (they test row and key indices), which is why each place that reads such rows stays correct:
-//   * Q and dO past seq_q (dkdv: the last streamed Q tile; dq: the kept tile). A row's L2 and D come from plain loads predicated on the row index
-//     (load_l2 returns +inf at row >= seq_q, D is 0 there), so P^T (P) = exp2(finite - inf) = +0
-//     exactly for every such query, dS = 0 * (dP - 0) = 0, and dV += P^T dO, dK += dS^T Q add
-//     0 * (finite) = 0 from them. The dq kernel never stores their dQ.
+//   * Q and dO past seq_q (dkdv: the last streamed Q tile; dq: the kept tile). A row's L2 and D
+//     come from plain loads predicated on the row index (load_l2 returns +inf at row >= seq_q, D
+//     is 0 there), so P^T (P) = exp2(finite - inf) = +0 exactly for every such query,
+//     dS = 0 * (dP - 0) = 0, and dV += P^T dO, dK += dS^T Q add 0 * (finite) = 0 from them. The
+//     dq kernel never stores their dQ.
 //   * K and V past seq_k: masked to P = 0 on every tile that reaches past seq_k (dkdv:
 //     need_mask's k0 + Bc > seq_k; dq: such a tile is never among kv_tiles' unmasked ones and
 //     last_visible_key <= seq_k - 1), so dQ += dS K adds 0 * K of the next sequence; their own
@@ -64,17 +65,17 @@
 //   grid would leave SMs idle (few sequences, few K/V heads: MQA over two sequences of 4096 has
 //   64 dK/dV blocks for 132 SMs, and ran 2.29x its MHA time per query head causal, 1.53x full;
 //   H200, 2026-12-03, notes/measured/h200-2026-12-03/gqa_varlen_bwd_unsplit.log), 07's split
-//   holds too: `split` blocks per (key tile, K/V head,
-//   sequence) over group / split query heads each, their fp32 parts in the workspace
-//   ([split][heads_kv][total_k][D], every row written), added in a fixed order by
-//   sum_parts_kernel. dkdv_split (hopper_attention_bwd.cuh) estimates the split on the
-//   fixed-length problem of the batch's mean lengths.
+//   holds too: `split` blocks per (key tile, K/V head, sequence) over group / split query heads
+//   each, their fp32 parts in the workspace ([split][heads_kv][total_k][D], every row written),
+//   added in a fixed order by sum_parts_kernel. dkdv_split (hopper_attention_bwd.cuh) estimates
+//   the split on the fixed-length problem of the batch's mean lengths.
 //
 // Map of the kernels (as 07/bwd_v1; Bc, Br = 128 at D 64 and 128, 64 at D 256)
 //   1. D = rowsum(dO o O) over the heads * total_q rows.
 //   2. dkdv_kernel, one block per (key tile, K/V head, sequence), 2 warpgroups: the offset
 //      table, return if past seq_k; K, V kept, for each query head of the group the Q tiles that
-//      see them (causal: from causal_first_query) through a 2-stage ring with L, D; S^T = K Q^T, dP^T = V dO^T
+//      see them (causal: from causal_first_query) through a 2-stage ring with L, D;
+//      S^T = K Q^T, dP^T = V dO^T
 //      (wgmma_ss), P^T, dV += P^T dO, dS^T, dK += dS^T Q (wgmma_rs); dK * scale, dV stored.
 //   3. dq_kernel, one block per (query tile, head, sequence): return if past seq_q; Q, dO kept,
 //      the visible K/V tiles (kv_tiles) through a 2-stage ring; S, dP, P, dS, dQ += dS K;
@@ -175,8 +176,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr int kN = Sp::kAccCols;  // columns of dK and dV this warpgroup accumulates
 
   // ---- The offset table: which sequence, K/V head and key tile this block is, and where they
-  // lie.
-  // In 32 bits: the grid has fewer than 2^31 blocks (the launcher checks), and the block's
+  // lie. In 32 bits: the grid has fewer than 2^31 blocks (the launcher checks), and the block's
   // prologue is paid by every block, the many that return at once too (with 64-bit divisions
   // here the multi-head backward ran 0.97-1.02x, with these 0.98-1.00x the build before the
   // group walk: notes/measured/h200-2026-12-03/varlen_bwd_mha_split.md, _32bit.md).

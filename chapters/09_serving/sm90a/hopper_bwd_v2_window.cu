@@ -190,8 +190,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr int kN = Sp::kAccCols;  // columns of dK and dV this warpgroup accumulates
 
   // ---- The offset table: which sequence, K/V head and key tile this block is, and where they
-  // lie.
-  // In 32 bits: the grid has fewer than 2^31 blocks (the launcher checks), and the block's
+  // lie. In 32 bits: the grid has fewer than 2^31 blocks (the launcher checks), and the block's
   // prologue is paid by every block, the many that return at once too (with 64-bit divisions
   // here the multi-head backward ran 0.97-1.02x, with these 0.98-1.00x the build before the
   // group walk: notes/measured/h200-2026-12-03/varlen_bwd_mha_split.md, _32bit.md).
