@@ -211,17 +211,22 @@ void add_decode_shapes() {
       {1, 16, 1, 131072, 128, false, 0.0f, 16},  // one long sequence
   };
   const fa::DType t = fa::DType::BF16;
-  for (const fa::AttentionFwdKernel* k : fa::entries_with_prefix<fa::AttentionFwdKernel>(""))
-    for (const fa::AttentionShape& s : shapes) {
-      if (!fa::supports(k->dtypes, t) || !fa::supports(k->head_dims, 128)) continue;
-      const std::string name = "attn_decode/" + k->name + "/bf16/D128/B" + std::to_string(s.batch) +
-                               "_H" + std::to_string(s.heads) + "_Hkv" +
-                               std::to_string(s.kv_heads()) + "/Nq" + std::to_string(s.seq_q) +
-                               "/Nk" + std::to_string(s.seq_k);
-      add(name, [k, s, t](benchmark::State& st) {
-        report(st, fa::run_attention_fwd(*k, s, t, timing_only()));
-      });
-    }
+  // D 128, the protocol's; and D 80, a head dim between the instances, for every kernel that takes
+  // it (rounded up inside: chapter 07's rungs, 08/t07_rounded_head_dims).
+  for (int d : {128, 80})
+    for (const fa::AttentionFwdKernel* k : fa::entries_with_prefix<fa::AttentionFwdKernel>(""))
+      for (fa::AttentionShape s : shapes) {
+        if (!fa::supports(k->dtypes, t) || !fa::takes_head_dim(*k, d)) continue;
+        if (d == 128 && !fa::supports(k->head_dims, 128)) continue;
+        s.head_dim = d;
+        const std::string name = "attn_decode/" + k->name + "/bf16/D" + std::to_string(d) + "/B" +
+                                 std::to_string(s.batch) + "_H" + std::to_string(s.heads) + "_Hkv" +
+                                 std::to_string(s.kv_heads()) + "/Nq" + std::to_string(s.seq_q) +
+                                 "/Nk" + std::to_string(s.seq_k);
+        add(name, [k, s, t](benchmark::State& st) {
+          report(st, fa::run_attention_fwd(*k, s, t, timing_only()));
+        });
+      }
 }
 
 // ---- Chapter 09: attention as it is served ----------------------------------------------------

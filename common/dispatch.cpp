@@ -101,6 +101,14 @@ const std::vector<Rule>& dispatch_table() {
                    "1.000-1.009x 08/v5_swizzled_ring on the three decode shapes (three "
                    "alternating rounds), 0.99-1.01x cuDNN at B 1 and at H_kv 32",
                    log("decode_v6_batch8_rounds.md", kRun1202)),
+      on(Op::Fwd, "08/t07_rounded_head_dims")
+          .decoding()
+          .rounded()
+          .because("head dims between v6's instances 64 and 128 (multiples of 8) rounded up "
+                   "inside v6 (chapter 08's tuning step t07): at D 80 3808-4139 GB/s, 0.94-0.95x "
+                   "cuDNN, 1.24-9.1x 07/v5_persistent (the kernel that ran it before); at D 128 "
+                   "0.995-0.999x v6 (three alternating rounds)",
+                   log("decode_t07.log", kRun1203)),
       on(Op::Fwd, "09/hopper_v2_window")
           .hopper()
           .window()

@@ -248,6 +248,13 @@ TEST(Dispatch, EachKindOfProblemGoesWhereItsRowSays) {
   decode.gqa = true;
   EXPECT_EQ(fa::pick(decode, 90).kernel, "08/v6_last_block_merge");
   EXPECT_EQ(fa::pick(decode, 80).kernel, "08/v6_last_block_merge");
+  // Head dims between v6's instances: its step that rounds them up, on every GPU it runs on.
+  for (int d : {80, 96, 40}) {
+    decode.head_dim = d;
+    EXPECT_EQ(fa::pick(decode, 90).kernel, "08/t07_rounded_head_dims") << d;
+    EXPECT_EQ(fa::pick(decode, 80).kernel, "08/t07_rounded_head_dims") << d;
+  }
+  decode.head_dim = 128;
 
   fa::Problem gqa = fwd(DType::BF16, 128, 4096, true);
   gqa.gqa = true;
