@@ -334,53 +334,58 @@ void add_window_shapes() {
   }
 }
 
-// attn_paged/<kernel>/bf16/D128/B8_H32_Hkv8/Nq<1|512>/Nk32768/page<16|64|256>: every paged forward
-// at each page size it takes, on attn_decode's GQA shape (one query row; GB/s and % of copy) and
-// on a chunked prefill of 512 new tokens (causal; TFLOP/s); .../contiguous: chapter 08's best on
-// the same cache stored contiguously. attn_paged_append/: writing the new tokens' K and V.
+// attn_paged/<kernel>/bf16/D<128|80>/B8_H32_Hkv8/Nq<1|512>/Nk32768/page<16|64|256>: every paged
+// forward at each page size it takes, on attn_decode's GQA shape (one query row; GB/s and % of
+// copy) and on a chunked prefill of 512 new tokens (causal; TFLOP/s); .../contiguous: the kernel
+// 09/paged_v1_decode is built on (08/t07_rounded_head_dims) on the same cache stored contiguously.
+// D 80 is a head dim between the instances, for the kernels that round it up inside.
+// attn_paged_append/: writing the new tokens' K and V (at D 128).
 void add_paged_shapes() {
   const fa::DType t = fa::DType::BF16;
-  const int64_t batch = 8, heads = 32, heads_kv = 8, seq_k = 32768, d = 128;
-  const fa::AttentionFwdKernel* contiguous =
-      fa::find_entry<fa::AttentionFwdKernel>("08/v5_swizzled_ring");
-  for (int64_t seq_q : {int64_t(1), int64_t(512)}) {
-    const std::string shape =
-        "/bf16/D128/B8_H32_Hkv8/Nq" + std::to_string(seq_q) + "/Nk" + std::to_string(seq_k) + "/";
-    for (int page : {16, 64, 256}) {
-      fa::PagedShape s;
-      s.seqlens_k.assign(batch, seq_k);
-      s.heads = heads;
-      s.heads_kv = heads_kv;
-      s.head_dim = d;
-      s.seq_q = seq_q;
-      s.causal = seq_q > 1;  // the chunk's rows are the sequence's last tokens
-      s.page_size = page;
-      // num_pages and max_pages left 0: the harness sizes the pool (spare pages included) and
-      // the block table (a column wider than needed).
-      for (const fa::PagedFwdKernel* k : fa::entries_with_prefix<fa::PagedFwdKernel>("")) {
-        if (!fa::supports(k->dtypes, t) || !fa::supports(k->head_dims, int(d)) ||
-            !fa::supports(k->page_sizes, page))
-          continue;
-        add("attn_paged/" + k->name + shape + "page" + std::to_string(page),
-            [k, s, t](benchmark::State& st) {
-              report(st, fa::run_paged_fwd(*k, s, t, timing_only()));
+  const int64_t batch = 8, heads = 32, heads_kv = 8, seq_k = 32768;
+  for (int64_t d : {128, 80}) {
+    const fa::AttentionFwdKernel* contiguous =
+        fa::find_entry<fa::AttentionFwdKernel>("08/t07_rounded_head_dims");
+    for (int64_t seq_q : {int64_t(1), int64_t(512)}) {
+      const std::string shape = "/bf16/D" + std::to_string(d) + "/B8_H32_Hkv8/Nq" +
+                                std::to_string(seq_q) + "/Nk" + std::to_string(seq_k) + "/";
+      for (int page : {16, 64, 256}) {
+        fa::PagedShape s;
+        s.seqlens_k.assign(batch, seq_k);
+        s.heads = heads;
+        s.heads_kv = heads_kv;
+        s.head_dim = d;
+        s.seq_q = seq_q;
+        s.causal = seq_q > 1;  // the chunk's rows are the sequence's last tokens
+        s.page_size = page;
+        // num_pages and max_pages left 0: the harness sizes the pool (spare pages included) and
+        // the block table (a column wider than needed).
+        for (const fa::PagedFwdKernel* k : fa::entries_with_prefix<fa::PagedFwdKernel>("")) {
+          if (!fa::supports(k->dtypes, t) || !fa::takes_head_dim(*k, d) ||
+              !fa::supports(k->page_sizes, page))
+            continue;
+          add("attn_paged/" + k->name + shape + "page" + std::to_string(page),
+              [k, s, t](benchmark::State& st) {
+                report(st, fa::run_paged_fwd(*k, s, t, timing_only()));
+              });
+        }
+        if (d != 128) continue;
+        for (const fa::PagedAppendKernel* k : fa::entries_with_prefix<fa::PagedAppendKernel>("")) {
+          if (!fa::supports(k->dtypes, t)) continue;
+          add("attn_paged_append/" + k->name + shape + "page" + std::to_string(page),
+              [k, s, t](benchmark::State& st) {
+                report(st, fa::run_paged_append(*k, s, t, timing_only()));
+              });
+        }
+      }
+      if (contiguous != nullptr && fa::supports(contiguous->dtypes, t) &&
+          fa::takes_head_dim(*contiguous, d)) {
+        const fa::AttentionShape s{batch, heads, seq_q, seq_k, d, seq_q > 1, 0.0f, heads_kv};
+        add("attn_paged/" + contiguous->name + shape + "contiguous",
+            [contiguous, s, t](benchmark::State& st) {
+              report(st, fa::run_attention_fwd(*contiguous, s, t, timing_only()));
             });
       }
-      for (const fa::PagedAppendKernel* k : fa::entries_with_prefix<fa::PagedAppendKernel>("")) {
-        if (!fa::supports(k->dtypes, t)) continue;
-        add("attn_paged_append/" + k->name + shape + "page" + std::to_string(page),
-            [k, s, t](benchmark::State& st) {
-              report(st, fa::run_paged_append(*k, s, t, timing_only()));
-            });
-      }
-    }
-    if (contiguous != nullptr && fa::supports(contiguous->dtypes, t) &&
-        fa::supports(contiguous->head_dims, int(d))) {
-      const fa::AttentionShape s{batch, heads, seq_q, seq_k, d, seq_q > 1, 0.0f, heads_kv};
-      add("attn_paged/" + contiguous->name + shape + "contiguous",
-          [contiguous, s, t](benchmark::State& st) {
-            report(st, fa::run_attention_fwd(*contiguous, s, t, timing_only()));
-          });
     }
   }
 }

@@ -332,13 +332,29 @@ const std::vector<Rule>& dispatch_table() {
           .because("packed backward on mma.sync (06/v5 over cu_seqlens)", log("ch09_serving.log")),
       on(Op::PagedFwd, "09/paged_v1_decode")
           .decoding()
-          .because("decoding through a block table: 4172-4277 GB/s, 97-99% of 08/v5 on the "
-                   "contiguous cache",
-                   log("ch09_serving.log")),
+          .rounded()
+          .because("decoding through a block table at head dims between the instances 64 and "
+                   "128 (multiples of 8), rounded up inside (the kernel is 08/t07 with the table "
+                   "in its loader): at D 80 3570-3809 GB/s at pages 16-256, 93-99% of 08/t07 on "
+                   "a contiguous cache; nothing ran it before",
+                   log("paged_rounded.log", kRun1203)),
+      on(Op::PagedFwd, "09/paged_v1_decode")
+          .decoding()
+          .because("decoding through a block table: 4225-4312 GB/s at pages 16-256 (D 128), "
+                   "97-99% of 08/t07 on the contiguous cache; 1.008-1.016x the same kernel built "
+                   "on 08/v5 (three alternating rounds)",
+                   log("paged_rounded.log", kRun1203)),
       on(Op::PagedFwd, "09/paged_v2_prefill")
           .because("chunks of queries through a block table: 367-378 TFLOP/s against the decode "
                    "kernel's 138-156",
                    log("ch09_serving.log")),
+      on(Op::PagedFwd, "09/paged_v1_decode")
+          .rounded()
+          .because("chunks of queries through a block table at head dims between 64 and 128: "
+                   "the one paged kernel that rounds them up, and the only one that runs them "
+                   "(it reads the cache once per 16 query rows): at D 80 and 512 new tokens "
+                   "83-92 TFLOP/s, where 09/paged_v2_prefill runs D 128 at 371-383",
+                   log("paged_rounded.log", kRun1203)),
   };
   return table;
 }
@@ -429,13 +445,24 @@ bool tri_holds(Rule::Tri t, bool value) {
 
 // The head dim the row's kernel computes the problem at: a kernel that rounds head dims up
 // (harness.h) runs D 96 as its D 128, so a row for D 128 of it holds for D 96 too.
+template <class K>
+int64_t computed_by(const Rule& r, const Problem& p) {
+  const K* k = find_entry<K>(r.kernel);
+  return k ? computed_head_dim(k->head_dims, k->rounds_head_dim, p.head_dim) : p.head_dim;
+}
 int64_t row_head_dim(const Rule& r, const Problem& p) {
-  if (p.op == Op::Fwd)
-    if (const AttentionFwdKernel* k = find_entry<AttentionFwdKernel>(r.kernel))
-      return computed_head_dim(k->head_dims, k->rounds_head_dim, p.head_dim);
-  if (p.op == Op::Bwd)
-    if (const AttentionBwdKernel* k = find_entry<AttentionBwdKernel>(r.kernel))
-      return computed_head_dim(k->head_dims, k->rounds_head_dim, p.head_dim);
+  switch (p.op) {
+    case Op::Fwd:
+      return computed_by<AttentionFwdKernel>(r, p);
+    case Op::Bwd:
+      return computed_by<AttentionBwdKernel>(r, p);
+    case Op::VarlenFwd:
+      return computed_by<VarlenFwdKernel>(r, p);
+    case Op::VarlenBwd:
+      return computed_by<VarlenBwdKernel>(r, p);
+    case Op::PagedFwd:
+      return computed_by<PagedFwdKernel>(r, p);
+  }
   return p.head_dim;
 }
 

@@ -137,6 +137,9 @@ inline bool rounds_head_dim(const VarlenFwdKernel& k) {
 inline bool rounds_head_dim(const VarlenBwdKernel& k) {
   return k.rounds_head_dim;
 }
+inline bool rounds_head_dim(const PagedFwdKernel& k) {
+  return k.rounds_head_dim;
+}
 template <class K>
 bool rounds_head_dim(const K&) {
   return false;

@@ -990,7 +990,7 @@ RunResult run_paged_fwd(const PagedFwdKernel& k, const PagedShape& s, DType t,
   const PagedShape& p = l.shape;
   RunResult r = start_row(k.name, p.str(), t);
   if (!gpu_ready(r, k.min_sm)) return r;
-  r.message = missing_version(k.dtypes, k.head_dims, t, p.head_dim);
+  r.message = missing_version(k, t, p.head_dim);
   if (r.message.empty() &&
       std::find(k.page_sizes.begin(), k.page_sizes.end(), p.page_size) == k.page_sizes.end())
     r.message = "this kernel takes no page size " + std::to_string(p.page_size);

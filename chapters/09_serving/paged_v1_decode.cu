@@ -1,26 +1,30 @@
-// 09/paged_v1_decode: 08/v5_swizzled_ring (chapter 08's last split-KV decoding rung) over a paged
-// KV cache. One idea: the ring's loader finds each key row through the block table instead of at
-// kbase + j * D. fp16 and bf16, D 64 and 128, grouped-query attention, page sizes 16, 64 and 256
-// (any power of two from 16 up), one length per sequence.
+// 09/paged_v1_decode: chapter 08's decoding kernel over a paged KV cache. It is built on
+// 08/t07_rounded_head_dims, the kernel the dispatch runs for decoding: 08/v6_last_block_merge (the
+// chapter's last rung: split-KV on tensor cores, the splits merged by the last block of each row
+// tile) taking every head dim that is a multiple of 8 up to 128. One idea: the ring's loader finds
+// each key row through the block table instead of at kbase + j * d. fp16 and bf16, D 64 and 128
+// and every multiple of 8 below 128 (rounded up inside, as t07 does: rows of d in global memory,
+// of D in shared memory, the columns past d zero and never stored), grouped-query attention, page
+// sizes 16, 64 and 256 (any power of two from 16 up), one length per sequence.
 //
 // The paged cache (shapes.h, PagedShape). K and V are pools of pages [num_pages, heads_kv,
-// page_size, D] (FlashInfer's HND layout: one head's keys of one page are page_size contiguous
-// rows of D elements), and key j of sequence b is row j % page_size of page
+// page_size, d] (FlashInfer's HND layout: one head's keys of one page are page_size contiguous
+// rows of d elements), and key j of sequence b is row j % page_size of page
 //   page = block_table[b * max_pages + j / page_size],
-// at element ((page * heads_kv + kvh) * page_size + j % page_size) * D of the pool, in 64 bits. A
+// at element ((page * heads_kv + kvh) * page_size + j % page_size) * d of the pool, in 64 bits. A
 // server hands out pages as sequences grow and takes them back when they end, so one sequence's
 // pages lie anywhere in the pool, in any order; the table is the only way to them. Sequence b
 // holds seqlens_k[b] keys; its table entries past its last page are -1 and are never read.
 //
-// What changed vs 08/v5, and why
-//   1. The loader (PagedRingCopy, was RingCopy). In 08/v5 a thread copies rows cp_row +
-//      kRowsPerPass i (8 i at D 128, 16 i at D 64) of every 64-key step, each a compile-time offset
-//      from one base. Here a step's 64 keys are cut into runs of kRun keys that lie in one page:
-//      a split starts at a multiple of 64 keys (whole steps) and a page holds a power of two keys,
+// What changed vs t07, and why
+//   1. The loader (PagedRingCopy, was RingCopy). In t07 a thread copies rows cp_row +
+//      kRowsPerPass i (8 i at D 128, 16 i at D 64) of every 64-key step, each a fixed offset from
+//      one base. Here a step's 64 keys are cut into runs of kRun keys that lie in one page: a
+//      split starts at a multiple of 64 keys (whole steps) and a page holds a power of two keys,
 //      so kRun = 64 where pages hold 64 keys or more (the step lies in one page: one base, and
-//      every copy is 08/v5's), and kRun = 16 at page size 16 (four pages, four bases). kRun is a
+//      every copy is t07's), and kRun = 16 at page size 16 (four pages, four bases). kRun is a
 //      template parameter and a multiple of kRowsPerPass, so each pass's run and its row in the
-//      run are constants, and a copy is still a base plus a constant. New per step and thread: one
+//      run are constants, and a copy is still a base plus an offset. New per step and thread: one
 //      table entry and one 64-bit offset per run (PagedRingCopy::issue).
 //   2. Where the table is read. A thread's rows are kRowsPerPass apart, so every thread copies
 //      rows of every run of a step and needs all of the step's pages: 1 at page 64 and 256, 4 at
@@ -28,43 +32,43 @@
 //      the 32 lanes of a warp read the same entry (one transaction; a 128-byte line of the table
 //      holds the pages of 32 steps at page 64, of 8 at page 16, so most are L1 hits), the load's
 //      latency hides behind a step of arithmetic, and the next step's copies go out right after
-//      the barrier, as in 08/v5. A table in shared memory would save nothing: someone still loads
+//      the barrier, as in t07. A table in shared memory would save nothing: someone still loads
 //      each entry from global memory, a barrier must come between that and the reads (the ring's
 //      one barrier per step could carry it, a step early), and every thread still reads kRuns
 //      entries. One load per row (per pass) would be kPasses entries and 64-bit offsets per step
 //      and thread (8 at D 128) where kRuns (1 or 4) do.
 //   3. What page size 16 costs against 64. At 64 and 256 a step reads K (and V) as one piece of
-//      64 rows, 16 KB at D 128, exactly as 08/v5 reads a contiguous cache: 1 entry and 1 offset
-//      per step. At 16 the step is four pieces of 16 rows (4 KB at D 128, 2 KB at D 64) at
-//      unrelated addresses, with 4 entries and 4 offsets; each piece is still whole 128-byte lines
-//      (the .L2::128B hint stays right). Registers (ptxas, CUDA 13.0, sm_90): 186 at D 128 and 135
-//      at D 64 for pages of 64 and more, 175 and 127 at page 16, no spills; 08/v5 takes 214 and
-//      137 (it also kept the two 64-bit bases of its last-step loader). Chapter 08's lesson 7
-//      found 16 KB bursts faster than 4 KB ones: whether the smaller pieces cost bandwidth here is
-//      what the README measures.
+//      64 rows, 16 KB at D 128, exactly as t07 reads a contiguous cache: 1 entry and 1 offset per
+//      step. At 16 the step is four pieces of 16 rows (4 KB at D 128, 2 KB at D 64) at unrelated
+//      addresses, with 4 entries and 4 offsets; each piece is still whole 128-byte lines (the
+//      .L2::128B hint stays right). Registers (ptxas, CUDA 13.0, sm_90): 213 at D 128 and 161 at
+//      D 64 for pages of 64 and more, 212 and 161 at page 16, no spills (t07: 213 and 164).
+//      Chapter 08's lesson 7 found 16 KB bursts faster than 4 KB ones: whether the smaller pieces
+//      cost bandwidth here is what the README measures.
 //   4. Lengths per sequence. Each block reads seqlens_k[b] on the device; mma_rows and mma_keys
 //      take it where they took p.seq_k (causal bottom-right per sequence). The split plan is made
 //      on the host for the longest sequence (make_params sets p.seq_k to it, and the kernel no
 //      longer reads it); a split past a sequence's end has no step, and its block still writes
-//      its rows' partials as (m, l, o) = (-inf, 0, 0): merge_warps of four empty states gives
-//      that, and the merge (08's, unchanged) folds it in with factor 0, exactly (o is 0, not
-//      garbage). A row that sees no key in any split ends with O = 0 and L = -inf, as in 08/v5.
-//      What a ragged batch costs: the grid is the longest sequence's, so in a batch of one long
-//      and many short sequences most of the short ones' blocks only write empty partials, and
-//      the merge reads every split of every row.
+//      its rows' partials as (m, l, o) = (-inf, 0, 0) (merge_warps of four empty states) and
+//      counts itself in; the last block's merge folds that partial in with factor 0, exactly (o
+//      is 0, not garbage). A row that sees no key in any split ends with O = 0 and L = -inf, as
+//      in t07. What a ragged batch costs: the grid is the longest sequence's, so in a batch of
+//      one long and many short sequences most of the short ones' blocks only write empty
+//      partials, and the merge reads every split of every row.
 //   5. Why page sizes are powers of two: j / page_size and j % page_size become a shift and a
 //      mask (page_shift). A division by a number known only at run time is a sequence of ~20
 //      instructions on the GPU (there is no divide unit; 64-bit division is a call), and it would
 //      sit in every step's address work.
-// Unchanged: the ring and its swizzle, the step (mma_step), the epilogue (merge_warps), the merge
-// kernel. The block's grid, its (sequence, K/V head, row tile, split) and the plan are 08/v5's.
+// Unchanged: the ring and its swizzle, the zeroed columns past d, the step (mma_step), the
+// epilogue (merge_warps), the last block's merge (merge_splits) and its counters. The block's
+// grid, its (sequence, K/V head, row tile, split) and the plan are t07's.
 //
 // The file, top to bottom: PagedTable (the cache's kernel parameters); mma_tile, mma_rows,
 // mma_keys (the block's tile, each lane's rows and Q fragments, the block's keys); Ring (the
 // shared-memory stages) and PagedRingCopy (the copies into them, through the table); mma_step
-// (one 16-key step of one warp); quad_sum and merge_warps (the epilogue); mma_split_kernel;
-// launch_split_kv; v2's merge (parallel_merge_kernel, launch_merge); forward and the dtype /
-// head-dim / page-size dispatch; the registration.
+// (one 16-key step of one warp); quad_sum and merge_warps (the epilogue); merge_splits (the last
+// block's fold); mma_split_kernel; tile_counters, as_attention, launch_split_kv; forward and the
+// dtype / head-dim / page-size dispatch; the registration.
 //
 // Speed: measured in chapters/09_serving/README.md.
 #include <cuda_bf16.h>
@@ -76,9 +80,9 @@
 #include <string>
 
 #include "online_softmax.cuh"   // Stats, merge, rescale: the pair merge
-#include "split_kv.cuh"         // Params, Traits, workspace, occupancy, make_params
+#include "attention_tiles.cuh"  // swizzled tiles and their cp.async loader
+#include "split_kv.cuh"         // Params, Traits, the workspace, the occupancy, make_params
 #include "split_kv_plan.h"      // the split plan
-#include "attention_tiles.cuh"  // the swizzled tile
 #include "check.h"
 #include "mma.cuh"
 #include "registry.h"
@@ -93,6 +97,7 @@ constexpr int kWarps = 4;      // warps per block, each its own kKeys of every t
 constexpr int kThreads = kWarps * kWarp;  // threads per block
 constexpr int kTile = kWarps * kKeys;     // keys per block per step: one 16 KB burst of K at D 128
 constexpr int kStages = 2;                // shared-memory stages per block (one in flight)
+
 constexpr int kSmallRun = 16;  // keys of a step in one page at page size 16 (the header's kRun)
 
 // The paged cache's side of the kernel parameters; Params (split_kv.cuh) carries the rest, with
@@ -133,8 +138,8 @@ __device__ __forceinline__ MmaTile mma_tile(const Params& p, int64_t bid) {
 // 2t+9] of each k16 slice), zero in padding rows, kept for the whole kernel (Q is read once, a few
 // KB against megabytes of K/V).
 template <class T, int D>
-__device__ __forceinline__ void mma_rows(const Params& p, const MmaTile& t, int64_t seq_k, int g,
-                                         int t4, int64_t (&out_row)[2], int64_t (&last)[2],
+__device__ __forceinline__ void mma_rows(const Params& p, const MmaTile& t, int64_t seq_k, int d,
+                                         int g, int t4, int64_t (&out_row)[2], int64_t (&last)[2],
                                          uint32_t (&qf)[D / 16][4]) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -148,14 +153,14 @@ __device__ __forceinline__ void mma_rows(const Params& p, const MmaTile& t, int6
   const uint32_t* qrow[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h)
-    qrow[h] = g + 8 * h < t.nrows ? reinterpret_cast<const uint32_t*>(q + out_row[h] * D) : nullptr;
+    qrow[h] = g + 8 * h < t.nrows ? reinterpret_cast<const uint32_t*>(q + out_row[h] * d) : nullptr;
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk)
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const uint32_t* src = qrow[j & 1];
       const int col = kk * 16 + 8 * (j / 2) + 2 * t4;  // even: one 32-bit word, two elements
-      qf[kk][j] = src != nullptr ? __ldg(src + col / 2) : 0u;
+      qf[kk][j] = src != nullptr && col < d ? __ldg(src + col / 2) : 0u;  // d even: pairs whole
     }
 }
 
@@ -188,18 +193,20 @@ template <int D>
 using MmaLayout = Ring<D, kTile, kStages>;
 
 // The copies, planned once per thread, through the block table (the header tells why). A step's K
-// (and V) is kRows rows of kChunks 16-byte chunks; thread tid of kThreads copies chunk cp_col / 8
-// of rows cp_row + kRowsPerPass * i, i < kPasses, as in 08/v5. The step's keys k0 .. k0 + kRows - 1
-// are kRuns runs of kRun keys, each inside one page: run u starts at row
+// (and V) is kRows rows of kChunks 16-byte chunks of shared memory; thread tid of kThreads copies
+// chunk cp_col / 8 of rows cp_row + kRowsPerPass * i, i < kPasses, as in t07. The step's keys
+// k0 .. k0 + kRows - 1 are kRuns runs of kRun keys, each inside one page: run u starts at row
 //   (page[u] * heads_kv + kvh) * page_size + (k0 + u kRun) % page_size
-// of the pool (rows of D elements); off[u] is that times D without kvh's part, which k_src and
-// v_src hold with the thread's own row and column. Pass i's row cp_row + kRowsPerPass i
-// is row (kRowsPerPass i) % kRun + cp_row of run (kRowsPerPass i) / kRun (cp_row < kRowsPerPass,
-// which divides kRun): both constants, so a copy is a run's base plus a constant, and only kRuns
-// offsets are computed per step. page[] holds the next step's pages, loaded a step ahead. Only the
-// split's last step, which may hold fewer than kRows keys, tests each row: rows past k_end are
-// zero-filled (cp.async with src-size 0, from k_src, a row of the pool, so no table entry past the
-// sequence is ever read and no pointer leaves the pool).
+// of the pool (rows of d elements); off[u] is that times d without kvh's part, which k_src and
+// v_src hold with the thread's own row and column. Pass i's row cp_row + kRowsPerPass i is row
+// (kRowsPerPass i) % kRun + cp_row of run (kRowsPerPass i) / kRun (cp_row < kRowsPerPass, which
+// divides kRun): both constants, so a copy is a run's base plus a row offset, and only kRuns
+// offsets are computed per step. page[] holds the next step's pages, loaded a step ahead. A
+// thread whose chunk starts at or past d (`active` false) zeroes its chunks of every stage once
+// and copies nothing after, as in t07. Only the split's last step, which may hold fewer than
+// kRows keys, tests each row: rows past k_end are zero-filled (cp.async with src-size 0, from
+// k_src, a row of the pool, so no table entry past the sequence is ever read and no pointer
+// leaves the pool).
 template <class T, int D, int kRows, int kStages, int kThreads, int kRun>
 struct PagedRingCopy {
   using R = Ring<D, kRows, kStages>;
@@ -216,20 +223,24 @@ struct PagedRingCopy {
   int64_t k_begin, k_end, nsteps;
   int page_shift;
   int cp_row;
+  int d;                // the real head dim: the pool's rows are d elements long
+  bool active;          // this thread's chunk lies inside the real head dim
   uint32_t dst;         // this thread's first chunk in stage 0 (32-bit shared address)
   int32_t page[kRuns];  // the pages of the runs of the next step to issue
 
   __device__ __forceinline__ PagedRingCopy(T* stages, const T* k_pool, const T* v_pool,
                                            const PagedTable& pt, const MmaTile& t, int64_t k_begin_,
-                                           int64_t k_end_, int64_t nsteps_, int tid)
+                                           int64_t k_end_, int64_t nsteps_, int d_, int tid)
       : table(pt.block_table + t.b * pt.max_pages),
         rows_per_page(pt.rows_per_page),
         k_begin(k_begin_),
         k_end(k_end_),
         nsteps(nsteps_),
-        page_shift(pt.page_shift) {
+        page_shift(pt.page_shift),
+        d(d_) {
     cp_row = tid / kChunks;
     const int cp_col = (tid % kChunks) * 8;
+    active = cp_col < d;
     // The chunk moves within its row by cp_row % 8, the same for every pass (kRowsPerPass is a
     // multiple of 8), so the per-pass offsets stay constants.
     static_assert(kRowsPerPass % fa::tiles::kSwizzleRows == 0, "one XOR for all passes");
@@ -237,8 +248,19 @@ struct PagedRingCopy {
     dst = fa::mma::smem_addr(stages) + uint32_t(cp_at) * 2;
     // Row cp_row (< kRowsPerPass <= 16 <= page_size) of K/V head kvh of page 0: inside the pool.
     const int64_t head_row = (t.kvh << page_shift) + cp_row;
-    k_src = k_pool + head_row * D + cp_col;
-    v_src = v_pool + head_row * D + cp_col;
+    k_src = k_pool + head_row * d + cp_col;
+    v_src = v_pool + head_row * d + cp_col;
+    if (!active) {  // columns past d: zero in every stage, for good (no copy ever lands there)
+      uint4* const chunk = reinterpret_cast<uint4*>(stages + cp_at);
+#pragma unroll
+      for (int st = 0; st < kStages; ++st)
+#pragma unroll
+        for (int i = 0; i < kPasses; ++i) {
+          const int at = (st * R::kStageElems + i * kRowsPerPass * R::kPitch) / 8;  // in chunks
+          chunk[at] = make_uint4(0u, 0u, 0u, 0u);
+          chunk[at + R::kVBytes / 16] = make_uint4(0u, 0u, 0u, 0u);
+        }
+    }
     if (nsteps > 0) fetch(k_begin);
   }
 
@@ -257,33 +279,34 @@ struct PagedRingCopy {
   // Steps are issued in order (0, 1, 2, ...): page[] holds step st's pages on entry, st + 1's on
   // return.
   __device__ __forceinline__ void issue(int64_t st) {
-    if (st < nsteps) {
-      const uint32_t d = dst + uint32_t(st % kStages) * R::kStageBytes;
+    if (st < nsteps && active) {
+      const uint32_t at = dst + uint32_t(st % kStages) * R::kStageBytes;
       const int64_t k0 = k_begin + st * kRows;  // a multiple of kRows, so of kRun
       const int64_t in_page = (int64_t(1) << page_shift) - 1;
       int64_t off[kRuns];  // each run's first row in the pool, in elements (K and V alike)
 #pragma unroll
       for (int u = 0; u < kRuns; ++u)
-        off[u] = (int64_t(page[u]) * rows_per_page + ((k0 + u * kRun) & in_page)) * D;
+        off[u] = (int64_t(page[u]) * rows_per_page + ((k0 + u * kRun) & in_page)) * d;
       if (st + 1 < nsteps) fetch(k0 + kRows);  // in flight while this step is computed
       const int64_t left = k_end - k0;         // keys of the split from this step on
       if (left >= kRows) {
 #pragma unroll
         for (int i = 0; i < kPasses; ++i) {
           const int u = i * kRowsPerPass / kRun, r = i * kRowsPerPass % kRun;
-          fa::mma::cp_async_16_l2_128(d + i * kRowsPerPass * R::kPitch * 2, k_src + off[u] + r * D);
-          fa::mma::cp_async_16_l2_128(d + R::kVBytes + i * kRowsPerPass * R::kPitch * 2,
-                                      v_src + off[u] + r * D);
+          fa::mma::cp_async_16_l2_128(at + i * kRowsPerPass * R::kPitch * 2,
+                                      k_src + off[u] + r * d);
+          fa::mma::cp_async_16_l2_128(at + R::kVBytes + i * kRowsPerPass * R::kPitch * 2,
+                                      v_src + off[u] + r * d);
         }
       } else {
 #pragma unroll
         for (int i = 0; i < kPasses; ++i) {
           const int u = i * kRowsPerPass / kRun, r = i * kRowsPerPass % kRun;
           const bool in = cp_row + i * kRowsPerPass < left;
-          fa::mma::cp_async_16(d + i * kRowsPerPass * R::kPitch * 2,
-                               in ? k_src + off[u] + r * D : k_src, in);
-          fa::mma::cp_async_16(d + R::kVBytes + i * kRowsPerPass * R::kPitch * 2,
-                               in ? v_src + off[u] + r * D : v_src, in);
+          fa::mma::cp_async_16(at + i * kRowsPerPass * R::kPitch * 2,
+                               in ? k_src + off[u] + r * d : k_src, in);
+          fa::mma::cp_async_16(at + R::kVBytes + i * kRowsPerPass * R::kPitch * 2,
+                               in ? v_src + off[u] + r * d : v_src, in);
         }
       }
     }
@@ -383,7 +406,7 @@ __device__ __forceinline__ void quad_sum(float (&l)[2]) {
 // L with a single split, as write_rows does. l must hold whole rows (quad_sum) already.
 template <class T, int D, int kWarps>
 __device__ __forceinline__ void merge_warps(const Params& p, const MmaTile& t, unsigned char* smem,
-                                            int tid, int g, int t4, const float (&m)[2],
+                                            int d, int tid, int g, int t4, const float (&m)[2],
                                             const float (&l)[2], const float (&o)[D / 8][4]) {
   constexpr float kNegInf = -INFINITY;
   constexpr int kBlockThreads = kWarps * kWarp;
@@ -418,6 +441,7 @@ __device__ __forceinline__ void merge_warps(const Params& p, const MmaTile& t, u
   const float inv = acc.l > 0.0f ? 1.0f / acc.l : 0.0f;
 #pragma unroll
   for (int c = c0; c < c0 + kCols; c += 4) {
+    if (c >= d) break;  // columns past the real head dim (zero) are not written
     float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) {
@@ -428,11 +452,11 @@ __device__ __forceinline__ void merge_warps(const Params& p, const MmaTile& t, u
       v.w += f[w] * x.w;
     }
     if (p.num_splits == 1) {
-      uint32_t* const out = reinterpret_cast<uint32_t*>(static_cast<T*>(p.o) + row * D + c);
+      uint32_t* const out = reinterpret_cast<uint32_t*>(static_cast<T*>(p.o) + row * d + c);
       out[0] = fa::mma::pack2<T>(v.x * inv, v.y * inv);  // 4-byte stores: O need only be 4-byte
       out[1] = fa::mma::pack2<T>(v.z * inv, v.w * inv);  // aligned, as in v3
     } else {
-      *reinterpret_cast<float4*>(p.ws_o + (t.split * p.total_rows + row) * D + c) = v;
+      *reinterpret_cast<float4*>(p.ws_o + (t.split * p.total_rows + row) * d + c) = v;
     }
   }
   if (tid % kPerRow == 0) {
@@ -443,8 +467,77 @@ __device__ __forceinline__ void merge_warps(const Params& p, const MmaTile& t, u
   }
 }
 
+// v6: the last block of a row tile folds the num_splits partials of each of its rows (the
+// workspace, written by this launch's split blocks) into O and L, split 0 first: chapter 02's pair
+// merge, o rescaled by the factors that rescale l, as v2's merge kernel folded them. Thread tid
+// takes row tid / kPerRow and kCols columns of it, as merge_warps does; kBatch splits' loads are
+// issued before any of them is folded, so that their round trips to L2 overlap: 8 splits of
+// float4 columns are 128 registers at D 128 (kVecs = 4), which the main loop's accumulators have
+// given back by now (ptxas: 216 registers, 214 with batches of 4; still two blocks per SM), and
+// the protocol's plans cut a row into 4 or 16 splits: one or two batches. __ldcg reads through L2 only: the partials are other SMs'
+// stores of this launch.
+constexpr int kBatch = 8;
+
+template <class T, int D>
+__device__ __forceinline__ void merge_splits(const Params& p, const MmaTile& t, int d, int tid) {
+  using ch02::gpu::Stats;
+  constexpr int kPerRow = kThreads / kTileRows, kCols = D / kPerRow, kVecs = kCols / 4;
+  static_assert(kCols % 4 == 0, "float4 columns");
+  const int r = tid / kPerRow, c0 = (tid % kPerRow) * kCols;
+  if (r >= t.nrows) return;  // padding rows have no partials and no output
+  const int64_t rr = t.r0 + r;
+  const int64_t row =
+      (t.b * p.heads + t.kvh * p.group + rr % p.group) * p.seq_q + rr / p.group;  // as mma_rows
+  Stats acc = ch02::gpu::empty_stats();
+  float4 o[kVecs];
+#pragma unroll
+  for (int v = 0; v < kVecs; ++v) o[v] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  for (int64_t s0 = 0; s0 < p.num_splits; s0 += kBatch) {
+    float2 ml[kBatch];
+    float4 part[kBatch][kVecs];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int64_t w = (s0 + u) * p.total_rows + row;
+      const bool in = s0 + u < p.num_splits;
+      ml[u] = in ? __ldcg(p.ws_ml + w) : make_float2(-INFINITY, 0.0f);  // identity past the end
+#pragma unroll
+      for (int v = 0; v < kVecs; ++v)  // partials have rows of d: none read past it
+        part[u][v] = in && c0 + 4 * v < d
+                         ? __ldcg(reinterpret_cast<const float4*>(p.ws_o + w * d + c0) + v)
+                         : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const Stats s{ml[u].x, ml[u].y};
+      const Stats merged = ch02::gpu::merge(acc, s);
+      const float fa = ch02::gpu::rescale(acc.m, merged.m);
+      const float fb = ch02::gpu::rescale(s.m, merged.m);
+#pragma unroll
+      for (int v = 0; v < kVecs; ++v) {
+        o[v].x = o[v].x * fa + part[u][v].x * fb;
+        o[v].y = o[v].y * fa + part[u][v].y * fb;
+        o[v].z = o[v].z * fa + part[u][v].z * fb;
+        o[v].w = o[v].w * fa + part[u][v].w * fb;
+      }
+      acc = merged;
+    }
+  }
+  // A row that saw no key in any split: l = 0, O = 0 and L = -inf.
+  const float inv = acc.l > 0.0f ? 1.0f / acc.l : 0.0f;
+  uint32_t* const out = reinterpret_cast<uint32_t*>(static_cast<T*>(p.o) + row * d + c0);
+#pragma unroll
+  for (int v = 0; v < kVecs; ++v) {
+    if (c0 + 4 * v >= d) break;                                  // rows of d
+    out[2 * v] = fa::mma::pack2<T>(o[v].x * inv, o[v].y * inv);  // 4-byte stores, as merge_warps
+    out[2 * v + 1] = fa::mma::pack2<T>(o[v].z * inv, o[v].w * inv);
+  }
+  if (tid % kPerRow == 0) p.lse[row] = acc.l > 0.0f ? acc.m + logf(acc.l) : -INFINITY;
+}
+
+// v6: `done` holds one counter per row tile (the block's index / num_splits), zero at launch.
 template <class T, int D, int kRun>
-__global__ void __launch_bounds__(kThreads, 2) mma_split_kernel(Params p, PagedTable pt) {
+__global__ void __launch_bounds__(kThreads, 2)
+    mma_split_kernel(Params p, PagedTable pt, unsigned* done, int d) {
   using Lay = MmaLayout<D>;
   constexpr int kPitch = Lay::kPitch;
   constexpr float kNegInf = -INFINITY;
@@ -457,12 +550,12 @@ __global__ void __launch_bounds__(kThreads, 2) mma_split_kernel(Params p, PagedT
 
   // Which (sequence, K/V head), row tile and split this block owns; the sequence's length; this
   // lane's two rows and Q fragments; the block's keys (none for a split past the sequence's end:
-  // the block then writes empty partials).
+  // the block then writes empty partials, and still counts itself in).
   const MmaTile t = mma_tile(p, blockIdx.x);
   const int64_t seq_k = __ldg(pt.seqlens_k + t.b);
   int64_t out_row[2], last[2];
   uint32_t qf[D / 16][4];
-  mma_rows<T, D>(p, t, seq_k, g, t4, out_row, last, qf);
+  mma_rows<T, D>(p, t, seq_k, d, g, t4, out_row, last, qf);
   int64_t k_begin, k_end;
   mma_keys(p, t, seq_k, k_begin, k_end);
   const int64_t nsteps = k_end > k_begin ? (k_end - k_begin + kTile - 1) / kTile : 0;
@@ -471,7 +564,7 @@ __global__ void __launch_bounds__(kThreads, 2) mma_split_kernel(Params p, PagedT
   // found through the sequence's row of the block table.
   PagedRingCopy<T, D, kTile, kStages, kThreads, kRun> copy(stages, static_cast<const T*>(p.k),
                                                            static_cast<const T*>(p.v), pt, t,
-                                                           k_begin, k_end, nsteps, tid);
+                                                           k_begin, k_end, nsteps, d, tid);
 #pragma unroll
   for (int st = 0; st < kStages - 1; ++st) copy.issue(st);
 
@@ -514,7 +607,34 @@ __global__ void __launch_bounds__(kThreads, 2) mma_split_kernel(Params p, PagedT
   // split O and L (merge_warps).
   quad_sum(l);
   static_assert(kWarps * kTileRows * (D + 2) * 4 <= Lay::kSmem, "the fold fits in the ring");
-  merge_warps<T, D, kWarps>(p, t, smem, tid, g, t4, m, l, o);
+  merge_warps<T, D, kWarps>(p, t, smem, d, tid, g, t4, m, l, o);
+  if (p.num_splits == 1) return;  // O and L are written
+
+  // v6: count this block's partial in; the tile's last block merges every split (header).
+  __shared__ unsigned arrived;
+  __threadfence();  // this thread's partial, visible to the GPU before the count says it is there
+  __syncthreads();  // every thread's
+  const int64_t tile = int64_t(blockIdx.x) / p.num_splits;
+  if (tid == 0) arrived = atomicAdd(done + tile, 1u);
+  __syncthreads();
+  if (arrived != unsigned(p.num_splits - 1)) return;  // another split block is still running
+  __threadfence();  // the other blocks' partials, seen after the count that said they are there
+  merge_splits<T, D>(p, t, d, tid);
+  if (tid == 0) done[tile] = 0;  // every split block of the tile has counted: zero for the next
+}
+
+// v6: the counters, one per row tile, zero between launches (the last block resets its own): one
+// buffer per process, zeroed when it is allocated or grown, as the workspace of the partials is
+// one buffer (split_kv.cuh).
+unsigned* tile_counters(int64_t tiles) {
+  static fa::DeviceBuffer buf;
+  const size_t bytes = size_t(tiles) * sizeof(unsigned);
+  if (buf.bytes() < bytes) {
+    FA_CUDA_CHECK(cudaDeviceSynchronize());  // a smaller buffer may still be in use
+    buf = fa::DeviceBuffer(bytes);
+    buf.zero();
+  }
+  return buf.as<unsigned>();
 }
 
 // The paged problem as the attention problem the split plan and make_params know: the pools as K
@@ -540,10 +660,10 @@ AttentionFwdArgs as_attention(const fa::PagedFwdArgs& a) {
 }
 
 // Opts in to the shared memory, plans the splits for kTile-key steps and the kernel's residency
-// (2 blocks per SM on an H100: registers) for the longest sequence, launches the split kernel;
-// returns the parameters, which the merge takes when p.num_splits > 1.
+// (2 blocks per SM on an H100: registers) for the longest sequence, launches the split kernel with
+// the tile counters when there is more than one split (it merges them too).
 template <class T, int D, int kRun>
-Params launch_split_kv(const fa::PagedFwdArgs& a, cudaStream_t stream) {
+void launch_split_kv(const fa::PagedFwdArgs& a, cudaStream_t stream) {
   using Lay = MmaLayout<D>;
   auto kernel = mma_split_kernel<T, D, kRun>;
   FA_CUDA_CHECK(cudaFuncSetAttribute((const void*)kernel,
@@ -565,112 +685,34 @@ Params launch_split_kv(const fa::PagedFwdArgs& a, cudaStream_t stream) {
   pt.rows_per_page = a.shape.kv_heads() * a.shape.page_size;
   pt.page_shift = 0;
   while ((int64_t(1) << pt.page_shift) < a.shape.page_size) ++pt.page_shift;
-  kernel<<<unsigned(plan.blocks), kThreads, Lay::kSmem, stream>>>(p, pt);
-  FA_CHECK_LAUNCH();
-  return p;
-}
-
-constexpr int kMergeThreads = 256;
-constexpr int kBatch = 8;  // splits whose loads one thread issues before folding any
-
-template <class T, int D>
-__global__ void __launch_bounds__(kMergeThreads) parallel_merge_kernel(Params p) {
-  using ch02::gpu::Stats;
-  constexpr int kChunks = D / 4;                    // float4 chunks of a row of o
-  constexpr int kGroups = kMergeThreads / kChunks;  // split groups
-  static_assert(D % 4 == 0 && kMergeThreads % kChunks == 0 && D <= kMergeThreads,
-                "a row must split into float4 chunks over the block");
-  __shared__ float4 red_o[kGroups][kChunks];
-  __shared__ Stats red_ml[kGroups];
-
-  const int64_t row = blockIdx.x;  // < total_rows: the grid has one block per row
-  const int tid = threadIdx.x;
-  const int c = tid % kChunks, g = tid / kChunks;
-
-  Stats acc = ch02::gpu::empty_stats();
-  float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  for (int64_t s0 = g; s0 < p.num_splits; s0 += int64_t(kGroups) * kBatch) {
-    // Issue every load of the batch first: none depends on another or on the arithmetic below.
-    float2 ml[kBatch];
-    float4 part[kBatch];
-#pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
-      const int64_t s = s0 + int64_t(kGroups) * u;
-      if (s < p.num_splits) {
-        const int64_t w = s * p.total_rows + row;
-        ml[u] = __ldg(p.ws_ml + w);
-        part[u] = __ldg(reinterpret_cast<const float4*>(p.ws_o + w * D) + c);
-      } else {
-        ml[u] = make_float2(-INFINITY, 0.0f);  // the identity (-inf, 0, 0): changes nothing
-        part[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      }
-    }
-    // Then fold them: chapter 02's pair merge, o rescaled by the same factors as l.
-#pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
-      const Stats s{ml[u].x, ml[u].y};
-      const Stats merged = ch02::gpu::merge(acc, s);
-      const float fa = ch02::gpu::rescale(acc.m, merged.m);
-      const float fb = ch02::gpu::rescale(s.m, merged.m);
-      o.x = o.x * fa + part[u].x * fb;
-      o.y = o.y * fa + part[u].y * fb;
-      o.z = o.z * fa + part[u].z * fb;
-      o.w = o.w * fa + part[u].w * fb;
-      acc = merged;
-    }
-  }
-
-  // The groups' states: every thread of group g holds the same (m, l) (same splits, same order).
-  red_o[g][c] = o;
-  if (c == 0) red_ml[g] = acc;
-  __syncthreads();
-  if (tid >= D) return;
-  const int d = tid;
-  Stats tot = ch02::gpu::empty_stats();
-  float od = 0.0f;
-#pragma unroll
-  for (int gg = 0; gg < kGroups; ++gg) {
-    const Stats s = red_ml[gg];
-    const Stats merged = ch02::gpu::merge(tot, s);
-    const float x = reinterpret_cast<const float*>(&red_o[gg][0])[d];
-    od = od * ch02::gpu::rescale(tot.m, merged.m) + x * ch02::gpu::rescale(s.m, merged.m);
-    tot = merged;
-  }
-  // A row that saw no key in any split: l = 0, O = 0 and L = -inf.
-  static_cast<T*>(p.o)[row * D + d] = Traits<T>::from_float(tot.l > 0.0f ? od / tot.l : 0.0f);
-  if (d == 0) p.lse[row] = tot.l > 0.0f ? tot.m + logf(tot.l) : -INFINITY;
-}
-
-// One block per output row; a no-op with a single split (the split kernel wrote O and L).
-template <class T, int D>
-void launch_merge(const Params& p, cudaStream_t stream) {
-  if (p.num_splits <= 1) return;
-  FA_UNSUPPORTED_IF(p.total_rows > 0x7fffffff, "more than 2^31 - 1 merge blocks");
-  parallel_merge_kernel<T, D><<<unsigned(p.total_rows), kMergeThreads, 0, stream>>>(p);
+  unsigned* done = p.num_splits > 1 ? tile_counters(plan.base_blocks) : nullptr;
+  kernel<<<unsigned(plan.blocks), kThreads, Lay::kSmem, stream>>>(p, pt, done,
+                                                                  int(a.shape.head_dim));
   FA_CHECK_LAUNCH();
 }
 
-// The forward for the dtype, the head dim (64, 128) and the page size: the split kernel, then the
-// merge. Pages of 64 keys or more hold a whole step (kRun = kTile); smaller ones (16, and 32,
-// which the same code takes) hold runs of 16.
+// The forward for the dtype, the instance D (64, 128) that computes the head dim, and the page
+// size: the split kernel, which merges too. Pages of 64 keys or more hold a whole step (kRun =
+// kTile); smaller ones (16, and 32, which the same code takes) hold runs of 16.
 template <class T, int D>
 void forward(const fa::PagedFwdArgs& a, cudaStream_t stream) {
   if (a.shape.page_size >= kTile)
-    launch_merge<T, D>(launch_split_kv<T, D, kTile>(a, stream), stream);
+    launch_split_kv<T, D, kTile>(a, stream);
   else
-    launch_merge<T, D>(launch_split_kv<T, D, kSmallRun>(a, stream), stream);
+    launch_split_kv<T, D, kSmallRun>(a, stream);
 }
 
+// Every multiple of 8 up to 128, at the next instance (the header's "Head dims").
 template <class T>
 void dispatch_dim(const fa::PagedFwdArgs& a, cudaStream_t stream) {
-  switch (a.shape.head_dim) {
-    case 64:
-      return forward<T, 64>(a, stream);
-    case 128:
-      return forward<T, 128>(a, stream);
-    default:
-      FA_UNSUPPORTED_IF(true, std::string(kName) + " takes head dims 64 and 128");
-  }
+  const int64_t d = a.shape.head_dim;
+  FA_UNSUPPORTED_IF(d <= 0 || d > 128 || d % fa::kHeadDimStep != 0,
+                    std::string(kName) +
+                        " takes head dims 64 and 128, and the multiples of 8 below them rounded "
+                        "up; not " +
+                        std::to_string(d));
+  if (d <= 64) return forward<T, 64>(a, stream);
+  return forward<T, 128>(a, stream);
 }
 
 void paged_decode_forward(const fa::PagedFwdArgs& a, cudaStream_t stream) {
@@ -706,10 +748,12 @@ void paged_decode_forward(const fa::PagedFwdArgs& a, cudaStream_t stream) {
 FA_REGISTER(PagedFwdKernel,
             {kName,
              paged_decode_forward,
-             "08/v5 over a paged cache: the ring's copies go through the block table (one entry "
-             "per page a step spans, read a step ahead), each sequence its own length",
+             "08/t07 (v6, every head dim up to 128) over a paged cache: the ring's copies go "
+             "through the block table (one entry per page a step spans, read a step ahead), each "
+             "sequence its own length",
              {DType::F16, DType::BF16},
              {64, 128},
              {16, 64, 256},
              /*min_sm=*/80,
-             /*decoding=*/true});
+             /*decoding=*/true,
+             /*rounds_head_dim=*/true});

@@ -75,7 +75,7 @@ TEST(Dispatch, EveryRowNamesAKernelThatTakesWhatTheRowSendsIt) {
       window = k->window, rounds = k->rounds_head_dim;
     } else if (const auto* k = fa::find_entry<fa::PagedFwdKernel>(r.kernel);
                k && r.op == Op::PagedFwd) {
-      dims = k->head_dims, min_sm = k->min_sm, gqa = true;
+      dims = k->head_dims, min_sm = k->min_sm, gqa = true, rounds = k->rounds_head_dim;
     } else {
       found = false;
     }
@@ -322,6 +322,16 @@ TEST(Dispatch, EachKindOfProblemGoesWhereItsRowSays) {
   EXPECT_EQ(fa::pick(paged, 90).kernel, "09/paged_v1_decode");
   paged.seq_q = 512;
   EXPECT_EQ(fa::pick(paged, 90).kernel, "09/paged_v2_prefill");
+  // Head dims between the instances: the decoding kernel, which rounds them up, for decoding and
+  // for chunks of queries alike (the prefill kernel takes 64 and 128 only), on every GPU.
+  paged.head_dim = 80;
+  for (int sm : {80, 90}) {
+    EXPECT_EQ(fa::pick(paged, sm).kernel, "09/paged_v1_decode") << sm;
+    paged.seq_q = 1;
+    EXPECT_EQ(fa::pick(paged, sm).kernel, "09/paged_v1_decode") << sm;
+    paged.seq_q = 512;
+  }
+  paged.head_dim = 128;
   paged.page_size = 7;
   EXPECT_FALSE(fa::pick(paged, 90));
 }

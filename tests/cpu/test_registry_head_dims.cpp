@@ -112,6 +112,7 @@ TEST(RegistryHeadDims, KernelsThatRoundZeroPastTheHeadDim) {
   rounding_kernels_zero_past_the_head_dim<fa::AttentionBwdKernel>();
   rounding_kernels_zero_past_the_head_dim<fa::VarlenFwdKernel>();
   rounding_kernels_zero_past_the_head_dim<fa::VarlenBwdKernel>();
+  rounding_kernels_zero_past_the_head_dim<fa::PagedFwdKernel>();
 }
 
 }  // namespace

@@ -399,6 +399,42 @@ TEST_P(PagedFwdKernels, ChunkOfQueries) {
       }
 }
 
+// Head dims between the instances (rounds_head_dim): a kernel that rounds runs each over shuffled
+// pages of every size it takes, decoding (one query row, grouped and not) and a chunk of queries
+// past the decoding rows, causal and not; head dims off the step of 8 are refused with the reason.
+// A kernel that does not round refuses D 80.
+TEST_P(PagedFwdKernels, RoundedHeadDims) {
+  FA_SKIP_WITHOUT_GPU(kernel().min_sm);
+  const fa::PagedFwdKernel& k = kernel();
+  if (!k.rounds_head_dim) {
+    const fa::RunResult r = fa::run_paged_fwd(
+        k, paged({100}, 4, 4, 80, 1, page_sizes().front(), false), k.dtypes.front(), check_only(5));
+    EXPECT_EQ(r.status, fa::Status::Unsupported) << r.report();
+    return;
+  }
+  const std::vector<int> dims = rounded_dims(k);
+  ASSERT_FALSE(dims.empty()) << k.name << " rounds head dims but takes none of the test's";
+  const int64_t chunk = k.decoding ? fa::kDecodeSeqQ + 1 : 200;
+  for (DType t : k.dtypes)
+    for (int d : dims)
+      for (int64_t page : page_sizes())
+        for (bool causal : {false, true}) {
+          const std::vector<PagedShape> shapes = {paged(kCache, 8, 2, d, 1, page, causal),
+                                                  paged(kCache, 8, 8, d, 1, page, causal),
+                                                  paged(kCache, 8, 2, d, chunk, page, causal)};
+          for (const PagedShape& s : shapes) {
+            SCOPED_TRACE(s.str() + " " + fa::dtype_name(t));
+            FA_EXPECT_PASS(fa::run_paged_fwd(k, s, t, check_only(uint64_t(d + page + causal), 4)));
+          }
+        }
+  for (int d : {59, 111}) {
+    const fa::RunResult r = fa::run_paged_fwd(
+        k, paged({33, 5}, 4, 2, d, 1, page_sizes().front(), true), k.dtypes.front(), check_only(3));
+    EXPECT_EQ(r.status, fa::Status::Unsupported) << r.report();
+    EXPECT_NE(r.message.find("multiples of 8"), std::string::npos) << r.message;
+  }
+}
+
 TEST_P(PagedFwdKernels, UnlistedPageSizeIsRefused) {
   FA_SKIP_WITHOUT_GPU(kernel().min_sm);
   auto [t, d] = variants(kernel()).front();
@@ -536,11 +572,12 @@ TEST(SanitizeSmallServing, PagedKernels) {
     if (!sanitize_selected(k->name) || !fa::gpu_skip_reason(k->min_sm).empty() ||
         exercise_not_written(k->name))
       continue;
-    for (auto [t, d] : variants(*k)) {
-      const PagedShape s = paged({17, 0, 33}, 4, 2, d, 2, k->page_sizes.front(), true);
-      sanitize_case(k->name + " " + s.str(),
-                    [&] { return fa::run_paged_fwd(*k, s, t, check_only(3)); });
-    }
+    for (DType t : k->dtypes)
+      for (int d : sanitized_dims(*k)) {
+        const PagedShape s = paged({17, 0, 33}, 4, 2, d, 2, k->page_sizes.front(), true);
+        sanitize_case(k->name + " " + s.str(),
+                      [&] { return fa::run_paged_fwd(*k, s, t, check_only(3)); });
+      }
   }
   for (const fa::PagedAppendKernel* k : fa::entries_with_prefix<fa::PagedAppendKernel>("09/")) {
     if (!sanitize_selected(k->name) || !fa::gpu_skip_reason(k->min_sm).empty() ||
