@@ -17,7 +17,6 @@ Three layers of tests:
   - the kernels (torch, a GPU, the library): every registered chapter 09 kernel.
 A kernel missing from the build, or one that cannot run here, skips with the reason.
 """
-import ctypes
 import random
 
 import pytest
