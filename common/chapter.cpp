@@ -185,8 +185,9 @@ std::string describe_kernel(const PagedFwdKernel& k) {
   for (size_t i = 0; i < k.page_sizes.size(); ++i)
     pages += (i ? "," : "") + std::to_string(k.page_sizes[i]);
   pages += "] ";
-  return kernel_line(k.name, dtype_list(k.dtypes), k.head_dims, k.min_sm,
-                     pages + (k.decoding ? "[decoding] " : "") + k.about);
+  return kernel_line(
+      k.name, dtype_list(k.dtypes), k.head_dims, k.min_sm,
+      pages + (k.decoding ? "[decoding] " : "") + rounding_tag(k.rounds_head_dim) + k.about);
 }
 std::string describe_kernel(const PagedAppendKernel& k) {
   return kernel_line(k.name, dtype_list(k.dtypes), {}, k.min_sm, k.about);
