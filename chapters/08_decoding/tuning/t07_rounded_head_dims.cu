@@ -3,7 +3,8 @@
 // idea: rows of d elements in global memory, rows of D in shared memory and registers, the columns
 // d .. D - 1 zero. A step of the tuning appendix (the main path keeps its six rungs) that the
 // dispatch runs for decoding: fp16 and bf16, grouped-query attention, every head dim 8 .. 128 in
-// steps of 8.
+// steps of 8. Chapter 09's paged decoding rung (09/paged_v1_decode) is this file with the block
+// table in its loader.
 //
 // Why. Models serve head dims other than 64 and 128 (80, 96, ...), and decoding them went to a
 // kernel written for long query blocks (07/v5_persistent on an H100 or H200: a tile of 128 query
