@@ -334,19 +334,21 @@ void add_window_shapes() {
   }
 }
 
-// attn_paged/<kernel>/bf16/D<128|80>/B8_H32_Hkv8/Nq<1|512>/Nk32768/page<16|64|256>: every paged
-// forward at each page size it takes, on attn_decode's GQA shape (one query row; GB/s and % of
-// copy) and on a chunked prefill of 512 new tokens (causal; TFLOP/s); .../contiguous: the kernel
-// 09/paged_v1_decode is built on (08/t07_rounded_head_dims) on the same cache stored contiguously.
-// D 80 is a head dim between the instances, for the kernels that round it up inside.
+// attn_paged/<kernel>/bf16/D<128|80|256>/B8_H32_Hkv8/Nq<1|512>/Nk32768/page<16|64|256>: every
+// paged forward at each page size it takes, on attn_decode's GQA shape (one query row; GB/s and %
+// of copy) and on a chunked prefill of 512 new tokens (causal; TFLOP/s); .../contiguous: the same
+// keys stored contiguously, read by the kernel 09/paged_v1_decode is built on
+// (08/t07_rounded_head_dims) for one query row, and by the dispatch's Hopper forward
+// (07/v5_persistent) for the chunk. D 80 is a head dim between the instances, for the kernels that
+// round it up inside; D 256 the Hopper kernels' widest.
 // attn_paged_append/: writing the new tokens' K and V (at D 128).
 void add_paged_shapes() {
   const fa::DType t = fa::DType::BF16;
   const int64_t batch = 8, heads = 32, heads_kv = 8, seq_k = 32768;
-  for (int64_t d : {128, 80}) {
-    const fa::AttentionFwdKernel* contiguous =
-        fa::find_entry<fa::AttentionFwdKernel>("08/t07_rounded_head_dims");
+  for (int64_t d : {128, 80, 256}) {
     for (int64_t seq_q : {int64_t(1), int64_t(512)}) {
+      const fa::AttentionFwdKernel* contiguous = fa::find_entry<fa::AttentionFwdKernel>(
+          seq_q == 1 ? "08/t07_rounded_head_dims" : "07/v5_persistent");
       const std::string shape = "/bf16/D" + std::to_string(d) + "/B8_H32_Hkv8/Nq" +
                                 std::to_string(seq_q) + "/Nk" + std::to_string(seq_k) + "/";
       for (int page : {16, 64, 256}) {

@@ -2,7 +2,7 @@
 """Chapter 09's serving shapes: our kernels next to PyTorch's, timed in one run on one GPU.
 
     FA_LIBRARY=build/lib/libfa_python.so PYTHONPATH=python python3 bench/compare_serving.py \
-        --out OUT   [--parts varlen,window,paged] [--reps 30]
+        --out OUT   [--parts varlen,window,paged,prefill] [--reps 30]
 
 Run it on the GPU machine after fa_bench (whose attn_varlen / attn_window / attn_paged rows time
 the same kernels through the harness). It times, with CUDA events around each call only, 3
@@ -30,6 +30,13 @@ flushes it (its Timer: a 256 MiB buffer read, leaving clean lines), the median o
     problem must move (PagedShape::min_bytes: Q and O once, each sequence's K and V once, L).
     Peers where this PyTorch or flash_attn has a paged path (varlen_attn's block_table,
     flash_attn_with_kvcache), and SDPA on the contiguous cache (enable_gqa).
+(d) paged chunked prefill: the same cache (D 128, and D 80, a head dim between the instances),
+    each sequence's last 512 tokens as queries, causal bottom-right (query i sees keys up to
+    i + 32768 - 512). Ours: the paged kernels that take chunks (not the decoding ones), pages of
+    16, 64 and 256 keys; TFLOP/s on the visible pairs. Peers on the contiguous cache: SDPA with
+    torch.nn.attention.bias.causal_lower_right, each backend forced (FlashAttention-2, cuDNN),
+    K and V repeated to the query heads outside the timing (SDPA's bottom-right mask takes no
+    enable_gqa); flash_attn_with_kvcache on the pages where flash_attn is installed.
 
 FLOPs count 4 * H * D per visible (query, key) pair (shapes.h), summed over sequences; the
 backward 2.5x that. TFLOP/s of every row of a table count the pairs of the problem that table
@@ -363,6 +370,25 @@ def part_window(torch, fa, serving, timer, args):
 
 # ---- (c) paged decoding ----------------------------------------------------------------------
 
+def scatter_pages(torch, kc, vc, page, seed):
+    """The contiguous cache kc, vc [B, H_kv, N, D] as two pools of pages in a shuffled order,
+    16 spare pages among them, and the block table [B, N / page] (int32 on the device)."""
+    B, HKV, N, D = kc.shape
+    per_seq = N // page
+    num_pages = B * per_seq + 16
+    order = list(range(num_pages))
+    random.Random(seed).shuffle(order)
+    table = torch.tensor(order[:B * per_seq], dtype=torch.int32).view(B, per_seq).cuda()
+    pools = []
+    for c in (kc, vc):
+        pool = torch.empty(num_pages, HKV, page, D, device="cuda", dtype=c.dtype)
+        # Sequence b's keys j*page .. into page table[b, j] (one scatter per pool).
+        pool[table.flatten().long()] = c.view(B, HKV, per_seq, page, D).permute(0, 2, 1, 3, 4) \
+            .reshape(B * per_seq, HKV, page, D)
+        pools.append(pool)
+    return pools[0], pools[1], table
+
+
 def part_paged(torch, fa, serving, timer, args):
     import torch.nn.functional as F
     from flash_from_scratch import ops
@@ -390,18 +416,7 @@ def part_paged(torch, fa, serving, timer, args):
     va, va_why = varlen_attn_fn(torch)
     fl, fl_why = flash_attn_module()
     for page in (16, 64, 256):
-        per_seq = N // page
-        num_pages = B * per_seq + 16
-        order = list(range(num_pages))
-        random.Random(args.seed + page).shuffle(order)
-        table = torch.tensor(order[:B * per_seq], dtype=torch.int32).view(B, per_seq).cuda()
-        kp = torch.empty(num_pages, HKV, page, D, device="cuda", dtype=dtype)
-        vp = torch.empty_like(kp)
-        # Sequence b's keys j*page .. into page table[b, j] (one scatter per pool).
-        kp[table.flatten().long()] = kc.view(B, HKV, per_seq, page, D).permute(0, 2, 1, 3, 4) \
-            .reshape(B * per_seq, HKV, page, D)
-        vp[table.flatten().long()] = vc.view(B, HKV, per_seq, page, D).permute(0, 2, 1, 3, 4) \
-            .reshape(B * per_seq, HKV, page, D)
+        kp, vp, table = scatter_pages(torch, kc, vc, page, args.seed + page)
         lengths = serving.PagedLengths([N] * B, "cuda")
         o = torch.empty_like(q)
         pshape = shape + " page %d" % page
@@ -453,6 +468,76 @@ def part_paged(torch, fa, serving, timer, args):
         torch.cuda.empty_cache()
 
 
+def part_prefill(torch, fa, serving, timer, args):
+    import torch.nn.functional as F
+    B, H, HKV, N, NQ, dtype = 8, 32, 8, 32768, 512, torch.bfloat16
+    fl, fl_why = flash_attn_module()
+    for D in (128, 80):
+        g = torch.Generator(device="cuda").manual_seed(args.seed + 3 + D)
+        q = torch.randn(B, H, NQ, D, device="cuda", dtype=dtype, generator=g)
+        kc, vc = (torch.randn(B, HKV, N, D, device="cuda", dtype=dtype, generator=g)
+                  for _ in range(2))
+        flops = 4.0 * B * H * D * visible_pairs(NQ, N, True)
+        shape = "B%d H%d Hkv%d Nq%d Nk%d D%d bf16 causal" % (B, H, HKV, NQ, N, D)
+        say("(d) paged chunked prefill: %s" % shape)
+        o_ref = None
+        try:
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+            from torch.nn.attention.bias import causal_lower_right
+            ke = kc.repeat_interleave(H // HKV, dim=1)
+            ve = vc.repeat_interleave(H // HKV, dim=1)
+            bias = causal_lower_right(NQ, N)
+            for impl, backend in (("SDPA FlashAttention-2 (contiguous)",
+                                   SDPBackend.FLASH_ATTENTION),
+                                  ("SDPA cuDNN (contiguous)", SDPBackend.CUDNN_ATTENTION)):
+                def run(backend=backend):
+                    with sdpa_kernel(backend):
+                        return F.scaled_dot_product_attention(q, ke, ve, attn_mask=bias)
+                row = timed(timer, "prefill", shape + " contiguous", impl, "fwd", run, flops)
+                if row["ms"] is not None and o_ref is None:
+                    o_ref = run()
+            del ke, ve
+        except Exception as e:
+            skip("prefill", "SDPA causal_lower_right", "%s: %s" % (type(e).__name__, e))
+        o = torch.empty_like(q)
+        lse = torch.empty(B, H, NQ, device="cuda", dtype=torch.float32)
+        lengths = serving.PagedLengths([N] * B, "cuda")
+        for page in (16, 64, 256):
+            kp, vp, table = scatter_pages(torch, kc, vc, page, args.seed + page)
+            pshape = shape + " page %d" % page
+            for kern in fa.list_serving_kernels():
+                if kern.kind != "paged_fwd" or kern.decoding:
+                    continue
+                err = fa.supported("paged_fwd", kern.name, "bf16", D, gqa=True, page_size=page)
+                if err is not None:
+                    skip("prefill", kern.name, err)
+                    continue
+                row = timed(timer, "prefill", pshape, "ours " + kern.name, "fwd",
+                            lambda kern=kern: serving.paged_fwd_into(
+                                q, kp, vp, o, lse, table, lengths, causal=True,
+                                kernel=kern.name), flops)
+                if row["ms"] is not None and o_ref is not None:
+                    torch.cuda.synchronize()
+                    row["note"] = "max |O - O(SDPA)| = %.3g" % float(
+                        (o.float() - o_ref.float()).abs().max())
+            if fl is not None:
+                try:
+                    kn, vn = kp.transpose(1, 2).contiguous(), vp.transpose(1, 2).contiguous()
+                    qf = q.transpose(1, 2).contiguous()  # [B, NQ, H, D]
+                    seqlens = torch.full((B,), N, device="cuda", dtype=torch.int32)
+                    timed(timer, "prefill", pshape, "flash_attn_with_kvcache", "fwd",
+                          lambda: fl.flash_attn_with_kvcache(qf, kn, vn, cache_seqlens=seqlens,
+                                                             block_table=table, causal=True),
+                          flops)
+                    del kn, vn
+                except Exception as e:
+                    skip("prefill", "flash_attn_with_kvcache", e)
+            kp = vp = None
+            torch.cuda.empty_cache()
+        del q, kc, vc, o_ref
+        torch.cuda.empty_cache()
+
+
 # ---- Output ------------------------------------------------------------------------------------
 
 def fmt(x, prec):
@@ -463,7 +548,8 @@ def markdown(gpu, torch_version):
     lines = ["# Chapter 09 against PyTorch on %s (PyTorch %s)" % (gpu, torch_version), ""]
     for part, title in (("varlen", "(a) variable-length batch, forward"),
                         ("window", "(b) sliding window, forward and backward"),
-                        ("paged", "(c) paged decoding")):
+                        ("paged", "(c) paged decoding"),
+                        ("prefill", "(d) paged chunked prefill")):
         rows = [r for r in ROWS if r["part"] == part]
         if not rows:
             continue
@@ -497,13 +583,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="serving_compare", help="directory for the CSV and table")
-    ap.add_argument("--parts", default="varlen,window,paged",
-                    help="comma list of varlen, window, paged")
+    ap.add_argument("--parts", default="varlen,window,paged,prefill",
+                    help="comma list of varlen, window, paged, prefill")
     ap.add_argument("--reps", type=int, default=30, help="timed calls per row (the median)")
     ap.add_argument("--seed", type=int, default=20261126)
     args = ap.parse_args()
     parts = [p for p in args.parts.split(",") if p]
-    unknown = set(parts) - {"varlen", "window", "paged"}
+    unknown = set(parts) - {"varlen", "window", "paged", "prefill"}
     if unknown:
         ap.error("unknown parts: %s" % ", ".join(sorted(unknown)))
 
@@ -526,7 +612,8 @@ def main():
     gpu = torch.cuda.get_device_name()
     say("GPU %s, PyTorch %s, library %s" % (gpu, torch.__version__, fa.find_library()))
     timer = Timer(torch, args.reps)
-    for part, fn in (("varlen", part_varlen), ("window", part_window), ("paged", part_paged)):
+    for part, fn in (("varlen", part_varlen), ("window", part_window), ("paged", part_paged),
+                     ("prefill", part_prefill)):
         if part not in parts:
             continue
         try:

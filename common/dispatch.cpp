@@ -344,16 +344,25 @@ const std::vector<Rule>& dispatch_table() {
                    "97-99% of 08/t07 on the contiguous cache; 1.008-1.016x the same kernel built "
                    "on 08/v5 (three alternating rounds)",
                    log("paged_rounded.log", kRun1203)),
+      on(Op::PagedFwd, "09/hopper_paged_prefill")
+          .hopper()
+          .because("chunks of queries through a block table on wgmma (07/v4 with the table in its "
+                   "producer), every head dim up to 256 (multiples of 8 rounded up inside): at "
+                   "D 128 532-581 TFLOP/s over pages 16-256, 1.45-1.61x 09/paged_v2_prefill and "
+                   "0.96-1.05x 07/v5_persistent on the contiguous cache; D 80 357-407, 3.9-4.9x "
+                   "the decode kernel that ran it before; D 256 548-605; and the one paged kernel "
+                   "past D 128, decoding included (three rounds)",
+                   log("paged_hopper.log", kRun1203)),
       on(Op::PagedFwd, "09/paged_v2_prefill")
-          .because("chunks of queries through a block table: 367-378 TFLOP/s against the decode "
-                   "kernel's 138-156",
+          .because("chunks of queries through a block table before sm_90 (mma.sync): 367-378 "
+                   "TFLOP/s against the decode kernel's 138-156",
                    log("ch09_serving.log")),
       on(Op::PagedFwd, "09/paged_v1_decode")
           .rounded()
-          .because("chunks of queries through a block table at head dims between 64 and 128: "
-                   "the one paged kernel that rounds them up, and the only one that runs them "
-                   "(it reads the cache once per 16 query rows): at D 80 and 512 new tokens "
-                   "83-92 TFLOP/s, where 09/paged_v2_prefill runs D 128 at 371-383",
+          .because("chunks of queries through a block table at head dims between 64 and 128 "
+                   "before sm_90: the one mma.sync paged kernel that rounds them up (it reads the "
+                   "cache once per 16 query rows): at D 80 and 512 new tokens 83-92 TFLOP/s on "
+                   "the H200, where 09/paged_v2_prefill runs D 128 at 371-383",
                    log("paged_rounded.log", kRun1203)),
   };
   return table;

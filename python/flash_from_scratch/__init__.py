@@ -27,8 +27,8 @@ from ._lib import (DispatchRule, FlashError, Kernel, LibraryNotFound, NoGpuError
 from .fp8 import (DEFAULT_FP8_FWD, Fp8Kernel, attention_fp8, default_fp8_kernel, dequantize_fp8,
                   hadamard_rotate, list_fp8_kernels, quantize_fp8, supported_fp8)
 from .names import (APPEND_KV, AUTO, DEFAULT_BWD, DEFAULT_FWD, FP32_BWD, FP32_FWD,
-                    HOPPER_VARLEN_FWD, PAGED_DECODE, PAGED_PREFILL, VARLEN_BWD, VARLEN_FWD,
-                    VARLEN_WINDOW_BWD, VARLEN_WINDOW_FWD)
+                    HOPPER_PAGED_PREFILL, HOPPER_VARLEN_FWD, PAGED_DECODE, PAGED_PREFILL,
+                    VARLEN_BWD, VARLEN_FWD, VARLEN_WINDOW_BWD, VARLEN_WINDOW_FWD)
 
 __all__ = ["list_kernels", "list_serving_kernels", "attention", "explain", "pick",
            "dispatch_table", "varlen_attention", "varlen_attention_packed", "paged_attention",
@@ -39,7 +39,7 @@ __all__ = ["list_kernels", "list_serving_kernels", "attention", "explain", "pick
            "DispatchRule", "FlashError", "UnsupportedError", "NoGpuError", "LibraryNotFound",
            "AUTO", "DEFAULT_FWD", "DEFAULT_BWD", "FP32_FWD", "FP32_BWD", "VARLEN_FWD",
            "VARLEN_WINDOW_FWD", "VARLEN_BWD", "VARLEN_WINDOW_BWD", "HOPPER_VARLEN_FWD",
-           "PAGED_DECODE", "PAGED_PREFILL", "APPEND_KV", "attention_fp8", "quantize_fp8",
+           "PAGED_DECODE", "PAGED_PREFILL", "HOPPER_PAGED_PREFILL", "APPEND_KV", "attention_fp8", "quantize_fp8",
            "dequantize_fp8", "hadamard_rotate", "list_fp8_kernels", "supported_fp8", "Fp8Kernel",
            "DEFAULT_FP8_FWD", "default_fp8_kernel"]
 

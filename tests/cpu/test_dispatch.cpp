@@ -321,16 +321,26 @@ TEST(Dispatch, EachKindOfProblemGoesWhereItsRowSays) {
   paged.page_size = 64;
   EXPECT_EQ(fa::pick(paged, 90).kernel, "09/paged_v1_decode");
   paged.seq_q = 512;
-  EXPECT_EQ(fa::pick(paged, 90).kernel, "09/paged_v2_prefill");
-  // Head dims between the instances: the decoding kernel, which rounds them up, for decoding and
-  // for chunks of queries alike (the prefill kernel takes 64 and 128 only), on every GPU.
+  EXPECT_EQ(fa::pick(paged, 90).kernel, "09/hopper_paged_prefill");
+  EXPECT_EQ(fa::pick(paged, 80).kernel, "09/paged_v2_prefill");
+  // Head dims between the instances: decoding on the decoding kernel, which rounds them up, on
+  // every GPU; chunks of queries on the Hopper kernel, which rounds them too, and before sm_90 on
+  // the decoding kernel (the mma.sync prefill kernel takes 64 and 128 only).
   paged.head_dim = 80;
-  for (int sm : {80, 90}) {
-    EXPECT_EQ(fa::pick(paged, sm).kernel, "09/paged_v1_decode") << sm;
-    paged.seq_q = 1;
-    EXPECT_EQ(fa::pick(paged, sm).kernel, "09/paged_v1_decode") << sm;
-    paged.seq_q = 512;
+  EXPECT_EQ(fa::pick(paged, 90).kernel, "09/hopper_paged_prefill");
+  EXPECT_EQ(fa::pick(paged, 80).kernel, "09/paged_v1_decode");
+  paged.seq_q = 1;
+  for (int sm : {80, 90}) EXPECT_EQ(fa::pick(paged, sm).kernel, "09/paged_v1_decode") << sm;
+  // Past 128 only the Hopper kernel takes the pages, decoding included; nothing before sm_90.
+  for (int d : {192, 256}) {
+    paged.head_dim = d;
+    for (int64_t seq_q : {1, 512}) {
+      paged.seq_q = seq_q;
+      EXPECT_EQ(fa::pick(paged, 90).kernel, "09/hopper_paged_prefill") << d << " " << seq_q;
+      EXPECT_FALSE(fa::pick(paged, 80)) << d << " " << seq_q;
+    }
   }
+  paged.seq_q = 512;
   paged.head_dim = 128;
   paged.page_size = 7;
   EXPECT_FALSE(fa::pick(paged, 90));
