@@ -15,7 +15,10 @@ SplitPlan plan_split_kv(const AttentionShape& s, int64_t key_tile, int64_t resid
   // The time of the grid is about (waves of resident blocks) x (keys per block): with S splits,
   // ceil(base * S / resident) / S in units of one unsplit block. Take the smallest S within 5% of
   // the best: 256 heads on 396 slots take S = 3 (768 blocks, 97% of two waves), where S = 1 would
-  // leave a third of the slots empty and S = 2 would run a second, two-thirds empty, wave.
+  // leave a third of the slots empty and S = 2 would run a second, two-thirds empty, wave. Why not
+  // the best S itself: the model counts neither a block's fixed cost nor the merge of more
+  // partials, and the best S ran 0.90-0.96x this choice on the three decode shapes (08/v6, H200,
+  // notes/measured/h200-2026-12-03/decode_split_rule.md).
   const int64_t max_splits = std::max<int64_t>(1, ceil_div(s.seq_k, 4 * key_tile));
   const int64_t slots = std::max<int64_t>(1, resident_blocks);
   auto cost = [&](int64_t S) { return double(ceil_div(p.base_blocks * S, slots)) / double(S); };
