@@ -344,14 +344,22 @@ const std::vector<Rule>& dispatch_table() {
                    "97-99% of 08/t07 on the contiguous cache; 1.008-1.016x the same kernel built "
                    "on 08/v5 (three alternating rounds)",
                    log("paged_rounded.log", kRun1203)),
+      on(Op::PagedFwd, "09/hopper_paged_pack_gqa")
+          .hopper()
+          .decoding()
+          .because("decoding through a block table at the head dims 09/paged_v1_decode does not "
+                   "take (136-256): hopper_paged_prefill with the group's query heads packed into "
+                   "one Q tile, each K/V tile loaded once per group; at D 256 2153-2842 GB/s at "
+                   "pages 16-256, 1.90-1.99x hopper_paged_prefill (one round)",
+                   log("paged_pack.log", kRun1203)),
       on(Op::PagedFwd, "09/hopper_paged_prefill")
           .hopper()
           .because("chunks of queries through a block table on wgmma (07/v4 with the table in its "
                    "producer), every head dim up to 256 (multiples of 8 rounded up inside): at "
                    "D 128 532-581 TFLOP/s over pages 16-256, 1.45-1.61x 09/paged_v2_prefill and "
                    "0.96-1.05x 07/v5_persistent on the contiguous cache; D 80 357-407, 3.9-4.9x "
-                   "the decode kernel that ran it before; D 256 548-605; and the one paged kernel "
-                   "past D 128, decoding included (three rounds)",
+                   "the decode kernel that ran it before; D 256 548-605, where no paged kernel ran "
+                   "before (three rounds); 09/hopper_paged_pack_gqa level with it on these chunks",
                    log("paged_hopper.log", kRun1203)),
       on(Op::PagedFwd, "09/paged_v2_prefill")
           .because("chunks of queries through a block table before sm_90 (mma.sync): 367-378 "

@@ -331,12 +331,15 @@ TEST(Dispatch, EachKindOfProblemGoesWhereItsRowSays) {
   EXPECT_EQ(fa::pick(paged, 80).kernel, "09/paged_v1_decode");
   paged.seq_q = 1;
   for (int sm : {80, 90}) EXPECT_EQ(fa::pick(paged, sm).kernel, "09/paged_v1_decode") << sm;
-  // Past 128 only the Hopper kernel takes the pages, decoding included; nothing before sm_90.
+  // Past 128 only the Hopper kernels take the pages: decoding with the group packed into one Q
+  // tile, chunks as hopper_paged_prefill's; nothing before sm_90.
   for (int d : {192, 256}) {
     paged.head_dim = d;
     for (int64_t seq_q : {1, 512}) {
       paged.seq_q = seq_q;
-      EXPECT_EQ(fa::pick(paged, 90).kernel, "09/hopper_paged_prefill") << d << " " << seq_q;
+      EXPECT_EQ(fa::pick(paged, 90).kernel,
+                seq_q == 1 ? "09/hopper_paged_pack_gqa" : "09/hopper_paged_prefill")
+          << d << " " << seq_q;
       EXPECT_FALSE(fa::pick(paged, 80)) << d << " " << seq_q;
     }
   }
