@@ -14,9 +14,10 @@
 //
 //   What depends on a row's position and not its index: the causal mask. Each thread's two rows
 //   find their last visible key from r % seq_q (two remainders, once); the block's tile range
-//   (kv_tiles, kv_tiles.h) is taken over the positions its rows hold: [q0 % seq_q, last % seq_q]
-//   when the tile lies in one head's rows, and every position (0 .. seq_q - 1) when it crosses
-//   into the next head's, which then holds position seq_q - 1 and position 0 both. Without the
+//   is taken over the positions its rows hold (packed_kv_tiles, ch09_pack_gqa.h, checked on the
+//   CPU against a brute-force definition): [q0 % seq_q, last % seq_q] when the tile lies in one
+//   head's rows, and every position when it crosses into the next head's, which then holds
+//   position seq_q - 1 and position 0 both. Without the
 //   mask (causal false) every row sees every key, as before. The epilogue stores the group's rows
 //   as the rows of one [group * seq_q] problem: the stores are 07's, predicated on the packed row
 //   count.
@@ -42,6 +43,7 @@
 #include <string>
 #include <type_traits>
 
+#include "ch09_pack_gqa.h"
 #include "hopper_attention.cuh"
 #include "gpu.h"
 
@@ -121,13 +123,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int64_t b = bh / p.heads_kv;
   const int h_kv = int(bh % p.heads_kv);
   const int seq_k = p.seqlens_k[b];
-  // The tile's rows hold positions [pos_lo, pos_hi]: every position once it crosses into the next
-  // query head's rows.
-  const int64_t last = (q0 + kBr < p.rows ? q0 + kBr : p.rows) - 1;
-  const bool crosses = q0 / p.seq_q != last / p.seq_q;
-  const int64_t pos_lo = crosses ? 0 : q0 % p.seq_q,
-                pos_hi = crosses ? p.seq_q - 1 : last % p.seq_q;
-  const KvTiles range = kv_tiles(pos_lo, pos_hi - pos_lo + 1, p.seq_q, seq_k, kBc, p.causal);
+  // The K/V tiles of the positions the tile's rows hold (every position once it crosses into the
+  // next query head's rows; ch09_pack_gqa.h).
+  const KvTiles range = packed_kv_tiles(q0, kBr, p.rows, p.seq_q, seq_k, kBc, p.causal);
   const int n_tiles = int(range.visit), n_unmasked = int(range.unmasked);
 
   if (threadIdx.x == 0) {
