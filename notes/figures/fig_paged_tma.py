@@ -75,7 +75,7 @@ def main(out_dir):
             "before P V\n(0 × NaN is NaN)" % (BC - real), size=6.4, va="center")
 
     # ---- Right: pack GQA.
-    qx, qy, qw = 100.0, 20.0, 16.0
+    qx, qw = 100.0, 16.0
     rh = 1.9
     fs.text(ax, 96.0, 74.6, "09/hopper_paged_pack_gqa: Q of one sequence", size=9, weight="bold")
     fs.text(ax, 96.0, 71.6, "[heads %d, seq_q %d, d]: heads 4g … 4g + 3 share K/V head g" % (
