@@ -359,7 +359,8 @@ const std::vector<Rule>& dispatch_table() {
                    "D 128 532-581 TFLOP/s over pages 16-256, 1.45-1.61x 09/paged_v2_prefill and "
                    "0.96-1.05x 07/v5_persistent on the contiguous cache; D 80 357-407, 3.9-4.9x "
                    "the decode kernel that ran it before; D 256 548-605, where no paged kernel ran "
-                   "before (three rounds); 09/hopper_paged_pack_gqa level with it on these chunks",
+                   "before (three rounds); 09/hopper_paged_pack_gqa ran level with it on these "
+                   "chunks in a later run (paged_pack.log)",
                    log("paged_hopper.log", kRun1203)),
       on(Op::PagedFwd, "09/paged_v2_prefill")
           .because("chunks of queries through a block table before sm_90 (mma.sync): 367-378 "
