@@ -37,8 +37,9 @@
 namespace fa::ch07 {
 
 // One launch of a forward kernel for head dim D: grid = q tiles x batch*heads on blockIdx.x (no
-// 65535 limit), Q in boxes of kBr rows, K and V in boxes of Bc rows (Tiles<D>).
-template <auto kKernel, int D, int kBr, int kThreads, int kSmemBytes>
+// 65535 limit), Q in boxes of kBr rows, K and V in boxes of kBc rows (Tiles<D> unless a rung
+// widens them).
+template <auto kKernel, int D, int kBr, int kThreads, int kSmemBytes, int kBc = Tiles<D>::kBc>
 void launch_fwd(const char* name, const AttentionFwdArgs& a, cudaStream_t stream) {
   const AttentionShape& s = a.shape;
   const int64_t num_q_tiles = (s.seq_q + kBr - 1) / kBr;
@@ -50,8 +51,8 @@ void launch_fwd(const char* name, const AttentionFwdArgs& a, cudaStream_t stream
 #endif
   const int d = int(s.head_dim);  // <= D: the boxes' columns past it arrive as zeros
   const CUtensorMap tm_q = make_tmap(a.q, s.bh(), s.seq_q, d, kBr, a.dtype);
-  const CUtensorMap tm_k = make_tmap(a.k, s.bh(), s.seq_k, d, Tiles<D>::kBc, a.dtype);
-  const CUtensorMap tm_v = make_tmap(a.v, s.bh(), s.seq_k, d, Tiles<D>::kBc, a.dtype);
+  const CUtensorMap tm_k = make_tmap(a.k, s.bh(), s.seq_k, d, kBc, a.dtype);
+  const CUtensorMap tm_v = make_tmap(a.v, s.bh(), s.seq_k, d, kBc, a.dtype);
   kKernel<<<unsigned(blocks), kThreads, kSmemBytes, stream>>>(tm_q, tm_k, tm_v,
                                                               make_params(a, int(num_q_tiles)));
   FA_CHECK_LAUNCH();

@@ -42,15 +42,24 @@ namespace fa::ch07 {
 // A thread has at most 255 registers (240 after setmaxnreg in a 3-warpgroup kernel); addresses,
 // row statistics and loop state need about 40-60 more. D = 256 with Bc = 128 would need
 // 64 + 128 + 32 = 224 for the tiles alone and spill, so D = 256 halves Bc.
+//
+// FlashAttention-3 picks wider K/V tiles where the registers allow: 176 keys at D = 128 (S 88 +
+// O 64 + P 44 = 196) and 80 at D = 256 (S 40 + O 128 + P 20 = 188), hopper/tile_size.h of
+// github.com/Dao-AILab/flash-attention; chapter 07's tuning steps t51 (on v4) and t52 (on v5) try them
+// (BC, below).
 template <int D>
+constexpr int kDefaultBc = D <= 128 ? 128 : 64;
+
+template <int D, int BC = kDefaultBc<D>>
 struct Tiles {
   static_assert(D == 64 || D == 128 || D == 256, "head dims 64, 128, 256");
-  static constexpr int kBc = D <= 128 ? 128 : 64;  // keys per K/V tile
-  static constexpr int kStrips = D / 64;           // 128-byte column strips of one row of D
-  static constexpr int kSAcc = kBc / 2;            // S accumulators per thread
-  static constexpr int kOAcc = D / 2;              // O accumulators per thread
-  static constexpr int kPSlices = kBc / 16;        // k16 slices of P V
-  static constexpr int kKVBytes = kBc * D * 2;     // one K (or V) tile
+  static_assert(BC % 16 == 0 && BC <= 256, "a K/V tile is k16 slices of P V, one TMA box");
+  static constexpr int kBc = BC;                // keys per K/V tile
+  static constexpr int kStrips = D / 64;        // 128-byte column strips of one row of D
+  static constexpr int kSAcc = kBc / 2;         // S accumulators per thread
+  static constexpr int kOAcc = D / 2;           // O accumulators per thread
+  static constexpr int kPSlices = kBc / 16;     // k16 slices of P V
+  static constexpr int kKVBytes = kBc * D * 2;  // one K (or V) tile
 };
 
 constexpr int kRowsPerWarpgroup = 64;  // wgmma M
@@ -72,9 +81,9 @@ template <int ROWS>
 __device__ __forceinline__ uint64_t desc_k_major(const unsigned char* tile, int kk) {
   return hopper::smem_desc_sw128(tile + (kk / 4) * ROWS * 128 + (kk % 4) * 32, 16, kAtomBytes);
 }
-template <int D>
+template <int D, int BC = kDefaultBc<D>>
 __device__ __forceinline__ uint64_t desc_v(const unsigned char* tile, int kk) {
-  return hopper::smem_desc_sw128(tile + kk * 2 * kAtomBytes, Tiles<D>::kBc * 128, kAtomBytes);
+  return hopper::smem_desc_sw128(tile + kk * 2 * kAtomBytes, BC * 128, kAtomBytes);
 }
 
 // ---- Kernel parameters ---------------------------------------------------------------------------
