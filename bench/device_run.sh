@@ -654,8 +654,11 @@ PY
       # The device returns at most 8 files per call: fold every log of this call into one archive
       # (keeping steps.log beside it for a quick look). Put it last: bash bench/device_run.sh ... pack
       log "pack: $OUT/logs.tgz"
-      tar czf /tmp/fa_logs.tgz -C "$OUT" --exclude=logs.tgz . && find "$OUT" -mindepth 1 ! -name steps.log -delete &&
-        mv /tmp/fa_logs.tgz "$OUT/logs.tgz"
+      # Only the top folder's steps.log stays: a stage that wrote into a subfolder (rounds with its
+      # own OUT) has a steps.log there too, and keeping it would leave the folder undeletable and
+      # stop the chain before the archive is moved back.
+      tar czf /tmp/fa_logs.tgz -C "$OUT" --exclude=logs.tgz . &&
+        find "$OUT" -mindepth 1 ! -path "$OUT/steps.log" -delete && mv /tmp/fa_logs.tgz "$OUT/logs.tgz"
       ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac

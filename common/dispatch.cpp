@@ -150,21 +150,56 @@ const std::vector<Rule>& dispatch_table() {
           .because("at D 64 and up to 2048 keys the plain rung has the shortest prologue: "
                    "373-440 TFLOP/s against v5's 344-424",
                    log("ladder_fwd_d64.log")),
-      on(Op::Fwd, "07/v4_intra_overlap")
+      // FlashAttention-3's K/V tile widths (176 keys at D 128, 80 at D 256), on v4 (t51) and on
+      // v5 (t52): three alternating rounds beside v4 and v5 with PyTorch's peers, medians.
+      on(Op::Fwd, "07/t51_wide_kv_tiles")
           .hopper()
-          .dims({128, 256})
+          .dims({128})
+          .full()
+          .keys(2048, kAny)
+          .because("D 128 full from 2048 keys: 589-656 TFLOP/s, 1.03-1.07x v5 (0.89-0.99x "
+                   "cuDNN); t52 1.4% ahead at N 16384, 1-3.5% behind at 2048-8192; below "
+                   "2048 keys v5 is within 2% of the faster",
+                   log("wide_kv_tiles_console.log", kRun1203)),
+      on(Op::Fwd, "07/t52_wide_kv_tiles_persistent")
+          .hopper()
+          .dims({128})
           .causal()
-          .keys(16384, kAny)
-          .because("long causal rows: 602 / 625 TFLOP/s at N 16384 against v5's 573 / 601 "
-                   "(D 128 / 256)",
-                   log("ladder_fwd_d128.log")),
-      on(Op::Fwd, "07/v2_warp_specialized")
+          .keys(4096, kAny)
+          .because("D 128 causal from 4096 keys: 563-626 TFLOP/s, 1.01-1.05x v5 and "
+                   "1.02-1.06x v4 (0.96-1.01x cuDNN); t51 1.6% ahead at N 16384 only",
+                   log("wide_kv_tiles_console.log", kRun1203)),
+      on(Op::Fwd, "07/t51_wide_kv_tiles")
           .hopper()
           .dims({256})
           .full()
-          .keys(0, 4096)
-          .because("D 256 full up to 4096 keys: 394-643 TFLOP/s, 1-3% past v5",
-                   log("ladder_fwd_d256.log")),
+          .keys(0, 8192)
+          .because("D 256 full up to 8192 keys: 419-712 TFLOP/s, 1.05-1.16x v5 (0.77-0.96x "
+                   "cuDNN)",
+                   log("wide_kv_tiles_console.log", kRun1203)),
+      on(Op::Fwd, "07/t52_wide_kv_tiles_persistent")
+          .hopper()
+          .dims({256})
+          .full()
+          .because("D 256 full past 8192 keys: 704 TFLOP/s at N 16384, 1.12x v5, t51 2.8% "
+                   "behind (0.997x cuDNN)",
+                   log("wide_kv_tiles_console.log", kRun1203)),
+      on(Op::Fwd, "07/t51_wide_kv_tiles")
+          .hopper()
+          .dims({256})
+          .causal()
+          .keys(16384, kAny)
+          .because("long causal rows at D 256: 733 TFLOP/s at N 16384, 1.04x t52 and 1.14x v4 "
+                   "(1.11x cuDNN)",
+                   log("wide_kv_tiles_console.log", kRun1203)),
+      on(Op::Fwd, "07/t52_wide_kv_tiles_persistent")
+          .hopper()
+          .dims({256})
+          .causal()
+          .keys(2048, kAny)
+          .because("D 256 causal from 2048 keys: 506-684 TFLOP/s, 1.03-1.10x v5 (0.92-1.06x "
+                   "cuDNN); below 2048 v5 is level or ahead",
+                   log("wide_kv_tiles_console.log", kRun1203)),
       on(Op::Fwd, "07/v5_persistent")
           .hopper()
           .because("the fastest forward, or within 2% of it, at 29 of the 36 protocol shapes "

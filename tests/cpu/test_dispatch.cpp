@@ -126,9 +126,18 @@ TEST(Dispatch, ProtocolShapesOnHopperRunChapter07) {
   // The rows that measured another rung faster (dispatch.cpp).
   EXPECT_EQ(fa::pick(fwd(DType::BF16, 64, 1024, false), 90).kernel, "07/v1_tma_wgmma");
   EXPECT_EQ(fa::pick(fwd(DType::BF16, 64, 1024, true), 90).kernel, "07/v5_persistent");
-  EXPECT_EQ(fa::pick(fwd(DType::BF16, 128, 16384, true), 90).kernel, "07/v4_intra_overlap");
-  EXPECT_EQ(fa::pick(fwd(DType::BF16, 128, 4096, false), 90).kernel, "07/v5_persistent");
-  EXPECT_EQ(fa::pick(fwd(DType::BF16, 256, 2048, false), 90).kernel, "07/v2_warp_specialized");
+  EXPECT_EQ(fa::pick(fwd(DType::BF16, 128, 16384, true), 90).kernel,
+            "07/t52_wide_kv_tiles_persistent");
+  EXPECT_EQ(fa::pick(fwd(DType::BF16, 128, 1024, false), 90).kernel, "07/v5_persistent");
+  EXPECT_EQ(fa::pick(fwd(DType::BF16, 128, 4096, false), 90).kernel, "07/t51_wide_kv_tiles");
+  EXPECT_EQ(fa::pick(fwd(DType::BF16, 128, 2048, true), 90).kernel, "07/v5_persistent");
+  EXPECT_EQ(fa::pick(fwd(DType::BF16, 256, 2048, false), 90).kernel, "07/t51_wide_kv_tiles");
+  EXPECT_EQ(fa::pick(fwd(DType::BF16, 256, 16384, false), 90).kernel,
+            "07/t52_wide_kv_tiles_persistent");
+  EXPECT_EQ(fa::pick(fwd(DType::BF16, 256, 16384, true), 90).kernel, "07/t51_wide_kv_tiles");
+  EXPECT_EQ(fa::pick(fwd(DType::BF16, 256, 4096, true), 90).kernel,
+            "07/t52_wide_kv_tiles_persistent");
+  EXPECT_EQ(fa::pick(fwd(DType::BF16, 256, 1024, true), 90).kernel, "07/v5_persistent");
   EXPECT_EQ(fa::pick(bwd(DType::BF16, 128, 1024, true), 90).kernel, "07/bwd_v6_head_groups");
   EXPECT_EQ(fa::pick(bwd(DType::BF16, 64, 4096, false), 90).kernel, "07/bwd_t48_dq_in_turns");
   EXPECT_EQ(fa::pick(bwd(DType::BF16, 256, 4096, false), 90).kernel, "07/bwd_v1_tma_wgmma");

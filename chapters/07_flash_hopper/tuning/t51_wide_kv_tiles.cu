@@ -26,7 +26,11 @@
 //   pipeline    as v4: kStages K slots and kStages V slots (4 / 2 / 2 for D = 64 / 128 / 256)
 //   barriers    as v4
 //   smem        D 64: 144 KiB, D 128: 208 KiB, D 256: 224 KiB
-//   registers   producer 24, consumers 240 after setmaxnreg (compiled at 168)
+//   registers   producer 24, consumers 240 after setmaxnreg (compiled at 168), no spills;
+//               lowering kConsumerRegs shows D = 128 needs 225..232 and D = 256 233..240
+// Speed (NVIDIA H200, 2026-12-03, bf16, medians of three rounds): D 128 N 8192 full 656.1 TFLOP/s
+// (v4 554.8, v5 612.1, cuDNN 683.4); D 256 N 4096 full 711.7 (v4 611.8, cuDNN 740.6)
+// (notes/measured/h200-2026-12-03/wide_kv_tiles_console.log; ../tuning/README.md).
 #include <cuda.h>
 
 #include <type_traits>

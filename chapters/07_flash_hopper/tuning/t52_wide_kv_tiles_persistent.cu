@@ -5,7 +5,11 @@
 // the width of a K/V tile is v5's.
 //
 //   Shared memory: D = 128: Q 32 KiB + 2 stages of K and V at 44 KiB = 208 KiB; D = 256:
-//   64 + 2 x 2 x 40 = 224 KiB, within the 227 KiB a block may opt in to.
+//   64 + 2 x 2 x 40 = 224 KiB, within the 227 KiB a block may opt in to. ptxas: no spills at
+//   setmaxnreg's 240.
+// Speed (NVIDIA H200, 2026-12-03, bf16, medians of three rounds): D 128 N 8192 causal 615.3 TFLOP/s
+// (v5 584.1, cuDNN 618.8); D 256 N 8192 causal 683.7 (v5 619.4, cuDNN 645.0)
+// (notes/measured/h200-2026-12-03/wide_kv_tiles_console.log; ../tuning/README.md).
 #include <cuda.h>
 
 #include <climits>

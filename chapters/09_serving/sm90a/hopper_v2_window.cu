@@ -18,14 +18,16 @@
 //
 //   The mask generalises 07's diagonal: there a tile needed a mask from the first tile the
 //   diagonal (or seq_k) crosses to the end; here the band has two edges, so masked tiles sit at
-//   both ends of the range, and fa::ch09::tile_needs_mask decides per tile (a few integer
-//   operations a turn). Its rows are the real ones, [q0, min(q0 + Br, seq_q)): rows past seq_q
-//   belong to the next sequence and are never stored (v1's header), as 07's kv_tiles counts only
-//   real rows. A masked tile keeps, of each row, keys first_key .. last_key of its Band (the
-//   band clipped to 0 .. seq_k - 1): exactly Band::visible, written as two bounds per row so the
-//   loop over a thread's accumulators compares ints, as 07's mask_tile does with one. Keys past
-//   seq_k, read by boxes that run into the next sequence, are outside every row's last_key, so
-//   v1's argument stands: masked in S, and their V rows meet P = 0.
+//   both ends of the range. The tiles that need none (fa::ch09::tile_needs_mask false) are one
+//   interval between them, worked out once, so a turn compares its j with two ints as 07
+//   compares it with one (n_unmasked). Its rows are the real ones, [q0, min(q0 + Br, seq_q)):
+//   rows past seq_q belong to the next sequence and are never stored (v1's header), as 07's
+//   kv_tiles counts only real rows. A masked tile keeps, of each row, keys first_key ..
+//   last_key of its Band (the band clipped to 0 .. seq_k - 1): exactly Band::visible, written
+//   as two bounds per row so the loop over a thread's accumulators compares ints, as 07's
+//   mask_tile does with one. Keys past seq_k, read by boxes that run into the next sequence, are
+//   outside every row's last_key, so v1's argument stands: masked in S, and their V rows meet
+//   P = 0.
 //
 //   A row whose keys all lie outside a tile that other rows need (the tile is left or right of
 //   its band) gets a row of -inf: online_softmax keeps m and multiplies O by 1, and a row that
@@ -33,10 +35,12 @@
 //   key at all (seq_k = 0, or the first rows when seq_q > seq_k) ends with O = 0 and L = -inf, as
 //   before.
 //
-//   Registers: one more pair of 64-bit bounds (first_key) than v1, and the band. Every
-//   instantiation fits setmaxnreg's 240 without spills (-Xptxas -v, CUDA 13.0); lowering
-//   kConsumerRegs shows D = 256 now needs 233..240 (v1 and 07/v4: 225..232), so D = 256 has no
-//   register to spare.
+//   Registers: one more pair of row bounds (first_key) than v1, kept in 32 bits by counting keys
+//   from the block's first key tile, and the two ends of the unmasked interval. Holding the
+//   band's 64-bit values across the loop instead (tile_needs_mask per turn, or these bounds in
+//   64 bits) costs registers that D = 256 does not have: 24 bytes of spills in one form tried.
+//   Every instantiation fits setmaxnreg's 240 without spills (-Xptxas -v, CUDA 13.0); lowering
+//   kConsumerRegs shows D = 256 needs 225..232, as v1 and 07/v4.
 //
 // Map of the kernel (as v1 and 07/v4)
 //   block       3 warpgroups (384 threads): producer + 2 consumers; Br = 128
@@ -101,13 +105,14 @@ struct VarlenParams {
 
 // 07's mask_tile with the band's left edge as well: of the tile of keys k0 .. k0 + 2N - 1, row h
 // of this thread keeps keys first_key[h] .. last_key[h] (Band::visible), the rest become -inf.
+// All three are counted from the block's first key tile, in 32 bits (the consumers' setup).
 template <int N>
-__device__ __forceinline__ void mask_band(float (&s)[N], int64_t k0, const int64_t (&first_key)[2],
-                                          const int64_t (&last_key)[2], int q) {
+__device__ __forceinline__ void mask_band(float (&s)[N], int k0, const int (&first_key)[2],
+                                          const int (&last_key)[2], int q) {
   int lo[2], hi[2];  // first and last visible column of each row, relative to the tile, clamped
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const int64_t f = first_key[h] - k0, r = last_key[h] - k0;
+    const int f = first_key[h] - k0, r = last_key[h] - k0;
     lo[h] = int(f < 0 ? 0 : (f > 2 * N ? 2 * N : f));
     hi[h] = int(r < -1 ? -1 : (r > 2 * N ? 2 * N : r));
   }
@@ -205,8 +210,25 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   // This thread's two rows (of this sequence) and the first and last key each may see.
   const int64_t row0 = wg_row0 + 16 * (t / 32) + (t % 32) / 4;
-  const int64_t first_key[2] = {band.first_key(row0), band.first_key(row0 + 8)};
-  const int64_t last_key[2] = {band.last_key(row0), band.last_key(row0 + 8)};
+  // Counted from the first key tile's first key, so that they fit in 32 bits: a row's first key
+  // is at or past it (0 .. seq_k - 1 from there); its last key, below it for a row that sees
+  // nothing (down to -seq_q), is clamped at -1, which hides the same keys.
+  const int64_t k_base = int64_t(first_tile) * kBc;
+  int first_key[2], last_key[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    first_key[h] = int(band.first_key(row0 + 8 * h) - k_base);
+    const int64_t last = band.last_key(row0 + 8 * h) - k_base;
+    last_key[h] = int(last < -1 ? -1 : last);
+  }
+  // The key tiles no row of the block needs masked (tile_needs_mask false) are one interval, kept
+  // as its two ends (turns j of the loop): a tile is free of the mask iff its first key is at or
+  // after the last row's first key and its last key at or before the first row's last key (at
+  // most seq_k - 1). As in 09/v2_window, the ends rather than the band, whose 64-bit values held
+  // across the loop would cost registers.
+  const int64_t free_first_key = band.first_key(q1 - 1), free_last_key = band.last_key(q0);
+  const int free_first_tile = int((free_first_key + kBc - 1) / kBc) - first_tile;
+  const int free_end_tile = max(int((free_last_key + 1) / kBc) - first_tile, free_first_tile);
   const float c = fabsf(p.scale_log2);
 
   float o[Tl::kOAcc];
@@ -259,8 +281,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       negate_if(sc, p.scale_log2 < 0.0f);
       // The band's edges, and keys past seq_k (the next sequence's, read by the box), fall in
       // these tiles: masked here.
-      const int64_t k0 = int64_t(first_tile + j) * kBc;
-      if (tile_needs_mask(band, q0, q1, k0, k0 + kBc)) mask_band(sc, k0, first_key, last_key, q);
+      if (j < free_first_tile || j >= free_end_tile) mask_band(sc, j * kBc, first_key, last_key, q);
       online_softmax(sc, m, l, c, alpha);
       hopper::fence_registers(sc);  // the exponentials are computed before the wait below
     }
