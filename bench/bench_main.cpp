@@ -432,7 +432,8 @@ void register_all() {
   add_dispatch_protocol<fa::AttentionBwdKernel>("attn_bwd/", true, fa::run_attention_bwd);
   add_head_dims_between<fa::AttentionFwdKernel>(
       "attn_fwd/", false,
-      {"07/v5_persistent", "05/v5_fewer_instructions", "05/v4_swizzled_pipelined"},
+      {"07/v5_persistent", "07/t51_wide_kv_tiles", "07/t52_wide_kv_tiles_persistent",
+       "05/v5_fewer_instructions", "05/v4_swizzled_pipelined"},
       fa::run_attention_fwd);
   add_head_dims_between<fa::AttentionBwdKernel>(
       "attn_bwd/", true,

@@ -134,12 +134,38 @@ const std::vector<Rule>& dispatch_table() {
       on(Op::Fwd, "09/v1_varlen")
           .grouped()
           .because("grouped K/V heads on mma.sync (before sm_90)", log("ch09_serving.log")),
+      on(Op::Fwd, "07/t52_wide_kv_tiles_persistent")
+          .hopper()
+          .rounded()
+          .dims({256})
+          .because("head dims 136-248 rounded up to 256 in the wide K/V tiles: D 192 "
+                   "413.6-529.3 TFLOP/s, 1.07-1.17x v5 (0.78-0.90x cuDNN); t51 3.8% ahead at "
+                   "full N 8192 only",
+                   log("rounded_wide_medians.txt", kRun1203)),
+      on(Op::Fwd, "07/t52_wide_kv_tiles_persistent")
+          .hopper()
+          .rounded()
+          .dims({128})
+          .full()
+          .because("head dims 72-120 rounded up to 128, full: D 80 and 96 412.4-483.5 TFLOP/s, "
+                   "1.02-1.06x v5 (0.95-1.01x cuDNN)",
+                   log("rounded_wide_medians.txt", kRun1203)),
+      on(Op::Fwd, "07/t52_wide_kv_tiles_persistent")
+          .hopper()
+          .rounded()
+          .dims({128})
+          .causal()
+          .keys(4096, kAny)
+          .because("head dims 72-120 rounded up to 128, long causal rows: D 96 N 8192 427.2 "
+                   "TFLOP/s, 1.10x v5 (0.97x cuDNN); D 80 level with v5",
+                   log("rounded_wide_medians.txt", kRun1203)),
       on(Op::Fwd, "07/v5_persistent")
           .hopper()
           .rounded()
-          .because("head dims between the instances 64, 128 and 256 (multiples of 8) rounded "
-                   "up inside the fastest forward: D 96 401-470 TFLOP/s, 1.51-1.77x 05/v4 (the "
-                   "kernel that ran it before); D 80 312-402 and D 192 390-486 (0.69-0.94x cuDNN, "
+          .because("the other head dims between the instances 64, 128 and 256 (multiples of "
+                   "8) rounded up inside v5: below 64, and 72-120 on causal rows below 4096 keys "
+                   "(1.01-1.10x t52 at D 80 and 96, N 2048). Before the wide tiles: D 96 401-470 "
+                   "TFLOP/s, 1.51-1.77x 05/v4; D 80 312-402 and D 192 390-486 (0.69-0.94x cuDNN, "
                    "1.41-1.65x FlashAttention-2), TFLOP/s counted on the real head dim",
                    log("head_dims_between.log", kRun1203)),
       on(Op::Fwd, "07/v1_tma_wgmma")
