@@ -45,10 +45,14 @@ namespace fa::ch07 {
 //
 // FlashAttention-3 picks wider K/V tiles where the registers allow: 176 keys at D = 128 (S 88 +
 // O 64 + P 44 = 196) and 80 at D = 256 (S 40 + O 128 + P 20 = 188), hopper/tile_size.h of
-// github.com/Dao-AILab/flash-attention; chapter 07's tuning steps t51 (on v4) and t52 (on v5) try them
-// (BC, below).
+// github.com/Dao-AILab/flash-attention: kWideBc, which chapter 07's tuning steps t51 (on v4) and
+// t52 (on v5) pass as BC (D = 64 keeps 128).
 template <int D>
 constexpr int kDefaultBc = D <= 128 ? 128 : 64;
+template <int D>
+constexpr int kWideBc = D == 128   ? 176
+                        : D == 256 ? 80
+                                   : kDefaultBc<D>;
 
 template <int D, int BC = kDefaultBc<D>>
 struct Tiles {

@@ -51,11 +51,6 @@ template <int D>
 constexpr int stages() {
   return D == 64 ? 4 : 2;
 }
-// FlashAttention-3's K/V tile widths (header); D = 64 keeps v4's 128.
-template <int D>
-constexpr int kWideBc = D == 128   ? 176
-                        : D == 256 ? 80
-                                   : 128;
 
 template <int D>
 struct V4Smem {

@@ -33,11 +33,6 @@ template <int D>
 constexpr int stages() {
   return D == 64 ? 4 : 2;
 }
-// FlashAttention-3's K/V tile widths (t51's header); D = 64 keeps v5's 128.
-template <int D>
-constexpr int kWideBc = D == 128   ? 176
-                        : D == 256 ? 80
-                                   : 128;
 
 template <int D>
 struct V5Smem {
