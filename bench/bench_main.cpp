@@ -437,8 +437,8 @@ void register_all() {
       fa::run_attention_fwd);
   add_head_dims_between<fa::AttentionBwdKernel>(
       "attn_bwd/", true,
-      {"07/bwd_v6_head_groups", "07/bwd_t48_dq_in_turns", "07/bwd_v1_tma_wgmma", "06/v5_warp_tiles",
-       "06/v4_bc128_tuned"},
+      {"07/bwd_v6_head_groups", "07/bwd_t48_dq_in_turns", "07/bwd_t53_d256_halves",
+       "07/bwd_v1_tma_wgmma", "06/v5_warp_tiles", "06/v4_bc128_tuned"},
       fa::run_attention_bwd);
   add_decode_shapes();
   add_grouped_heads<fa::AttentionFwdKernel>("attn_gqa/fwd/", fa::run_attention_fwd);

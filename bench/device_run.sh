@@ -612,9 +612,11 @@ PY
       # the median per shape (bench/rounds_summary.py). Why: one fa_bench run and one SDPA run are
       # minutes apart, and the same kernel measured twice in one call has differed by up to 4%
       # (the GPU's clocks under sustained tensor load); ratios near 1.0 need more than one round.
+      # ROUND_OP=bwd: the backward's rows instead (attn_bwd, the peers' backward columns).
       : "${RUNG:?set RUNG to one or more forward kernels, e.g. RUNG=05/v5_fewer_instructions}"
       D=${ROUND_D:-128}
-      F="attn_fwd/(${RUNG}${BASE:+|$BASE})/bf16/D$D/"
+      OP=${ROUND_OP:-fwd}
+      F="attn_$OP/(${RUNG}${BASE:+|$BASE})/bf16/D$D/"
       for r in $(seq 1 "${ROUNDS:-3}"); do
         mkdir -p "$OUT/round$r"
         log "round $r: fa_bench $F"
@@ -625,7 +627,7 @@ PY
           > "$OUT/round$r/sdpa.log" 2>&1
         log "round $r: sdpa rc=$?"
       done
-      python3 bench/rounds_summary.py "$OUT"/round*/ > "$OUT/rounds_D$D.md" 2>&1
+      python3 bench/rounds_summary.py $([ "$OP" = bwd ] && echo --bwd) "$OUT"/round*/ > "$OUT/rounds_D$D.md" 2>&1
       log "rounds summary rc=$?"; cat "$OUT/rounds_D$D.md"
       ;;
     serving)

@@ -299,13 +299,6 @@ const std::vector<Rule>& dispatch_table() {
                    "it before; bwd_t48 within 2%); D 80 254-329, 0.92-1.04x cuDNN (not "
                    "deterministic)",
                    log("head_dims_between.log", kRun1203)),
-      on(Op::Bwd, "07/bwd_v1_tma_wgmma")
-          .hopper()
-          .rounded()
-          .because("head dims between 128 and 256 (multiples of 8) rounded up inside the one "
-                   "Hopper backward with D 256, where nothing ran them before: D 192 185-221 "
-                   "TFLOP/s, 0.88-1.03x FlashAttention-2, 0.68-0.76x cuDNN; deterministic",
-                   log("head_dims_between.log", kRun1203)),
       on(Op::Bwd, "07/bwd_t48_dq_in_turns")
           .hopper()
           .dims({64})
@@ -328,6 +321,30 @@ const std::vector<Rule>& dispatch_table() {
           .because("one pass, dQ by two TMA tensor reduce-adds per tile: 1.04-1.12x bwd_v1 at D "
                    "128 and 1.08-1.10x at D 64, every protocol shape (not deterministic)",
                    log("bwd_v4_v2_v1.log", kRun1202)),
+      on(Op::Bwd, "07/bwd_t53_d256_halves")
+          .hopper()
+          .rounded()
+          .dims({256})
+          .because("head dims between 128 and 256 (multiples of 8) rounded up inside the fastest "
+                   "D 256 backward: D 192 215.8-263.8 TFLOP/s, 1.12-1.17x bwd_v1 (the kernel "
+                   "that ran them before), 0.78-0.87x cuDNN (one run; not deterministic: "
+                   "deterministic requests go to bwd_v1)",
+                   log("bwd_t53_d192.log", kRun1203)),
+      on(Op::Bwd, "07/bwd_t53_d256_halves")
+          .hopper()
+          .dims({256})
+          .because("the single pass at D 256, each tile's work split in halves between the "
+                   "warpgroups: 1.06-1.21x bwd_v1 at every protocol shape (three alternating "
+                   "rounds), 0.84-1.17x cuDNN (not deterministic: deterministic requests go to "
+                   "bwd_v1)",
+                   log("bwd_t53_rounds_d256.log", kRun1203)),
+      on(Op::Bwd, "07/bwd_v1_tma_wgmma")
+          .hopper()
+          .rounded()
+          .because("head dims between 128 and 256 (multiples of 8) rounded up inside the "
+                   "deterministic Hopper backward with D 256: D 192 185-221 TFLOP/s, 0.88-1.03x "
+                   "FlashAttention-2, 0.68-0.76x cuDNN",
+                   log("head_dims_between.log", kRun1203)),
       on(Op::Bwd, "07/bwd_v1_tma_wgmma")
           .hopper()
           .because("the fastest backward at 34 of the 36 protocol shapes; deterministic",

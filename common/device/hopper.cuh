@@ -432,6 +432,23 @@ __device__ __forceinline__ void fence_registers(uint32_t (&r)[N]) {
       : FA_WG_OPS_N80                                                                \
       : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB), "n"(kTransA))
 
+// m64n32k16 (07/bwd_t53's S^T = K Q^T and dP^T = V dO^T at D 256, one warpgroup's 32 of the
+// tile's 64 queries): 16 accumulators per thread.
+#define FA_WG_ACC_N32 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+
+#define FA_WG_OPS_N32                                                                             \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+      "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),    \
+      "+f"(d[15])
+
+#define FA_WGMMA_SS_N32(TYPE)                                                        \
+  asm volatile(                                                                      \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"                                   \
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32." TYPE "." TYPE " {" FA_WG_ACC_N32 \
+      "}, %16, %17, p, 1, 1, %20, %19;\n}\n"                                         \
+      : FA_WG_OPS_N32                                                                \
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB), "n"(kTransA))
+
 // m64n176k16 (S = Q K^T only: FlashAttention-3's K/V tile of 176 keys): 88 accumulators per thread.
 #define FA_WG_ACC_N176                                                                         \
   "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
@@ -466,11 +483,16 @@ __device__ __forceinline__ void fence_registers(uint32_t (&r)[N]) {
 template <int N, class T, int kTransB, int kTransA = 0>
 __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b,
                                          int accumulate) {
-  static_assert(N == 64 || N == 80 || N == 128 || N == 176 || N == 256,
-                "wgmma_ss: N = 64, 80, 128, 176 or 256");
+  static_assert(N == 32 || N == 64 || N == 80 || N == 128 || N == 176 || N == 256,
+                "wgmma_ss: N = 32, 64, 80, 128, 176 or 256");
 #if FA_SM90A
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
-  if constexpr (N == 64) {
+  if constexpr (N == 32) {
+    if constexpr (kBf16)
+      FA_WGMMA_SS_N32("bf16");
+    else
+      FA_WGMMA_SS_N32("f16");
+  } else if constexpr (N == 64) {
     if constexpr (kBf16)
       FA_WGMMA_SS_N64("bf16");
     else
@@ -528,6 +550,7 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[
 #endif
 }
 
+#undef FA_WGMMA_SS_N32
 #undef FA_WGMMA_SS_N64
 #undef FA_WGMMA_SS_N80
 #undef FA_WGMMA_SS_N176
@@ -536,11 +559,13 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[
 #undef FA_WGMMA_RS_N64
 #undef FA_WGMMA_RS_N128
 #undef FA_WGMMA_RS_N256
+#undef FA_WG_ACC_N32
 #undef FA_WG_ACC_N64
 #undef FA_WG_ACC_N80
 #undef FA_WG_ACC_N176
 #undef FA_WG_ACC_N128
 #undef FA_WG_ACC_N256
+#undef FA_WG_OPS_N32
 #undef FA_WG_OPS_N64
 #undef FA_WG_OPS_N80
 #undef FA_WG_OPS_N176

@@ -140,7 +140,10 @@ TEST(Dispatch, ProtocolShapesOnHopperRunChapter07) {
   EXPECT_EQ(fa::pick(fwd(DType::BF16, 256, 1024, true), 90).kernel, "07/v5_persistent");
   EXPECT_EQ(fa::pick(bwd(DType::BF16, 128, 1024, true), 90).kernel, "07/bwd_v6_head_groups");
   EXPECT_EQ(fa::pick(bwd(DType::BF16, 64, 4096, false), 90).kernel, "07/bwd_t48_dq_in_turns");
-  EXPECT_EQ(fa::pick(bwd(DType::BF16, 256, 4096, false), 90).kernel, "07/bwd_v1_tma_wgmma");
+  EXPECT_EQ(fa::pick(bwd(DType::BF16, 256, 4096, false), 90).kernel, "07/bwd_t53_d256_halves");
+  fa::Problem det = bwd(DType::BF16, 256, 4096, true);
+  det.deterministic = true;  // bwd_t53 adds dQ by reduce-adds: the deterministic D 256 is bwd_v1
+  EXPECT_EQ(fa::pick(det, 90).kernel, "07/bwd_v1_tma_wgmma");
 }
 
 // Asked for a deterministic backward, the dispatch passes over the kernels that add with atomics
@@ -197,7 +200,8 @@ TEST(Dispatch, HeadDimsAFinalRungLacksGoToTheRungBefore) {
 // On Hopper the head dims between chapter 07's instances (multiples of 8) that no rung lists are
 // rounded up inside its kernels, by the rows for them: the forward at the next instance in 07/v5
 // (up to 64) or the wide tiles of 07/t52 (above 64, at 4096 causal keys), the backward in
-// the fastest rung of that instance (bwd_t48 up to 64, bwd_v6 up to 128, bwd_v1 up to 256). A
+// the fastest rung of that instance (bwd_t48 up to 64, bwd_v6 up to 128, bwd_t53 up to 256; a
+// deterministic request bwd_v1). A
 // head dim off the step of 8 goes where it went before, or is refused.
 TEST(Dispatch, HeadDimsBetweenInstancesRoundUpOnHopper) {
   if (!have_hopper_kernels()) GTEST_SKIP() << "this build targets no sm_90: no chapter 07 kernels";
@@ -211,7 +215,7 @@ TEST(Dispatch, HeadDimsBetweenInstancesRoundUpOnHopper) {
     const fa::Pick b = fa::pick(bwd(DType::F16, d, 4096, false), 90);
     EXPECT_EQ(b.kernel, d <= 64    ? "07/bwd_t48_dq_in_turns"
                         : d <= 128 ? "07/bwd_v6_head_groups"
-                                   : "07/bwd_v1_tma_wgmma");
+                                   : "07/bwd_t53_d256_halves");
     fa::Problem det = bwd(DType::BF16, d, 4096, true);
     det.deterministic = true;
     EXPECT_EQ(fa::pick(det, 90).kernel, "07/bwd_v1_tma_wgmma");
@@ -296,7 +300,7 @@ TEST(Dispatch, EachKindOfProblemGoesWhereItsRowSays) {
     gqa_bwd.head_dim = 64;  // at D 64 the grouped rows measured bwd_t48 fastest
     EXPECT_EQ(fa::pick(gqa_bwd, 90).kernel, "07/bwd_t48_dq_in_turns");
     EXPECT_TRUE(fa::find_entry<fa::AttentionBwdKernel>("07/bwd_t48_dq_in_turns")->gqa);
-    gqa_bwd.head_dim = 256;  // neither bwd_v6 nor bwd_t48 has D 256: bwd_v1
+    gqa_bwd.head_dim = 256;  // grouped D 256 was not timed on bwd_t53: bwd_v1, measured
     EXPECT_EQ(fa::pick(gqa_bwd, 90).kernel, "07/bwd_v1_tma_wgmma");
     gqa_bwd.head_dim = 128;
   }
