@@ -18,7 +18,8 @@
 # build folder, its exercises' label), releasetour (that release's command 1, after release),
 # autograde_gpu (the autograder's GPU path end to end: correct, wrong and not-compiling
 # submissions of a GPU exercise, after build), rung (one kernel version end to end: RUNG=name [BASE=name]),
-# rounds (RUNG and BASE against PyTorch SDPA, several alternating rounds, medians), pack
+# rounds (RUNG and BASE against PyTorch SDPA, several alternating rounds, medians; ROUND_OP=bwd for
+# the backward), pack
 # (fold the logs into one archive: the device returns at most 8 files).
 #
 # LIMIT=seconds gives the whole call a budget: each stage runs under `timeout` with what is left,
