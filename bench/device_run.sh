@@ -297,21 +297,23 @@ for stage in "$@"; do
       # The backward's dK/dV kernel at bf16 D 128 N 8192 (B 2, H 16, non-causal) in Nsight Compute,
       # ours (BWD_KERNEL, default 06/v5_warp_tiles) and FlashAttention-2's, with the source page
       # saved as CSV and summed per SASS opcode, as notes/06_flash_backward.md (section 5c) did by
-      # hand. After `build`. BWD_N=16384 (any protocol N): that length instead, files ncu_bwd_N16384_*.
+      # hand. After `build`. BWD_N=16384 (any protocol N): that length instead, files ncu_bwd_N16384_*;
+      # BWD_D=256: that head dim (B 2, H 8), files ncu_bwd_D256_*.
       K=${BWD_KERNEL:-06/v5_warp_tiles}
       N=${BWD_N:-8192}
-      X=ncu_bwd${BWD_N:+_N$BWD_N}
+      D=${BWD_D:-128}
+      X=ncu_bwd${BWD_D:+_D$BWD_D}${BWD_N:+_N$BWD_N}
       M=lts__t_sectors_op_red.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active
       for r in barrier long_scoreboard math_pipe_throttle mio_throttle selected short_scoreboard wait; do
         M=$M,smsp__average_warp_latency_issue_stalled_$r.ratio; done
       M=$M,smsp__inst_executed.sum,smsp__inst_executed_op_ldsm.sum,smsp__issue_active.avg.pct_of_peak_sustained_active
       SECTIONS="--section SpeedOfLight --section InstructionStats --section WarpStateStats --section LaunchStats --section SourceCounters"
       log "ncu_bwd: $K"
-      ncu $SECTIONS --metrics "$M" -k 'regex:dkdv_kernel|kv128_kernel|warp_tiles_kernel' -s 2 -c 1 -o "$OUT/${X}_ours" "$BUILD/bin/fa_bench" \
-        --benchmark_filter="attn_bwd/$K/bf16/D128/full/N$N/" > /dev/null 2>&1
+      ncu $SECTIONS --metrics "$M" -k 'regex:dkdv_kernel|kv128_kernel|warp_tiles_kernel|d256_tiles_kernel' -s 2 -c 1 -o "$OUT/${X}_ours" "$BUILD/bin/fa_bench" \
+        --benchmark_filter="attn_bwd/$K/bf16/D$D/full/N$N/" > /dev/null 2>&1
       log "ncu_bwd ours rc=$?"
       log "ncu_bwd: FlashAttention-2 (PyTorch SDPA)"
-      ncu $SECTIONS --metrics "$M" -k regex:flash_bwd_dq_dk -s 1 -c 1 -o "$OUT/${X}_fa2" python3 bench/profile_sdpa.py bwd 128 n=$N \
+      ncu $SECTIONS --metrics "$M" -k regex:flash_bwd_dq_dk -s 1 -c 1 -o "$OUT/${X}_fa2" python3 bench/profile_sdpa.py bwd $D n=$N \
         > /dev/null 2>&1
       log "ncu_bwd fa2 rc=$?"
       ncu_export "$X"

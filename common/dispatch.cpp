@@ -12,11 +12,12 @@ namespace fa {
 
 namespace {
 
-// The runs the rows cite (H200, 2026-12-01 to 2026-12-03; notes/measured/README.md says what
+// The runs the rows cite (H200, 2026-12-01 to 2026-12-04; notes/measured/README.md says what
 // each holds).
 constexpr const char* kRun = "notes/measured/h200-2026-12-01/";
 constexpr const char* kRun1202 = "notes/measured/h200-2026-12-02/";
 constexpr const char* kRun1203 = "notes/measured/h200-2026-12-03/";
+constexpr const char* kRun1204 = "notes/measured/h200-2026-12-04/";
 std::string log(const char* file, const char* run = kRun) {
   return std::string(run) + file;
 }
@@ -236,10 +237,18 @@ const std::vector<Rule>& dispatch_table() {
           .because("the mma.sync forward for sm_90 and newer (its epilogue is stmatrix), and D 32, "
                    "which chapter 07 has no version for: 1.04-1.19x FlashAttention-2 on the H100",
                    log("ladder_fwd_d128.log")),
+      on(Op::Fwd, "05/t13_d256_tile_128x64")
+          .sm(90)
+          .dims({256})
+          .because("the mma.sync forward at D 256 where a block may have 192 KiB of shared memory: "
+                   "1.03-1.09x 05/v4 (three alternating rounds), 0.92-1.15x FlashAttention-2",
+                   log("rounds_fwd_d256_t13.md", kRun1204)),
       on(Op::Fwd, "05/v4_swizzled_pipelined")
-          .because("the mma.sync forward before sm_90, and at D 96 and 256 where 05/v5's K/V copy "
-                   "plan does not fit: 0.95-1.05x 05/v5 at D 256, when 05/v5 still took it",
-                   log("ladder_fwd_d256.log")),
+          .because(
+              "the mma.sync forward before sm_90 (at D 256 too: 05/t13 needs 192 KiB of shared "
+              "memory a block), and at D 96 where 05/v5's K/V copy plan does not fit: "
+              "0.95-1.05x 05/v5 at D 256, when 05/v5 still took it",
+              log("ladder_fwd_d256.log")),
       on(Op::Fwd, "05/v1_scalar_fp32")
           .sm(70)
           .only(DType::F32)
@@ -358,9 +367,15 @@ const std::vector<Rule>& dispatch_table() {
           .because("the mma.sync backward at D 32 and 96, whose rows are not the whole 128-byte "
                    "groups 06/v5's swizzled tiles need (dQ by atomics, not deterministic)",
                    log("ladder_bwd_d128.log")),
+      on(Op::Bwd, "06/t14_d256_tiles")
+          .sm(90)
+          .dims({256})
+          .because("the mma.sync backward at D 256 where a block may have 211 KiB of shared "
+                   "memory: FlashAttention-2's 64-key tile (dQ by atomics, not deterministic)",
+                   log("rounds_bwd_d256_t14.md", kRun1204)),
       on(Op::Bwd, "06/v3_atomic_dq")
-          .because("the mma.sync backward at D 256: 112-116 TFLOP/s against 06/v2's 82-85 (not "
-                   "deterministic)",
+          .because("the mma.sync backward at D 256 before sm_90 (06/t14 needs 211 KiB of shared "
+                   "memory a block): 112-116 TFLOP/s against 06/v2's 82-85 (not deterministic)",
                    log("ladder_bwd_d256.log")),
       on(Op::Bwd, "06/v2_mma")
           .because("the deterministic mma.sync backward (a dK/dV kernel and a dQ kernel)",

@@ -187,6 +187,12 @@ TEST(Dispatch, HeadDimsAFinalRungLacksGoToTheRungBefore) {
 
   EXPECT_EQ(fa::pick(fwd(DType::BF16, 32, 4096, false), 80).kernel, "05/v4_swizzled_pipelined");
   EXPECT_EQ(fa::pick(fwd(DType::F16, 256, 4096, true), 80).kernel, "05/v4_swizzled_pipelined");
+  EXPECT_EQ(fa::pick(bwd(DType::F16, 256, 4096, true), 80).kernel, "06/v3_atomic_dq");
+  // Past Hopper (sm_100: no chapter 07 machine code), D 256 goes to the mma.sync rungs that need
+  // the shared memory sm_90 and newer data-center GPUs have.
+  EXPECT_EQ(fa::pick(fwd(DType::BF16, 256, 4096, false), 100).kernel, "05/t13_d256_tile_128x64");
+  EXPECT_EQ(fa::pick(bwd(DType::BF16, 256, 4096, false), 100).kernel, "06/t14_d256_tiles");
+  EXPECT_EQ(fa::pick(fwd(DType::BF16, 128, 4096, false), 100).kernel, "05/v5_fewer_instructions");
   for (int d : {32, 96}) {
     SCOPED_TRACE("D " + std::to_string(d) + " on sm_80");
     const fa::Pick b = fa::pick(bwd(DType::BF16, d, 4096, true), 80);

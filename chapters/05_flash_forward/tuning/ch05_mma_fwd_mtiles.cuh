@@ -1,8 +1,8 @@
-// ch05_mma_fwd_mtiles.cuh: what the tuning steps with kM m16 tiles per warp (t04 to t11) share:
-// their shared-memory layout and the two matmuls, S = Q K^T and O = alpha O + P V, in which every
-// K or V fragment loaded from shared memory is used by all kM m16 tiles of the warp (the header of
-// v3_fa2_warp_layout.cu says why). Each step's tile struct (ch05_tuning_tiles.cuh) comes here as
-// Tl, with the members
+// ch05_mma_fwd_mtiles.cuh: what the tuning steps with kM m16 tiles per warp (t04 to t11, t13)
+// share: their shared-memory layout and the two matmuls, S = Q K^T and O = alpha O + P V, in which
+// every K or V fragment loaded from shared memory is used by all kM m16 tiles of the warp (the
+// header of v3_fa2_warp_layout.cu says why). Each step's tile struct (ch05_tuning_tiles.cuh) comes
+// here as Tl, with the members
 //   kM (m16 tiles per warp), kBr, kBc, kSTiles (= kBc / 8), kQInRegs, kQRegSlices, kUnrollK
 //   (how far the k16 loop of S = Q K^T is unrolled), kSwizzle (t07), kOneLaneAddr (t08),
 //   kPipelineLoads (t09), kHoistCopies (t10, KVCopyPlan) and kThreads.
@@ -60,7 +60,8 @@ struct SmemFor {
 // since D 64 and 128 have none to spare. Only a tile that ends past seq_k (the last one, when
 // seq_k % kBc != 0) tests its rows, one comparison per pass. kPlanned is false where the chunks do
 // not tile the block in whole rows (D 96: 12 chunks a row, 128 threads) or the swizzle would differ
-// between passes (D 256: 4 rows a pass, fewer than the swizzle's 8); those keep load_tile_async.
+// between passes (D 256 with 128 threads: 4 rows a pass, fewer than the swizzle's 8; t13's 256
+// threads make 8); those keep load_tile_async.
 template <class T, int D, class Tl>
 struct KVCopyPlan {
   using Sm = SmemFor<Tl, D>;

@@ -1,13 +1,13 @@
-// ch05_mtiles_kernel.cuh: the kernel and the launcher of the tuning steps t04 to t11, which differ
-// only in their tiles (ch05_tuning_tiles.cuh: one struct per step, each the previous step's with
-// one idea switched on). The switches are named bools of the tiles: kExactAlpha and kSkipRescale
-// (t06, the one change of code in the softmax below), kSwizzle (t07, the shared-memory layout),
-// kOneLaneAddr (t08, one set of ldmatrix addresses for Q and V), kPipelineLoads (t09, the fragment
-// loads of both matmuls software-pipelined, ch05_mma_fwd_mtiles.cuh) and kHoistCopies (t10, each
-// thread's K/V copies planned once: KVCopyPlan there, load_kv_tile below); t05 and t11 change tile
-// sizes only. The step files tell the story and hold the measurements; the pieces below the
-// kernel (S = Q K^T and O = alpha O + P V over kM m16 tiles, the shared-memory layout) are
-// ch05_mma_fwd_mtiles.cuh's, and Params, ex2_approx, q_lane_ptr and store_o_tile are t03's
+// ch05_mtiles_kernel.cuh: the kernel and the launcher of the tuning steps t04 to t11 and t13, which
+// differ only in their tiles (ch05_tuning_tiles.cuh: one struct per step, each the previous step's
+// with one idea switched on). The switches are named bools of the tiles: kExactAlpha and
+// kSkipRescale (t06, the one change of code in the softmax below), kSwizzle (t07, the shared-memory
+// layout), kOneLaneAddr (t08, one set of ldmatrix addresses for Q and V), kPipelineLoads (t09, the
+// fragment loads of both matmuls software-pipelined, ch05_mma_fwd_mtiles.cuh) and kHoistCopies
+// (t10, each thread's K/V copies planned once: KVCopyPlan there, load_kv_tile below); t05, t11 and
+// t13 change tile sizes only. The step files tell the story and hold the measurements; the pieces
+// below the kernel (S = Q K^T and O = alpha O + P V over kM m16 tiles, the shared-memory layout)
+// are ch05_mma_fwd_mtiles.cuh's, and Params, ex2_approx, q_lane_ptr and store_o_tile are t03's
 // (ch05_mma_fwd.cuh). The main path has the same kernels without switches: t04 is
 // v3_fa2_warp_layout.cu, t09 v4_swizzled_pipelined.cu, and t11 plus the stmatrix epilogue
 // v5_fewer_instructions.cu. Each including .cu file compiles its own copy (anonymous namespace).
@@ -65,13 +65,15 @@ __device__ __forceinline__ void write_lse(float* Lse, const float (&l)[2], const
   }
 }
 
-// The kernel of t04 to t11. Tl is the step's tile struct: t04's and t05's differ in their members
-// only (t05: Bc = 32 at D 96 and 128); t06's sets kExactAlpha, the one change of code; t07's sets
-// kSwizzle (SmemFor, ch05_mma_fwd_mtiles.cuh: swizzled rows instead of padded ones); t08's
-// kOneLaneAddr (below, at the ldmatrix addresses); t09's kPipelineLoads; t10's kHoistCopies; t11
-// changes kBc at D 128 only.
+// The kernel of t04 to t11 and t13. Tl is the step's tile struct: t04's and t05's differ in their
+// members only (t05: Bc = 32 at D 96 and 128); t06's sets kExactAlpha, the one change of code;
+// t07's sets kSwizzle (SmemFor, ch05_mma_fwd_mtiles.cuh: swizzled rows instead of padded ones);
+// t08's kOneLaneAddr (below, at the ldmatrix addresses); t09's kPipelineLoads; t10's kHoistCopies;
+// t11 changes kBc at D 128 only; t13 the block at D 256 (kWarps, kBr, kBc, and kMinBlocks, the
+// blocks per SM that __launch_bounds__ leaves registers for).
 template <class T, int D, class Tl>
-__global__ void __launch_bounds__(Tl::kThreads, 2) flash_fwd_mtiles_kernel(const Params p) {
+__global__ void __launch_bounds__(Tl::kThreads, Tl::kMinBlocks)
+    flash_fwd_mtiles_kernel(const Params p) {
   static_assert(D % 16 == 0, "head dim must be a multiple of 16 (k16 slices of Q K^T)");
   using Sm = SmemFor<Tl, D>;
   constexpr int kM = Tl::kM;

@@ -1,4 +1,4 @@
-// ch05_tuning_tiles.cuh: the tiles of the tuning steps t04 to t11, one struct per step, each the
+// ch05_tuning_tiles.cuh: the tiles of the tuning steps t04 to t13, one struct per step, each the
 // previous step's with its one idea switched on. The flag kernel (ch05_mtiles_kernel.cuh) and the
 // matmuls (ch05_mma_fwd_mtiles.cuh) read them; each step's .cu file tells its story, holds its
 // measurements and registers it. t04 is the main path's v3, t09 its v4 (the same machine code):
@@ -17,6 +17,7 @@ struct TilesT04 {
   static constexpr int kM = D <= 128 ? 2 : 1;  // m16 tiles per warp (the idea of t04)
   static constexpr int kWarps = Tiles<D>::kBr / (16 * kM);
   static constexpr int kThreads = kWarps * 32;
+  static constexpr int kMinBlocks = 2;  // blocks per SM that __launch_bounds__ asks registers for
   static constexpr int kRowsPerWarp = 16 * kM;
   static constexpr int kBr = Tiles<D>::kBr;  // 128 (D <= 128) or 64: t03's, so is the smem layout
   static constexpr int kBc = Tiles<D>::kBc;
@@ -83,6 +84,20 @@ struct TilesT10 : TilesT09<D> {
 template <int D>
 struct TilesT11 : TilesT10<D> {
   static constexpr int kBc = D == 128 ? 64 : TilesT10<D>::kBc;
+  static constexpr int kSTiles = kBc / 8;
+};
+
+// t13: FlashAttention-2's A100 tile at D 256: 128 queries x 64 keys, 8 warps of 16 rows each, one
+// block per SM (192 KiB of shared memory; the registers of 256 threads at up to 255 each).
+// Other head dims keep t11's tiles.
+template <int D>
+struct TilesT13 : TilesT11<D> {
+  static constexpr bool kWide = D == 256;
+  static constexpr int kWarps = kWide ? 8 : TilesT11<D>::kWarps;
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kMinBlocks = kWide ? 1 : TilesT11<D>::kMinBlocks;
+  static constexpr int kBr = kWarps * TilesT11<D>::kRowsPerWarp;
+  static constexpr int kBc = kWide ? 64 : TilesT11<D>::kBc;
   static constexpr int kSTiles = kBc / 8;
 };
 
