@@ -309,7 +309,7 @@ for stage in "$@"; do
       M=$M,smsp__inst_executed.sum,smsp__inst_executed_op_ldsm.sum,smsp__issue_active.avg.pct_of_peak_sustained_active
       SECTIONS="--section SpeedOfLight --section InstructionStats --section WarpStateStats --section LaunchStats --section SourceCounters"
       log "ncu_bwd: $K"
-      ncu $SECTIONS --metrics "$M" -k 'regex:dkdv_kernel|kv128_kernel|warp_tiles_kernel|d256_tiles_kernel' -s 2 -c 1 -o "$OUT/${X}_ours" "$BUILD/bin/fa_bench" \
+      ncu $SECTIONS --metrics "$M" -k 'regex:dkdv_kernel|kv128_kernel|warp_tiles_kernel' -s 2 -c 1 -o "$OUT/${X}_ours" "$BUILD/bin/fa_bench" \
         --benchmark_filter="attn_bwd/$K/bf16/D$D/full/N$N/" > /dev/null 2>&1
       log "ncu_bwd ours rc=$?"
       log "ncu_bwd: FlashAttention-2 (PyTorch SDPA)"

@@ -258,12 +258,17 @@ constexpr int dkdv_smem_bytes() {
 }
 
 // ---- the host side -------------------------------------------------------------------------
-// A step is a struct with kName (its registered name), kernel<T, D>(), its dK/dV kernel, and
-// smem_bytes<D>(), the shared memory that kernel takes: KvStep's for the layout above (t04-t09).
+// A step is a struct with kName (its registered name), kernel<T, D>(), its dK/dV kernel,
+// smem_bytes<D>(), the shared memory that kernel takes, and keys<D>(), the keys of a block:
+// KvStep's for the layout above (t04-t09).
 struct KvStep {
   template <int D>
   static constexpr int smem_bytes() {
     return dkdv_smem_bytes<D>();
+  }
+  template <int D>
+  static constexpr int keys() {
+    return kBc;
   }
 };
 template <class Step, class T, int D>
@@ -285,7 +290,7 @@ void launch(const fa::AttentionBwdArgs& a, cudaStream_t stream) {
   p.scale_log2 = p.scale * kLog2e;
   p.causal = s.causal;
 
-  const int64_t n_kt = ceil_div(s.seq_k, kBc);
+  const int64_t n_kt = ceil_div(s.seq_k, int64_t(Step::template keys<D>()));
   FA_REQUIRE(n_kt * s.bh() <= INT32_MAX, "batch * heads * key tiles must fit in gridDim.x");
 
   if (n_kt > 0 && s.bh() > 0) {
@@ -312,8 +317,8 @@ using fa::smem_optin_bytes;
 
 template <class Step, int D>
 void run_head_dim(const fa::AttentionBwdArgs& a, cudaStream_t stream) {
-  // t04-t09 need 155 KiB per block at D = 128, t11 and t12 171 KiB: an H100 (227 KiB) has it,
-  // an A100 (163 KiB) only for the first, sm_86/89 (99 KiB) for neither.
+  // t04-t09 need 155 KiB per block at D = 128, t11 and t12 171 KiB, t14 211 KiB at D = 256: an
+  // H100 (227 KiB) has it, an A100 (163 KiB) only for the first, sm_86/89 (99 KiB) for none.
   // Refuse before anything runs, rather than fail in cudaFuncSetAttribute.
   constexpr size_t kSmem = size_t(Step::template smem_bytes<D>());
   FA_UNSUPPORTED_IF(kSmem > smem_optin_bytes(),
@@ -335,7 +340,8 @@ void run_head_dim(const fa::AttentionBwdArgs& a, cudaStream_t stream) {
 
 // The registered entry point of a step. Head dim 256 is not instantiated: K_j and V_j alone
 // would take 2 x 128 x 264 x 2 B = 132 KiB, 264 KiB with Q_i and dO_i double-buffered, past the
-// 227 KiB a block can have on an H100; 06/v3_atomic_dq serves D = 256.
+// 227 KiB a block can have on an H100; t14 (t14_d256_tiles.cu) has D = 256 with 64 keys a block,
+// and an entry point of its own.
 template <class Step>
 void kv128_backward(const fa::AttentionBwdArgs& a, cudaStream_t stream) {
   const fa::AttentionShape& s = a.shape;

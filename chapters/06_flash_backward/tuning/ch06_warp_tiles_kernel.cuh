@@ -1,13 +1,14 @@
-// ch06_warp_tiles_kernel.cuh: the dK/dV kernel of the tuning steps 06/t11 and 06/t12,
-// warp_tiles_kernel<T, D, Steps>: FlashAttention-2's warp tiles (t11_warp_tiles.cu tells why),
-// D 64 and 128, on top of 06/v4_bc128_tuned's swizzled tiles.
+// ch06_warp_tiles_kernel.cuh: the dK/dV kernel of the tuning steps 06/t11, 06/t12 and 06/t14,
+// warp_tiles_kernel<T, D, Steps, Tile>: FlashAttention-2's warp tiles (t11_warp_tiles.cu tells
+// why), D 64 and 128, on top of 06/v4_bc128_tuned's swizzled tiles.
 //   t11           S, dP in 32 x 32 warp tiles; P, dS through shared memory; dK, dV in 32 keys x
 //                 D / 2 (the base of this kernel)
 //   t12           one barrier per tile fewer                                (kOneBarrierFewer)
-// With 128-query tiles at D 64 on top, this is 06/v5_warp_tiles's kernel (that step is the main
-// path's: v5_warp_tiles.cu). The tile (128 keys, 64 queries, 8 warps) and the host side are
-// ch06_kv128.cuh's; the address helpers and the copy plan ch06_kv128_kernel.cuh's. Device code,
-// in an anonymous namespace.
+//   t14           t12 at D 256 with a block of 64 keys                      (Tile: D256Tile)
+// With 128-query tiles at D 64 on top of t12, this is 06/v5_warp_tiles's kernel (that step is the
+// main path's: v5_warp_tiles.cu). The tile (128 keys, 64 queries, 8 warps; WarpTilesTile) and the
+// host side are ch06_kv128.cuh's; the address helpers and the copy plan ch06_kv128_kernel.cuh's.
+// Device code, in an anonymous namespace.
 #pragma once
 #include <cstdint>
 
@@ -23,13 +24,25 @@ struct WarpTilesSteps {
 
 constexpr int kLdP = kBc + kPad;  // a row of the P or dS tile: kBc keys + padding (16-bit)
 
-// Shared memory: v4_bc128_tuned's K, V, Q x2, dO x2 (swizzled rows, in its places), L x2, D x2,
-// then the P and dS tiles (kBr x kLdP each). 171 KiB at D 128, 107 KiB at D 64.
+// The block's tile: kKeys keys (K_j, V_j) and Q tiles of kBr queries, 8 warps. t11 and t12 have
+// ch06_kv128.cuh's 128 keys, rows of Q, K, V and dO in v4_bc128_tuned's places (D + kPad elements,
+// used D at a time), and dK, dV in warp tiles of 32 keys x D / 2 (kKeyWarps = 4 warps along the
+// keys). t14's tile is D256Tile (t14_d256_tiles.cu).
 template <int D>
+struct WarpTilesTile {
+  static constexpr int kKeys = kBc;     // keys per block
+  static constexpr int kLd = D + kPad;  // elements between two rows of the Q, K, V, dO tiles
+  static constexpr int kLdPT = kLdP;    // ... of the P and dS tiles
+  static constexpr int kKeyShift = 2;   // dK, dV: 1 << kKeyShift warps of 32 keys each
+};
+
+// Shared memory: K, V, Q x2, dO x2 (swizzled rows, in rows of Tile::kLd), L x2, D x2, then the P
+// and dS tiles (kBr x kLdPT each). 171 KiB at D 128, 107 KiB at D 64 with WarpTilesTile.
+template <int D, class Tile = WarpTilesTile<D>>
 constexpr int warp_tiles_smem_bytes() {
   constexpr int kRows = kBr;
-  return (2 * kBc + 4 * kRows) * (D + kPad) * 2 + 4 * kRows * int(sizeof(float)) +
-         2 * kRows * kLdP * 2;
+  return (2 * Tile::kKeys + 4 * kRows) * Tile::kLd * 2 + 4 * kRows * int(sizeof(float)) +
+         2 * kRows * Tile::kLdPT * 2;
 }
 static_assert(warp_tiles_smem_bytes<128>() ==
                   smem_bytes_tiles<128>() + 4 * kBr * int(sizeof(float)) + 2 * kBr * kLdP * 2,
@@ -103,19 +116,23 @@ __device__ __forceinline__ void add_dq(float* p, float x, float y) {
 #endif
 }
 
-template <class T, int D, class Steps>
+template <class T, int D, class Steps, class Tile = WarpTilesTile<D>>
 __global__ void __launch_bounds__(kThreads, 1) warp_tiles_kernel(Params p) {
-  static_assert(D == 64 || D == 128, "swizzled 128-byte rows: D 64 or 128");
-  static_assert(kWarps == 8 && kBr == 64 && kBc == 128, "warps: 2 x 4 (S, dQ), 4 x 2 (dK, dV)");
-  constexpr int kBrT = kBr;           // queries per Q tile
-  constexpr int kLd = D + kPad;       // v4_bc128_tuned's tile places: rows of kLd, used D at a time
-  constexpr int kTile = kBrT * kLd;   // a Q or dO buffer
-  constexpr int kKvTile = kBc * kLd;  // K or V
-  constexpr int kHalf = D / 2;        // columns of dK, dV per warp
+  static_assert(D % 64 == 0, "swizzled 128-byte rows: D a multiple of 64");
+  constexpr int kKeysT = Tile::kKeys;   // keys per block (ch06_kv128.cuh's kBc for t11, t12)
+  constexpr int kPitchP = Tile::kLdPT;  // a row of the P or dS tile
+  constexpr int kKeyWarps = 1 << Tile::kKeyShift;
+  static_assert(kWarps == 8 && kBr == 64 && kKeysT == 32 * kKeyWarps,
+                "warps: 2 x 4 (S, dQ), kKeyWarps x 8 / kKeyWarps (dK, dV)");
+  constexpr int kBrT = kBr;                        // queries per Q tile
+  constexpr int kLd = Tile::kLd;                   // rows of kLd elements, used D at a time
+  constexpr int kTile = kBrT * kLd;                // a Q or dO buffer
+  constexpr int kKvTile = kKeysT * kLd;            // K or V
+  constexpr int kHalf = D / (kWarps / kKeyWarps);  // columns of dK, dV per warp: D / 2 (t14: D / 4)
   // Warps of S, dP and dQ: 32 queries each, kWm along the queries (2; 4 with the 128-query tiles
   // of 06/v5_warp_tiles at D 64) by kWn along the keys of S (or the columns of dQ).
   constexpr int kWm = kBrT / 32, kWn = kWarps / kWm;
-  constexpr int kKw = kBc / kWn;     // keys of S, dP per warp: 32 (or 64)
+  constexpr int kKw = kKeysT / kWn;  // keys of S, dP per warp: 32 (or 64)
   constexpr int kSn = kKw / 8;       // their n8 tiles
   constexpr int kQuarter = D / kWn;  // columns of dQ per warp: D / 4 (or D / 2)
   // Swizzled tiles start at 128-byte boundaries. The array has a name of its own: the same
@@ -129,14 +146,14 @@ __global__ void __launch_bounds__(kThreads, 1) warp_tiles_kernel(Params p) {
   T* sdO = sQ + 2 * kTile;                                // two buffers
   float* sL = reinterpret_cast<float*>(sdO + 2 * kTile);  // two buffers of kBrT: L * log2(e)
   float* sD = sL + 2 * kBrT;                              // two buffers of kBrT: D
-  T* sP = reinterpret_cast<T*>(sD + 2 * kBrT);            // P: kBrT queries x kBc keys
-  T* sdS = sP + kBrT * kLdP;                              // dS: the same layout
+  T* sP = reinterpret_cast<T*>(sD + 2 * kBrT);            // P: kBrT queries x kKeysT keys
+  T* sdS = sP + kBrT * kPitchP;                           // dS: the same layout
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t = lane & 3;
   const int64_t tile_bh = blockIdx.x;  // bh * n_tiles + key tile
   const int64_t bh = tile_bh / p.n_tiles;
-  const int64_t k0 = (tile_bh % p.n_tiles) * kBc;
+  const int64_t k0 = (tile_bh % p.n_tiles) * kKeysT;
   const int64_t seq_q = p.seq_q, seq_k = p.seq_k;
   const int64_t off = causal_last_key(0, seq_q, seq_k);  // query i sees keys j <= i + off
 
@@ -153,8 +170,8 @@ __global__ void __launch_bounds__(kThreads, 1) warp_tiles_kernel(Params p) {
   if (p.causal && k0 - off > 0) qt_begin = (k0 - off) / kBrT;  // may be >= n_qt: no work
 
   // Prologue, as v4_bc128_tuned: K_j, V_j and the first Q_i, dO_i in one cp.async group; L_i, D_i.
-  load_tile_async<T, D, kBc, kThreads, true>(sK, K, k0, seq_k, tid);
-  load_tile_async<T, D, kBc, kThreads, true>(sV, V, k0, seq_k, tid);
+  load_tile_async<T, D, kKeysT, kThreads, true>(sK, K, k0, seq_k, tid);
+  load_tile_async<T, D, kKeysT, kThreads, true>(sV, V, k0, seq_k, tid);
   if (qt_begin < n_qt) {
     const int64_t q0 = qt_begin * kBrT;
     load_tile_async<T, D, kBrT, kThreads, true>(sQ, Q, q0, seq_q, tid);
@@ -171,8 +188,9 @@ __global__ void __launch_bounds__(kThreads, 1) warp_tiles_kernel(Params p) {
   constexpr int kWnShift = kWn == 4 ? 2 : 1;  // warp / kWn as a shift (kWn is 4 or 2)
   static_assert(kWn == 1 << kWnShift, "kWn: 4 or 2");
   const int wm = warp >> kWnShift, wn = warp & (kWn - 1);  // S, dP: queries 32 wm, keys kKw wn
-  const int wk = warp & 3, wd = warp >> 2;  // dK, dV: keys 32 wk .., columns kHalf wd ..
-  const int wq = wm, wc = wn;               // dQ: queries 32 wq .., columns kQuarter wc ..
+  // dK, dV: keys 32 wk .., columns kHalf wd ..
+  const int wk = warp & (kKeyWarps - 1), wd = warp >> Tile::kKeyShift;
+  const int wq = wm, wc = wn;  // dQ: queries 32 wq .., columns kQuarter wc ..
 
   float dv[2][kHalf / 8][4], dk[2][kHalf / 8][4];
 #pragma unroll
@@ -195,12 +213,13 @@ __global__ void __launch_bounds__(kThreads, 1) warp_tiles_kernel(Params p) {
   const uint32_t do_x0 = smem_addr(sdO) + rows_d + at<D>(0, kHalf * wd);  // dV: B = dO
   const uint32_t q_x0 = smem_addr(sQ) + rows_d + at<D>(0, kHalf * wd);    // dK: B = Q
   const uint32_t k_x = smem_addr(sK) + rows_d + at<D>(0, kQuarter * wc);  // dQ: B = K
-  const uint32_t p_at = smem_addr(sP) + lane_trans<kLdP>(lane) + at<kLdP>(0, 32 * wk);    // P^T
-  const uint32_t ds_at = smem_addr(sdS) + lane_trans<kLdP>(lane) + at<kLdP>(0, 32 * wk);  // dS^T
-  const uint32_t ds_a = smem_addr(sdS) + lane_rows<kLdP>(lane) + at<kLdP>(32 * wq, 0);    // dS
+  const uint32_t p_at = smem_addr(sP) + lane_trans<kPitchP>(lane) + at<kPitchP>(0, 32 * wk);  // P^T
+  const uint32_t ds_at =
+      smem_addr(sdS) + lane_trans<kPitchP>(lane) + at<kPitchP>(0, 32 * wk);  // dS^T
+  const uint32_t ds_a = smem_addr(sdS) + lane_rows<kPitchP>(lane) + at<kPitchP>(32 * wq, 0);  // dS
   // Where this thread stores its P and dS elements: row 32 wm + g, columns kKw wn + 2t.
-  T* const p_st = sP + (32 * wm + g) * kLdP + kKw * wn + 2 * t;
-  T* const ds_st = sdS + (32 * wm + g) * kLdP + kKw * wn + 2 * t;
+  T* const p_st = sP + (32 * wm + g) * kPitchP + kKw * wn + 2 * t;
+  T* const ds_st = sdS + (32 * wm + g) * kPitchP + kKw * wn + 2 * t;
   const TileCopy<T, D, true, kBrT> copy(tid);
   const uint32_t sq_addr = smem_addr(sQ), sdo_addr = smem_addr(sdO);
   constexpr uint32_t kTileBytes = kTile * 2;
@@ -247,7 +266,7 @@ __global__ void __launch_bounds__(kThreads, 1) warp_tiles_kernel(Params p) {
     const uint32_t q_a = q_a0 + cur, do_a = do_a0 + cur, do_x = do_x0 + cur, q_x = q_x0 + cur;
     const float* l_s = sL + buf * kBrT;
     const float* d_s = sD + buf * kBrT;
-    const bool need_mask = (k0 + kBc > seq_k) || (p.causal && k0 + kBc - 1 > q0 + off);
+    const bool need_mask = (k0 + kKeysT > seq_k) || (p.causal && k0 + kKeysT - 1 > q0 + off);
 
     // S = Q K^T and dP = dO V^T, 32 x kKw per warp: element (mt, nt, e) is query row
     // 32 wm + 16 mt + g + 8 (e / 2), key column kKw wn + 8 nt + 2t + e % 2 of the tile.
@@ -288,7 +307,7 @@ __global__ void __launch_bounds__(kThreads, 1) warp_tiles_kernel(Params p) {
       for (int nt = 0; nt < kSn; ++nt) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          const int o = (16 * mt + 8 * h) * kLdP + 8 * nt;
+          const int o = (16 * mt + 8 * h) * kPitchP + 8 * nt;
           *reinterpret_cast<uint32_t*>(p_st + o) =
               fa::mma::pack2<T>(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]);
           *reinterpret_cast<uint32_t*>(ds_st + o) =
@@ -300,10 +319,10 @@ __global__ void __launch_bounds__(kThreads, 1) warp_tiles_kernel(Params p) {
 
     // dV += P^T dO and dK += dS^T Q: 32 keys (two m16 tiles) x kHalf columns per warp; k runs
     // over the tile's queries, 16 at a time.
-    keys_times_cols<T, D, kBrT, kHalf>(dv, p_at, do_x, swz);  // dV += P^T dO
-    keys_times_cols<T, D, kBrT, kHalf>(dk, ds_at, q_x, swz);  // dK += dS^T Q
+    keys_times_cols<T, D, kBrT, kHalf, true, kPitchP>(dv, p_at, do_x, swz);  // dV += P^T dO
+    keys_times_cols<T, D, kBrT, kHalf, true, kPitchP>(dk, ds_at, q_x, swz);  // dK += dS^T Q
 
-    // dQaccum_i += dS K_j: 32 queries x kQuarter columns per warp, k over the kBc keys.
+    // dQaccum_i += dS K_j: 32 queries x kQuarter columns per warp, k over the kKeysT keys.
     if (q0 + 32 * wq < seq_q) {  // else every row of this warp lies past seq_q
       float acc[2][kQuarter / 8][4];
 #pragma unroll
@@ -312,7 +331,8 @@ __global__ void __launch_bounds__(kThreads, 1) warp_tiles_kernel(Params p) {
         for (int nt = 0; nt < kQuarter / 8; ++nt)
 #pragma unroll
           for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
-      keys_times_cols<T, D, kBc, kQuarter, false>(acc, ds_a, k_x, swz);  // dQ_i = dS K_j
+      keys_times_cols<T, D, kKeysT, kQuarter, false, kPitchP>(acc, ds_a, k_x,
+                                                              swz);  // dQ_i = dS K_j
       // Element (mt, nt, e): query row 32 wq + 16 mt + g + 8 (e / 2), column kQuarter wc + 8 nt
       // + 2t + e % 2; the two columns of a thread are adjacent, one float2 atomic (add_dq).
       const int64_t row0 = q0 + 32 * wq + g;
@@ -365,6 +385,10 @@ struct WarpTilesStep {
   template <int D>
   static constexpr int smem_bytes() {
     return D == 64 || D == 128 ? warp_tiles_smem_bytes<D>() : dkdv_smem_bytes<D>();
+  }
+  template <int D>
+  static constexpr int keys() {
+    return kBc;
   }
 };
 
