@@ -246,22 +246,25 @@ for stage in "$@"; do
       # The forward at bf16 D 128 N 8192 (B 2, H 16, non-causal) in Nsight Compute: ours (FWD_KERNEL,
       # default 05/v5_fewer_instructions) and FlashAttention-2's, stall reasons and the source page
       # (CSV, gzipped; bench/sass_memory.py sums its memory traffic per opcode). After `build`.
-      # FWD_N=1024 (any protocol N): that length instead (B = 16384 / N), files named ncu_fwd_N1024_*.
+      # FWD_N=1024 (any protocol N): that length instead (B = 16384 / N), files named ncu_fwd_N1024_*;
+      # FWD_D=256: that head dim (H = 2048 / D), files ncu_fwd_D256_*.
       K=${FWD_KERNEL:-05/v5_fewer_instructions}
       N=${FWD_N:-8192}
-      X=ncu_fwd${FWD_N:+_N$FWD_N}
+      D=${FWD_D:-128}
+      X=ncu_fwd${FWD_D:+_D$FWD_D}${FWD_N:+_N$FWD_N}
       M=sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active
       for r in barrier long_scoreboard math_pipe_throttle mio_throttle selected short_scoreboard wait; do
         M=$M,smsp__average_warp_latency_issue_stalled_$r.ratio; done
       M=$M,smsp__inst_executed.sum,smsp__inst_executed_op_ldsm.sum,smsp__issue_active.avg.pct_of_peak_sustained_active
-      SECTIONS="--section SpeedOfLight --section WarpStateStats --section LaunchStats --section SourceCounters"
+      SECTIONS="--section SpeedOfLight --section WarpStateStats --section LaunchStats --section Occupancy"
+      SECTIONS="$SECTIONS --section SourceCounters"
       log "ncu_fwd: $K"
       ncu $SECTIONS --metrics "$M" -k 'regex:flash_fwd_(v[0-9]|t[0-9]+|mtiles)_kernel' -s 2 -c 1 -o "$OUT/${X}_ours" \
-        "$BUILD/bin/fa_bench" --benchmark_filter="attn_fwd/$K/bf16/D128/full/N$N/" > /dev/null 2>&1
+        "$BUILD/bin/fa_bench" --benchmark_filter="attn_fwd/$K/bf16/D$D/full/N$N/" > /dev/null 2>&1
       log "ncu_fwd ours rc=$?"
       log "ncu_fwd: FlashAttention-2 (PyTorch SDPA)"
       ncu $SECTIONS --metrics "$M" -k regex:flash_fwd_kernel -s 1 -c 1 -o "$OUT/${X}_fa2" \
-        python3 bench/profile_sdpa.py fwd 128 n=$N > /dev/null 2>&1
+        python3 bench/profile_sdpa.py fwd $D n=$N > /dev/null 2>&1
       log "ncu_fwd fa2 rc=$?"
       ncu_export "$X"
       python3 bench/sass_memory.py "$OUT/${X}_ours_sass.csv.gz" "$OUT/${X}_fa2_sass.csv.gz" > "$OUT/${X}_memory.txt" 2>&1

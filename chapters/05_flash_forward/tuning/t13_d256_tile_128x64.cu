@@ -27,11 +27,13 @@
 //   D 256 against v4: 1.06-1.09x without a mask, 1.03-1.09x causal; N 8192 327.4 TFLOP/s (v4
 //   303.9). Against FlashAttention-2: 0.917 (N 512), 0.946 (1024), 0.967 (2048), 1.003 (4096),
 //   1.008 (8192), 1.010 (16384); causal 0.952, 0.942, 0.963, 0.972, 1.034, 1.152. What is left:
-//   the short rows. With one block per SM the Q tile's load and the O tile's store no longer
-//   overlap another block's loop, and N 512 (1024 blocks over 132 SMs) ends in a partial wave.
-//   FlashAttention-2 runs 64 x 64 tiles with 4 warps on the H100 and H200, single-buffered K and V
-//   in 96 KiB so that two blocks share an SM (its flash_fwd_launch_template.h,
-//   run_mha_fwd_hdim256); that is the next step to try.
+//   the short rows. FlashAttention-2 runs 64 x 64 tiles with 4 warps on the H100 and H200,
+//   single-buffered K and V in 96 KiB so that two blocks share an SM (its
+//   flash_fwd_launch_template.h, run_mha_fwd_hdim256). Nsight Compute at N 1024 (ncu_fwd_D256_
+//   N1024_*.txt): the same ldmatrix count and 8 warps per SM, half FA2's copy traffic, but 613 us
+//   against 583, issue slots busy 27.6% against 31.5%, more barrier and long-scoreboard stalls:
+//   one block's 8 warps wait at the same barriers, where two blocks of 4 fill each other's waits.
+//   That pipeline is the next step to try.
 
 #include "ch05_mtiles_kernel.cuh"  // the kernel and launcher, given a step's tiles
 #include "ch05_tuning_tiles.cuh"   // TilesT13
