@@ -33,7 +33,7 @@
 //   N1024_*.txt): the same ldmatrix count and 8 warps per SM, half FA2's copy traffic, but 613 us
 //   against 583, issue slots busy 27.6% against 31.5%, more barrier and long-scoreboard stalls:
 //   one block's 8 warps wait at the same barriers, where two blocks of 4 fill each other's waits.
-//   That pipeline is the next step to try.
+//   FA2's pipeline in this kernel (tried, the tuning README's row) spilled and ran 0.72-0.77x t13.
 
 #include "ch05_mtiles_kernel.cuh"  // the kernel and launcher, given a step's tiles
 #include "ch05_tuning_tiles.cuh"   // TilesT13
