@@ -322,7 +322,7 @@ std::vector<const K*> dispatch_kernels_for(Op op, const char* kind, const Attent
       AttentionShape s = a.shape;
       s.causal = causal;
       Problem p = op == Op::Fwd ? Problem::forward(s, t) : Problem::backward(s, t);
-      const Pick k = pick(p, sm);
+      const Pick k = have_gpu() ? pick(p) : pick(p, sm);  // pick(p): this GPU's shared memory
       os << "--kernel=auto, " << p.str() << ": " << k.explain() << "\n";
       if (!k || k.kind != kind) continue;
       const K* e = find_entry<K>(k.kernel);

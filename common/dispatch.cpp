@@ -363,9 +363,12 @@ const std::vector<Rule>& dispatch_table() {
                    "by atomics, not deterministic)",
                    log("ladder_bwd_d128.log")),
       on(Op::Bwd, "06/v4_bc128_tuned")
-          .dims({32, 96})
-          .because("the mma.sync backward at D 32 and 96, whose rows are not the whole 128-byte "
-                   "groups 06/v5's swizzled tiles need (dQ by atomics, not deterministic)",
+          .because("the mma.sync backward where 06/v5 does not run: at D 32 and 96, whose rows are "
+                   "not the whole 128-byte groups v5's swizzled tiles need, and on a GPU whose "
+                   "blocks may not have v5's 171-178 KiB of shared memory (an A100's 163 KiB): "
+                   "v4's 91 KiB at D 64 and 155 KiB at D 128, 0.92-1.19x 06/v3 (the next that "
+                   "fits; ahead at 20 of the 24 shapes on the H200; dQ by atomics, not "
+                   "deterministic)",
                    log("ladder_bwd_d128.log")),
       on(Op::Bwd, "06/t14_d256_tiles")
           .sm(90)
@@ -374,8 +377,10 @@ const std::vector<Rule>& dispatch_table() {
                    "memory: FlashAttention-2's 64-key tile (dQ by atomics, not deterministic)",
                    log("rounds_bwd_d256_t14.md", kRun1204)),
       on(Op::Bwd, "06/v3_atomic_dq")
-          .because("the mma.sync backward at D 256 before sm_90 (06/t14 needs 211 KiB of shared "
-                   "memory a block): 112-116 TFLOP/s against 06/v2's 82-85 (not deterministic)",
+          .because("the mma.sync backward at D 256 where 06/t14's 211 KiB of shared memory a "
+                   "block do not fit but v3's 208 KiB do: 112-116 TFLOP/s against 06/v2's 82-85; "
+                   "and at D 96 on a GPU with 99 KiB a block (v3's 88 KiB; v4 needs 123) (not "
+                   "deterministic)",
                    log("ladder_bwd_d256.log")),
       on(Op::Bwd, "06/v2_mma")
           .because("the deterministic mma.sync backward (a dK/dV kernel and a dQ kernel)",
@@ -597,9 +602,26 @@ std::string need_sm(int min_sm) {
   return "needs sm_" + std::to_string(min_sm) + " or newer";
 }
 
+std::string kib(size_t bytes) {
+  std::ostringstream os;
+  os << bytes / 1024.0;
+  return os.str() + " KiB";
+}
+
+// "" when the kernel's blocks fit the GPU's shared memory at the head dim it computes `p` at.
+std::string smem_short(const std::string& name, int64_t computed, size_t smem_optin) {
+  const SmemNeed* need = find_entry<SmemNeed>(name);
+  if (!need || !need->bytes) return "";
+  const size_t bytes = need->bytes(int(computed));
+  if (bytes <= smem_optin) return "";
+  return "needs " + kib(bytes) + " of shared memory a block at head_dim " +
+         std::to_string(computed) + ", more than this GPU's " + kib(smem_optin);
+}
+
 // Why kernel `name` cannot run `p` on a GPU of compute capability `sm` ("" when it can), and the
 // registry kind it was found under.
-std::string cannot_run(const std::string& name, const Problem& p, int sm, std::string* kind) {
+std::string cannot_run_at_all(const std::string& name, const Problem& p, int sm,
+                              std::string* kind) {
   const bool fwd = p.op == Op::Fwd || p.op == Op::VarlenFwd;
   const bool bwd = p.op == Op::Bwd || p.op == Op::VarlenBwd;
   // Fixed-length problems may go to a varlen kernel (a packed batch of equal lengths); packed
@@ -648,15 +670,24 @@ std::string cannot_run(const std::string& name, const Problem& p, int sm, std::s
   return "not in this build";
 }
 
+// The same, and whether its blocks fit `smem_optin` bytes of shared memory.
+std::string cannot_run(const Rule& r, const Problem& p, int sm, size_t smem_optin,
+                       std::string* kind) {
+  const std::string why = cannot_run_at_all(r.kernel, p, sm, kind);
+  if (!why.empty()) return why;
+  return smem_short(r.kernel, row_head_dim(r, p), smem_optin);
+}
+
 }  // namespace
 
-Pick pick(const Problem& p, int sm) {
+Pick pick(const Problem& p, int sm, size_t smem_optin) {
   Pick out;
   out.sm = sm;
+  out.smem_optin = smem_optin;
   for (const Rule& r : dispatch_table()) {
     if (!row_holds(r, p, sm)) continue;
     std::string kind;
-    const std::string why = cannot_run(r.kernel, p, sm, &kind);
+    const std::string why = cannot_run(r, p, sm, smem_optin, &kind);
     if (!why.empty()) {
       out.passed_over.push_back(r.kernel + ": " + why);
       continue;
@@ -667,7 +698,8 @@ Pick pick(const Problem& p, int sm) {
     return out;
   }
   std::ostringstream os;
-  os << "no registered kernel runs " << p.str() << " on sm_" << sm;
+  os << "no registered kernel runs " << p.str() << " on sm_" << sm << " with " << kib(smem_optin)
+     << " of shared memory a block";
   if (!out.passed_over.empty()) {
     os << " (";
     for (size_t i = 0; i < out.passed_over.size(); ++i) os << (i ? "; " : "") << out.passed_over[i];
@@ -684,7 +716,11 @@ Pick pick(const Problem& p) {
     out.refusal = why;
     return out;
   }
-  return pick(p, gpu_info().sm);
+  return pick(p, gpu_info().sm, smem_optin_bytes());
+}
+
+Pick pick(const Problem& p, int sm) {
+  return pick(p, sm, smem_optin_bytes_of_sm(sm));
 }
 
 std::string Pick::explain(bool brief) const {

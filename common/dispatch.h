@@ -8,12 +8,14 @@
 //
 // The choice is one table (dispatch_table() in dispatch.cpp), read top to bottom: the first row
 // whose conditions hold for the problem, and whose kernel is registered in this build and runs
-// the problem on this GPU (dtype, head dim, grouped heads, window, page size, determinism), wins.
+// the problem on this GPU (dtype, head dim, grouped heads, window, page size, determinism, and the
+// shared memory its blocks ask for: registry.h's SmemNeed), wins.
 // A row never names a kernel without the measurement that put it there: a log in notes/measured/
 // holding that kernel beside the ones it beat, in the same run. When a faster kernel lands, one
 // row changes (and its log with it); the Python package ("auto"), the chapter programs
 // (--kernel=auto) and fa_bench's "auto" rows all read this one table.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -73,9 +75,10 @@ struct Rule {
 const std::vector<Rule>& dispatch_table();
 
 struct Pick {
-  std::string kernel;  // the registry name; empty when nothing here runs the problem
-  std::string kind;    // "fwd", "bwd", "varlen_fwd", "varlen_bwd" or "paged_fwd"
-  int sm = 0;          // the GPU it was chosen for
+  std::string kernel;     // the registry name; empty when nothing here runs the problem
+  std::string kind;       // "fwd", "bwd", "varlen_fwd", "varlen_bwd" or "paged_fwd"
+  int sm = 0;             // the GPU it was chosen for: its compute capability,
+  size_t smem_optin = 0;  // and the shared memory one of its blocks may have (gpu.h)
   const Rule* rule = nullptr;
   // Rows whose conditions held but whose kernel could not run the problem, with the reason
   // ("07/v5_persistent: not in this build", "...: no fp32 version").
@@ -91,7 +94,10 @@ struct Pick {
 // For this machine's GPU (no GPU: a Pick with the refusal "no GPU: ...").
 Pick pick(const Problem& p);
 // For a GPU of compute capability `sm` (major*10+minor), whether or not one is here: what the
-// tests and fa.explain() use to show the choice on another machine.
+// tests and fa.explain() use to show the choice on another machine. Its shared memory a block is
+// the Programming Guide's for that compute capability (gpu.h, smem_optin_bytes_of_sm), or
+// `smem_optin` bytes: a row whose kernel asks for more (registry.h, SmemNeed) is passed over.
 Pick pick(const Problem& p, int sm);
+Pick pick(const Problem& p, int sm, size_t smem_optin);
 
 }  // namespace fa

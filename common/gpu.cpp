@@ -2,9 +2,10 @@
 
 #include <cuda_runtime_api.h>
 
-#include "check.h"
-
+#include <atomic>
 #include <sstream>
+
+#include "check.h"
 
 namespace fa {
 
@@ -54,11 +55,40 @@ const GpuInfo& gpu_info() {
   return info;
 }
 
+namespace {
+std::atomic<size_t> g_smem_cap{0};  // cap_smem_optin_bytes; 0: none
+}  // namespace
+
 size_t smem_optin_bytes() {
   int dev = 0, bytes = 0;
   FA_CUDA_CHECK(cudaGetDevice(&dev));
   FA_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  return size_t(bytes);
+  const size_t cap = g_smem_cap.load();
+  return cap > 0 && cap < size_t(bytes) ? cap : size_t(bytes);
+}
+
+void cap_smem_optin_bytes(size_t bytes) {
+  g_smem_cap.store(bytes);
+}
+
+size_t smem_optin_bytes_of_sm(int sm) {
+  constexpr size_t kKiB = 1024;
+  switch (sm) {
+    case 70:
+    case 72:
+      return 96 * kKiB;
+    case 75:
+      return 64 * kKiB;
+    case 80:
+    case 87:
+      return 163 * kKiB;
+    case 90:
+    case 100:
+    case 103:
+      return 227 * kKiB;
+    default:  // sm_86, sm_89, sm_120, sm_121, and what the table does not know
+      return 99 * kKiB;
+  }
 }
 
 bool have_gpu() {

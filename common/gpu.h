@@ -42,4 +42,17 @@ std::string describe_gpu();
 // the default 48 KiB. Throws fa::Error on a CUDA failure, like every checked call.
 size_t smem_optin_bytes();
 
+// Emulating a GPU with less shared memory a block (an A100's 163 KiB, an RTX 4090's 99 KiB) on a
+// larger one: from now on smem_optin_bytes() answers at most `bytes` (0 lifts the cap), so every
+// launcher that checks it refuses what the smaller GPU would refuse. The tests run the dispatch's
+// choices for smaller GPUs under their limits this way.
+void cap_smem_optin_bytes(size_t bytes);
+
+// The same limit for a GPU of compute capability `sm` (major*10+minor) that need not be here, from
+// the CUDA C++ Programming Guide's table of technical specifications per compute capability
+// ("maximum amount of shared memory per thread block"): 227 KiB on sm_90 and sm_100/103, 163 KiB
+// on sm_80 and sm_87, 99 KiB on sm_86, sm_89 and sm_120/121, 64 KiB on sm_75, 96 KiB on sm_70/72.
+// A compute capability the table does not know gets 99 KiB, the least any GPU from sm_80 on has.
+size_t smem_optin_bytes_of_sm(int sm);
+
 }  // namespace fa

@@ -11,8 +11,10 @@
 #pragma once
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "dtype.h"
@@ -290,6 +292,37 @@ struct PagedAppendKernel {
   int min_sm = 70;
 };
 
+// ---- The shared memory a kernel's blocks ask for (dispatch.cpp reads it). ------------------------
+// A block may opt in to 227 KiB of shared memory on sm_90 and sm_100, 163 KiB on sm_80 and sm_87,
+// but only 99 KiB on sm_86, sm_89 and sm_120 (gpu.h, smem_optin_bytes_of_sm). A kernel whose
+// blocks ask for more than 99 KiB at some head dim says how much, in one line beside its
+// registration:
+//
+//   FA_REGISTER_SMEM("06/v5_warp_tiles", smem_need);  // size_t smem_need(int head_dim)
+//
+// so that the dispatch passes it over on a GPU that has less, instead of choosing a kernel that
+// can only refuse at launch. `bytes` answers for each head dim the kernel lists (a kernel that
+// rounds head dims up is asked at the listed one it computes at). The launcher's own check
+// (FA_UNSUPPORTED_IF against smem_optin_bytes()) reads the same constant.
+using SmemBytesFn = size_t (*)(int head_dim);
+struct SmemNeed {
+  std::string name;  // the kernel's registry name
+  SmemBytesFn bytes = nullptr;
+};
+
+// The usual body of such a function: the bytes at each head dim the kernel is instantiated for,
+// from the constant its launcher checks, e.g.
+//   smem_at<64, 128>(d, [](auto D) { return Layout<decltype(D)::value>::kBytes; })
+// (0 at a head dim not listed: the kernel refuses it anyway).
+template <int... kHeadDims, class BytesAt>
+size_t smem_at(int head_dim, BytesAt bytes_at) {
+  size_t bytes = 0;
+  ((head_dim == kHeadDims ? (bytes = size_t(bytes_at(std::integral_constant<int, kHeadDims>{})))
+                          : 0),
+   ...);
+  return bytes;
+}
+
 // ---- Chapters: each chapter program registers its body so the tour can run them in order. ----
 using ChapterFn = int (*)(const std::vector<std::string>& args);
 struct Chapter {
@@ -335,3 +368,5 @@ bool natural_less(const std::string& a, const std::string& b);
 #define FA_REGISTER(Type, ...)                                             \
   static const bool FA_CONCAT(fa_registered_, __LINE__) [[maybe_unused]] = \
       ::fa::register_entry<::fa::Type>(::fa::Type __VA_ARGS__)
+// FA_REGISTER_SMEM(name, bytes); beside a kernel's FA_REGISTER: its SmemNeed entry (above).
+#define FA_REGISTER_SMEM(name, ...) FA_REGISTER(SmemNeed, {name, __VA_ARGS__})

@@ -746,3 +746,7 @@ FA_REGISTER(
      {fa::DType::BF16, fa::DType::F16},
      {32, 64, 96, 128, 256},
      80});
+FA_REGISTER_SMEM(fa::kName, [](int d) {
+  return fa::smem_at<32, 64, 96, 128, 256>(
+      d, [](auto D) { return fa::SmemLayout<decltype(D)::value>::kBytes; });
+});

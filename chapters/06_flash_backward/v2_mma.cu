@@ -726,3 +726,8 @@ FA_REGISTER(AttentionBwdKernel,
              {32, 64, 96, 128, 256},
              80,
              true});
+FA_REGISTER_SMEM("06/v2_mma", [](int d) {
+  return fa::smem_at<32, 64, 96, 128, 256>(d, [](auto D) {
+    return std::max(dkdv_smem_bytes<decltype(D)::value>(), dq_smem_bytes<decltype(D)::value>());
+  });
+});

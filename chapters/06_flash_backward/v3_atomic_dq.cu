@@ -658,3 +658,7 @@ FA_REGISTER(AttentionBwdKernel,
              {32, 64, 96, 128, 256},
              80,
              false});
+FA_REGISTER_SMEM("06/v3_atomic_dq", [](int d) {
+  return fa::smem_at<32, 64, 96, 128, 256>(
+      d, [](auto D) { return dkdv_smem_bytes<decltype(D)::value>(); });
+});

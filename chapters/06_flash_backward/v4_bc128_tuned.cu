@@ -798,3 +798,7 @@ FA_REGISTER(
      {32, 64, 96, 128},
      80,
      false});
+FA_REGISTER_SMEM("06/v4_bc128_tuned", [](int d) {
+  return fa::smem_at<32, 64, 96, 128>(d,
+                                      [](auto D) { return dkdv_smem_bytes<decltype(D)::value>(); });
+});

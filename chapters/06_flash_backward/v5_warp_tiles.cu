@@ -700,3 +700,7 @@ FA_REGISTER(
      {64, 128},
      80,
      false});
+FA_REGISTER_SMEM("06/v5_warp_tiles", [](int d) {
+  return fa::smem_at<64, 128>(d,
+                              [](auto D) { return warp_tiles_smem_bytes<decltype(D)::value>(); });
+});

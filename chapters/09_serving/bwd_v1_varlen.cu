@@ -741,3 +741,7 @@ FA_REGISTER(VarlenBwdKernel,
              /*window=*/false,
              /*deterministic=*/false,
              /*forward=*/"09/v1_varlen"});
+FA_REGISTER_SMEM("09/bwd_v1_varlen", [](int d) {
+  return fa::smem_at<64, 128>(d,
+                              [](auto D) { return warp_tiles_smem_bytes<decltype(D)::value>(); });
+});

@@ -726,3 +726,7 @@ FA_REGISTER(VarlenBwdKernel,
              /*window=*/true,
              /*deterministic=*/false,
              /*forward=*/"09/v2_window"});
+FA_REGISTER_SMEM("09/bwd_v2_window", [](int d) {
+  return fa::smem_at<64, 128>(d,
+                              [](auto D) { return warp_tiles_smem_bytes<decltype(D)::value>(); });
+});

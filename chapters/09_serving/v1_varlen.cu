@@ -852,3 +852,6 @@ FA_REGISTER(VarlenFwdKernel,
              /*min_sm=*/80,
              /*gqa=*/true,
              /*window=*/false});
+FA_REGISTER_SMEM(fa::kName, [](int d) {
+  return fa::smem_at<64, 128>(d, [](auto D) { return fa::SmemLayout<decltype(D)::value>::kBytes; });
+});

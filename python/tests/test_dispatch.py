@@ -80,5 +80,6 @@ def test_explain_for_another_gpu():
     if any(x.startswith(grouped_rows) for x in lines):  # their grouped rows
         assert "sums dK, dV over each group itself" in lines[-1], lines
     brief = fa.explain(q, q, q, causal=False, sm=80, brief=True)
-    assert brief == ["forward: 05/v4_swizzled_pipelined", "backward: 06/v5_warp_tiles"], brief
+    # An A100: 06/v5's 171 KiB a block do not fit its 163 KiB, so its backward is 06/v4.
+    assert brief == ["forward: 05/v4_swizzled_pipelined", "backward: 06/v4_bc128_tuned"], brief
     assert fa.explain(q, q, q, kernel="05/v2_mma", kernel_bwd=None) == ["forward: 05/v2_mma (named)"]

@@ -5,11 +5,13 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <iterator>
 #include <string>
 #include <vector>
 
 #include "dispatch.h"
+#include "gpu.h"
 #include "harness.h"
 #include "registry.h"
 
@@ -159,18 +161,50 @@ TEST(Dispatch, DeterministicBackwardPassesOverAtomics) {
   }
   EXPECT_EQ(fa::pick(p, 80).kernel, "06/v2_mma");
   p.deterministic = false;
-  EXPECT_EQ(fa::pick(p, 80).kernel, "06/v5_warp_tiles");
+  EXPECT_EQ(fa::pick(p, 80).kernel, "06/v4_bc128_tuned");
+  EXPECT_EQ(fa::pick(p, 100).kernel, "06/v5_warp_tiles");
   p.head_dim = 256;
-  EXPECT_EQ(fa::pick(p, 80).kernel, "06/v3_atomic_dq");
+  EXPECT_EQ(fa::pick(p, 100).kernel, "06/t14_d256_tiles");
 }
 
 // Before sm_90 (an A100) no sm_90 row applies: chapter 05's v4 (v5's epilogue is stmatrix, an
-// sm_90 instruction) and chapter 06's final rung.
+// sm_90 instruction) and chapter 06's v4 (its final rung's 171-178 KiB a block do not fit the
+// A100's 163 KiB; an sm_100 GPU has 227).
 TEST(Dispatch, BeforeHopperChapters05And06) {
   const fa::Pick f = fa::pick(fwd(DType::BF16, 128, 4096, true), 80);
   EXPECT_EQ(f.kernel, "05/v4_swizzled_pipelined");
   EXPECT_TRUE(f.passed_over.empty()) << "sm_90 rows must not even be considered on sm_80";
-  EXPECT_EQ(fa::pick(bwd(DType::F16, 64, 4096, false), 80).kernel, "06/v5_warp_tiles");
+  const fa::Pick b = fa::pick(bwd(DType::F16, 64, 4096, false), 80);
+  EXPECT_EQ(b.kernel, "06/v4_bc128_tuned");
+  ASSERT_EQ(b.passed_over.size(), 1u);
+  EXPECT_EQ(b.passed_over[0],
+            "06/v5_warp_tiles: needs 178 KiB of shared memory a block at head_dim 64, more than "
+            "this GPU's 163 KiB");
+  EXPECT_EQ(fa::pick(bwd(DType::F16, 64, 4096, false), 100).kernel, "06/v5_warp_tiles");
+}
+
+// A GPU with 99 KiB a block (sm_86, sm_89, sm_120): the forward runs everywhere (05/v4 needs at
+// most 96 KiB, 05/v5 on sm_120 too; 05/t13's 192 KiB at D 256 do not fit); the backward where a
+// kernel fits, and otherwise a refusal that says so.
+TEST(Dispatch, NinetyNineKiBGpus) {
+  for (int sm : {86, 89, 120}) {
+    SCOPED_TRACE("sm_" + std::to_string(sm));
+    for (int d : {32, 64, 96, 128, 256})
+      EXPECT_EQ(
+          fa::pick(fwd(DType::BF16, d, 4096, true), sm).kernel,
+          sm >= 90 && d != 96 && d != 256 ? "05/v5_fewer_instructions" : "05/v4_swizzled_pipelined")
+          << d;
+    EXPECT_EQ(fa::pick(bwd(DType::BF16, 32, 4096, true), sm).kernel, "06/v4_bc128_tuned");
+    EXPECT_EQ(fa::pick(bwd(DType::BF16, 64, 4096, true), sm).kernel, "06/v4_bc128_tuned");
+    EXPECT_EQ(fa::pick(bwd(DType::BF16, 96, 4096, true), sm).kernel, "06/v3_atomic_dq");
+    for (int d : {128, 256}) {
+      const fa::Pick b = fa::pick(bwd(DType::BF16, d, 4096, true), sm);
+      EXPECT_FALSE(b) << b.explain();
+      EXPECT_NE(b.refusal.find("with 99 KiB of shared memory a block"), std::string::npos)
+          << b.refusal;
+      EXPECT_NE(b.refusal.find("06/v2_mma: needs"), std::string::npos) << b.refusal;
+    }
+  }
 }
 
 // A final rung serves only the head dims and GPUs of its own ideas: the others go to the rung
@@ -187,7 +221,13 @@ TEST(Dispatch, HeadDimsAFinalRungLacksGoToTheRungBefore) {
 
   EXPECT_EQ(fa::pick(fwd(DType::BF16, 32, 4096, false), 80).kernel, "05/v4_swizzled_pipelined");
   EXPECT_EQ(fa::pick(fwd(DType::F16, 256, 4096, true), 80).kernel, "05/v4_swizzled_pipelined");
-  EXPECT_EQ(fa::pick(bwd(DType::F16, 256, 4096, true), 80).kernel, "06/v3_atomic_dq");
+  // No mma.sync backward at D 256 fits an A100's 163 KiB a block (v2 needs 199 KiB, v3 208).
+  const fa::Pick b256 = fa::pick(bwd(DType::F16, 256, 4096, true), 80);
+  EXPECT_FALSE(b256);
+  EXPECT_NE(b256.refusal.find("06/v3_atomic_dq: needs 208 KiB of shared memory a block at "
+                              "head_dim 256, more than this GPU's 163 KiB"),
+            std::string::npos)
+      << b256.refusal;
   // Past Hopper (sm_100: no chapter 07 machine code), D 256 goes to the mma.sync rungs that need
   // the shared memory sm_90 and newer data-center GPUs have.
   EXPECT_EQ(fa::pick(fwd(DType::BF16, 256, 4096, false), 100).kernel, "05/t13_d256_tile_128x64");
@@ -289,8 +329,9 @@ TEST(Dispatch, EachKindOfProblemGoesWhereItsRowSays) {
   EXPECT_EQ(fa::pick(window, 80).kernel, "09/v2_window");
   fa::Problem window_bwd = window;
   window_bwd.op = Op::Bwd;
-  EXPECT_EQ(fa::pick(window_bwd, 80).kernel, "09/bwd_v2_window");
-  EXPECT_EQ(fa::pick(window_bwd, 80).kind, "varlen_bwd");
+  EXPECT_EQ(fa::pick(window_bwd, 100).kernel, "09/bwd_v2_window");
+  EXPECT_EQ(fa::pick(window_bwd, 100).kind, "varlen_bwd");
+  EXPECT_FALSE(fa::pick(window_bwd, 80)) << "06/v5's tiles, 171 KiB a block: not on an A100";
   fa::Problem gqa_bwd = gqa;
   gqa_bwd.op = Op::Bwd;
   if (have_hopper_kernels()) {  // the fastest backward takes grouped heads itself
@@ -311,7 +352,8 @@ TEST(Dispatch, EachKindOfProblemGoesWhereItsRowSays) {
     gqa_bwd.head_dim = 128;
   }
   // Before sm_90 the caller repeats K and V: any backward serves.
-  EXPECT_EQ(fa::pick(gqa_bwd, 80).kernel, "06/v5_warp_tiles");
+  EXPECT_EQ(fa::pick(gqa_bwd, 80).kernel, "06/v4_bc128_tuned");
+  EXPECT_EQ(fa::pick(gqa_bwd, 100).kernel, "06/v5_warp_tiles");
   // Packed batches with grouped heads: chapter 09's Hopper backwards sum dK, dV over the group
   // themselves (the window's too); the mma.sync ones run on K and V repeated by the caller.
   fa::Problem varlen_gqa_bwd = gqa_bwd;
@@ -324,7 +366,8 @@ TEST(Dispatch, EachKindOfProblemGoesWhereItsRowSays) {
     EXPECT_TRUE(fa::find_entry<fa::VarlenBwdKernel>("09/hopper_bwd_v2_window")->gqa);
     varlen_gqa_bwd.window = false;
   }
-  EXPECT_EQ(fa::pick(varlen_gqa_bwd, 80).kernel, "09/bwd_v1_varlen");
+  EXPECT_EQ(fa::pick(varlen_gqa_bwd, 100).kernel, "09/bwd_v1_varlen");
+  EXPECT_FALSE(fa::pick(varlen_gqa_bwd, 80)) << "06/v5's tiles, 171 KiB a block: not on an A100";
   EXPECT_FALSE(fa::find_entry<fa::VarlenBwdKernel>("09/bwd_v1_varlen")->gqa);
 
   EXPECT_EQ(fa::pick(fwd(DType::F32, 64, 1000, true), 90).kernel, "05/v1_scalar_fp32");
@@ -415,6 +458,54 @@ TEST(Dispatch, EveryChoiceTakesItsProblem) {
               EXPECT_TRUE(takes_d);
             }
   EXPECT_GT(chosen, 300);
+}
+
+// Each SmemNeed line (registry.h) names a registered kernel and answers for every head dim it
+// lists; the table it makes is printed, since it says which GPUs can run what.
+TEST(Dispatch, SharedMemoryNeedsNameKernelsAndTheirHeadDims) {
+  ASSERT_FALSE(fa::registry<fa::SmemNeed>().empty());
+  for (const fa::SmemNeed& n : fa::registry<fa::SmemNeed>()) {
+    SCOPED_TRACE(n.name);
+    std::vector<int> dims;
+    if (const auto* k = fa::find_entry<fa::AttentionFwdKernel>(n.name)) dims = k->head_dims;
+    if (const auto* k = fa::find_entry<fa::AttentionBwdKernel>(n.name)) dims = k->head_dims;
+    if (const auto* k = fa::find_entry<fa::VarlenFwdKernel>(n.name)) dims = k->head_dims;
+    if (const auto* k = fa::find_entry<fa::VarlenBwdKernel>(n.name)) dims = k->head_dims;
+    if (const auto* k = fa::find_entry<fa::PagedFwdKernel>(n.name)) dims = k->head_dims;
+    ASSERT_FALSE(dims.empty()) << "names no registered attention kernel";
+    std::string line = n.name + ":";
+    for (int d : dims) {
+      const size_t bytes = n.bytes(d);
+      EXPECT_GT(bytes, 0u) << "D " << d;
+      line += " D" + std::to_string(d) + " " + std::to_string(bytes / 1024) + "." +
+              std::to_string(bytes % 1024 * 10 / 1024) + " KiB";
+    }
+    std::cout << line << "\n";
+  }
+}
+
+// On a GPU with less shared memory a block than an H100's, the dispatch passes over the kernels
+// that need more (their launchers would only refuse) and chooses one that fits, or says that
+// nothing does. Checked for every kind of problem, head dim and GPU the table knows.
+TEST(Dispatch, ChoicesFitTheGpusSharedMemory) {
+  int chosen = 0;
+  for (int sm : {80, 86, 89, 90, 100, 120})
+    for (Op op : {Op::Fwd, Op::Bwd, Op::VarlenFwd, Op::VarlenBwd, Op::PagedFwd})
+      for (int d : {32, 64, 80, 96, 128, 192, 256})
+        for (int64_t nq : {1, 4096})
+          for (bool causal : {false, true}) {
+            fa::Problem p = fwd(DType::BF16, d, nq, causal);
+            p.op = op;
+            const fa::Pick k = fa::pick(p, sm);
+            SCOPED_TRACE(p.str() + " on sm_" + std::to_string(sm) + ": " + k.explain(true));
+            EXPECT_EQ(k.smem_optin, fa::smem_optin_bytes_of_sm(sm));
+            if (!k) continue;
+            ++chosen;
+            // (No kernel with a SmemNeed line rounds head dims up: it computes at d itself.)
+            if (const fa::SmemNeed* n = fa::find_entry<fa::SmemNeed>(k.kernel))
+              EXPECT_LE(n->bytes(d), k.smem_optin);
+          }
+  EXPECT_GT(chosen, 400);
 }
 
 TEST(Dispatch, ExplainSaysTheRowAndTheLog) {

@@ -75,3 +75,7 @@ FA_REGISTER(AttentionFwdKernel, {fa::StepT13::kName,
                                  {fa::DType::BF16, fa::DType::F16},
                                  {256},
                                  80});
+FA_REGISTER_SMEM(fa::StepT13::kName, [](int d) {
+  return fa::smem_at<256>(
+      d, [](auto D) { return fa::SmemFor<fa::TilesT13<256>, decltype(D)::value>::kBytes; });
+});

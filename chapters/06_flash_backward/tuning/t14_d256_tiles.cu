@@ -108,3 +108,6 @@ FA_REGISTER(AttentionBwdKernel, {T14::kName,
                                  {256},
                                  80,
                                  false});
+FA_REGISTER_SMEM(T14::kName, [](int d) {
+  return fa::smem_at<256>(d, [](auto D) { return T14::smem_bytes<decltype(D)::value>(); });
+});

@@ -1,0 +1,138 @@
+// The dispatch's choices for GPUs with less shared memory a block than the one here: an A100's
+// 163 KiB (sm_80) and the 99 KiB of sm_86, sm_89 and sm_120 (gpu.h, smem_optin_bytes_of_sm). Each
+// choice runs here under that GPU's limit (cap_smem_optin_bytes): the launcher's own check then
+// refuses whatever the smaller GPU would refuse, so a kernel whose registered need (registry.h,
+// SmemNeed) understates what its launcher asks for fails here, as it would on that GPU. A choice
+// must pass its check; a refusal must name the shared memory (no kernel of this build fits).
+//
+// Not emulated: everything else that differs between those GPUs (the sm_90 rows do not hold for
+// them, so only kernels compiled for sm_80 and newer run; their machine code here is sm_90's).
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "dispatch.h"
+#include "gpu.h"
+#include "harness.h"
+#include "registry.h"
+#include "test_util.h"
+
+namespace {
+
+using fa::DType;
+using fa::Op;
+
+struct SmallerGpu {
+  int sm;
+  const char* what;
+};
+const SmallerGpu kGpus[] = {{80, "an A100 (163 KiB a block)"}, {86, "sm_86/89/120 (99 KiB)"}};
+
+// Lifts the cap however the test ends.
+struct SmemCap {
+  explicit SmemCap(size_t bytes) { fa::cap_smem_optin_bytes(bytes); }
+  ~SmemCap() { fa::cap_smem_optin_bytes(0); }
+};
+
+fa::RunOptions check_only(uint64_t seed) {
+  fa::RunOptions o;
+  o.seed = seed;
+  o.time = false;
+  return o;
+}
+
+fa::Problem problem(Op op, DType t, int d, int64_t nq, int64_t nk, bool causal) {
+  fa::Problem p;
+  p.op = op;
+  p.dtype = t;
+  p.head_dim = d;
+  p.seq_q = nq;
+  p.seq_k = nk;
+  p.causal = causal;
+  return p;
+}
+
+void expect_refusal_for_smem(const fa::Pick& k) {
+  EXPECT_NE(k.refusal.find("of shared memory a block"), std::string::npos)
+      << "only the shared memory may leave a 16-bit head dim of 64-256 without a kernel here: "
+      << k.refusal;
+}
+
+// Fixed-length forward and backward, the head dims chapters 05 and 06 list, ragged lengths.
+TEST(DispatchSmallerGpus, FixedLengthChoicesRunUnderTheirLimit) {
+  FA_SKIP_WITHOUT_GPU(80);
+  const std::vector<std::pair<int64_t, int64_t>> lengths = {{127, 129}, {1000, 1000}};
+  int ran = 0;
+  for (const SmallerGpu& g : kGpus) {
+    const size_t limit = fa::smem_optin_bytes_of_sm(g.sm);
+    for (Op op : {Op::Fwd, Op::Bwd})
+      for (DType t : {DType::BF16, DType::F16})
+        for (int d : {32, 64, 96, 128, 256})
+          for (auto [nq, nk] : lengths)
+            for (bool causal : {false, true}) {
+              const fa::Pick k = fa::pick(problem(op, t, d, nq, nk, causal), g.sm);
+              SCOPED_TRACE(std::string(g.what) + ", " + fa::op_name(op) + " " + fa::dtype_name(t) +
+                           " D " + std::to_string(d) + ": " + k.explain(true));
+              if (!k) {
+                expect_refusal_for_smem(k);
+                continue;
+              }
+              const fa::AttentionShape s{2, 3, nq, nk, d, causal, 0.0f};
+              const uint64_t seed = uint64_t(g.sm * 1000 + d * 7 + nq);
+              SmemCap cap(limit);
+              fa::RunResult r;
+              if (k.kind == "fwd") {
+                r = fa::run_attention_fwd(*fa::find_entry<fa::AttentionFwdKernel>(k.kernel), s, t,
+                                          check_only(seed));
+              } else if (k.kind == "bwd") {
+                r = fa::run_attention_bwd(*fa::find_entry<fa::AttentionBwdKernel>(k.kernel), s, t,
+                                          check_only(seed));
+              } else {
+                ADD_FAILURE() << "a fixed-length problem without a window sent to " << k.kind;
+                continue;
+              }
+              EXPECT_EQ(r.status, fa::Status::Pass) << r.report();
+              ++ran;
+            }
+  }
+  EXPECT_GT(ran, 60);
+}
+
+// Packed batches (chapter 09's mma.sync kernels), with and without a window.
+TEST(DispatchSmallerGpus, PackedBatchChoicesRunUnderTheirLimit) {
+  FA_SKIP_WITHOUT_GPU(80);
+  fa::VarlenShape s;
+  s.seqlens_q = {17, 1000, 129};
+  s.seqlens_k = {17, 1000, 129};
+  s.heads = 2;
+  s.causal = true;
+  for (const SmallerGpu& g : kGpus) {
+    const size_t limit = fa::smem_optin_bytes_of_sm(g.sm);
+    for (Op op : {Op::VarlenFwd, Op::VarlenBwd})
+      for (int d : {64, 128})
+        for (bool window : {false, true}) {
+          fa::Problem p = problem(op, DType::BF16, d, s.max_seq_q(), s.max_seq_k(), true);
+          p.window = window;
+          const fa::Pick k = fa::pick(p, g.sm);
+          SCOPED_TRACE(std::string(g.what) + ", " + p.str() + ": " + k.explain(true));
+          if (!k) {
+            expect_refusal_for_smem(k);
+            continue;
+          }
+          fa::VarlenShape w = s;
+          w.head_dim = d;
+          if (window) w.window_left = 100, w.window_right = 0;
+          SmemCap cap(limit);
+          const fa::RunResult r =
+              op == Op::VarlenFwd
+                  ? fa::run_varlen_fwd(*fa::find_entry<fa::VarlenFwdKernel>(k.kernel), w,
+                                       DType::BF16, check_only(uint64_t(d + g.sm)))
+                  : fa::run_varlen_bwd(*fa::find_entry<fa::VarlenBwdKernel>(k.kernel), w,
+                                       DType::BF16, check_only(uint64_t(d + g.sm)));
+          EXPECT_EQ(r.status, fa::Status::Pass) << r.report();
+        }
+  }
+}
+
+}  // namespace
