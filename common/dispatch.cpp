@@ -137,11 +137,19 @@ const std::vector<Rule>& dispatch_table() {
           .because("grouped K/V heads on mma.sync (before sm_90)", log("ch09_serving.log")),
       on(Op::Fwd, "07/t52_wide_kv_tiles_persistent")
           .hopper()
+          .dims({192})
+          .because("D 192 at an instance of its own with FlashAttention-3's 112-key tile, and "
+                   "136-184 rounded up to it: D 192 515.9-715.5 TFLOP/s, 1.25-1.41x t51 and "
+                   "1.37-1.43x v5 rounded up to 256 in the same run (0.94-1.07x cuDNN; three "
+                   "alternating rounds)",
+                   log("t52_d192_rounds.md", kRun1204)),
+      on(Op::Fwd, "07/t52_wide_kv_tiles_persistent")
+          .hopper()
           .rounded()
           .dims({256})
-          .because("head dims 136-248 rounded up to 256 in the wide K/V tiles: D 192 "
-                   "413.6-529.3 TFLOP/s, 1.07-1.17x v5 (0.78-0.90x cuDNN); t51 3.8% ahead at "
-                   "full N 8192 only",
+          .because("head dims 200-248 rounded up to 256 in the wide K/V tiles (measured at D "
+                   "192 before it had an instance: 413.6-529.3 TFLOP/s, 1.07-1.17x v5, "
+                   "0.78-0.90x cuDNN; t51 3.8% ahead at full N 8192 only)",
                    log("rounded_wide_medians.txt", kRun1203)),
       on(Op::Fwd, "07/t52_wide_kv_tiles_persistent")
           .hopper()

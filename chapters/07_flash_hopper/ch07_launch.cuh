@@ -59,26 +59,32 @@ void launch_fwd(const char* name, const AttentionFwdArgs& a, cudaStream_t stream
 }
 
 // Launch<T, D>::run for the head dims every rung instantiates; a head dim between them that is a
-// multiple of 8 runs the next (head_dim_instance, hopper_attention.cuh).
-template <template <class, int> class Launch, class T>
+// multiple of 8 runs the next (head_dim_instance, hopper_attention.cuh). kWith192: the rung also
+// has an instance at 192 (t52), where 136-192 run.
+template <template <class, int> class Launch, class T, bool kWith192 = false>
 void dispatch_head_dim(const char* name, const AttentionFwdArgs& a, cudaStream_t stream) {
-  switch (head_dim_instance(a.shape.head_dim)) {
+  const int64_t d = a.shape.head_dim;
+  switch (kWith192 ? head_dim_instance_with_192(d) : head_dim_instance(d)) {
     case 64:
       return Launch<T, 64>::run(a, stream);
     case 128:
       return Launch<T, 128>::run(a, stream);
+    case 192:
+      if constexpr (kWith192) return Launch<T, 192>::run(a, stream);
+      break;
     case 256:
       return Launch<T, 256>::run(a, stream);
     default:
-      FA_UNSUPPORTED_IF(true, std::string(name) + ": head_dim " + std::to_string(a.shape.head_dim) +
-                                  " not instantiated (64, 128, 256, and the multiples of 8 "
-                                  "between them, rounded up)");
+      break;
   }
+  FA_UNSUPPORTED_IF(true, std::string(name) + ": head_dim " + std::to_string(d) +
+                              " not instantiated (64, 128, 256, and the multiples of 8 "
+                              "between them, rounded up)");
 }
 
 // The registered entry of a forward rung: refuse what no rung runs, write nothing for empty
 // shapes, hand shapes TMA cannot load to the fallback (hopper_attention.cuh), else launch the rung.
-template <template <class, int> class Launch>
+template <template <class, int> class Launch, bool kWith192 = false>
 void run_fwd_rung(const char* name, const AttentionFwdArgs& a, cudaStream_t stream) {
   FA_REQUIRE(a.shape.seq_q >= 0 && a.shape.seq_k >= 0 && a.shape.bh() >= 0, "negative size");
   FA_UNSUPPORTED_IF(a.dtype != DType::BF16 && a.dtype != DType::F16,
@@ -90,9 +96,9 @@ void run_fwd_rung(const char* name, const AttentionFwdArgs& a, cudaStream_t stre
   if (a.shape.seq_q == 0 || a.shape.bh() == 0) return;  // nothing to write
   if (!tma_can_load(a)) return run_fallback(a, stream);
   if (a.dtype == DType::BF16)
-    dispatch_head_dim<Launch, __nv_bfloat16>(name, a, stream);
+    dispatch_head_dim<Launch, __nv_bfloat16, kWith192>(name, a, stream);
   else
-    dispatch_head_dim<Launch, __half>(name, a, stream);
+    dispatch_head_dim<Launch, __half, kWith192>(name, a, stream);
 }
 
 }  // namespace fa::ch07

@@ -480,11 +480,69 @@ __device__ __forceinline__ void fence_registers(uint32_t (&r)[N]) {
       : FA_WG_OPS_N176                                                                 \
       : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB), "n"(kTransA))
 
+// m64n112k16 (S = Q K^T only: FlashAttention-3's K/V tile of 112 keys at D 192): 56 accumulators
+// per thread.
+#define FA_WG_ACC_N112                                                                         \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
+  "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, " \
+  "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55"
+
+#define FA_WG_OPS_N112                                                                            \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+      "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),    \
+      "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),  \
+      "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),  \
+      "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),  \
+      "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]),  \
+      "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),  \
+      "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55])
+
+#define FA_WGMMA_SS_N112(TYPE)                                                         \
+  asm volatile(                                                                        \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %58, 0;\n"                                     \
+      "wgmma.mma_async.sync.aligned.m64n112k16.f32." TYPE "." TYPE " {" FA_WG_ACC_N112 \
+      "}, %56, %57, p, 1, 1, %60, %59;\n}\n"                                           \
+      : FA_WG_OPS_N112                                                                 \
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB), "n"(kTransA))
+
+// m64n192k16 (O += P V at D 192, A from registers): 96 accumulators per thread.
+#define FA_WG_ACC_N192                                                                         \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
+  "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, " \
+  "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, " \
+  "%56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, " \
+  "%74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, " \
+  "%92, %93, %94, %95"
+
+#define FA_WG_OPS_N192                                                                            \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+      "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),    \
+      "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),  \
+      "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),  \
+      "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),  \
+      "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]),  \
+      "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),  \
+      "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),  \
+      "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),  \
+      "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]),  \
+      "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]),  \
+      "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]),  \
+      "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]),  \
+      "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
+
+#define FA_WGMMA_RS_N192(TYPE)                                                         \
+  asm volatile(                                                                        \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %101, 0;\n"                                    \
+      "wgmma.mma_async.sync.aligned.m64n192k16.f32." TYPE "." TYPE " {" FA_WG_ACC_N192 \
+      "}, {%96, %97, %98, %99}, %100, p, 1, 1, %102;\n}\n"                             \
+      : FA_WG_OPS_N192                                                                 \
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(kTransB))
+
 template <int N, class T, int kTransB, int kTransA = 0>
 __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b,
                                          int accumulate) {
-  static_assert(N == 32 || N == 64 || N == 80 || N == 128 || N == 176 || N == 256,
-                "wgmma_ss: N = 32, 64, 80, 128, 176 or 256");
+  static_assert(N == 32 || N == 64 || N == 80 || N == 112 || N == 128 || N == 176 || N == 256,
+                "wgmma_ss: N = 32, 64, 80, 112, 128, 176 or 256");
 #if FA_SM90A
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
   if constexpr (N == 32) {
@@ -502,6 +560,11 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], uint64_t desc_a, uin
       FA_WGMMA_SS_N80("bf16");
     else
       FA_WGMMA_SS_N80("f16");
+  } else if constexpr (N == 112) {
+    if constexpr (kBf16)
+      FA_WGMMA_SS_N112("bf16");
+    else
+      FA_WGMMA_SS_N112("f16");
   } else if constexpr (N == 128) {
     if constexpr (kBf16)
       FA_WGMMA_SS_N128("bf16");
@@ -526,7 +589,7 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], uint64_t desc_a, uin
 template <int N, class T, int kTransB>
 __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b,
                                          int accumulate) {
-  static_assert(N == 64 || N == 128 || N == 256, "wgmma_rs: N = 64, 128 or 256");
+  static_assert(N == 64 || N == 128 || N == 192 || N == 256, "wgmma_rs: N = 64, 128, 192 or 256");
 #if FA_SM90A
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
   if constexpr (N == 64) {
@@ -539,6 +602,11 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[
       FA_WGMMA_RS_N128("bf16");
     else
       FA_WGMMA_RS_N128("f16");
+  } else if constexpr (N == 192) {
+    if constexpr (kBf16)
+      FA_WGMMA_RS_N192("bf16");
+    else
+      FA_WGMMA_RS_N192("f16");
   } else {
     if constexpr (kBf16)
       FA_WGMMA_RS_N256("bf16");
@@ -553,21 +621,27 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[
 #undef FA_WGMMA_SS_N32
 #undef FA_WGMMA_SS_N64
 #undef FA_WGMMA_SS_N80
+#undef FA_WGMMA_SS_N112
 #undef FA_WGMMA_SS_N176
 #undef FA_WGMMA_SS_N128
 #undef FA_WGMMA_SS_N256
 #undef FA_WGMMA_RS_N64
 #undef FA_WGMMA_RS_N128
+#undef FA_WGMMA_RS_N192
 #undef FA_WGMMA_RS_N256
 #undef FA_WG_ACC_N32
 #undef FA_WG_ACC_N64
 #undef FA_WG_ACC_N80
+#undef FA_WG_ACC_N112
+#undef FA_WG_ACC_N192
 #undef FA_WG_ACC_N176
 #undef FA_WG_ACC_N128
 #undef FA_WG_ACC_N256
 #undef FA_WG_OPS_N32
 #undef FA_WG_OPS_N64
 #undef FA_WG_OPS_N80
+#undef FA_WG_OPS_N112
+#undef FA_WG_OPS_N192
 #undef FA_WG_OPS_N176
 #undef FA_WG_OPS_N128
 #undef FA_WG_OPS_N256

@@ -46,17 +46,19 @@ namespace fa::ch07 {
 // FlashAttention-3 picks wider K/V tiles where the registers allow: 176 keys at D = 128 (S 88 +
 // O 64 + P 44 = 196) and 80 at D = 256 (S 40 + O 128 + P 20 = 188), hopper/tile_size.h of
 // github.com/Dao-AILab/flash-attention: kWideBc, which chapter 07's tuning steps t51 (on v4) and
-// t52 (on v5) pass as BC (D = 64 keeps 128).
+// t52 (on v5) pass as BC (D = 64 keeps 128). Its instance D = 192 takes 112 keys (S 56 + O 96 +
+// P 28 = 180), which t52 alone instantiates (the others round D 192 up to 256).
 template <int D>
 constexpr int kDefaultBc = D <= 128 ? 128 : 64;
 template <int D>
 constexpr int kWideBc = D == 128   ? 176
+                        : D == 192 ? 112
                         : D == 256 ? 80
                                    : kDefaultBc<D>;
 
 template <int D, int BC = kDefaultBc<D>>
 struct Tiles {
-  static_assert(D == 64 || D == 128 || D == 256, "head dims 64, 128, 256");
+  static_assert(D == 64 || D == 128 || D == 192 || D == 256, "head dims 64, 128, 192, 256");
   static_assert(BC % 16 == 0 && BC <= 256, "a K/V tile is k16 slices of P V, one TMA box");
   static constexpr int kBc = BC;                // keys per K/V tile
   static constexpr int kStrips = D / 64;        // 128-byte column strips of one row of D
@@ -271,6 +273,11 @@ inline bool tma_can_load(const AttentionFwdArgs& a) {
 inline int head_dim_instance(int64_t d) {
   if (d <= 0 || d % kHeadDimStep != 0 || d > 256) return 0;
   return d <= 64 ? 64 : d <= 128 ? 128 : 256;
+}
+// The same for a kernel that also has an instance at 192 (07/t52): 136-192 run there, not at 256.
+inline int head_dim_instance_with_192(int64_t d) {
+  const int i = head_dim_instance(d);
+  return i == 256 && d <= 192 ? 192 : i;
 }
 
 inline void run_fallback(const AttentionFwdArgs& a, cudaStream_t stream) {

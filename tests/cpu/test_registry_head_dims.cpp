@@ -1,5 +1,5 @@
 // The head dims each attention kernel registers: sorted, no repeats, and each one of the dims the
-// chapters instantiate (32, 64, 96, 128, 256); and the head dims between them that some kernels
+// chapters instantiate (32, 64, 96, 128, 192, 256: 192 is 07/t52's alone); and the head dims between them that some kernels
 // round up (rounds_head_dim). The GPU test RegisteredFwdHeadDims /
 // RegisteredBwdHeadDims (tests/gpu/test_registered_head_dims.cpp) then runs every one of them.
 #include <gtest/gtest.h>
@@ -13,7 +13,7 @@
 
 namespace {
 
-const std::vector<int> kHeadDims = {32, 64, 96, 128, 256};
+const std::vector<int> kHeadDims = {32, 64, 96, 128, 192, 256};
 
 std::string list(const std::vector<int>& dims) {
   std::string s;
@@ -83,6 +83,10 @@ TEST(RegistryHeadDims, RoundingUpToTheNextInstance) {
   EXPECT_EQ(fa::missing_version({fa::DType::BF16}, dims, fa::DType::BF16, 96),
             "this kernel has no bf16 D=96 version");
   EXPECT_FALSE(fa::takes_head_dim({64, 128}, true, 192)) << "past the largest instance";
+  // With an instance at 192 (07/t52): 136-192 run there, 200-248 at 256.
+  for (auto [d, at] : std::vector<std::pair<int, int>>{
+           {128, 128}, {136, 192}, {160, 192}, {192, 192}, {200, 256}, {248, 256}})
+    EXPECT_EQ(fa::computed_head_dim({64, 128, 192, 256}, true, d), at) << "D " << d;
 }
 
 // The kernels that round head dims up must fill the columns past the real head dim with zeros,

@@ -7,6 +7,11 @@
 //   Shared memory: D = 128: Q 32 KiB + 2 stages of K and V at 44 KiB = 208 KiB; D = 256:
 //   64 + 2 x 2 x 40 = 224 KiB, within the 227 KiB a block may opt in to. ptxas: no spills at
 //   setmaxnreg's 240.
+//
+// D 192, an instance of its own (the other rungs round 136-248 up to 256): FlashAttention-3's
+// tile there, 112 keys (hopper/tile_size.h), registers S 56 + O 96 + P 28 = 180 a thread, shared
+// memory 48 + 2 x 2 x 42 = 216 KiB. Head dims 136-184 round up to 192, 200-248 to 256; TFLOP/s
+// count the real head dim, so a D 192 model gains 256 / 192 of the work it no longer wastes.
 // Speed (NVIDIA H200, 2026-12-03, bf16, medians of three rounds): D 128 N 8192 causal 615.3 TFLOP/s
 // (v5 584.1, cuDNN 618.8); D 256 N 8192 causal 683.7 (v5 619.4, cuDNN 645.0)
 // (notes/measured/h200-2026-12-03/wide_kv_tiles_console.log; ../tuning/README.md).
@@ -29,6 +34,7 @@ constexpr int kBr = kConsumers * kRowsPerWarpgroup;     // 128 query rows per bl
 constexpr int kProducerRegs = 24, kConsumerRegs = 240;  // 24 + 2 x 240 = 3 x 168
 constexpr int kTurnBar = 1;            // named barriers 1, 2: consumer 0's, 1's turn
 constexpr int kTurnThreads = 2 * 128;  // the giver's arrive + the taker's sync
+constexpr bool kWith192 = true;        // an instance at D 192 (header), not only 64, 128 and 256
 template <int D>
 constexpr int stages() {
   return D == 64 ? 4 : 2;
@@ -318,9 +324,9 @@ void attention_fwd_t52(const AttentionFwdArgs& a, cudaStream_t stream) {
                           "below 2^31); its fallback takes no grouped heads");
     AttentionFwdArgs no_keys = a;
     no_keys.shape.heads_kv = 0;  // K and V are empty: no head of them is read
-    return run_fwd_rung<Launch>(kName, no_keys, stream);
+    return run_fwd_rung<Launch, kWith192>(kName, no_keys, stream);
   }
-  run_fwd_rung<Launch>(kName, a, stream);
+  run_fwd_rung<Launch, kWith192>(kName, a, stream);
 }
 
 }  // namespace
@@ -328,9 +334,10 @@ void attention_fwd_t52(const AttentionFwdArgs& a, cudaStream_t stream) {
 FA_REGISTER(AttentionFwdKernel,
             {kName,
              attention_fwd_t52,
-             "v5 with FlashAttention-3's K/V tile widths: 176 keys at D 128, 80 at D 256",
+             "v5 with FlashAttention-3's K/V tile widths: 176 keys at D 128, 112 at D 192 (an "
+             "instance of its own), 80 at D 256",
              {DType::BF16, DType::F16},
-             {64, 128, 256},
+             {64, 128, 192, 256},
              90,
              /*gqa=*/true,
              /*decoding=*/false,
