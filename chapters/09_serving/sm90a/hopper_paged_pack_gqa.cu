@@ -338,17 +338,19 @@ void launch(const PagedFwdArgs& a, cudaStream_t stream) {
 
 template <class T>
 void dispatch_head_dim(const PagedFwdArgs& a, cudaStream_t stream) {
-  switch (head_dim_instance(a.shape.head_dim)) {
+  switch (head_dim_instance_with_192(a.shape.head_dim)) {
     case 64:
       return launch<T, 64>(a, stream);
     case 128:
       return launch<T, 128>(a, stream);
+    case 192:
+      return launch<T, 192>(a, stream);
     case 256:
       return launch<T, 256>(a, stream);
     default:
       FA_UNSUPPORTED_IF(true, std::string(kName) + ": head_dim " +
                                   std::to_string(a.shape.head_dim) +
-                                  " not instantiated (64, 128, 256, and the multiples of 8 "
+                                  " not instantiated (64, 128, 192, 256, and the multiples of 8 "
                                   "between them, rounded up)");
   }
 }
@@ -398,7 +400,7 @@ FA_REGISTER(PagedFwdKernel,
              "(FlashAttention-3's pack GQA): Q, O and L as [batch * heads_kv, group * seq_q, d], "
              "each K/V tile loaded once per group; causal masks by a row's position r % seq_q",
              {DType::BF16, DType::F16},
-             {64, 128, 256},
+             {64, 128, 192, 256},
              {16, 64, 256},
              /*min_sm=*/90,
              /*decoding=*/false,

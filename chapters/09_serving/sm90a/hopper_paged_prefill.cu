@@ -46,7 +46,8 @@
 //   the grid (Q tiles x batch x heads) does not depend on it, and a sequence with no key writes
 //   O = 0 and L = -inf (07's epilogue for a row that saw no key). Grouped-query attention costs
 //   one division (07/v4 took none): query head h reads K/V head h / (heads / heads_kv).
-//   Head dims 64, 128, 256 as 07/v4, and the multiples of 8 between them rounded up as 07 does
+//   Head dims 64, 128, 256 as 07/v4, 192 as 07/t52 (136-192 run there), and the multiples of 8
+//   between them rounded up as 07 does
 //   (head_dim_instance, hopper_attention.cuh): the pools' rows are d long, TMA zero-fills the
 //   columns past d. Page sizes: powers of two from 16 up.
 //
@@ -54,9 +55,9 @@
 //
 // Map of the kernel (as 07/v4)
 //   block       3 warpgroups (384 threads): producer + 2 consumers; Br = 128
-//   tiles       Bc = 128 for D = 64, 128; 64 for D = 256; Bc / min(Bc, page_size) boxes a strip
-//   pipeline    kStages K slots and kStages V slots (4 / 2 / 2 for D = 64 / 128 / 256)
-//   smem        D 64: 144 KiB, D 128: 160 KiB, D 256: 192 KiB
+//   tiles       Bc = 128 for D = 64, 128; 64 for D = 192, 256; Bc / min(Bc, page_size) boxes a strip
+//   pipeline    kStages K slots and kStages V slots (4 / 2 / 2 / 2 for D = 64 / 128 / 192 / 256)
+//   smem        D 64: 144 KiB, D 128: 160 KiB, D 192: 144 KiB, D 256: 192 KiB
 //   registers   producer 24, consumers 240 after setmaxnreg (compiled at 168), no spills
 // Speed: measured in chapters/09_serving/README.md
 #include <cuda.h>
@@ -357,17 +358,19 @@ void launch(const PagedFwdArgs& a, cudaStream_t stream) {
 
 template <class T>
 void dispatch_head_dim(const PagedFwdArgs& a, cudaStream_t stream) {
-  switch (head_dim_instance(a.shape.head_dim)) {
+  switch (head_dim_instance_with_192(a.shape.head_dim)) {
     case 64:
       return launch<T, 64>(a, stream);
     case 128:
       return launch<T, 128>(a, stream);
+    case 192:
+      return launch<T, 192>(a, stream);
     case 256:
       return launch<T, 256>(a, stream);
     default:
       FA_UNSUPPORTED_IF(true, std::string(kName) + ": head_dim " +
                                   std::to_string(a.shape.head_dim) +
-                                  " not instantiated (64, 128, 256, and the multiples of 8 "
+                                  " not instantiated (64, 128, 192, 256, and the multiples of 8 "
                                   "between them, rounded up)");
   }
 }
@@ -417,7 +420,7 @@ FA_REGISTER(PagedFwdKernel,
              "boxes through the block table (one per page a tile spans), the last tile's unwritten "
              "V rows zeroed, each sequence its own length, GQA",
              {DType::BF16, DType::F16},
-             {64, 128, 256},
+             {64, 128, 192, 256},
              {16, 64, 256},
              /*min_sm=*/90,
              /*decoding=*/false,

@@ -42,7 +42,8 @@
 //   box starting at a sequence's last tile (offset + up to 128 rows) still fits.
 //
 //   Grouped-query attention costs one division: query head h reads K/V head h / (heads /
-//   heads_kv), the third TMA coordinate. Head dims 64, 128, 256 as 07/v4, and the multiples of 8
+//   heads_kv), the third TMA coordinate. Head dims 64, 128, 256 as 07/v4, 192 as 07/t52 (an
+//   instance of its own, where 136-192 run: a quarter less work than at 256), and the multiples of 8
 //   between them rounded up to the next as 07 does (head_dim_instance, hopper_attention.cuh: the
 //   maps' rows are d long, TMA zero-fills the columns past d, O stores d of them); the few extra
 //   registers (the offsets, read once, and the epilogue's base) leave every instantiation within
@@ -56,9 +57,9 @@
 //
 // Map of the kernel (as 07/v4)
 //   block       3 warpgroups (384 threads): producer + 2 consumers; Br = 128
-//   tiles       Bc = 128 for D = 64, 128; 64 for D = 256
-//   pipeline    kStages K slots and kStages V slots (4 / 2 / 2 for D = 64 / 128 / 256)
-//   smem        D 64: 144 KiB, D 128: 160 KiB, D 256: 192 KiB
+//   tiles       Bc = 128 for D = 64, 128; 64 for D = 192, 256
+//   pipeline    kStages K slots and kStages V slots (4 / 2 / 2 / 2 for D = 64 / 128 / 192 / 256)
+//   smem        D 64: 144 KiB, D 128: 160 KiB, D 192: 144 KiB, D 256: 192 KiB
 //   registers   producer 24, consumers 240 after setmaxnreg (compiled at 168), no spills
 // Speed: measured in chapters/09_serving/README.md
 #include <cuda.h>
@@ -324,17 +325,19 @@ void launch(const VarlenFwdArgs& a, cudaStream_t stream) {
 
 template <class T>
 void dispatch_head_dim(const VarlenFwdArgs& a, cudaStream_t stream) {
-  switch (head_dim_instance(a.shape.head_dim)) {
+  switch (head_dim_instance_with_192(a.shape.head_dim)) {
     case 64:
       return launch<T, 64>(a, stream);
     case 128:
       return launch<T, 128>(a, stream);
+    case 192:
+      return launch<T, 192>(a, stream);
     case 256:
       return launch<T, 256>(a, stream);
     default:
       FA_UNSUPPORTED_IF(true, std::string(kName) + ": head_dim " +
                                   std::to_string(a.shape.head_dim) +
-                                  " not instantiated (64, 128, 256, and the multiples of 8 "
+                                  " not instantiated (64, 128, 192, 256, and the multiples of 8 "
                                   "between them, rounded up)");
   }
 }
@@ -379,7 +382,7 @@ FA_REGISTER(VarlenFwdKernel,
              "07/v4 on a packed variable-length batch: an offset table (cu_seqlens) in front of "
              "the tile loop, TMA boxes at packed rows, keys past seq_k masked, O stored per row",
              {DType::F16, DType::BF16},
-             {64, 128, 256},
+             {64, 128, 192, 256},
              /*min_sm=*/90,
              /*gqa=*/true,
              /*window=*/false,

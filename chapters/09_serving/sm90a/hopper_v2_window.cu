@@ -44,9 +44,9 @@
 //
 // Map of the kernel (as v1 and 07/v4)
 //   block       3 warpgroups (384 threads): producer + 2 consumers; Br = 128
-//   tiles       Bc = 128 for D = 64, 128; 64 for D = 256
-//   pipeline    kStages K slots and kStages V slots (4 / 2 / 2 for D = 64 / 128 / 256)
-//   smem        D 64: 144 KiB, D 128: 160 KiB, D 256: 192 KiB
+//   tiles       Bc = 128 for D = 64, 128; 64 for D = 192, 256
+//   pipeline    kStages K slots and kStages V slots (4 / 2 / 2 / 2 for D = 64 / 128 / 192 / 256)
+//   smem        D 64: 144 KiB, D 128: 160 KiB, D 192: 144 KiB, D 256: 192 KiB
 //   registers   producer 24, consumers 240 after setmaxnreg (compiled at 168), no spills
 // Speed: measured in chapters/09_serving/README.md
 #include <cuda.h>
@@ -358,17 +358,19 @@ void launch(const VarlenFwdArgs& a, cudaStream_t stream) {
 
 template <class T>
 void dispatch_head_dim(const VarlenFwdArgs& a, cudaStream_t stream) {
-  switch (head_dim_instance(a.shape.head_dim)) {
+  switch (head_dim_instance_with_192(a.shape.head_dim)) {
     case 64:
       return launch<T, 64>(a, stream);
     case 128:
       return launch<T, 128>(a, stream);
+    case 192:
+      return launch<T, 192>(a, stream);
     case 256:
       return launch<T, 256>(a, stream);
     default:
       FA_UNSUPPORTED_IF(true, std::string(kName) + ": head_dim " +
                                   std::to_string(a.shape.head_dim) +
-                                  " not instantiated (64, 128, 256, and the multiples of 8 "
+                                  " not instantiated (64, 128, 192, 256, and the multiples of 8 "
                                   "between them, rounded up)");
   }
 }
@@ -411,7 +413,7 @@ FA_REGISTER(VarlenFwdKernel,
              "v1 + a sliding window: the Q tile visits the band's key tiles (ch09_band.h), both "
              "of the band's edges masked, tiles outside it skipped",
              {DType::F16, DType::BF16},
-             {64, 128, 256},
+             {64, 128, 192, 256},
              /*min_sm=*/90,
              /*gqa=*/true,
              /*window=*/true,
