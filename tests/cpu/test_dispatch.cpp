@@ -487,6 +487,37 @@ TEST(Dispatch, SharedMemoryNeedsNameKernelsAndTheirHeadDims) {
   }
 }
 
+// Chapter 06's README prints its rungs' shared memory a block in a table; it must be what they
+// register (rounded to whole KiB), so that a reader choosing a GPU from it is not misled.
+TEST(Dispatch, Chapter06ReadmeTableIsTheRegisteredNeeds) {
+  const std::string text =
+      read_file(std::filesystem::path(FA_SOURCE_DIR) / "chapters/06_flash_backward/README.md");
+  const size_t table =
+      text.find("| shared memory a block (KiB) | D 32 | D 64 | D 96 | D 128 | D 256 |");
+  ASSERT_NE(table, std::string::npos) << "the table's header changed";
+  const int dims[] = {32, 64, 96, 128, 256};
+  int rows = 0;
+  for (const char* name : {"06/v2_mma", "06/v3_atomic_dq", "06/v4_bc128_tuned", "06/v5_warp_tiles",
+                           "06/t14_d256_tiles"}) {
+    SCOPED_TRACE(name);
+    const fa::SmemNeed* need = fa::find_entry<fa::SmemNeed>(name);
+    const fa::AttentionBwdKernel* k = fa::find_entry<fa::AttentionBwdKernel>(name);
+    ASSERT_NE(need, nullptr);
+    ASSERT_NE(k, nullptr);
+    const size_t at = text.find("| `" + std::string(name) + "` |", table);
+    ASSERT_NE(at, std::string::npos) << "no row in the table";
+    std::string row = text.substr(at, text.find('\n', at) - at);
+    std::string want = "| `" + std::string(name) + "` |";
+    for (int d : dims) {
+      const bool listed = fa::supports(k->head_dims, d);
+      want += listed ? " " + std::to_string((need->bytes(d) + 1023) / 1024) + " |" : " - |";
+    }
+    EXPECT_EQ(row, want);
+    ++rows;
+  }
+  EXPECT_EQ(rows, 5);
+}
+
 // On a GPU with less shared memory a block than an H100's, the dispatch passes over the kernels
 // that need more (their launchers would only refuse) and chooses one that fits, or says that
 // nothing does. Checked for every kind of problem, head dim and GPU the table knows.
