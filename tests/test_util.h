@@ -41,14 +41,21 @@ std::vector<int> rounded_dims(const K& k) {
 }
 
 // The head dims an attention kernel runs under the sanitizers: those it lists, and for a kernel
-// that rounds head dims up (rounds_head_dim, registry.h) those between instances among 80 and 192,
-// whose stores must stay inside rows of the real head dim.
+// that rounds head dims up (rounds_head_dim, registry.h) one between instances for each instance
+// it rounds to, among 80, 192 and 160 (160 where 192 is an instance, as in 07/t52), whose stores
+// must stay inside rows of the real head dim.
 template <class K>
 std::vector<int> sanitized_dims(const K& k) {
   std::vector<int> dims = k.head_dims;
-  if (k.rounds_head_dim)
-    for (int d : {80, 192})
-      if (!fa::supports(k.head_dims, d) && fa::takes_head_dim(k, d)) dims.push_back(d);
+  if (!k.rounds_head_dim) return dims;
+  std::vector<int64_t> rounded_to;  // the instances a head dim below is already rounded up to
+  for (int d : {80, 192, 160}) {
+    if (fa::supports(k.head_dims, d) || !fa::takes_head_dim(k, d)) continue;
+    const int64_t at = fa::computed_head_dim(k.head_dims, true, d);
+    if (std::find(rounded_to.begin(), rounded_to.end(), at) != rounded_to.end()) continue;
+    rounded_to.push_back(at);
+    dims.push_back(d);
+  }
   return dims;
 }
 

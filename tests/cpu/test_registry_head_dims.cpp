@@ -10,6 +10,7 @@
 
 #include "harness.h"
 #include "registry.h"
+#include "test_util.h"
 
 namespace {
 
@@ -87,6 +88,20 @@ TEST(RegistryHeadDims, RoundingUpToTheNextInstance) {
   for (auto [d, at] : std::vector<std::pair<int, int>>{
            {128, 128}, {136, 192}, {160, 192}, {192, 192}, {200, 256}, {248, 256}})
     EXPECT_EQ(fa::computed_head_dim({64, 128, 192, 256}, true, d), at) << "D " << d;
+}
+
+// The sanitizers run one head dim between instances for each instance a kernel rounds up to
+// (tests/test_util.h): 80 and 192 where the instances are 64, 128, 256, and 160 too where 192 is
+// one of them.
+TEST(RegistryHeadDims, SanitizedDimsReachEveryRoundedInstance) {
+  fa::AttentionFwdKernel k;
+  k.head_dims = {64, 128, 256};
+  k.rounds_head_dim = true;
+  EXPECT_EQ(sanitized_dims(k), (std::vector<int>{64, 128, 256, 80, 192}));
+  k.head_dims = {64, 128, 192, 256};
+  EXPECT_EQ(sanitized_dims(k), (std::vector<int>{64, 128, 192, 256, 80, 160}));
+  k.rounds_head_dim = false;
+  EXPECT_EQ(sanitized_dims(k), k.head_dims);
 }
 
 // The kernels that round head dims up must fill the columns past the real head dim with zeros,
