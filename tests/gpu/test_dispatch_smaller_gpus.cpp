@@ -42,17 +42,6 @@ fa::RunOptions check_only(uint64_t seed) {
   return o;
 }
 
-fa::Problem problem(Op op, DType t, int d, int64_t nq, int64_t nk, bool causal) {
-  fa::Problem p;
-  p.op = op;
-  p.dtype = t;
-  p.head_dim = d;
-  p.seq_q = nq;
-  p.seq_k = nk;
-  p.causal = causal;
-  return p;
-}
-
 void expect_refusal_for_smem(const fa::Pick& k) {
   EXPECT_NE(k.refusal.find("of shared memory a block"), std::string::npos)
       << "only the shared memory may leave a 16-bit head dim of 64-256 without a kernel here: "
@@ -71,14 +60,16 @@ TEST(DispatchSmallerGpus, FixedLengthChoicesRunUnderTheirLimit) {
         for (int d : {32, 64, 96, 128, 256})
           for (auto [nq, nk] : lengths)
             for (bool causal : {false, true}) {
-              const fa::Pick k = fa::pick(problem(op, t, d, nq, nk, causal), g.sm);
+              const fa::AttentionShape s{2, 3, nq, nk, d, causal, 0.0f};
+              const fa::Problem p =
+                  op == Op::Fwd ? fa::Problem::forward(s, t) : fa::Problem::backward(s, t);
+              const fa::Pick k = fa::pick(p, g.sm);
               SCOPED_TRACE(std::string(g.what) + ", " + fa::op_name(op) + " " + fa::dtype_name(t) +
                            " D " + std::to_string(d) + ": " + k.explain(true));
               if (!k) {
                 expect_refusal_for_smem(k);
                 continue;
               }
-              const fa::AttentionShape s{2, 3, nq, nk, d, causal, 0.0f};
               const uint64_t seed = uint64_t(g.sm * 1000 + d * 7 + nq);
               SmemCap cap(limit);
               fa::RunResult r;
@@ -112,17 +103,17 @@ TEST(DispatchSmallerGpus, PackedBatchChoicesRunUnderTheirLimit) {
     for (Op op : {Op::VarlenFwd, Op::VarlenBwd})
       for (int d : {64, 128})
         for (bool window : {false, true}) {
-          fa::Problem p = problem(op, DType::BF16, d, s.max_seq_q(), s.max_seq_k(), true);
-          p.window = window;
+          fa::VarlenShape w = s;
+          w.head_dim = d;
+          if (window) w.window_left = 100, w.window_right = 0;
+          fa::Problem p = fa::Problem::forward(w.padded(), DType::BF16);  // its longest lengths
+          p.op = op;
           const fa::Pick k = fa::pick(p, g.sm);
           SCOPED_TRACE(std::string(g.what) + ", " + p.str() + ": " + k.explain(true));
           if (!k) {
             expect_refusal_for_smem(k);
             continue;
           }
-          fa::VarlenShape w = s;
-          w.head_dim = d;
-          if (window) w.window_left = 100, w.window_right = 0;
           SmemCap cap(limit);
           const fa::RunResult r =
               op == Op::VarlenFwd
