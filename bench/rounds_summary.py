@@ -49,12 +49,14 @@ def main():
     print("| --- |" + " ---: |" * (len(kernels) + 3) + " --- |")
     for d, causal, n in shapes:
         s = (d, causal, n)
-        med = {k: statistics.median(o[s][k] for o, _ in rounds if k in o[s]) for k in kernels}
+        # A kernel without a row at this shape (one that does not take its head dim) shows "-".
+        med = {k: statistics.median(o[s][k] for o, _ in rounds if k in o[s]) for k in kernels
+               if any(k in o[s] for o, _ in rounds)}
         fa2 = statistics.median(p[s][0] for _, p in rounds)
         cudnn = statistics.median(p[s][1] for _, p in rounds)
         best = max(med.values())
         per_round = [max(o[s].values()) / p[s][0] for o, p in rounds]
-        cells = " | ".join(f"{med[k]:.1f}" for k in kernels)
+        cells = " | ".join(f"{med[k]:.1f}" if k in med else "-" for k in kernels)
         print(f"| D{d} N{n} {'causal' if causal else 'full'} | {cells} | {fa2:.1f} | {cudnn:.1f} | "
               f"{best / fa2:.3f} | {min(per_round):.3f}-{max(per_round):.3f} |")
 

@@ -251,6 +251,14 @@ const std::vector<Rule>& dispatch_table() {
           .because("the mma.sync forward at D 256 where a block may have 192 KiB of shared memory: "
                    "1.03-1.09x 05/v4 (three alternating rounds), 0.92-1.15x FlashAttention-2",
                    log("rounds_fwd_d256_t13.md", kRun1204)),
+      on(Op::Fwd, "05/t14_rounded_head_dims")
+          .rounded()
+          .because("head dims between 05/v4's instances 32, 64, 96, 128 and 256 (multiples of 8) "
+                   "before sm_90, rounded up inside v4 (chapter 05's tuning step t14), where "
+                   "nothing ran them before. Timed on the H200: D 80 237.8-251.8 TFLOP/s, "
+                   "0.94-0.98x FlashAttention-2; D 192 (computed at 256) 184.2-217.7, 0.69-0.77x; "
+                   "at the listed head dims 0.96-1.02x v4, which keeps them (two rounds)",
+                   log("rounded_mma_sync_fwd.md", kRun1204)),
       on(Op::Fwd, "05/v4_swizzled_pipelined")
           .because(
               "the mma.sync forward before sm_90 (at D 256 too: 05/t13 needs 192 KiB of shared "
@@ -366,6 +374,14 @@ const std::vector<Rule>& dispatch_table() {
           .hopper()
           .because("the fastest backward at 34 of the 36 protocol shapes; deterministic",
                    log("ladder_bwd_d128_peers.log")),
+      on(Op::Bwd, "06/t16_rounded_head_dims")
+          .rounded()
+          .because("head dims between 06/v4's instances 32, 64, 96 and 128 (multiples of 8) "
+                   "before sm_90, rounded up inside v4 (chapter 06's tuning step t16; dQ by "
+                   "atomics, not deterministic), where nothing ran them before. Timed on the "
+                   "H200: D 80 149.1-177.7 TFLOP/s, 0.85-1.04x FlashAttention-2; at the listed "
+                   "head dims 0.96-1.01x v4, which keeps them (two rounds)",
+                   log("rounded_mma_sync_bwd.md", kRun1204)),
       on(Op::Bwd, "06/v5_warp_tiles")
           .because("the mma.sync backward with FlashAttention-2's warp tiles (D 64 and 128; dQ "
                    "by atomics, not deterministic)",

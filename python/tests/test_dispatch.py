@@ -55,8 +55,10 @@ def test_each_row_names_its_log():
 
 def test_refusals():
     library_or_skip()
-    with pytest.raises(fa.UnsupportedError, match="no registered kernel runs fwd bf16 D80"):
-        fa.pick("fwd", "bf16", 80, 4096, 4096, sm=80)
+    with pytest.raises(fa.UnsupportedError, match="no registered kernel runs fwd bf16 D59"):
+        fa.pick("fwd", "bf16", 59, 4096, 4096, sm=80)
+    with pytest.raises(fa.UnsupportedError, match="no registered kernel runs bwd bf16 D160"):
+        fa.pick("bwd", "bf16", 160, 4096, 4096, sm=80)
     with pytest.raises(ValueError, match="op must be fwd, bwd"):
         fa.pick("sideways", "bf16", 128, sm=90)
     if fa.describe_gpu().startswith("no GPU"):

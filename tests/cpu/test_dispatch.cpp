@@ -45,6 +45,20 @@ fa::Problem bwd(DType t, int d, int64_t n, bool causal) {
   return p;
 }
 
+// The head dim the chosen kernel computes d at: d, or the next instance of a kernel that rounds.
+template <class K>
+int64_t computed_by(const std::string& name, int d) {
+  const K* k = fa::find_entry<K>(name);
+  return k ? fa::computed_head_dim(k->head_dims, k->rounds_head_dim, d) : d;
+}
+int64_t computed_at(const fa::Pick& k, int d) {
+  if (k.kind == "fwd") return computed_by<fa::AttentionFwdKernel>(k.kernel, d);
+  if (k.kind == "bwd") return computed_by<fa::AttentionBwdKernel>(k.kernel, d);
+  if (k.kind == "varlen_fwd") return computed_by<fa::VarlenFwdKernel>(k.kernel, d);
+  if (k.kind == "varlen_bwd") return computed_by<fa::VarlenBwdKernel>(k.kernel, d);
+  return computed_by<fa::PagedFwdKernel>(k.kernel, d);
+}
+
 std::string read_file(const std::filesystem::path& p) {
   std::ifstream in(p);
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
@@ -303,6 +317,40 @@ TEST(Dispatch, HeadDimsBetweenInstancesRoundUpOnHopper) {
       << d59.refusal;
 }
 
+// Before sm_90 the head dims between chapter 05's and 06's instances (multiples of 8) are rounded
+// up inside their mma.sync kernels: the forward in 05/t14 (up to 256), the backward in 06/t16 (up
+// to 128; its instance must fit the GPU's shared memory: 123 KiB at D 96, which a 99 KiB GPU has
+// not). The head dims the rungs list keep their rows, and so do the GPUs from sm_90 on.
+TEST(Dispatch, HeadDimsBetweenInstancesRoundUpBeforeHopper) {
+  for (int sm : {80, 86}) {
+    for (int d : {8, 40, 80, 112, 136, 160, 192, 224, 248}) {
+      SCOPED_TRACE("sm_" + std::to_string(sm) + " D " + std::to_string(d));
+      const fa::Pick f = fa::pick(fwd(DType::BF16, d, 4096, true), sm);
+      EXPECT_EQ(f.kernel, "05/t14_rounded_head_dims") << f.explain();
+      const fa::Pick b = fa::pick(bwd(DType::F16, d, 4096, false), sm);
+      const bool fits = d <= 64 || (sm == 80 && d <= 128);
+      if (fits) {
+        EXPECT_EQ(b.kernel, "06/t16_rounded_head_dims") << b.explain();
+      } else {
+        EXPECT_FALSE(b) << b.explain();
+      }
+    }
+    for (int d : {32, 64, 96, 128, 256})
+      EXPECT_EQ(fa::pick(fwd(DType::BF16, d, 4096, false), sm).kernel, "05/v4_swizzled_pipelined");
+    EXPECT_EQ(fa::pick(bwd(DType::BF16, 64, 4096, false), sm).kernel, "06/v4_bc128_tuned");
+  }
+  const fa::Pick b80 = fa::pick(bwd(DType::BF16, 80, 4096, false), 86);
+  EXPECT_NE(b80.refusal.find("06/t16_rounded_head_dims: needs 123 KiB of shared memory a block at "
+                             "head_dim 96, more than this GPU's 99 KiB"),
+            std::string::npos)
+      << b80.refusal;
+  // Off the step of 8: refused, never rounded to a kernel that would read rows wrongly.
+  EXPECT_FALSE(fa::pick(fwd(DType::BF16, 59, 4096, false), 80));
+  EXPECT_FALSE(fa::pick(bwd(DType::BF16, 111, 4096, false), 80));
+  // sm_100 and newer have no chapter 07 kernels (sm_90a machine code): they round here too.
+  EXPECT_EQ(fa::pick(fwd(DType::BF16, 80, 4096, false), 100).kernel, "05/t14_rounded_head_dims");
+}
+
 // The problems that are not plain attention: decoding, the window, grouped heads, fp32, head dims
 // chapter 07 has no version for, packed and paged batches.
 TEST(Dispatch, EachKindOfProblemGoesWhereItsRowSays) {
@@ -417,14 +465,20 @@ TEST(Dispatch, EachKindOfProblemGoesWhereItsRowSays) {
 
 // Nothing runs it: the refusal names the problem and every row passed over, never a wrong kernel.
 TEST(Dispatch, RefusesWhatNothingRuns) {
-  const fa::Pick d80 = fa::pick(fwd(DType::BF16, 80, 4096, false), 80);
-  EXPECT_FALSE(d80);
-  EXPECT_NE(d80.refusal.find("no registered kernel runs fwd bf16 D80 Nq4096 Nk4096 full on sm_80"),
+  const fa::Pick d59 = fa::pick(fwd(DType::BF16, 59, 4096, false), 80);
+  EXPECT_FALSE(d59);
+  EXPECT_NE(d59.refusal.find("no registered kernel runs fwd bf16 D59 Nq4096 Nk4096 full on sm_80"),
             std::string::npos)
-      << d80.refusal;
-  EXPECT_NE(d80.refusal.find("05/v4_swizzled_pipelined: this kernel has no bf16 D=80 version"),
+      << d59.refusal;
+  EXPECT_NE(d59.refusal.find("05/v4_swizzled_pipelined: this kernel has no bf16 D=59 version"),
             std::string::npos)
-      << d80.refusal;
+      << d59.refusal;
+  const fa::Pick b160 = fa::pick(bwd(DType::BF16, 160, 4096, false), 80);
+  EXPECT_FALSE(b160) << b160.explain();
+  // (06/t16 rounds up to 128 only: its row is not among those passed over.)
+  EXPECT_NE(b160.refusal.find("06/v3_atomic_dq: this kernel has no bf16 D=160 version"),
+            std::string::npos)
+      << b160.refusal;
   EXPECT_FALSE(fa::pick(fwd(DType::BF16, 128, 4096, false), 75)) << "no bf16 kernel before sm_80";
 }
 
@@ -535,9 +589,12 @@ TEST(Dispatch, ChoicesFitTheGpusSharedMemory) {
             EXPECT_EQ(k.smem_optin, fa::smem_optin_bytes_of_sm(sm));
             if (!k) continue;
             ++chosen;
-            // (No kernel with a SmemNeed line rounds head dims up: it computes at d itself.)
-            if (const fa::SmemNeed* n = fa::find_entry<fa::SmemNeed>(k.kernel))
-              EXPECT_LE(n->bytes(d), k.smem_optin);
+            // At the head dim the kernel computes d at (rounded up, for 05/t14 and 06/t16).
+            if (const fa::SmemNeed* n = fa::find_entry<fa::SmemNeed>(k.kernel)) {
+              const int64_t at = computed_at(k, d);
+              EXPECT_GT(n->bytes(int(at)), 0u) << "no need registered at D " << at;
+              EXPECT_LE(n->bytes(int(at)), k.smem_optin);
+            }
           }
   EXPECT_GT(chosen, 400);
 }
