@@ -157,17 +157,18 @@ std::string describe_kernel(const GemmKernel& k) {
 std::string describe_kernel(const TransposeKernel& k) {
   return kernel_line(k.name, "fp32", {}, k.min_sm, k.about);
 }
-// "[D 8k] ": the kernel also takes the multiples of 8 between its head dims (rounds_head_dim).
-static std::string rounding_tag(bool rounds) {
-  return rounds ? "[D 8k] " : "";
+// "[D 8k] ": the kernel also takes the multiples of 8 between its head dims (rounds_head_dim);
+// "[any D] ": every head dim up to its largest (head_dim_step 1).
+static std::string rounding_tag(bool rounds, int step = kHeadDimStep) {
+  return !rounds ? "" : step == 1 ? "[any D] " : "[D 8k] ";
 }
 std::string describe_kernel(const AttentionFwdKernel& k) {
   return kernel_line(k.name, dtype_list(k.dtypes), k.head_dims, k.min_sm,
-                     rounding_tag(k.rounds_head_dim) + k.about);
+                     rounding_tag(k.rounds_head_dim, k.head_dim_step) + k.about);
 }
 std::string describe_kernel(const AttentionBwdKernel& k) {
   return kernel_line(k.name, dtype_list(k.dtypes), k.head_dims, k.min_sm,
-                     rounding_tag(k.rounds_head_dim) + k.about);
+                     rounding_tag(k.rounds_head_dim, k.head_dim_step) + k.about);
 }
 std::string describe_kernel(const VarlenFwdKernel& k) {
   std::string tags = std::string(k.gqa ? "[GQA] " : "") + (k.window ? "[window] " : "") +

@@ -259,6 +259,14 @@ const std::vector<Rule>& dispatch_table() {
                    "0.94-0.98x FlashAttention-2; D 192 (computed at 256) 184.2-217.7, 0.69-0.77x; "
                    "at the listed head dims 0.96-1.02x v4, which keeps them (two rounds)",
                    log("rounded_mma_sync_fwd.md", kRun1204)),
+      on(Op::Fwd, "05/t15_any_head_dim")
+          .rounded()
+          .because("head dims that are no multiple of 8 (59, 111, ...), on every GPU: no other "
+                   "kernel takes them (TMA and cp.async need rows of whole 16-byte chunks); t14 "
+                   "with those rows copied element by element (chapter 05's tuning step t15). "
+                   "H200: D 59 89.2-120.6 TFLOP/s, D 111 69.0-98.1, 0.37-0.59x "
+                   "FlashAttention-2, which pads the head dim in a copy first (two rounds)",
+                   log("any_head_dim_fwd.md", kRun1204)),
       on(Op::Fwd, "05/v4_swizzled_pipelined")
           .because(
               "the mma.sync forward before sm_90 (at D 256 too: 05/t13 needs 192 KiB of shared "
@@ -382,6 +390,14 @@ const std::vector<Rule>& dispatch_table() {
                    "H200: D 80 149.1-177.7 TFLOP/s, 0.85-1.04x FlashAttention-2; at the listed "
                    "head dims 0.96-1.01x v4, which keeps them (two rounds)",
                    log("rounded_mma_sync_bwd.md", kRun1204)),
+      on(Op::Bwd, "06/t17_any_head_dim")
+          .rounded()
+          .because("head dims up to 128 that are no multiple of 8 (59, 111, ...), on every GPU: "
+                   "no other backward takes them; t16 with those rows copied, added and stored "
+                   "element by element (chapter 06's tuning step t17; not deterministic). H200: "
+                   "D 59 87.9-110.4 TFLOP/s, D 111 89.9-112.6, 0.44-0.60x FlashAttention-2, "
+                   "which pads the head dim in a copy first (two rounds)",
+                   log("any_head_dim_bwd.md", kRun1204)),
       on(Op::Bwd, "06/v5_warp_tiles")
           .because("the mma.sync backward with FlashAttention-2's warp tiles (D 64 and 128; dQ "
                    "by atomics, not deterministic)",
@@ -588,7 +604,7 @@ bool tri_holds(Rule::Tri t, bool value) {
 template <class K>
 int64_t computed_by(const Rule& r, const Problem& p) {
   const K* k = find_entry<K>(r.kernel);
-  return k ? computed_head_dim(k->head_dims, k->rounds_head_dim, p.head_dim) : p.head_dim;
+  return k ? computed_head_dim(*k, p.head_dim) : p.head_dim;
 }
 int64_t row_head_dim(const Rule& r, const Problem& p) {
   switch (p.op) {

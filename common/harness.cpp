@@ -69,26 +69,27 @@ bool supports(const std::vector<int>& head_dims, int d) {
   return std::find(head_dims.begin(), head_dims.end(), d) != head_dims.end();
 }
 
-int64_t computed_head_dim(const std::vector<int>& head_dims, bool rounds_up, int64_t d) {
-  if (!rounds_up || d <= 0 || d % kHeadDimStep != 0 || supports(head_dims, int(d))) return d;
+int64_t computed_head_dim(const std::vector<int>& head_dims, bool rounds_up, int64_t d, int step) {
+  if (!rounds_up || d <= 0 || d % step != 0 || supports(head_dims, int(d))) return d;
   for (int listed : head_dims)  // sorted (tests/cpu/test_registry_head_dims.cpp)
     if (listed > d) return listed;
   return d;
 }
 
-bool takes_head_dim(const std::vector<int>& head_dims, bool rounds_up, int64_t d) {
-  const int64_t c = computed_head_dim(head_dims, rounds_up, d);
+bool takes_head_dim(const std::vector<int>& head_dims, bool rounds_up, int64_t d, int step) {
+  const int64_t c = computed_head_dim(head_dims, rounds_up, d, step);
   return c <= INT_MAX && supports(head_dims, int(c));
 }
 
 std::string missing_version(const std::vector<DType>& dtypes, const std::vector<int>& head_dims,
-                            DType t, int64_t d, bool rounds_up) {
-  if (supports(dtypes, t) && takes_head_dim(head_dims, rounds_up, d)) return "";
+                            DType t, int64_t d, bool rounds_up, int step) {
+  if (supports(dtypes, t) && takes_head_dim(head_dims, rounds_up, d, step)) return "";
   std::string why =
       "this kernel has no " + std::string(dtype_name(t)) + " D=" + std::to_string(d) + " version";
   if (rounds_up && !head_dims.empty())
-    why += " (it rounds head dims up to " + std::to_string(head_dims.back()) +
-           " that are multiples of " + std::to_string(kHeadDimStep) + ")";
+    why += step == 1 ? " (it rounds every head dim up to " + std::to_string(head_dims.back()) + ")"
+                     : " (it rounds head dims up to " + std::to_string(head_dims.back()) +
+                           " that are multiples of " + std::to_string(step) + ")";
   return why;
 }
 

@@ -120,10 +120,13 @@ std::string exercise_hint(const std::string& kernel);
 bool supports(const std::vector<DType>& dtypes, DType t);
 bool supports(const std::vector<int>& head_dims, int d);
 // The head dim a kernel computes d at: d when it is listed (or cannot be rounded), else the
-// smallest listed head dim above d, for a kernel that rounds and a d that is a multiple of
-// kHeadDimStep. takes_head_dim: whether that head dim is listed.
-int64_t computed_head_dim(const std::vector<int>& head_dims, bool rounds_up, int64_t d);
-bool takes_head_dim(const std::vector<int>& head_dims, bool rounds_up, int64_t d);
+// smallest listed head dim above d, for a kernel that rounds and a d that is a multiple of `step`
+// (kHeadDimStep, or 1 for a kernel that rounds every head dim). takes_head_dim: whether that head
+// dim is listed.
+int64_t computed_head_dim(const std::vector<int>& head_dims, bool rounds_up, int64_t d,
+                          int step = kHeadDimStep);
+bool takes_head_dim(const std::vector<int>& head_dims, bool rounds_up, int64_t d,
+                    int step = kHeadDimStep);
 // Whether a kernel rounds head dims up: the flag of the kernels that have it, false for others.
 inline bool rounds_head_dim(const AttentionFwdKernel& k) {
   return k.rounds_head_dim;
@@ -144,18 +147,33 @@ template <class K>
 bool rounds_head_dim(const K&) {
   return false;
 }
+// The step of the head dims it rounds: the field of the kernels that have it, else kHeadDimStep.
+inline int head_dim_step(const AttentionFwdKernel& k) {
+  return k.head_dim_step;
+}
+inline int head_dim_step(const AttentionBwdKernel& k) {
+  return k.head_dim_step;
+}
+template <class K>
+int head_dim_step(const K&) {
+  return kHeadDimStep;
+}
 template <class K>
 bool takes_head_dim(const K& k, int64_t d) {
-  return takes_head_dim(k.head_dims, rounds_head_dim(k), d);
+  return takes_head_dim(k.head_dims, rounds_head_dim(k), d, head_dim_step(k));
+}
+template <class K>
+int64_t computed_head_dim(const K& k, int64_t d) {
+  return computed_head_dim(k.head_dims, rounds_head_dim(k), d, head_dim_step(k));
 }
 // The message of the harness's UNSUPPORTED row for a kernel that has no version for dtype t and
 // head dim d ("this kernel has no bf16 D=80 version"); "" when it has one (listed, or rounded up
 // to one with rounds_up).
 std::string missing_version(const std::vector<DType>& dtypes, const std::vector<int>& head_dims,
-                            DType t, int64_t d, bool rounds_up = false);
+                            DType t, int64_t d, bool rounds_up = false, int step = kHeadDimStep);
 template <class K>
 std::string missing_version(const K& k, DType t, int64_t d) {
-  return missing_version(k.dtypes, k.head_dims, t, d, rounds_head_dim(k));
+  return missing_version(k.dtypes, k.head_dims, t, d, rounds_head_dim(k), head_dim_step(k));
 }
 // The message of an fa::Error thrown by a kernel run, as the harness reports it: e.what(), plus a
 // rebuild hint when the binary holds no code for this GPU, which makes the run UNSUPPORTED rather

@@ -54,7 +54,8 @@ struct TransposeKernel {
 
 // Head dims a kernel does not list but rounds up inside (rounds_head_dim, below) are the multiples
 // of kHeadDimStep: the step at which a row of 16-bit elements stays a whole number of 16-byte
-// chunks, as TMA's row strides must be.
+// chunks, as TMA's row strides must be. A kernel that copies rows of any length (head_dim_step 1:
+// chapter 05's t15, chapter 06's t17) rounds every head dim up.
 constexpr int kHeadDimStep = 8;
 
 // ---- Attention forward (chapters 05, 07, 08). --------------------------------------------------
@@ -88,6 +89,8 @@ struct AttentionFwdKernel {
   // listed): computed at the next listed head dim, the columns past the real one zero in shared
   // memory and never stored (harness.h, takes_head_dim).
   bool rounds_head_dim = false;
+  // With rounds_head_dim: the step of the head dims it rounds up, kHeadDimStep or 1 (every one).
+  int head_dim_step = kHeadDimStep;
 };
 
 // ---- FP8 (e4m3) attention forward (chapter 07, common/fp8.h) ----------------------------------
@@ -158,9 +161,10 @@ struct AttentionBwdKernel {
   std::vector<DType> dtypes = {DType::F32};
   std::vector<int> head_dims = {64};
   int min_sm = 70;
-  bool deterministic = true;     // false for versions that accumulate with atomics
-  bool gqa = false;              // takes grouped K/V heads (shape.heads_kv < shape.heads)
-  bool rounds_head_dim = false;  // as AttentionFwdKernel's
+  bool deterministic = true;         // false for versions that accumulate with atomics
+  bool gqa = false;                  // takes grouped K/V heads (shape.heads_kv < shape.heads)
+  bool rounds_head_dim = false;      // as AttentionFwdKernel's
+  int head_dim_step = kHeadDimStep;  // as AttentionFwdKernel's
 };
 
 // ---- The backward's preprocess (chapter 06): D = rowsum(dO o O), one float per query row. ------

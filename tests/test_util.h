@@ -31,19 +31,23 @@
 // Head dims between the Hopper instances 64, 128 and 256 (multiples of 8) that a kernel which
 // rounds head dims up (rounds_head_dim, registry.h) takes without listing them.
 inline const std::vector<int> kBetweenInstances = {40, 80, 96, 160, 192, 224};
-// Those of kBetweenInstances that kernel k takes without listing them.
+// Head dims that are no multiple of 8: only a kernel that rounds every head dim (head_dim_step 1,
+// registry.h) takes them; every other kernel refuses them.
+inline const std::vector<int> kOffTheStep = {59, 111};
+// Those of kBetweenInstances and kOffTheStep that kernel k takes without listing them.
 template <class K>
 std::vector<int> rounded_dims(const K& k) {
   std::vector<int> out;
-  for (int d : kBetweenInstances)
-    if (!fa::supports(k.head_dims, d) && fa::takes_head_dim(k, d)) out.push_back(d);
+  for (const std::vector<int>* list : {&kBetweenInstances, &kOffTheStep})
+    for (int d : *list)
+      if (!fa::supports(k.head_dims, d) && fa::takes_head_dim(k, d)) out.push_back(d);
   return out;
 }
 
 // The head dims an attention kernel runs under the sanitizers: those it lists, and for a kernel
 // that rounds head dims up (rounds_head_dim, registry.h) one between instances for each instance
 // it rounds to, among 80, 192 and 160 (160 where 192 is an instance, as in 07/t52), whose stores
-// must stay inside rows of the real head dim.
+// must stay inside rows of the real head dim; and 59 and 111 where it takes them.
 template <class K>
 std::vector<int> sanitized_dims(const K& k) {
   std::vector<int> dims = k.head_dims;
@@ -51,11 +55,15 @@ std::vector<int> sanitized_dims(const K& k) {
   std::vector<int64_t> rounded_to;  // the instances a head dim below is already rounded up to
   for (int d : {80, 192, 160}) {
     if (fa::supports(k.head_dims, d) || !fa::takes_head_dim(k, d)) continue;
-    const int64_t at = fa::computed_head_dim(k.head_dims, true, d);
+    const int64_t at = fa::computed_head_dim(k, d);
     if (std::find(rounded_to.begin(), rounded_to.end(), at) != rounded_to.end()) continue;
     rounded_to.push_back(at);
     dims.push_back(d);
   }
+  // A kernel that takes every head dim copies rows that are not 16-byte aligned element by
+  // element: those paths too, at both head dims off the step it takes.
+  for (int d : kOffTheStep)
+    if (fa::takes_head_dim(k, d)) dims.push_back(d);
   return dims;
 }
 

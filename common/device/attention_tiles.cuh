@@ -127,4 +127,24 @@ __device__ __forceinline__ void load_tile_async(T* tile, const T* gmem, int64_t 
   }
 }
 
+// One 16-byte chunk of a shared tile from a global row that is not 16-byte aligned (a head dim
+// that is no multiple of 8: 05/t15_any_head_dim, 06/t17_any_head_dim), where cp.async cannot go:
+// the n elements of the row from src on (at most 8 are read; n <= 0, or src null for a row past
+// the sequence's end: none) by one 2-byte load each, zeros after them, then one 16-byte store to
+// dst. Synchronous, unlike cp.async: the chunk is in shared memory once the thread passes its next
+// barrier, so the callers' cp.async waits and barriers cover it as they cover a landed copy.
+template <class T>
+__device__ __forceinline__ void copy_chunk_by_elements(T* dst, const T* src, int n) {
+  static_assert(sizeof(T) == 2, "16-bit elements: 8 per 16-byte chunk");
+  const unsigned short* s = reinterpret_cast<const unsigned short*>(src);
+  uint32_t w[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t lo = s != nullptr && 2 * i < n ? s[2 * i] : 0u;
+    const uint32_t hi = s != nullptr && 2 * i + 1 < n ? s[2 * i + 1] : 0u;
+    w[i] = lo | hi << 16;
+  }
+  *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
+}
+
 }  // namespace fa::tiles

@@ -29,7 +29,7 @@ def test_protocol_shapes_pick_chapter_07_on_hopper():
 def test_head_dims_between_instances_round_up_on_hopper():
     """D 80, 96 and 192 (multiples of 8 between chapter 07's instances 64, 128, 256) and the D 32
     backward run in the Hopper kernels, rounded up inside (the forward at D 192 on 07/t52's own
-    instance); D 59 (off the step of 8) is refused with the reason."""
+    instance); D 59 and 111 (off the step of 8) go to chapter 05's t15 and 06's t17."""
     library_or_skip()
     if not hopper_kernels_built():
         pytest.skip("this build targets no sm_90: no chapter 07 kernels")
@@ -40,8 +40,9 @@ def test_head_dims_between_instances_round_up_on_hopper():
         assert b.kernel == ("07/bwd_v6_head_groups" if d <= 128 else "07/bwd_t53_d256_halves"), b
     b32 = fa.pick("bwd", "bf16", 32, 4096, 4096, causal=True, sm=90)
     assert b32.kernel == "07/bwd_t48_dq_in_turns", b32
-    with pytest.raises(fa.UnsupportedError, match="multiples of 8"):
-        fa.pick("fwd", "bf16", 59, 4096, 4096, sm=90)
+    # Off the step of 8 (no TMA: rows not 16-byte aligned): chapter 05's and 06's element copies.
+    assert fa.pick("fwd", "bf16", 59, 4096, 4096, sm=90).kernel == "05/t15_any_head_dim"
+    assert fa.pick("bwd", "bf16", 111, 4096, 4096, sm=90).kernel == "06/t17_any_head_dim"
 
 
 def test_each_row_names_its_log():
@@ -55,8 +56,8 @@ def test_each_row_names_its_log():
 
 def test_refusals():
     library_or_skip()
-    with pytest.raises(fa.UnsupportedError, match="no registered kernel runs fwd bf16 D59"):
-        fa.pick("fwd", "bf16", 59, 4096, 4096, sm=80)
+    with pytest.raises(fa.UnsupportedError, match="no registered kernel runs fwd bf16 D264"):
+        fa.pick("fwd", "bf16", 264, 4096, 4096, sm=80)
     with pytest.raises(fa.UnsupportedError, match="no registered kernel runs bwd bf16 D160"):
         fa.pick("bwd", "bf16", 160, 4096, 4096, sm=80)
     with pytest.raises(ValueError, match="op must be fwd, bwd"):

@@ -49,7 +49,7 @@ fa::Problem bwd(DType t, int d, int64_t n, bool causal) {
 template <class K>
 int64_t computed_by(const std::string& name, int d) {
   const K* k = fa::find_entry<K>(name);
-  return k ? fa::computed_head_dim(k->head_dims, k->rounds_head_dim, d) : d;
+  return k ? fa::computed_head_dim(*k, d) : d;
 }
 int64_t computed_at(const fa::Pick& k, int d) {
   if (k.kind == "fwd") return computed_by<fa::AttentionFwdKernel>(k.kernel, d);
@@ -263,7 +263,7 @@ TEST(Dispatch, HeadDimsAFinalRungLacksGoToTheRungBefore) {
 // 192, where 136-192 run), the backward in
 // the fastest rung of that instance (bwd_t48 up to 64, bwd_v6 up to 128, bwd_t53 up to 256; a
 // deterministic request bwd_v1). A
-// head dim off the step of 8 goes where it went before, or is refused.
+// head dim off the step of 8 goes to chapter 05's t15 and 06's t17 (rows copied element by element).
 TEST(Dispatch, HeadDimsBetweenInstancesRoundUpOnHopper) {
   if (!have_hopper_kernels()) GTEST_SKIP() << "this build targets no sm_90: no chapter 07 kernels";
   for (int d : {32, 40, 80, 96, 160, 192, 224}) {
@@ -309,12 +309,16 @@ TEST(Dispatch, HeadDimsBetweenInstancesRoundUpOnHopper) {
   EXPECT_EQ(fa::pick(packed, 90).kernel, "09/hopper_bwd_v1_varlen");
   packed.head_dim = 59;
   EXPECT_FALSE(fa::pick(packed, 90));
+  // Off the step of 8 the Hopper kernels (TMA: rows of whole 16-byte chunks) are passed over, and
+  // chapter 05's and 06's kernels that copy such rows element by element run it.
   const fa::Pick d59 = fa::pick(fwd(DType::BF16, 59, 4096, false), 90);
-  EXPECT_FALSE(d59);
-  EXPECT_NE(d59.refusal.find("07/v5_persistent: this kernel has no bf16 D=59 version (it rounds "
-                             "head dims up to 256 that are multiples of 8)"),
+  EXPECT_EQ(d59.kernel, "05/t15_any_head_dim") << d59.explain();
+  EXPECT_NE(d59.explain().find("07/v5_persistent: this kernel has no bf16 D=59 version (it rounds "
+                               "head dims up to 256 that are multiples of 8)"),
             std::string::npos)
-      << d59.refusal;
+      << d59.explain();
+  EXPECT_EQ(fa::pick(bwd(DType::BF16, 111, 4096, true), 90).kernel, "06/t17_any_head_dim");
+  EXPECT_FALSE(fa::pick(bwd(DType::BF16, 136 + 3, 4096, true), 90)) << "past t17's 128";
 }
 
 // Before sm_90 the head dims between chapter 05's and 06's instances (multiples of 8) are rounded
@@ -344,9 +348,11 @@ TEST(Dispatch, HeadDimsBetweenInstancesRoundUpBeforeHopper) {
                              "head_dim 96, more than this GPU's 99 KiB"),
             std::string::npos)
       << b80.refusal;
-  // Off the step of 8: refused, never rounded to a kernel that would read rows wrongly.
-  EXPECT_FALSE(fa::pick(fwd(DType::BF16, 59, 4096, false), 80));
-  EXPECT_FALSE(fa::pick(bwd(DType::BF16, 111, 4096, false), 80));
+  // Off the step of 8: the kernels that copy such rows element by element (t14 and t16 would
+  // read them 16 bytes at a time from addresses that are not 16-byte aligned).
+  EXPECT_EQ(fa::pick(fwd(DType::BF16, 59, 4096, false), 80).kernel, "05/t15_any_head_dim");
+  EXPECT_EQ(fa::pick(bwd(DType::BF16, 111, 4096, false), 80).kernel, "06/t17_any_head_dim");
+  EXPECT_FALSE(fa::pick(bwd(DType::BF16, 111, 4096, false), 86)) << "128 needs 155 KiB";
   // sm_100 and newer have no chapter 07 kernels (sm_90a machine code): they round here too.
   EXPECT_EQ(fa::pick(fwd(DType::BF16, 80, 4096, false), 100).kernel, "05/t14_rounded_head_dims");
 }
@@ -465,14 +471,15 @@ TEST(Dispatch, EachKindOfProblemGoesWhereItsRowSays) {
 
 // Nothing runs it: the refusal names the problem and every row passed over, never a wrong kernel.
 TEST(Dispatch, RefusesWhatNothingRuns) {
-  const fa::Pick d59 = fa::pick(fwd(DType::BF16, 59, 4096, false), 80);
-  EXPECT_FALSE(d59);
-  EXPECT_NE(d59.refusal.find("no registered kernel runs fwd bf16 D59 Nq4096 Nk4096 full on sm_80"),
+  const fa::Pick d264 = fa::pick(fwd(DType::BF16, 264, 4096, false), 80);
+  EXPECT_FALSE(d264);
+  EXPECT_NE(
+      d264.refusal.find("no registered kernel runs fwd bf16 D264 Nq4096 Nk4096 full on sm_80"),
+      std::string::npos)
+      << d264.refusal;
+  EXPECT_NE(d264.refusal.find("05/v4_swizzled_pipelined: this kernel has no bf16 D=264 version"),
             std::string::npos)
-      << d59.refusal;
-  EXPECT_NE(d59.refusal.find("05/v4_swizzled_pipelined: this kernel has no bf16 D=59 version"),
-            std::string::npos)
-      << d59.refusal;
+      << d264.refusal;
   const fa::Pick b160 = fa::pick(bwd(DType::BF16, 160, 4096, false), 80);
   EXPECT_FALSE(b160) << b160.explain();
   // (06/t16 rounds up to 128 only: its row is not among those passed over.)

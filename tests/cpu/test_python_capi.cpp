@@ -160,8 +160,8 @@ TEST(PythonCApi, PickIsTheDispatchsChoice) {
           EXPECT_EQ(fields[2], std::to_string(sm));
           EXPECT_EQ(fields[5], want.rule->measured);
         }
-  EXPECT_EQ(api().pick("fwd", "bf16", 59, 4096, 4096, 0, 0, 0, 0, 0, 90), FA_PY_UNSUPPORTED);
-  EXPECT_NE(std::string(api().last_error()).find("no registered kernel runs fwd bf16 D59"),
+  EXPECT_EQ(api().pick("fwd", "bf16", 264, 4096, 4096, 0, 0, 0, 0, 0, 90), FA_PY_UNSUPPORTED);
+  EXPECT_NE(std::string(api().last_error()).find("no registered kernel runs fwd bf16 D264"),
             std::string::npos)
       << api().last_error();
   EXPECT_EQ(api().pick("sideways", "bf16", 64, 1, 1, 0, 0, 0, 0, 0, 90), FA_PY_USAGE);

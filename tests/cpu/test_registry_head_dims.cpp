@@ -84,6 +84,14 @@ TEST(RegistryHeadDims, RoundingUpToTheNextInstance) {
   EXPECT_EQ(fa::missing_version({fa::DType::BF16}, dims, fa::DType::BF16, 96),
             "this kernel has no bf16 D=96 version");
   EXPECT_FALSE(fa::takes_head_dim({64, 128}, true, 192)) << "past the largest instance";
+  // Step 1 (05/t15, 06/t17): every head dim up to the largest instance, 59 and 111 included.
+  for (auto [d, at] : std::vector<std::pair<int, int>>{
+           {1, 32}, {17, 32}, {33, 64}, {59, 64}, {97, 128}, {111, 128}, {129, 256}, {255, 256}})
+    EXPECT_EQ(fa::computed_head_dim({32, 64, 96, 128, 256}, true, d, 1), at) << "D " << d;
+  EXPECT_FALSE(fa::takes_head_dim({32, 64, 96, 128}, true, 129, 1));
+  EXPECT_EQ(
+      fa::missing_version({fa::DType::BF16}, {32, 64, 96, 128}, fa::DType::BF16, 130, true, 1),
+      "this kernel has no bf16 D=130 version (it rounds every head dim up to 128)");
   // With an instance at 192 (07/t52): 136-192 run there, 200-248 at 256.
   for (auto [d, at] : std::vector<std::pair<int, int>>{
            {128, 128}, {136, 192}, {160, 192}, {192, 192}, {200, 256}, {248, 256}})
@@ -100,6 +108,10 @@ TEST(RegistryHeadDims, SanitizedDimsReachEveryRoundedInstance) {
   EXPECT_EQ(sanitized_dims(k), (std::vector<int>{64, 128, 256, 80, 192}));
   k.head_dims = {64, 128, 192, 256};
   EXPECT_EQ(sanitized_dims(k), (std::vector<int>{64, 128, 192, 256, 80, 160}));
+  k.head_dims = {32, 64, 96, 128, 256};  // 05/t15: every head dim, 59 and 111 too
+  k.rounds_head_dim = true;
+  k.head_dim_step = 1;
+  EXPECT_EQ(sanitized_dims(k), (std::vector<int>{32, 64, 96, 128, 256, 80, 192, 59, 111}));
   k.rounds_head_dim = false;
   EXPECT_EQ(sanitized_dims(k), k.head_dims);
 }
@@ -110,11 +122,12 @@ TEST(RegistryHeadDims, SanitizedDimsReachEveryRoundedInstance) {
 // sm_90a kernels (and chapter 09's Hopper rungs built on them) read by TMA, whose boxes zero-fill
 // past the tensor's d columns; the mma.sync kernels below copy 16-byte chunks and zero the chunks
 // past d themselves: once, before their loop (08/t07, 09/paged_v1_decode), or by cp.async with
-// src-size 0 in every copy (05/t14, 06/t16). A new kernel that claims rounding joins this list
+// src-size 0 in every copy (05/t14, 06/t16), or in the 16-byte store of a chunk copied element
+// by element (05/t15, 06/t17, head dims off the step of 8). A new kernel that claims rounding joins this list
 // when its own zeroing has been reviewed and tested.
 const std::vector<std::string> kMmaKernelsThatZeroTheirOwnColumns = {
-    "08/t07_rounded_head_dims", "09/paged_v1_decode", "05/t14_rounded_head_dims",
-    "06/t16_rounded_head_dims"};
+    "08/t07_rounded_head_dims", "09/paged_v1_decode",  "05/t14_rounded_head_dims",
+    "06/t16_rounded_head_dims", "05/t15_any_head_dim", "06/t17_any_head_dim"};
 bool rounds_by_tma(const std::string& name, int min_sm) {
   return (name.rfind("07/", 0) == 0 || name.rfind("09/hopper_", 0) == 0) && min_sm == 90;
 }

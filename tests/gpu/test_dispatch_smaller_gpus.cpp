@@ -49,7 +49,7 @@ void expect_refusal_for_smem(const fa::Pick& k) {
 }
 
 // Fixed-length forward and backward, the head dims chapters 05 and 06 list and some between them
-// (rounded up inside 05/t14 and 06/t16), ragged lengths. A backward between 128 and 256 has no
+// (rounded up inside 05/t14 and 06/t16; 59 and 111 in 05/t15 and 06/t17), ragged lengths. A backward between 128 and 256 has no
 // mma.sync kernel (06/t16 stops at 128, 06/v3 takes 256 itself): it is refused, naming the problem.
 TEST(DispatchSmallerGpus, FixedLengthChoicesRunUnderTheirLimit) {
   FA_SKIP_WITHOUT_GPU(80);
@@ -59,7 +59,7 @@ TEST(DispatchSmallerGpus, FixedLengthChoicesRunUnderTheirLimit) {
     const size_t limit = fa::smem_optin_bytes_of_sm(g.sm);
     for (Op op : {Op::Fwd, Op::Bwd})
       for (DType t : {DType::BF16, DType::F16})
-        for (int d : {32, 40, 64, 80, 96, 128, 160, 192, 256})
+        for (int d : {32, 40, 59, 64, 80, 96, 111, 128, 160, 192, 256})
           for (auto [nq, nk] : lengths)
             for (bool causal : {false, true}) {
               const fa::AttentionShape s{2, 3, nq, nk, d, causal, 0.0f};

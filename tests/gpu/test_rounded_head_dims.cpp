@@ -5,7 +5,8 @@
 // heads where it takes them, checked as every other run (the poisoned outputs catch a column
 // stored past d, a wrong row length shows as wrong values); a refusal here FAILS, since the
 // registration says the kernel takes these head dims. A head dim that is no multiple of 8 (59,
-// 111) must be refused with the reason, never run. (The packed-batch kernels of chapter 09 that
+// 111) must be refused with the reason, never run, unless the kernel rounds every head dim
+// (head_dim_step 1: chapter 05's t15, chapter 06's t17), which runs them as the others. (The packed-batch kernels of chapter 09 that
 // round are tested in test_serving.cpp, RoundedHeadDims.)
 #include "test_util.h"
 
@@ -63,6 +64,14 @@ void every_rounded_head_dim(const K& k, Run run) {
 template <class K, class Run>
 void refuses_head_dims_off_the_step(const K& k, Run run) {
   FA_SKIP_WITHOUT_GPU(k.min_sm);
+  if (fa::head_dim_step(k) == 1) {  // takes 59 and 111 (above); refuses past its largest instance
+    const int d = k.head_dims.back() + 1;
+    const fa::RunResult r =
+        run(k, AttentionShape{1, 2, 33, 47, d, true, 0.0f}, k.dtypes.front(), check_only(3));
+    if (r.status == fa::Status::NoGpu) GTEST_SKIP() << r.message << FA_SKIP_NOTE;
+    EXPECT_EQ(r.status, fa::Status::Unsupported) << r.report();
+    return;
+  }
   for (int d : {59, 111}) {
     const fa::RunResult r =
         run(k, AttentionShape{1, 2, 33, 47, d, true, 0.0f}, k.dtypes.front(), check_only(3));
