@@ -151,8 +151,8 @@ void add_head_dims_between(const std::string& family, bool backward,
 
 // Grouped K/V heads on the fixed-length kernels that take them (forward and backward; decoding
 // kernels are timed on the decode shapes): B 2, H 32 query heads over H_kv 32 (MHA), 8, 4 and 1
-// (MQA) K/V heads, N 4096 and 8192, D 128 (the rows the grouped-heads goal is measured on) and
-// D 64, bf16, causal and full. The query heads (and so the FLOPs) are the same at every H_kv, so
+// (MQA) K/V heads, N 4096 and 8192, D 128 (the rows the grouped-heads goal is measured on), D 64
+// and D 256, bf16, causal and full. The query heads (and so the FLOPs) are the same at every H_kv, so
 // a row's time against its Hkv32 row is the time per query head against MHA:
 // attn_gqa/fwd|bwd/<kernel>/bf16/D<d>/<causal|full>/N<n>/Hkv<h>.
 std::string gqa_row(const std::string& family, const std::string& kernel, int d, bool causal,
@@ -168,7 +168,7 @@ void add_grouped_heads(const std::string& family, Run run) {
     if constexpr (std::is_same_v<K, fa::AttentionFwdKernel>)
       if (k->decoding) continue;
     if (!k->gqa || !fa::supports(k->dtypes, t)) continue;
-    for (int d : {128, 64}) {
+    for (int d : {128, 64, 256}) {
       if (!fa::supports(k->head_dims, d)) continue;
       for (bool causal : {false, true})
         for (int64_t n : {4096, 8192})

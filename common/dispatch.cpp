@@ -135,6 +135,15 @@ const std::vector<Rule>& dispatch_table() {
       on(Op::Fwd, "09/v1_varlen")
           .grouped()
           .because("grouped K/V heads on mma.sync (before sm_90)", log("ch09_serving.log")),
+      on(Op::Fwd, "05/t16_grouped_heads")
+          .grouped()
+          .because("grouped K/V heads on mma.sync at the head dims 09/v1_varlen lacks (32, 96, "
+                   "256 and the multiples of 8 between): t14 reading K/V head h / group in "
+                   "place (chapter 05's tuning step t16); 0.99-1.00x its MHA time per query head "
+                   "at H 32, H_kv 8/4/1, N 8192, D 64, 128 and 256 (each row alone, one round). "
+                   "At D 128 09/v1_varlen, which keeps 64 and 128, ran the same problem packed "
+                   "in 0.84-0.87x t16's time",
+                   log("grouped_mma_sync.log", kRun1204)),
       on(Op::Fwd, "07/t52_wide_kv_tiles_persistent")
           .hopper()
           .dims({192})

@@ -353,6 +353,14 @@ TEST(Dispatch, HeadDimsBetweenInstancesRoundUpBeforeHopper) {
   EXPECT_EQ(fa::pick(fwd(DType::BF16, 59, 4096, false), 80).kernel, "05/t15_any_head_dim");
   EXPECT_EQ(fa::pick(bwd(DType::BF16, 111, 4096, false), 80).kernel, "06/t17_any_head_dim");
   EXPECT_FALSE(fa::pick(bwd(DType::BF16, 111, 4096, false), 86)) << "128 needs 155 KiB";
+  // Grouped K/V heads: 09/v1_varlen at its 64 and 128, chapter 05's t16 (t14 reading K/V head
+  // h / group) at every other multiple of 8 up to 256.
+  for (int d : {32, 64, 80, 128, 192, 256}) {
+    fa::Problem g = fwd(DType::BF16, d, 4096, true);
+    g.gqa = true;
+    EXPECT_EQ(fa::pick(g, 80).kernel, d == 64 || d == 128 ? "09/v1_varlen" : "05/t16_grouped_heads")
+        << "D " << d;
+  }
   // sm_100 and newer have no chapter 07 kernels (sm_90a machine code): they round here too.
   EXPECT_EQ(fa::pick(fwd(DType::BF16, 80, 4096, false), 100).kernel, "05/t14_rounded_head_dims");
 }
