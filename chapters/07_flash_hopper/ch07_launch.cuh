@@ -63,23 +63,8 @@ void launch_fwd(const char* name, const AttentionFwdArgs& a, cudaStream_t stream
 // has an instance at 192 (t52), where 136-192 run.
 template <template <class, int> class Launch, class T, bool kWith192 = false>
 void dispatch_head_dim(const char* name, const AttentionFwdArgs& a, cudaStream_t stream) {
-  const int64_t d = a.shape.head_dim;
-  switch (kWith192 ? head_dim_instance_with_192(d) : head_dim_instance(d)) {
-    case 64:
-      return Launch<T, 64>::run(a, stream);
-    case 128:
-      return Launch<T, 128>::run(a, stream);
-    case 192:
-      if constexpr (kWith192) return Launch<T, 192>::run(a, stream);
-      break;
-    case 256:
-      return Launch<T, 256>::run(a, stream);
-    default:
-      break;
-  }
-  FA_UNSUPPORTED_IF(true, std::string(name) + ": head_dim " + std::to_string(d) +
-                              " not instantiated (64, 128, 256, and the multiples of 8 "
-                              "between them, rounded up)");
+  launch_head_dim_instance<kWith192>(
+      name, a.shape.head_dim, [&](auto d) { Launch<T, decltype(d)::value>::run(a, stream); });
 }
 
 // The registered entry of a forward rung: refuse what no rung runs, write nothing for empty

@@ -21,6 +21,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "check.h"
 #include "dtype.h"
@@ -278,6 +279,29 @@ inline int head_dim_instance(int64_t d) {
 inline int head_dim_instance_with_192(int64_t d) {
   const int i = head_dim_instance(d);
   return i == 256 && d <= 192 ? 192 : i;
+}
+
+// A launcher's switch over the instances: calls launch(std::integral_constant<int, D>{}) for the
+// instance D that head dim d runs as (64, 128, 256, and 192 where kWith192), and refuses a head dim
+// no instance takes by the rung's name. launch<T, decltype(D)::value> inside it picks the kernel.
+template <bool kWith192, class Launch>
+void launch_head_dim_instance(const std::string& name, int64_t d, Launch&& launch) {
+  switch (kWith192 ? head_dim_instance_with_192(d) : head_dim_instance(d)) {
+    case 64:
+      return launch(std::integral_constant<int, 64>{});
+    case 128:
+      return launch(std::integral_constant<int, 128>{});
+    case 192:
+      if constexpr (kWith192) return launch(std::integral_constant<int, 192>{});
+      break;
+    case 256:
+      return launch(std::integral_constant<int, 256>{});
+    default:
+      break;
+  }
+  FA_UNSUPPORTED_IF(true, name + ": head_dim " + std::to_string(d) +
+                              " not instantiated (64, 128, " + (kWith192 ? "192, " : "") +
+                              "256, and the multiples of 8 between them, rounded up)");
 }
 
 inline void run_fallback(const AttentionFwdArgs& a, cudaStream_t stream) {

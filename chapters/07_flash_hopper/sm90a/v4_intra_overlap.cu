@@ -44,6 +44,9 @@
 //   barriers    named barriers 1 and 2 (consumer 0's and 1's turn), 256 threads each
 //   smem        as v3: D 64: 144 KiB, D 128: 160 KiB, D 256: 192 KiB
 //   registers   producer 24, consumers 240 after setmaxnreg (compiled at 168), no spills
+// Later rungs call this block instead of copying it: common/device/hopper_v4_block.cuh holds the
+// same ring and consumers' turns as functions (Ring, consume), without the timeline marks, and
+// chapter 09's Hopper forwards bring their own producer and mask to it.
 // Speed (H100 80GB HBM3, 2026-11-23): D 128 N 8192 bf16 592.7 TFLOP/s, FlashAttention-2 341.7
 // (notes/measured/h100-2026-11-23c/sdpa_flush.log).
 #include <cuda.h>

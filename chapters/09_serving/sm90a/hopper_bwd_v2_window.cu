@@ -659,19 +659,8 @@ void launch(const VarlenBwdArgs& a, cudaStream_t stream) {
 
 template <class T>
 void dispatch_head_dim(const VarlenBwdArgs& a, cudaStream_t stream) {
-  switch (head_dim_instance(a.shape.head_dim)) {
-    case 64:
-      return launch<T, 64>(a, stream);
-    case 128:
-      return launch<T, 128>(a, stream);
-    case 256:
-      return launch<T, 256>(a, stream);
-    default:
-      FA_UNSUPPORTED_IF(true, std::string(kName) + ": head_dim " +
-                                  std::to_string(a.shape.head_dim) +
-                                  " not instantiated (64, 128, 256, and the multiples of 8 "
-                                  "between them, rounded up)");
-  }
+  launch_head_dim_instance<false>(kName, a.shape.head_dim,
+                                  [&](auto d) { launch<T, decltype(d)::value>(a, stream); });
 }
 
 // 07's refusals, less its fallback: a shape TMA cannot load is refused, not rerouted (no

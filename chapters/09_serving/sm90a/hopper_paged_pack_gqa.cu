@@ -45,36 +45,14 @@
 
 #include "ch09_pack_gqa.h"
 #include "hopper_attention.cuh"
+#include "hopper_v4_block.cuh"
 #include "gpu.h"
 
 namespace fa::ch09 {
 namespace {
 
-using namespace fa::ch07;  // Tiles, descriptors, mask, online softmax, epilogue, tensor maps
-
-constexpr int kConsumers = 2;                           // warpgroups that compute
-constexpr int kThreads = 128 * (1 + kConsumers);        // + the producer warpgroup
-constexpr int kBr = kConsumers * kRowsPerWarpgroup;     // 128 query rows per block
-constexpr int kProducerRegs = 24, kConsumerRegs = 240;  // 24 + 2 x 240 = 3 x 168
-constexpr int kTurnBar = 1;            // named barriers 1, 2: consumer 0's, 1's turn
-constexpr int kTurnThreads = 2 * 128;  // the giver's arrive + the taker's sync
-template <int D>
-constexpr int stages() {
-  return D == 64 ? 4 : 2;
-}
-
-template <int D>
-struct V4Smem {
-  static constexpr int kStages = stages<D>();
-  static constexpr int kQBytes = kBr * D * 2;
-  static constexpr int kKVBytes = Tiles<D>::kKVBytes;
-  static constexpr int kKOffset = kQBytes;                       // K stage s at + s * kKVBytes
-  static constexpr int kVOffset = kQBytes + kStages * kKVBytes;  // V stage s at + s * kKVBytes
-  static constexpr int kBarOffset = kVOffset + kStages * kKVBytes;
-  static constexpr int kBytes = kBarOffset + (1 + 4 * kStages) * 8 + kAtomBytes;  // + alignment
-  static_assert(kQBytes % kAtomBytes == 0 && kKVBytes % kAtomBytes == 0, "atoms stay aligned");
-  static_assert(kBytes <= 227 * 1024, "fits the 227 KiB a block may opt in to");
-};
+using namespace fa::ch07;      // Tiles, descriptors, mask, online softmax, epilogue, tensor maps
+using namespace fa::ch07::v4;  // 07/v4's block: its shape, ring and consumers
 
 // hopper_paged_prefill's Params; rows is the packed row count of a block's problem.
 struct PagedParams {
@@ -104,18 +82,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr int kBc = Tl::kBc;
   constexpr int kStages = Sm::kStages;
   extern __shared__ unsigned char smem_raw[];
-  // The 128-byte swizzle repeats every 1024 bytes and the descriptors assume atoms start there.
-  const uint32_t raw = mma::smem_addr(smem_raw);
-  unsigned char* smem = smem_raw + ((kAtomBytes - raw % kAtomBytes) % kAtomBytes);
-  unsigned char* sQ = smem;
-  auto sK = [&](int s) { return smem + Sm::kKOffset + s * Sm::kKVBytes; };
-  auto sV = [&](int s) { return smem + Sm::kVOffset + s * Sm::kKVBytes; };
-  uint64_t* q_full = reinterpret_cast<uint64_t*>(smem + Sm::kBarOffset);
-  uint64_t* full_k = q_full + 1;          // per stage: the K tile has landed
-  uint64_t* full_v = full_k + kStages;    // per stage: the V tile has landed
-  uint64_t* empty_k = full_v + kStages;   // per stage: both consumers are done reading K
-  uint64_t* empty_v = empty_k + kStages;  // per stage: both consumers are done reading V
-
+  const Ring<D> r(smem_raw);
   const int warpgroup = threadIdx.x / 128, t = threadIdx.x % 128, q = t % 4;
   const int64_t bh = blockIdx.x / p.num_q_tiles;  // sequence * heads_kv + K/V head
   const int q_tile = p.num_q_tiles - 1 - int(blockIdx.x % p.num_q_tiles);
@@ -128,17 +95,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const KvTiles range = packed_kv_tiles(q0, kBr, p.rows, p.seq_q, seq_k, kBc, p.causal);
   const int n_tiles = int(range.visit), n_unmasked = int(range.unmasked);
 
-  if (threadIdx.x == 0) {
-    hopper::mbar_init(q_full, 1);
-    for (int s = 0; s < kStages; ++s) {
-      hopper::mbar_init(&full_k[s], 1);  // the producer's expect_tx arrival
-      hopper::mbar_init(&full_v[s], 1);
-      hopper::mbar_init(&empty_k[s], 128 * kConsumers);  // every consumer thread, once per use
-      hopper::mbar_init(&empty_v[s], 128 * kConsumers);
-    }
-    hopper::mbar_fence_init();
-  }
-  __syncthreads();  // the barriers are initialised before anyone waits on them
+  r.init();
 
   if (warpgroup == 0) {
     // ---- Producer: gives its registers away, then one thread keeps the ring full.
@@ -162,26 +119,25 @@ __global__ void __launch_bounds__(kThreads, 1)
     };
     if (t < 32) {
       if (t == 0) {
-        hopper::mbar_arrive_expect_tx(q_full, Sm::kQBytes);
+        hopper::mbar_arrive_expect_tx(r.q_full, Sm::kQBytes);
         for (int c = 0; c < Tl::kStrips; ++c)
-          hopper::tma_load_3d(sQ + c * kBr * 128, &tm_q, q_full, c * kSwizzleCols, int(q0),
+          hopper::tma_load_3d(r.q() + c * kBr * 128, &tm_q, r.q_full, c * kSwizzleCols, int(q0),
                               int(bh));
       }
       for (int j = 0; j < n_tiles; ++j) {
         const int s = j % kStages, use = j / kStages;
-        if (use > 0) hopper::mbar_wait(&empty_k[s], (use - 1) & 1);  // both consumers freed it
-        load_paged_tile(sK(s), &tm_k, &full_k[s], j);
-        if (use > 0) hopper::mbar_wait(&empty_v[s], (use - 1) & 1);  // freed a turn after K
-        load_paged_tile(sV(s), &tm_v, &full_v[s], j);
+        if (use > 0) hopper::mbar_wait(&r.empty_k[s], (use - 1) & 1);  // both consumers freed it
+        load_paged_tile(r.k(s), &tm_k, &r.full_k[s], j);
+        if (use > 0) hopper::mbar_wait(&r.empty_v[s], (use - 1) & 1);  // freed a turn after K
+        load_paged_tile(r.v(s), &tm_v, &r.full_v[s], j);
       }
     }
     return;
   }
 
-  // ---- Consumers: take the registers, then compute exactly as v1 on their 64 rows.
+  // ---- Consumers: take the registers, then run 07/v4's turns (consume) on their 64 rows.
   hopper::setmaxnreg_inc<kConsumerRegs>();
   const int consumer = warpgroup - 1;
-  const unsigned char* sQc = sQ + consumer * kRowsPerWarpgroup * 128;  // its rows in each strip
   const int64_t wg_row0 = q0 + consumer * kRowsPerWarpgroup;
 
   // This thread's two rows and the last key each may see.
@@ -190,96 +146,26 @@ __global__ void __launch_bounds__(kThreads, 1)
                                last_visible_key((row0 + 8) % p.seq_q, p.seq_q, seq_k, p.causal)};
   const float c = fabsf(p.scale_log2);
 
-  float o[Tl::kOAcc];
-#pragma unroll
-  for (int i = 0; i < Tl::kOAcc; ++i) o[i] = 0.0f;
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  float o[Tl::kOAcc], m[2], l[2];  // O's accumulators and the rows' running max and sum
 
-  uint32_t pf[Tl::kPSlices][4];  // P_{j-1}: written by the softmax of turn j - 1, read in turn j
-  const int n_turns = n_tiles > 0 ? n_tiles + 1 : 0;
-
-  // Turn j. kS: it has an S (j < n_tiles), kPV: it has a P V (j > 0); compile-time, so that no
-  // wgmma sits on a run-time branch (ptxas would serialise them).
-  auto turn = [&](int j, auto k_s, auto k_pv) {
-    constexpr bool kS = decltype(k_s)::value, kPV = decltype(k_pv)::value;
-    const int s = j % kStages, sp = (j + kStages - 1) % kStages;  // stages of tile j and j - 1
-    if constexpr (kS) hopper::mbar_wait(&full_k[s], (j / kStages) & 1);
-    if constexpr (kPV) hopper::mbar_wait(&full_v[sp], ((j - 1) / kStages) & 1);
-    // The last turn: V_{j-1} is the last tile; its rows past seq_k (unwritten rows of the last
-    // page) become zeros, by consumer 0, before its turn (the header says why that is enough).
-    if constexpr (!kS) {
-      if (consumer == 0 && int64_t(j) * kBc > seq_k) {
-        const int first = seq_k - (j - 1) * kBc;  // the tile's first row past seq_k
-        for (int i = t; i < Tl::kStrips * (kBc - first) * 8; i += 128) {
-          const int c = i / ((kBc - first) * 8), r = first + (i / 8) % (kBc - first);
-          *reinterpret_cast<uint4*>(sV(sp) + c * kBc * 128 + r * 128 + (i % 8) * 16) = uint4{};
-        }
-        hopper::fence_proxy_async_smem();  // for the wgmma's reads (the async proxy)
+  // The last turn (P V only): V_{j-1} is the last tile; its rows past seq_k (unwritten rows of
+  // the last page) become zeros, by consumer 0, before its turn (the header says why that is
+  // enough).
+  auto last_turn = [&](int j, int sp) {
+    if (consumer == 0 && int64_t(j) * kBc > seq_k) {
+      const int first = seq_k - (j - 1) * kBc;  // the tile's first row past seq_k
+      for (int i = t; i < Tl::kStrips * (kBc - first) * 8; i += 128) {
+        const int c = i / ((kBc - first) * 8), row = first + (i / 8) % (kBc - first);
+        *reinterpret_cast<uint4*>(r.v(sp) + c * kBc * 128 + row * 128 + (i % 8) * 16) = uint4{};
       }
-    }
-
-    // ---- This consumer's turn: S_j = Q K_j^T, then O += P_{j-1} V_{j-1}, two commit groups.
-    hopper::named_bar_sync(kTurnBar + consumer, kTurnThreads);
-    float sc[Tl::kSAcc];
-    hopper::fence_registers(o);
-    hopper::wgmma_fence();
-    if constexpr (kS) {
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk)
-        hopper::wgmma_ss<kBc, T, 0>(sc, desc_k_major<kBr>(sQc, kk), desc_k_major<kBc>(sK(s), kk),
-                                    kk > 0);
-      hopper::wgmma_commit();  // the older group: S_j
-    }
-    if constexpr (kPV) {
-#pragma unroll
-      for (int kk = 0; kk < Tl::kPSlices; ++kk)
-        hopper::wgmma_rs<D, T, 1>(o, pf[kk], desc_v<D>(sV(sp), kk), 1);
-      hopper::wgmma_commit();  // the newer group: P_{j-1} V_{j-1}
-    }
-    // ---- The other consumer's turn may start now (consumer 1 hands over nothing after its last).
-    if (consumer == 0 || j + 1 < n_turns)
-      hopper::named_bar_arrive(kTurnBar + 1 - consumer, kTurnThreads);
-
-    // ---- Softmax of S_j as soon as S_j is done, while P_{j-1} V_{j-1} still runs: it touches
-    // neither O nor P_{j-1}, which that wgmma reads and writes.
-    float alpha[2];
-    if constexpr (kS) {
-      if constexpr (kPV)
-        hopper::wgmma_wait<1>();  // all but the newest group done: S_j is
-      else
-        hopper::wgmma_wait<0>();
-      hopper::fence_registers(sc);
-      hopper::mbar_arrive(&empty_k[s]);  // done with K_j
-      negate_if(sc, p.scale_log2 < 0.0f);
-      // Keys past seq_k (unwritten rows of the last page) fall in these tiles: masked here.
-      if (j >= n_unmasked) mask_tile(sc, int64_t(j) * kBc, last_key, q);
-      online_softmax(sc, m, l, c, alpha);
-      hopper::fence_registers(sc);  // the exponentials are computed before the wait below
-    }
-    if constexpr (kPV) {
-      hopper::wgmma_wait<0>();
-      hopper::fence_registers(o);
-#pragma unroll
-      for (int kk = 0; kk < Tl::kPSlices; ++kk) hopper::fence_registers(pf[kk]);
-      hopper::mbar_arrive(&empty_v[sp]);  // done with V_{j-1}
-    }
-    // ---- O now holds P_{j-1} V_{j-1}: rescale it for tile j, and P_j replaces P_{j-1}.
-    if constexpr (kS) {
-      rescale(o, alpha);
-      pack_p<T>(sc, pf);
+      hopper::fence_proxy_async_smem();  // for the wgmma's reads (the async proxy)
     }
   };
-  using Yes = std::true_type;
-  using No = std::false_type;
-
-  hopper::mbar_wait(q_full, 0);
-  // Consumer 0 takes the first turn. Every bar.arrive meets exactly one bar.sync (header).
-  if (consumer == 1 && n_turns > 0) hopper::named_bar_arrive(kTurnBar, kTurnThreads);
-  if (n_turns > 0) {
-    turn(0, Yes{}, No{});  // S_0 only
-    for (int j = 1; j < n_tiles; ++j) turn(j, Yes{}, Yes{});
-    turn(n_tiles, No{}, Yes{});  // P_{n-1} V_{n-1} only
-  }
+  // Keys past seq_k (unwritten rows of the last page) fall in the masked tiles.
+  auto mask = [&](auto& sc, int j) {
+    if (j >= n_unmasked) mask_tile(sc, int64_t(j) * kBc, last_key, q);
+  };
+  consume<T, D>(r, consumer, t, n_tiles, p.scale_log2, c, o, m, l, mask, last_turn);
 
   store_o_l<T, D>(o, m, l, c, static_cast<T*>(p.o) + bh * p.rows * p.d, p.lse + bh * p.rows,
                   wg_row0, p.rows, t, p.d);
@@ -338,21 +224,8 @@ void launch(const PagedFwdArgs& a, cudaStream_t stream) {
 
 template <class T>
 void dispatch_head_dim(const PagedFwdArgs& a, cudaStream_t stream) {
-  switch (head_dim_instance_with_192(a.shape.head_dim)) {
-    case 64:
-      return launch<T, 64>(a, stream);
-    case 128:
-      return launch<T, 128>(a, stream);
-    case 192:
-      return launch<T, 192>(a, stream);
-    case 256:
-      return launch<T, 256>(a, stream);
-    default:
-      FA_UNSUPPORTED_IF(true, std::string(kName) + ": head_dim " +
-                                  std::to_string(a.shape.head_dim) +
-                                  " not instantiated (64, 128, 192, 256, and the multiples of 8 "
-                                  "between them, rounded up)");
-  }
+  launch_head_dim_instance<true>(kName, a.shape.head_dim,
+                                 [&](auto d) { launch<T, decltype(d)::value>(a, stream); });
 }
 
 // hopper_paged_prefill's refusals (a group's packed rows within int32 TMA coordinates).
