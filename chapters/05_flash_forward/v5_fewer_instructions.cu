@@ -45,6 +45,10 @@
 // Map of the kernel: v4's (v3's header), with the K/V copies through the plan and O stored by
 // store_o_m, for D 32, 64 and 128.
 //
+// Later rungs call these pieces instead of copying them: common/device/mma_fwd_v5.cuh holds this
+// file's tiles, layout, Q copy, products and epilogue at D 64 and 128, and chapter 09's mma.sync
+// forwards bring their own parameters, K/V copy plan and kernel to them.
+//
 // Speed (H100 80GB HBM3, 2026-11-25): bf16 D 128 N 8192 381.0 TFLOP/s, FlashAttention-2 352.3
 // (medians of three alternating rounds of fa_bench and PyTorch SDPA, B = 16384/N, H = 2048/D;
 // notes/measured/h100-2026-11-25c/rounds_d128_v12.md).
