@@ -214,6 +214,12 @@ struct Params {
   float scale_log2;  // scale * log2(e): P = exp2(S * scale_log2 - L * log2(e))
   bool causal;
 };
+// t19's kernel parameters: Params and the real head dim d, the length of a row in global memory
+// (every other step's rows are D long). The launcher fills this; a kernel that takes Params gets
+// its Params part.
+struct ParamsRowsOfD : Params {
+  int d;
+};
 
 // ---- dQ = dQaccum * scale ------------------------------------------------------------------
 // n4 = elements / 4 (every D here is a multiple of 16); 16-byte loads, 8-byte stores.
@@ -274,7 +280,7 @@ struct KvStep {
 template <class Step, class T, int D>
 void launch(const fa::AttentionBwdArgs& a, cudaStream_t stream) {
   const fa::AttentionShape& s = a.shape;
-  Params p{};
+  ParamsRowsOfD p{};
   p.q = a.q;
   p.k = a.k;
   p.v = a.v;
@@ -289,6 +295,7 @@ void launch(const fa::AttentionBwdArgs& a, cudaStream_t stream) {
   p.scale = s.softmax_scale();
   p.scale_log2 = p.scale * kLog2e;
   p.causal = s.causal;
+  p.d = int(s.head_dim);
 
   const int64_t n_kt = ceil_div(s.seq_k, int64_t(Step::template keys<D>()));
   FA_REQUIRE(n_kt * s.bh() <= INT32_MAX, "batch * heads * key tiles must fit in gridDim.x");

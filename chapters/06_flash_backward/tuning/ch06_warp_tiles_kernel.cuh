@@ -5,12 +5,15 @@
 //                 D / 2 (the base of this kernel)
 //   t12           one barrier per tile fewer                                (kOneBarrierFewer)
 //   t14           t12 at D 256 with a block of 64 keys                      (Tile: D256Tile)
+//   t18           t14 with one Q and one dO buffer, for 163 KiB GPUs        (Tile::kQdoBuffers 1)
+//   t19           t18 with rows of d in global memory (d <= D, d % 8 == 0)  (kRowsOfD)
 // With 128-query tiles at D 64 on top of t12, this is 06/v5_warp_tiles's kernel (that step is the
 // main path's: v5_warp_tiles.cu). The tile (128 keys, 64 queries, 8 warps; WarpTilesTile) and the
 // host side are ch06_kv128.cuh's; the address helpers and the copy plan ch06_kv128_kernel.cuh's.
 // Device code, in an anonymous namespace.
 #pragma once
 #include <cstdint>
+#include <type_traits>
 
 #include "ch06_kv128.cuh"
 #include "ch06_kv128_kernel.cuh"  // kv128_kernel (for D 32 and 96), lane_rows, TileCopy, ...
@@ -20,7 +23,21 @@ namespace {
 // The switch of the step after t11, off: t12's file turns it on.
 struct WarpTilesSteps {
   static constexpr bool kOneBarrierFewer = false;  // t12: two barriers per Q tile, not three
+  static constexpr bool kRowsOfD = false;          // t19: rows of p.d elements in global memory
 };
+
+// The kernel's parameters: t19's carry the real head dim (ch06_kv128.cuh).
+template <class Steps>
+using WarpTilesParams = std::conditional_t<Steps::kRowsOfD, ParamsRowsOfD, Params>;
+
+// The length of a row in global memory: D, or t19's d.
+template <int D, class Steps>
+__device__ __forceinline__ int row_length(const WarpTilesParams<Steps>& p) {
+  if constexpr (Steps::kRowsOfD)
+    return p.d;
+  else
+    return D;
+}
 
 constexpr int kLdP = kBc + kPad;  // a row of the P or dS tile: kBc keys + padding (16-bit)
 
@@ -30,19 +47,21 @@ constexpr int kLdP = kBc + kPad;  // a row of the P or dS tile: kBc keys + paddi
 // keys). t14's tile is D256Tile (t14_d256_tiles.cu).
 template <int D>
 struct WarpTilesTile {
-  static constexpr int kKeys = kBc;     // keys per block
-  static constexpr int kLd = D + kPad;  // elements between two rows of the Q, K, V, dO tiles
-  static constexpr int kLdPT = kLdP;    // ... of the P and dS tiles
-  static constexpr int kKeyShift = 2;   // dK, dV: 1 << kKeyShift warps of 32 keys each
+  static constexpr int kKeys = kBc;      // keys per block
+  static constexpr int kLd = D + kPad;   // elements between two rows of the Q, K, V, dO tiles
+  static constexpr int kLdPT = kLdP;     // ... of the P and dS tiles
+  static constexpr int kKeyShift = 2;    // dK, dV: 1 << kKeyShift warps of 32 keys each
+  static constexpr int kQdoBuffers = 2;  // Q_i and dO_i double-buffered (t18: one buffer each)
 };
 
-// Shared memory: K, V, Q x2, dO x2 (swizzled rows, in rows of Tile::kLd), L x2, D x2, then the P
-// and dS tiles (kBr x kLdPT each). 171 KiB at D 128, 107 KiB at D 64 with WarpTilesTile.
+// Shared memory: K, V, Q x2, dO x2 (swizzled rows, in rows of Tile::kLd; x1 each with t18's
+// tile), L x2, D x2, then the P and dS tiles (kBr x kLdPT each). 171 KiB at D 128, 107 KiB at D 64
+// with WarpTilesTile.
 template <int D, class Tile = WarpTilesTile<D>>
 constexpr int warp_tiles_smem_bytes() {
   constexpr int kRows = kBr;
-  return (2 * Tile::kKeys + 4 * kRows) * Tile::kLd * 2 + 4 * kRows * int(sizeof(float)) +
-         2 * kRows * Tile::kLdPT * 2;
+  return (2 * Tile::kKeys + 2 * Tile::kQdoBuffers * kRows) * Tile::kLd * 2 +
+         4 * kRows * int(sizeof(float)) + 2 * kRows * Tile::kLdPT * 2;
 }
 static_assert(warp_tiles_smem_bytes<128>() ==
                   smem_bytes_tiles<128>() + 4 * kBr * int(sizeof(float)) + 2 * kBr * kLdP * 2,
@@ -106,6 +125,53 @@ __device__ __forceinline__ void keys_times_cols(float (&acc)[2][kCols / 8][4], u
   }
 }
 
+// t19: rows [row0, row0 + ROWS) of a [seq, d] row-major matrix into a swizzled tile of rows of
+// D >= d elements, 16 bytes per cp.async; the chunks at or past d, and the rows at or past seq,
+// zero-filled (nothing is read for them). d is a multiple of 8: a chunk lies wholly inside the
+// row or wholly past it, and every row starts at a 16-byte boundary.
+template <class T, int D, int ROWS>
+__device__ __forceinline__ void load_rows_of_d(T* s, const T* g, int64_t row0, int64_t seq, int d,
+                                               int tid) {
+  constexpr int kChunksPerRow = D / 8;
+#pragma unroll
+  for (int c = tid; c < ROWS * kChunksPerRow; c += kThreads) {
+    const int r = c / kChunksPerRow, cc = c % kChunksPerRow;
+    const bool valid = row0 + r < seq && cc * 8 < d;
+    const T* src = valid ? g + (row0 + r) * int64_t(d) + cc * 8 : g;
+    fa::mma::cp_async_16(s + fa::bwd_tc::swizzled_offset<D>(r, cc), src, valid);
+  }
+}
+
+// t19: store_rows for rows of d elements: the columns at or past d (zero: the products of zero
+// columns) are not stored. Two adjacent columns 2t, 2t + 1 of an 8-column group are both below
+// d or both past it.
+template <class T, int DC>
+__device__ __forceinline__ void store_rows_of_d(T* out, const float (&acc)[DC / 8][4], int64_t r0,
+                                                int col0, int64_t seq, float mul, int d, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t row = r0 + g + 8 * h;
+    if (row >= seq) continue;
+    T* dst = out + row * int64_t(d) + col0 + 2 * t;
+#pragma unroll
+    for (int nt = 0; nt < DC / 8; ++nt)
+      if (col0 + 8 * nt < d)
+        *reinterpret_cast<uint32_t*>(dst + 8 * nt) =
+            fa::mma::pack2<T>(acc[nt][2 * h] * mul, acc[nt][2 * h + 1] * mul);
+  }
+}
+
+// A tile's copy: rows of D in global memory as t12 (load_tile_async), or of d with t19.
+template <class T, int D, int ROWS, class Steps>
+__device__ __forceinline__ void load_tile(T* s, const T* g, int64_t row0, int64_t seq, int d,
+                                          int tid) {
+  if constexpr (Steps::kRowsOfD)
+    load_rows_of_d<T, D, ROWS>(s, g, row0, seq, d, tid);
+  else
+    load_tile_async<T, D, ROWS, kThreads, true>(s, g, row0, seq, tid);
+}
+
 // dQaccum[p], [p + 1] += x, y: sm_90 adds a float2 in one atomic (v3_atomic_dq's).
 __device__ __forceinline__ void add_dq(float* p, float x, float y) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -117,14 +183,19 @@ __device__ __forceinline__ void add_dq(float* p, float x, float y) {
 }
 
 template <class T, int D, class Steps, class Tile = WarpTilesTile<D>>
-__global__ void __launch_bounds__(kThreads, 1) warp_tiles_kernel(Params p) {
+__global__ void __launch_bounds__(kThreads, 1) warp_tiles_kernel(WarpTilesParams<Steps> p) {
   static_assert(D % 64 == 0, "swizzled 128-byte rows: D a multiple of 64");
   constexpr int kKeysT = Tile::kKeys;   // keys per block (ch06_kv128.cuh's kBc for t11, t12)
   constexpr int kPitchP = Tile::kLdPT;  // a row of the P or dS tile
   constexpr int kKeyWarps = 1 << Tile::kKeyShift;
   static_assert(kWarps == 8 && kBr == 64 && kKeysT == 32 * kKeyWarps,
                 "warps: 2 x 4 (S, dQ), kKeyWarps x 8 / kKeyWarps (dK, dV)");
-  constexpr int kBrT = kBr;                        // queries per Q tile
+  constexpr int kBrT = kBr;  // queries per Q tile
+  // t18: one Q and one dO buffer. The next tile's copies then wait until every warp is done with
+  // this tile's (after dK += dS^T Q) and run under dQ = dS K and its atomics only.
+  constexpr bool kDoubleBuffered = Tile::kQdoBuffers == 2;
+  static_assert(Tile::kQdoBuffers == 2 || (Tile::kQdoBuffers == 1 && Steps::kOneBarrierFewer),
+                "one buffer needs t12's barrier at the top of the loop (every copy landed)");
   constexpr int kLd = Tile::kLd;                   // rows of kLd elements, used D at a time
   constexpr int kTile = kBrT * kLd;                // a Q or dO buffer
   constexpr int kKvTile = kKeysT * kLd;            // K or V
@@ -142,12 +213,12 @@ __global__ void __launch_bounds__(kThreads, 1) warp_tiles_kernel(Params p) {
   extern __shared__ __align__(128) unsigned char smem_warp_tiles[];
   T* sK = reinterpret_cast<T*>(smem_warp_tiles);
   T* sV = sK + kKvTile;
-  T* sQ = sV + kKvTile;                                   // two buffers
-  T* sdO = sQ + 2 * kTile;                                // two buffers
-  float* sL = reinterpret_cast<float*>(sdO + 2 * kTile);  // two buffers of kBrT: L * log2(e)
-  float* sD = sL + 2 * kBrT;                              // two buffers of kBrT: D
-  T* sP = reinterpret_cast<T*>(sD + 2 * kBrT);            // P: kBrT queries x kKeysT keys
-  T* sdS = sP + kBrT * kPitchP;                           // dS: the same layout
+  T* sQ = sV + kKvTile;                                                   // two buffers (t18: one)
+  T* sdO = sQ + Tile::kQdoBuffers * kTile;                                // two buffers (t18: one)
+  float* sL = reinterpret_cast<float*>(sdO + Tile::kQdoBuffers * kTile);  // two of kBrT: L log2 e
+  float* sD = sL + 2 * kBrT;                                              // two buffers of kBrT: D
+  T* sP = reinterpret_cast<T*>(sD + 2 * kBrT);  // P: kBrT queries x kKeysT keys
+  T* sdS = sP + kBrT * kPitchP;                 // dS: the same layout
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t = lane & 3;
@@ -157,11 +228,14 @@ __global__ void __launch_bounds__(kThreads, 1) warp_tiles_kernel(Params p) {
   const int64_t seq_q = p.seq_q, seq_k = p.seq_k;
   const int64_t off = causal_last_key(0, seq_q, seq_k);  // query i sees keys j <= i + off
 
-  const T* Q = static_cast<const T*>(p.q) + bh * seq_q * D;
-  const T* dO = static_cast<const T*>(p.dout) + bh * seq_q * D;
-  const T* K = static_cast<const T*>(p.k) + bh * seq_k * D;
-  const T* V = static_cast<const T*>(p.v) + bh * seq_k * D;
-  float* dQacc = p.dq_accum + bh * seq_q * D;
+  // t19: rows of d elements in global memory (D in shared memory and registers).
+  const int d = row_length<D, Steps>(p);
+  const int64_t ld = d;
+  const T* Q = static_cast<const T*>(p.q) + bh * seq_q * ld;
+  const T* dO = static_cast<const T*>(p.dout) + bh * seq_q * ld;
+  const T* K = static_cast<const T*>(p.k) + bh * seq_k * ld;
+  const T* V = static_cast<const T*>(p.v) + bh * seq_k * ld;
+  float* dQacc = p.dq_accum + bh * seq_q * ld;
   const float* lse = p.lse + bh * seq_q;
   const float* delta = p.delta + bh * seq_q;
 
@@ -170,12 +244,12 @@ __global__ void __launch_bounds__(kThreads, 1) warp_tiles_kernel(Params p) {
   if (p.causal && k0 - off > 0) qt_begin = (k0 - off) / kBrT;  // may be >= n_qt: no work
 
   // Prologue, as v4_bc128_tuned: K_j, V_j and the first Q_i, dO_i in one cp.async group; L_i, D_i.
-  load_tile_async<T, D, kKeysT, kThreads, true>(sK, K, k0, seq_k, tid);
-  load_tile_async<T, D, kKeysT, kThreads, true>(sV, V, k0, seq_k, tid);
+  load_tile<T, D, kKeysT, Steps>(sK, K, k0, seq_k, d, tid);
+  load_tile<T, D, kKeysT, Steps>(sV, V, k0, seq_k, d, tid);
   if (qt_begin < n_qt) {
     const int64_t q0 = qt_begin * kBrT;
-    load_tile_async<T, D, kBrT, kThreads, true>(sQ, Q, q0, seq_q, tid);
-    load_tile_async<T, D, kBrT, kThreads, true>(sdO, dO, q0, seq_q, tid);
+    load_tile<T, D, kBrT, Steps>(sQ, Q, q0, seq_q, d, tid);
+    load_tile<T, D, kBrT, Steps>(sdO, dO, q0, seq_q, d, tid);
     const int64_t row = q0 + (tid & (kBrT - 1));
     if (tid < kBrT)
       sL[tid] = load_l2(lse, row, seq_q);
@@ -225,7 +299,8 @@ __global__ void __launch_bounds__(kThreads, 1) warp_tiles_kernel(Params p) {
   constexpr uint32_t kTileBytes = kTile * 2;
 
   for (int64_t qt = qt_begin; qt < n_qt; ++qt) {
-    const int buf = int(qt - qt_begin) & 1;
+    const int buf = int(qt - qt_begin) & 1;         // L and D: two buffers always
+    const int qdo_buf = kDoubleBuffered ? buf : 0;  // t18: Q and dO in buffer 0
     const int64_t q0 = qt * kBrT;
     const bool has_next = qt + 1 < n_qt;
 
@@ -237,17 +312,19 @@ __global__ void __launch_bounds__(kThreads, 1) warp_tiles_kernel(Params p) {
       __syncthreads();
     }
 
-    // Prefetch Q_{i+1}, dO_{i+1}, L and D as v4_bc128_tuned.
+    // Prefetch Q_{i+1}, dO_{i+1}, L and D as v4_bc128_tuned (t18: Q and dO after dK below).
     float next_ld = 0.0f;
     if (has_next) {
       const int64_t q1 = q0 + kBrT;
-      if (q1 + kBrT <= seq_q) {
-        const uint32_t next = uint32_t(buf ^ 1) * kTileBytes;
-        copy.full(sq_addr + next, Q + q1 * D);
-        copy.full(sdo_addr + next, dO + q1 * D);
-      } else {
-        load_tile_async<T, D, kBrT, kThreads, true>(sQ + (buf ^ 1) * kTile, Q, q1, seq_q, tid);
-        load_tile_async<T, D, kBrT, kThreads, true>(sdO + (buf ^ 1) * kTile, dO, q1, seq_q, tid);
+      if constexpr (kDoubleBuffered) {
+        if (!Steps::kRowsOfD && q1 + kBrT <= seq_q) {  // a whole tile of rows of D
+          const uint32_t next = uint32_t(buf ^ 1) * kTileBytes;
+          copy.full(sq_addr + next, Q + q1 * D);
+          copy.full(sdo_addr + next, dO + q1 * D);
+        } else {
+          load_tile<T, D, kBrT, Steps>(sQ + (buf ^ 1) * kTile, Q, q1, seq_q, d, tid);
+          load_tile<T, D, kBrT, Steps>(sdO + (buf ^ 1) * kTile, dO, q1, seq_q, d, tid);
+        }
       }
       const int64_t row = q1 + (tid & (kBrT - 1));
       if (tid < kBrT)
@@ -262,7 +339,7 @@ __global__ void __launch_bounds__(kThreads, 1) warp_tiles_kernel(Params p) {
       __syncthreads();
     }
 
-    const uint32_t cur = uint32_t(buf) * kTileBytes;
+    const uint32_t cur = uint32_t(qdo_buf) * kTileBytes;
     const uint32_t q_a = q_a0 + cur, do_a = do_a0 + cur, do_x = do_x0 + cur, q_x = q_x0 + cur;
     const float* l_s = sL + buf * kBrT;
     const float* d_s = sD + buf * kBrT;
@@ -322,6 +399,21 @@ __global__ void __launch_bounds__(kThreads, 1) warp_tiles_kernel(Params p) {
     keys_times_cols<T, D, kBrT, kHalf, true, kPitchP>(dv, p_at, do_x, swz);  // dV += P^T dO
     keys_times_cols<T, D, kBrT, kHalf, true, kPitchP>(dk, ds_at, q_x, swz);  // dK += dS^T Q
 
+    // t18: this tile's last reads of Q and dO were the two products above; once every warp is
+    // past them, the next tile's copies go into the one buffer, under dQ and its atomics.
+    if (!kDoubleBuffered && has_next) {  // block-uniform: the barrier is safe
+      __syncthreads();
+      const int64_t q1 = q0 + kBrT;
+      if (!Steps::kRowsOfD && q1 + kBrT <= seq_q) {  // a whole tile of rows of D
+        copy.full(sq_addr, Q + q1 * D);
+        copy.full(sdo_addr, dO + q1 * D);
+      } else {
+        load_tile<T, D, kBrT, Steps>(sQ, Q, q1, seq_q, d, tid);
+        load_tile<T, D, kBrT, Steps>(sdO, dO, q1, seq_q, d, tid);
+      }
+      fa::mma::cp_async_commit();
+    }
+
     // dQaccum_i += dS K_j: 32 queries x kQuarter columns per warp, k over the kKeysT keys.
     if (q0 + 32 * wq < seq_q) {  // else every row of this warp lies past seq_q
       float acc[2][kQuarter / 8][4];
@@ -336,7 +428,7 @@ __global__ void __launch_bounds__(kThreads, 1) warp_tiles_kernel(Params p) {
       // Element (mt, nt, e): query row 32 wq + 16 mt + g + 8 (e / 2), column kQuarter wc + 8 nt
       // + 2t + e % 2; the two columns of a thread are adjacent, one float2 atomic (add_dq).
       const int64_t row0 = q0 + 32 * wq + g;
-      float* const dst0 = dQacc + row0 * D + kQuarter * wc + 2 * t;
+      float* const dst0 = dQacc + row0 * ld + kQuarter * wc + 2 * t;
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
@@ -344,8 +436,9 @@ __global__ void __launch_bounds__(kThreads, 1) warp_tiles_kernel(Params p) {
           if (row0 + 16 * mt + 8 * h >= seq_q) continue;
 #pragma unroll
           for (int nt = 0; nt < kQuarter / 8; ++nt)
-            add_dq(dst0 + (16 * mt + 8 * h) * D + 8 * nt, acc[mt][nt][2 * h],
-                   acc[mt][nt][2 * h + 1]);
+            if (!Steps::kRowsOfD || kQuarter * wc + 8 * nt < d)  // t19: columns below d
+              add_dq(dst0 + (16 * mt + 8 * h) * d + 8 * nt, acc[mt][nt][2 * h],
+                     acc[mt][nt][2 * h + 1]);
         }
     }
 
@@ -361,12 +454,18 @@ __global__ void __launch_bounds__(kThreads, 1) warp_tiles_kernel(Params p) {
   fa::mma::cp_async_wait<0>();
 
   // Keys that no query sees (causal) leave here with dK = dV = 0, as they must.
-  T* dK = static_cast<T*>(p.dk) + bh * seq_k * D;
-  T* dV = static_cast<T*>(p.dv) + bh * seq_k * D;
+  T* dK = static_cast<T*>(p.dk) + bh * seq_k * ld;
+  T* dV = static_cast<T*>(p.dv) + bh * seq_k * ld;
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt) {
-    store_rows<T, D, kHalf>(dK, dk[mt], k0 + 32 * wk + 16 * mt, kHalf * wd, seq_k, p.scale, lane);
-    store_rows<T, D, kHalf>(dV, dv[mt], k0 + 32 * wk + 16 * mt, kHalf * wd, seq_k, 1.0f, lane);
+    const int64_t r0 = k0 + 32 * wk + 16 * mt;
+    if constexpr (Steps::kRowsOfD) {  // t19: rows of d, the columns past it not stored
+      store_rows_of_d<T, kHalf>(dK, dk[mt], r0, kHalf * wd, seq_k, p.scale, d, lane);
+      store_rows_of_d<T, kHalf>(dV, dv[mt], r0, kHalf * wd, seq_k, 1.0f, d, lane);
+    } else {
+      store_rows<T, D, kHalf>(dK, dk[mt], r0, kHalf * wd, seq_k, p.scale, lane);
+      store_rows<T, D, kHalf>(dV, dv[mt], r0, kHalf * wd, seq_k, 1.0f, lane);
+    }
   }
 }
 

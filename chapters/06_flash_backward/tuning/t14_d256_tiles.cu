@@ -64,6 +64,7 @@ struct D256Tile {
   static constexpr int kLd = kD256;
   static constexpr int kLdPT = kKeys + kPad;
   static constexpr int kKeyShift = 1;
+  static constexpr int kQdoBuffers = 2;
 };
 static_assert(warp_tiles_smem_bytes<kD256, D256Tile>() == 216064, "211 KiB");
 
