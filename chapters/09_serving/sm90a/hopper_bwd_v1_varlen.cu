@@ -2,7 +2,9 @@
 // over key tiles and a dQ kernel over query tiles, no atomics) on a variable-length batch. Read
 // 07/bwd_v1 first (chapters/07_flash_hopper/sm90a/bwd_v1_tma_wgmma.cu): the two kernels, their
 // rings, products, masks and stores are its own, unchanged; only where a block's rows and keys
-// come from changed. O and L come from 09/hopper_v1_varlen.
+// come from changed. O and L come from 09/hopper_v1_varlen. 07/bwd_v1's block (warpgroups,
+// stages, Split, the two kernels' shared-memory layouts) comes from
+// common/device/hopper_bwd_v1_block.cuh; 07/bwd_v1 carries its own copy.
 //
 // What changed vs 07/bwd_v1, and why
 //   One idea: an offset table in front of both tile loops. The batch is packed without padding,
@@ -91,36 +93,14 @@
 #include <string>
 
 #include "hopper_attention_bwd.cuh"
+#include "hopper_bwd_v1_block.cuh"
 #include "gpu.h"
 
 namespace fa::ch09 {
 namespace {
 
 using namespace fa::ch07;  // tile layout, descriptors, pack_p, load_l2, store_acc_rows, tensor maps
-
-constexpr int kWarpgroups = 2;
-constexpr int kThreads = 128 * kWarpgroups;
-constexpr int kStages = 2;
-constexpr int kWgRows = kRowsPerWarpgroup;  // 64: wgmma M, the rows one warpgroup owns
-
-// How a block's two warpgroups share its work at head dim D (see "D = 256" in 07/bwd_v1's header).
-//   D <= 128: each warpgroup owns 64 rows of the block's 128 (keys in dkdv, queries in dq) and
-//             all D columns of their gradient.
-//   D  > 128: the block holds 64 rows; both warpgroups compute the same S^T and dP^T (S and dP)
-//             over all D columns, and warpgroup w accumulates columns 128 w .. 128 w + 127 of
-//             the gradient. The accumulators are then those of D = 128.
-template <int D>
-struct Split {
-  static constexpr int kAccCols = D <= 128 ? D : 128;  // N of dV, dK, dQ per warpgroup
-  static constexpr int kParts = D / kAccCols;          // column parts: 1, or 2 at D = 256
-  static constexpr int kRows = kParts == 1 ? kWarpgroups * kWgRows : kWgRows;  // rows per block
-  static_assert(kParts == 1 || kParts == kWarpgroups, "one column part per warpgroup");
-  static_assert(kParts * kAccCols == D && kAccCols % kSwizzleCols == 0,
-                "parts tile D and start on a 64-column strip");
-  // Warpgroup wg's first row within the block's tile, and its first gradient column.
-  __device__ static int row_off(int wg) { return kParts == 1 ? wg * kWgRows : 0; }
-  __device__ static int col0(int wg) { return kParts == 1 ? 0 : wg * kAccCols; }
-};
+using namespace fa::ch07::bwd_v1;  // 07/bwd_v1's block and layouts (hopper_bwd_v1_block.cuh)
 
 // 07's BwdParams with the lengths replaced by the offset table: they are per sequence now.
 struct VarlenBwdParams {
@@ -143,26 +123,6 @@ struct VarlenBwdParams {
 };
 
 // ---- dK, dV --------------------------------------------------------------------------------------
-template <int D>
-constexpr int kKvBc = Split<D>::kRows;  // keys per block: 128, or 64 at D = 256
-constexpr int kKvBr = 64;               // queries per streamed tile: N of S^T and dP^T
-
-template <int D>
-struct DkdvSmem {
-  static constexpr int kKVBytes = kKvBc<D> * D * 2;  // K or V
-  static constexpr int kQBytes = kKvBr * D * 2;      // Q or dO, one stage
-  static constexpr int kKOffset = 0;
-  static constexpr int kVOffset = kKVBytes;
-  static constexpr int kQOffset = 2 * kKVBytes;                    // stage s at + s * kQBytes
-  static constexpr int kdOOffset = kQOffset + kStages * kQBytes;   // stage s at + s * kQBytes
-  static constexpr int kLOffset = kdOOffset + kStages * kQBytes;   // float [kStages][kKvBr]
-  static constexpr int kDOffset = kLOffset + kStages * kKvBr * 4;  // float [kStages][kKvBr]
-  static constexpr int kBarOffset = kDOffset + kStages * kKvBr * 4;
-  static constexpr int kBytes = kBarOffset + (1 + kStages) * 8 + kAtomBytes;  // + alignment
-  static_assert(kKVBytes % kAtomBytes == 0 && kQBytes % kAtomBytes == 0, "atoms stay aligned");
-  static_assert(kBytes <= 227 * 1024, "the most dynamic shared memory a block may opt in to");
-};
-
 template <class T, int D>
 __global__ void __launch_bounds__(kThreads, 1)
     dkdv_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
@@ -394,24 +354,6 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 // ---- dQ ------------------------------------------------------------------------------------------
-template <int D>
-constexpr int kQBr = Split<D>::kRows;  // queries per block: 128, or 64 at D = 256
-constexpr int kQBc = 64;               // keys per streamed K/V tile: N of S and dP
-
-template <int D>
-struct DqSmem {
-  static constexpr int kQBytes = kQBr<D> * D * 2;  // Q or dO
-  static constexpr int kKVBytes = kQBc * D * 2;    // K or V, one stage
-  static constexpr int kQOffset = 0;
-  static constexpr int kdOOffset = kQBytes;
-  static constexpr int kKOffset = 2 * kQBytes;                    // stage s at + s * kKVBytes
-  static constexpr int kVOffset = kKOffset + kStages * kKVBytes;  // stage s at + s * kKVBytes
-  static constexpr int kBarOffset = kVOffset + kStages * kKVBytes;
-  static constexpr int kBytes = kBarOffset + (1 + kStages) * 8 + kAtomBytes;  // + alignment
-  static_assert(kKVBytes % kAtomBytes == 0 && kQBytes % kAtomBytes == 0, "atoms stay aligned");
-  static_assert(kBytes <= 227 * 1024, "the most dynamic shared memory a block may opt in to");
-};
-
 template <class T, int D>
 __global__ void __launch_bounds__(kThreads, 1)
     dq_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
