@@ -129,7 +129,7 @@ void add_dispatch_protocol(const std::string& family, bool backward, Run run) {
 // SDPA beside them: the dispatch's choice (auto), the final Hopper rungs that round, the mma.sync
 // kernels that list the head dim (the dispatch's choice before the rounding), and the mma.sync
 // steps that round (05/t14, 06/t16: the dispatch's choice before sm_90; 05/t15, 06/t17: every
-// head dim).
+// head dim; 06/t19: the backward from 136 to 256 computed at 256, for GPUs before sm_90).
 template <class K, class Run>
 void add_head_dims_between(const std::string& family, bool backward,
                            const std::vector<const char*>& names, Run run) {
@@ -445,7 +445,7 @@ void register_all() {
       "attn_bwd/", true,
       {"07/bwd_v6_head_groups", "07/bwd_t48_dq_in_turns", "07/bwd_t53_d256_halves",
        "07/bwd_v1_tma_wgmma", "06/v5_warp_tiles", "06/v4_bc128_tuned", "06/t16_rounded_head_dims",
-       "06/t17_any_head_dim"},
+       "06/t17_any_head_dim", "06/t19_d256_rounded"},
       fa::run_attention_bwd);
   add_decode_shapes();
   add_grouped_heads<fa::AttentionFwdKernel>("attn_gqa/fwd/", fa::run_attention_fwd);
