@@ -75,7 +75,8 @@ struct AttentionShape {
   int64_t kv_heads() const { return heads_kv > 0 ? heads_kv : heads; }
   int64_t group() const { return heads / kv_heads(); }  // query heads per K/V head
   bool is_gqa() const { return kv_heads() != heads; }
-  bool valid_heads() const { return heads_kv >= 0 && heads % kv_heads() == 0; }
+  // No heads at all is no valid grouping either (and would divide by zero below).
+  bool valid_heads() const { return heads_kv >= 0 && kv_heads() > 0 && heads % kv_heads() == 0; }
   // A window narrower than causal or full attention: only chapter 09's kernels take one.
   bool has_window() const { return window_left >= 0 || (!causal && window_right >= 0); }
   // The K/V head (b * heads_kv + kv_head) that query head bh = b * heads + h reads.

@@ -53,6 +53,12 @@ TEST(GroupedQueryShapes, HeadsKvCountsAndMapping) {
   EXPECT_NE(gqa.str().find("Hkv2"), std::string::npos);
   gqa.heads_kv = 3;
   EXPECT_FALSE(gqa.valid_heads());
+  // No heads: refused (a kernel checks valid_heads before it computes the group), not 0 % 0.
+  AttentionShape none = mha;
+  none.heads = 0;
+  EXPECT_FALSE(none.valid_heads());
+  none.heads_kv = -1;
+  EXPECT_FALSE(none.valid_heads());
 }
 
 // O and L of every row by the definition, with the K/V head of each query head written out.
