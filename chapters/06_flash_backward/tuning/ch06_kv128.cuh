@@ -324,9 +324,10 @@ using fa::smem_optin_bytes;
 
 template <class Step, int D>
 void run_head_dim(const fa::AttentionBwdArgs& a, cudaStream_t stream) {
-  // t04-t09 need 155 KiB per block at D = 128, t11 and t12 171 KiB, t14 211 KiB at D = 256: an
-  // H100 (227 KiB) has it, an A100 (163 KiB) only for the first, sm_86/89 (99 KiB) for none.
-  // Refuse before anything runs, rather than fail in cudaFuncSetAttribute.
+  // t04-t09 need 155 KiB per block at D = 128, t11 and t12 171 KiB, t14 211 KiB at D = 256, t18
+  // and t19 (one Q and one dO buffer) 147 KiB at D 256: an H100 (227 KiB) has each, an A100 (163
+  // KiB) the first and the last, sm_86/89 (99 KiB) none. Refuse before anything runs, rather than
+  // fail in cudaFuncSetAttribute.
   constexpr size_t kSmem = size_t(Step::template smem_bytes<D>());
   FA_UNSUPPORTED_IF(kSmem > smem_optin_bytes(),
                     std::string(Step::kName) + ": head_dim " + std::to_string(D) + " needs " +

@@ -319,7 +319,7 @@ struct Params {
   void* dk;
   void* dv;
   int64_t seq_q, seq_k;
-  int64_t n_tiles;   // key tiles per (batch, head)
+  int64_t n_tiles;   // key tiles per (batch, K/V head)
   float scale;       // softmax scale
   float scale_log2;  // scale * log2(e): P = exp2(S * scale_log2 - L * log2(e))
   bool causal;
