@@ -204,9 +204,10 @@ struct VarlenFwdKernel {
   std::vector<DType> dtypes = {DType::F16, DType::BF16};
   std::vector<int> head_dims = {64, 128};
   int min_sm = 80;
-  bool gqa = false;              // takes heads_kv < heads
-  bool window = false;           // takes window_left / window_right (shape.has_window())
-  bool rounds_head_dim = false;  // as AttentionFwdKernel's
+  bool gqa = false;                  // takes heads_kv < heads
+  bool window = false;               // takes window_left / window_right (shape.has_window())
+  bool rounds_head_dim = false;      // as AttentionFwdKernel's
+  int head_dim_step = kHeadDimStep;  // as AttentionFwdKernel's
 };
 
 // The backward of a variable-length batch: inputs as the forward's plus o, dout (like q) and lse;

@@ -181,7 +181,8 @@ const std::vector<int64_t> kBwdQ = {1, 17, 129, 0, 200}, kBwdK = {300, 17, 129, 
 // Head dims between the instances (rounds_head_dim): a kernel that rounds runs each on a ragged
 // packed batch, causal and not, with a window and grouped K/V heads where it takes them (the
 // backward's shapes, for both directions); head dims off the step of 8 are refused with the
-// reason. A kernel that does not round refuses D 80.
+// reason, unless the kernel rounds every head dim (head_dim_step 1: 09/v3_varlen_any_head_dim),
+// which runs D 59 and 111 as the others. A kernel that does not round refuses D 80.
 template <class K, class Run>
 void rounded_head_dims(const K& k, Run run) {
   FA_SKIP_WITHOUT_GPU(k.min_sm);
@@ -204,6 +205,12 @@ void rounded_head_dims(const K& k, Run run) {
           FA_EXPECT_PASS(run(s, t, uint64_t(d * 3 + causal)));
         }
       }
+  if (fa::head_dim_step(k) == 1) {  // takes 59 and 111 (above); refuses past its largest instance
+    const fa::RunResult r =
+        run(varlen({33, 5}, {47, 9}, 2, k.head_dims.back() + 1, true), k.dtypes.front(), 3);
+    EXPECT_EQ(r.status, fa::Status::Unsupported) << r.report();
+    return;
+  }
   for (int d : {59, 111}) {
     const fa::RunResult r = run(varlen({33, 5}, {47, 9}, 2, d, true), k.dtypes.front(), 3);
     EXPECT_EQ(r.status, fa::Status::Unsupported) << r.report();
