@@ -271,7 +271,8 @@ struct PagedFwdKernel {
   std::vector<int> page_sizes = {16, 64, 256};
   int min_sm = 80;
   bool decoding = false;  // written for seq_q <= kDecodeSeqQ (harness.h); correct for every seq_q
-  bool rounds_head_dim = false;  // as AttentionFwdKernel's
+  bool rounds_head_dim = false;      // as AttentionFwdKernel's
+  int head_dim_step = kHeadDimStep;  // as AttentionFwdKernel's
 };
 
 // Appending the new tokens' keys and values to the pages: k_new and v_new are

@@ -408,8 +408,9 @@ TEST_P(PagedFwdKernels, ChunkOfQueries) {
 
 // Head dims between the instances (rounds_head_dim): a kernel that rounds runs each over shuffled
 // pages of every size it takes, decoding (one query row, grouped and not) and a chunk of queries
-// past the decoding rows, causal and not; head dims off the step of 8 are refused with the reason.
-// A kernel that does not round refuses D 80.
+// past the decoding rows, causal and not; head dims off the step of 8 are refused with the reason,
+// unless the kernel rounds every head dim (head_dim_step 1: 09/paged_v3_prefill_any_head_dim),
+// which runs D 59 and 111 as the others. A kernel that does not round refuses D 80.
 TEST_P(PagedFwdKernels, RoundedHeadDims) {
   FA_SKIP_WITHOUT_GPU(kernel().min_sm);
   const fa::PagedFwdKernel& k = kernel();
@@ -434,6 +435,13 @@ TEST_P(PagedFwdKernels, RoundedHeadDims) {
             FA_EXPECT_PASS(fa::run_paged_fwd(k, s, t, check_only(uint64_t(d + page + causal), 4)));
           }
         }
+  if (fa::head_dim_step(k) == 1) {  // takes 59 and 111 (above); refuses past its largest instance
+    const fa::RunResult r = fa::run_paged_fwd(
+        k, paged({33, 5}, 4, 2, k.head_dims.back() + 1, 1, page_sizes().front(), true),
+        k.dtypes.front(), check_only(3));
+    EXPECT_EQ(r.status, fa::Status::Unsupported) << r.report();
+    return;
+  }
   for (int d : {59, 111}) {
     const fa::RunResult r = fa::run_paged_fwd(
         k, paged({33, 5}, 4, 2, d, 1, page_sizes().front(), true), k.dtypes.front(), check_only(3));
