@@ -254,14 +254,14 @@ fa::VarlenShape varlen_batch(bool square, int d, bool causal) {
   return s;
 }
 
-// attn_varlen/<kernel>/bf16/D<64|128|192|256>/<causal|full>/<mixed|square>: every varlen forward
-// that lists the head dim, on both batches, and the fixed-length forwards serving the mixed batch
+// attn_varlen/<kernel>/bf16/D<64|128|192|256|59>/<causal|full>/<mixed|square>: every varlen forward
+// that takes the head dim (D 59, no multiple of 8: chapter 09's v3 and v4), on both batches, and the fixed-length forwards serving the mixed batch
 // padded to its longest sequence (mixed_padded) or called once per sequence (mixed_per_sequence).
 // TFLOP/s on the visible pairs of the varlen problem. attn_varlen_bwd/: the varlen backwards on
 // the same batches.
 void add_varlen_shapes() {
   const fa::DType t = fa::DType::BF16;
-  for (int d : {64, 128, 192, 256})  // 192 and 256: the Hopper kernels' wide instances
+  for (int d : {64, 128, 192, 256, 59})  // 192 and 256: the Hopper kernels' wide instances
     for (bool causal : {false, true}) {
       const std::string tail =
           std::string("/bf16/D") + std::to_string(d) + (causal ? "/causal/" : "/full/");
@@ -269,7 +269,7 @@ void add_varlen_shapes() {
         const fa::VarlenShape s = varlen_batch(square, d, causal);
         const std::string batch = square ? "square" : "mixed";
         for (const fa::VarlenFwdKernel* k : fa::entries_with_prefix<fa::VarlenFwdKernel>("")) {
-          if (!fa::supports(k->dtypes, t) || !fa::supports(k->head_dims, d)) continue;
+          if (!fa::supports(k->dtypes, t) || !fa::takes_head_dim(*k, d)) continue;
           add("attn_varlen/" + k->name + tail + batch, [k, s, t](benchmark::State& st) {
             report(st, fa::run_varlen_fwd(*k, s, t, timing_only()));
           });
@@ -338,19 +338,19 @@ void add_window_shapes() {
   }
 }
 
-// attn_paged/<kernel>/bf16/D<128|80|192|256>/B8_H32_Hkv8/Nq<1|512>/Nk32768/page<16|64|256>: every
+// attn_paged/<kernel>/bf16/D<128|80|192|256|59>/B8_H32_Hkv8/Nq<1|512>/Nk32768/page<16|64|256>: every
 // paged forward at each page size it takes, on attn_decode's GQA shape (one query row; GB/s and %
 // of copy) and on a chunked prefill of 512 new tokens (causal; TFLOP/s); .../contiguous: the same
 // keys stored contiguously, read by the kernel 09/paged_v1_decode is built on
 // (08/t07_rounded_head_dims) for one query row, and by the dispatch's Hopper forward
 // (07/v5_persistent) for the chunk. D 80 is a head dim between the instances, for the kernels that
 // round it up inside; D 192 and 256 the Hopper kernels' widest instances (the contiguous 07/v5
-// computes D 192 as 256).
+// computes D 192 as 256); D 59, no multiple of 8, for 09/paged_v3_prefill_any_head_dim.
 // attn_paged_append/: writing the new tokens' K and V (at D 128).
 void add_paged_shapes() {
   const fa::DType t = fa::DType::BF16;
   const int64_t batch = 8, heads = 32, heads_kv = 8, seq_k = 32768;
-  for (int64_t d : {128, 80, 192, 256}) {
+  for (int64_t d : {128, 80, 192, 256, 59}) {
     for (int64_t seq_q : {int64_t(1), int64_t(512)}) {
       const fa::AttentionFwdKernel* contiguous = fa::find_entry<fa::AttentionFwdKernel>(
           seq_q == 1 ? "08/t07_rounded_head_dims" : "07/v5_persistent");
