@@ -157,6 +157,9 @@ inline int head_dim_step(const AttentionBwdKernel& k) {
 inline int head_dim_step(const VarlenFwdKernel& k) {
   return k.head_dim_step;
 }
+inline int head_dim_step(const VarlenBwdKernel& k) {
+  return k.head_dim_step;
+}
 inline int head_dim_step(const PagedFwdKernel& k) {
   return k.head_dim_step;
 }

@@ -241,9 +241,10 @@ struct VarlenBwdKernel {
   int min_sm = 80;
   bool window = false;
   bool deterministic = true;
-  std::string forward;           // the VarlenFwdKernel that makes O and L for it
-  bool rounds_head_dim = false;  // as AttentionFwdKernel's
-  bool gqa = false;              // takes heads_kv < heads (dK, dV summed over each group)
+  std::string forward;               // the VarlenFwdKernel that makes O and L for it
+  bool rounds_head_dim = false;      // as AttentionFwdKernel's
+  bool gqa = false;                  // takes heads_kv < heads (dK, dV summed over each group)
+  int head_dim_step = kHeadDimStep;  // as AttentionFwdKernel's
 };
 
 // ---- Chapter 09: attention over a paged KV cache (PagedShape in shapes.h). ---------------------
