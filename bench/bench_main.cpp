@@ -257,8 +257,8 @@ fa::VarlenShape varlen_batch(bool square, int d, bool causal) {
 // attn_varlen/<kernel>/bf16/D<64|128|192|256|59>/<causal|full>/<mixed|square>: every varlen forward
 // that takes the head dim (D 59, no multiple of 8: chapter 09's v3 and v4), on both batches, and the fixed-length forwards serving the mixed batch
 // padded to its longest sequence (mixed_padded) or called once per sequence (mixed_per_sequence).
-// TFLOP/s on the visible pairs of the varlen problem. attn_varlen_bwd/: the varlen backwards on
-// the same batches.
+// TFLOP/s on the visible pairs of the varlen problem. attn_varlen_bwd/: the varlen backwards that
+// take the head dim (D 59: bwd_v3) on the same batches.
 void add_varlen_shapes() {
   const fa::DType t = fa::DType::BF16;
   for (int d : {64, 128, 192, 256, 59})  // 192 and 256: the Hopper kernels' wide instances
@@ -275,7 +275,7 @@ void add_varlen_shapes() {
           });
         }
         for (const fa::VarlenBwdKernel* k : fa::entries_with_prefix<fa::VarlenBwdKernel>("")) {
-          if (!fa::supports(k->dtypes, t) || !fa::supports(k->head_dims, d)) continue;
+          if (!fa::supports(k->dtypes, t) || !fa::takes_head_dim(*k, d)) continue;
           add("attn_varlen_bwd/" + k->name + tail + batch, [k, s, t](benchmark::State& st) {
             report(st, fa::run_varlen_bwd(*k, s, t, timing_only()));
           });
