@@ -783,6 +783,15 @@ void run_head_dim(const fa::VarlenBwdArgs& a, cudaStream_t stream) {
              std::string(kName) + " needs the fp32 workspace (dQ accumulator)");
   FA_REQUIRE(a.cu_seqlens_q != nullptr && a.cu_seqlens_k != nullptr,
              std::string(kName) + " needs cu_seqlens_q and cu_seqlens_k on the device");
+  FA_UNSUPPORTED_IF(a.shape.head_dim % 8 == 0 && (reinterpret_cast<uintptr_t>(a.q) % 16 != 0 ||
+                                                  reinterpret_cast<uintptr_t>(a.k) % 16 != 0 ||
+                                                  reinterpret_cast<uintptr_t>(a.v) % 16 != 0 ||
+                                                  reinterpret_cast<uintptr_t>(a.dout) % 16 != 0 ||
+                                                  reinterpret_cast<uintptr_t>(a.dk) % 16 != 0 ||
+                                                  reinterpret_cast<uintptr_t>(a.dv) % 16 != 0),
+                    std::string(kName) +
+                        ": at a head dim that is a multiple of 8, Q, K, V, dO, dK and dV are read "
+                        "and written 16 bytes at a time and must be 16-byte aligned");
   const fa::VarlenShape& s = a.shape;
 
   // 1. D = rowsum(dO * O), before the kernel that reads it (same stream). D's rows over the

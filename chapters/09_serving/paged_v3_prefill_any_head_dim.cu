@@ -774,12 +774,13 @@ void paged_prefill(const PagedFwdArgs& a, cudaStream_t stream) {
                         std::to_string(kMinPageSize) + " up, not " + std::to_string(s.page_size));
   FA_REQUIRE(s.max_pages * s.page_size >= s.max_seq_k(),
              "the block table is narrower than the longest sequence");
-  FA_UNSUPPORTED_IF(reinterpret_cast<uintptr_t>(a.q) % 16 != 0 ||
-                        reinterpret_cast<uintptr_t>(a.k_pages) % 16 != 0 ||
-                        reinterpret_cast<uintptr_t>(a.v_pages) % 16 != 0,
+  FA_UNSUPPORTED_IF(s.head_dim % 8 == 0 && (reinterpret_cast<uintptr_t>(a.q) % 16 != 0 ||
+                                            reinterpret_cast<uintptr_t>(a.o) % 16 != 0 ||
+                                            reinterpret_cast<uintptr_t>(a.k_pages) % 16 != 0 ||
+                                            reinterpret_cast<uintptr_t>(a.v_pages) % 16 != 0),
                     std::string(kName) +
-                        ": Q and the pools are copied 16 bytes at a time (rows of whole chunks) "
-                        "and must be 16-byte aligned");
+                        ": at a head dim that is a multiple of 8, Q, O and the pools are copied "
+                        "16 bytes at a time and must be 16-byte aligned");
   switch (a.dtype) {
     case DType::BF16:
       return dispatch_head_dim<__nv_bfloat16>(a, stream);

@@ -746,6 +746,13 @@ void varlen_fwd(const VarlenFwdArgs& a, cudaStream_t stream) {
   FA_UNSUPPORTED_IF(s.heads % s.kv_heads() != 0,
                     std::string(kName) + ": heads must be a multiple of heads_kv");
   FA_REQUIRE(a.cu_seqlens_q != nullptr && a.cu_seqlens_k != nullptr, "cu_seqlens on the device");
+  FA_UNSUPPORTED_IF(s.head_dim % 8 == 0 && (reinterpret_cast<uintptr_t>(a.q) % 16 != 0 ||
+                                            reinterpret_cast<uintptr_t>(a.k) % 16 != 0 ||
+                                            reinterpret_cast<uintptr_t>(a.v) % 16 != 0 ||
+                                            reinterpret_cast<uintptr_t>(a.o) % 16 != 0),
+                    std::string(kName) +
+                        ": at a head dim that is a multiple of 8, Q, K, V and O are copied 16 "
+                        "bytes at a time and must be 16-byte aligned");
   switch (a.dtype) {
     case DType::BF16:
       return dispatch_head_dim<__nv_bfloat16>(a, stream);
