@@ -17,9 +17,9 @@
 // batch each sequence has its own). The paged decode compiles to the machine code it had when it
 // carried a copy (the cubins' kernel sections compared for sm_80 and sm_90, CUDA 13.0).
 //
-// Everything here is in an anonymous namespace inside fa::ch08::t07, as split_kv.cuh's plumbing is
-// (whose Params these pieces take): each .cu file that includes it compiles its own copy, its own
-// tile counters included.
+// The device pieces are in fa::ch08::t07 and take split_kv.cuh's Params (an anonymous namespace's:
+// each module compiles its own); the tile counters, host code with a buffer, are in an anonymous
+// namespace, so each module that includes this header has its own, as split_kv.cuh's workspace.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -36,7 +36,6 @@
 #include "mma.cuh"
 
 namespace fa::ch08::t07 {
-namespace {
 
 constexpr int kWarp = 32;      // threads per warp
 constexpr int kTileRows = 16;  // query rows per block: one m16 tile
@@ -348,6 +347,12 @@ __device__ __forceinline__ void merge_splits(const Params& p, const MmaTile& t, 
   if (tid % kPerRow == 0) p.lse[row] = acc.l > 0.0f ? acc.m + logf(acc.l) : -INFINITY;
 }
 
+}  // namespace fa::ch08::t07
+
+// The tile counters are host code with a buffer of their own: in an anonymous namespace, as
+// split_kv.cuh's workspace, so that each module that includes this header has its own.
+namespace {
+
 // v6: the counters, one per row tile, zero between launches (the last block resets its own): one
 // buffer per process, zeroed when it is allocated or grown, as the workspace of the partials is
 // one buffer (split_kv.cuh).
@@ -363,4 +368,3 @@ unsigned* tile_counters(int64_t tiles) {
 }
 
 }  // namespace
-}  // namespace fa::ch08::t07
