@@ -1,11 +1,11 @@
-// mma_decode_t07.cuh: chapter 08's decoding kernel as the dispatch runs it, 08/t07_rounded_head_dims
-// (08/v6_last_block_merge taking every head dim that is a multiple of 8 up to 128), as pieces a
-// later rung calls instead of copying: the block's shape (one m16 tile of query rows, four warps of
-// 16 keys each per 64-key step, two shared-memory stages), which (sequence, K/V head), row tile and
-// split a block owns, each lane's rows and Q fragments, the ring's layout, one warp's 16-key step
-// (S = Q K^T, the online softmax, O = alpha O + P V on mma.sync), the fold of the four warps' states
-// (chapter 02's pair merge) into partials or O and L, the last block's fold of the splits, and the
-// tile counters it counts on.
+// mma_decode_t07.cuh: chapter 08's decoding kernel as the dispatch runs it,
+// 08/t07_rounded_head_dims (08/v6_last_block_merge taking every head dim that is a multiple of 8 up
+// to 128), as pieces a later rung calls instead of copying: the block's shape (one m16 tile of
+// query rows, four warps of 16 keys each per 64-key step, two shared-memory stages), which
+// (sequence, K/V head), row tile and split a block owns, each lane's rows and Q fragments, the
+// ring's layout, one warp's 16-key step (S = Q K^T, the online softmax, O = alpha O + P V on
+// mma.sync), the fold of the four warps' states (chapter 02's pair merge) into partials or O and
+// L, the last block's fold of the splits, and the tile counters it counts on.
 //
 // Read them in 08/t07 first (chapters/08_decoding/tuning/t07_rounded_head_dims.cu), and the ideas
 // in the rungs that introduce them (08/v3_mma_split: the split on tensor cores; v4: four warps on

@@ -3,8 +3,9 @@
 // computed at the next instance 32, 64, 96, 128 or 256), as pieces a later rung calls instead of
 // copying: its tiles (four warps of one or two m16 tiles; Bc 64 or 32), its shared-memory layout
 // (swizzled rows at D 64, 128, 256, padded at 32 and 96) and a lane's ldmatrix addresses into it,
-// the tile loader for rows of d (16-byte cp.async, or element by element where d is no multiple of
-// 8), S = Q K^T and O = alpha O + P V on a warp's m16 tiles, and the epilogue of O (rows of d) and L.
+// the tile loader for rows of d (16-byte cp.async, or element by element where d is no multiple
+// of 8), S = Q K^T and O = alpha O + P V on a warp's m16 tiles, and the epilogue of O (rows of d)
+// and L.
 //
 // Read them in 05/t17 first (chapters/05_flash_forward/tuning/t17_grouped_any_head_dim.cu), whose
 // ladder runs 05/v4 -> t14 (rows of d) -> t15 (element by element) -> t17 (grouped heads): it
@@ -12,8 +13,8 @@
 // other kernel takes (09/v3_varlen_any_head_dim, v4_window_any_head_dim,
 // paged_v3_prefill_any_head_dim) are each t17 plus one idea (packed offsets, the window's tiles,
 // the block table) and call these pieces; what each keeps in its file is its parameters, its K/V
-// copies (load_kv_tile), its kernel and its launch. Each compiled to the machine code it had when it
-// carried a copy (the cubins' kernel sections compared for sm_80 and sm_90, CUDA 13.0).
+// copies (load_kv_tile), its kernel and its launch. Each compiled to the machine code it had when
+// it carried a copy (the cubins' kernel sections compared for sm_80 and sm_90, CUDA 13.0).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -40,7 +41,8 @@ struct Tiles {
   static constexpr int kSTiles = kBc / 8;            // n8 tiles of S per m16 tile
   static constexpr bool kQInRegs = kM * D <= 128;    // 32 rows x D x 2 B / 32 lanes <= 32 regs
   static constexpr int kQRegSlices = kQInRegs ? D / 16 : 1;
-  // O is rescaled only where some row's max moved, where that pays: Bc = 32 (05/v4's header says why).
+  // O is rescaled only where some row's max moved, where that pays: Bc = 32 (05/v4's header says
+  // why).
   static constexpr bool kSkipRescale = kBc <= 32;
   static_assert(kBc % 16 == 0, "P V takes the keys 16 at a time");
 };
