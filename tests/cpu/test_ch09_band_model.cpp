@@ -7,7 +7,9 @@
 //    see no key;
 //  * the 32-bit arithmetic of 09/v2_window's warps (v2_window.cu: each warp's unmasked tiles as
 //    one interval, each thread's mask from the window's edges of its first row, clamped) against
-//    tile_needs_mask and Band::visible, for every row, key and tile of the same shapes.
+//    tile_needs_mask and Band::visible, for every row, key and tile of the same shapes;
+//  * the same for 09/bwd_v4_window_any_head_dim (its tile is S^T: a thread's rows are keys, each
+//    key row's first and last query as 32-bit columns of the Q tile, clamped).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -270,6 +272,55 @@ TEST(Ch09BandModel, WindowKernelWarpArithmeticMatchesTheBand) {
                       }
                   }
               }
+            }
+          }
+        }
+}
+
+// ---- 09/bwd_v4_window_any_head_dim's per-key arithmetic (bwd_v4_window_any_head_dim.cu) --------
+// A block owns kBwdBc keys from k0 and visits the Q tiles of kBwdBr queries that query_tiles
+// gives; in a tile that tile_needs_mask masks, the thread holding key row `key` keeps query column
+// col iff first <= col <= last, its key's first and last query rows as columns of the tile,
+// clamped to [-1, kBwdBr] (none for a key past seq_k).
+constexpr int64_t kBwdBr = 64, kBwdBc = 128;
+
+int clamp_cols(int64_t x, int cols) {
+  return int(x < -1 ? -1 : (x > cols ? cols : x));
+}
+
+bool bwd_kernel_keeps(const Band& band, int64_t q0, int64_t key, int col) {
+  if (key >= band.seq_k) return false;
+  const int first = clamp_cols(band.first_row(key) - q0, int(kBwdBr));
+  const int last = clamp_cols(band.last_row(key) - q0, int(kBwdBr));
+  return col >= first && col <= last;
+}
+
+TEST(Ch09BandModel, WindowBackwardKeyArithmeticMatchesTheBand) {
+  for (int64_t seq_q : kLengths)
+    for (int64_t seq_k : kLengths)
+      for (bool causal : {false, true})
+        for (Window w : kWindows) {
+          const Band band = Band::make(seq_q, seq_k, causal, w.left, w.right);
+          SCOPED_TRACE(name_of(shape_of(seq_q, seq_k, causal, w, 16), kBwdBr, kBwdBc));
+          for (int64_t k0 = 0; k0 < seq_k; k0 += kBwdBc) {
+            const TileRange q_tiles = fa::ch09::query_tiles(band, k0, k0 + kBwdBc, kBwdBr);
+            for (int64_t qt = 0; qt * kBwdBr < seq_q; ++qt) {
+              const int64_t q0 = qt * kBwdBr;
+              const bool visited = qt >= q_tiles.begin && qt < q_tiles.end;
+              const bool masked = fa::ch09::tile_needs_mask(band, q0, q0 + kBwdBr, k0, k0 + kBwdBc);
+              for (int64_t key = k0; key < k0 + kBwdBc; ++key)
+                for (int col = 0; col < kBwdBr; ++col) {
+                  const int64_t i = q0 + col;
+                  if (i >= seq_q) continue;  // L = +inf there: P = 0 whatever the mask
+                  const bool visible = band.visible(i, key);
+                  if (!visited)
+                    ASSERT_FALSE(visible) << "skipped tile, row " << i << " key " << key;
+                  else if (masked)
+                    ASSERT_EQ(bwd_kernel_keeps(band, q0, key, col), visible)
+                        << "row " << i << " key " << key;
+                  else
+                    ASSERT_TRUE(visible) << "unmasked tile, row " << i << " key " << key;
+                }
             }
           }
         }
