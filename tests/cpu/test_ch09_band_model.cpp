@@ -7,7 +7,8 @@
 //    see no key;
 //  * the 32-bit arithmetic of 09/v2_window's warps (v2_window.cu: each warp's unmasked tiles as
 //    one interval, each thread's mask from the window's edges of its first row, clamped) against
-//    tile_needs_mask and Band::visible, for every row, key and tile of the same shapes;
+//    tile_needs_mask and Band::visible, for every row, key and tile of the same shapes, at
+//    v2_window's tiles and at 09/v4_window_any_head_dim's (05/t17's: Bc 32, and Br 64 at D 256);
 //  * the same for 09/bwd_v4_window_any_head_dim (its tile is S^T: a thread's rows are keys, each
 //    key row's first and last query as 32-bit columns of the Q tile, clamped).
 #include <gtest/gtest.h>
@@ -199,9 +200,14 @@ TEST(Ch09BandModel, KeyTilesCoverTheBandAndUnmaskedTilesAreInside) {
 }
 
 // ---- 09/v2_window's per-warp and per-thread arithmetic (v2_window.cu), restated ----------------
-// A warp owns kWarpRows rows from warp_row0; lane (g, t) holds rows warp_row0 + g + o,
-// o in {0, 8, 16, 24}, and keys k0 + 2 t + c, c = 8 nt + (0 or 1), of a tile of 64 keys.
-constexpr int64_t kWarpRows = 32, kKernelBr = 128, kKernelBc = 64;
+// A warp owns rows rows from warp_row0; lane (g, t) holds rows warp_row0 + g + o, o in {0, 8, ...,
+// rows - 8}, and keys k0 + 2 t + c, c = 8 nt + (0 or 1), of a tile of bc keys. v2_window's tiles:
+// Br 128, Bc 64, 32 rows a warp; 09/v4_window_any_head_dim (05/t17's tiles) also has Bc 32 (from
+// D 96) and, at D 256, Br 64 with 16 rows a warp.
+struct KernelTiles {
+  int64_t br, bc, warp_rows;
+};
+const std::vector<KernelTiles> kWindowTiles = {{128, 64, 32}, {128, 32, 32}, {64, 32, 16}};
 
 struct WarpPlan {
   int64_t row0, row1;
@@ -209,14 +215,14 @@ struct WarpPlan {
   int64_t free_first, free_end;  // the tiles that need no mask: [free_first, free_end)
 };
 
-WarpPlan warp_plan(const Band& band, int64_t warp_row0) {
+WarpPlan warp_plan(const Band& band, int64_t warp_row0, const KernelTiles& kt) {
   WarpPlan w;
   w.row0 = warp_row0;
-  w.row1 = std::min(warp_row0 + kWarpRows, band.seq_q);
-  w.tiles = fa::ch09::key_tiles(band, w.row0, w.row1, kKernelBc);
+  w.row1 = std::min(warp_row0 + kt.warp_rows, band.seq_q);
+  w.tiles = fa::ch09::key_tiles(band, w.row0, w.row1, kt.bc);
   const int64_t free_first_key = band.first_key(w.row1 - 1), free_last_key = band.last_key(w.row0);
-  w.free_first = (free_first_key + kKernelBc - 1) / kKernelBc;
-  w.free_end = std::max<int64_t>((free_last_key + 1) / kKernelBc, w.free_first);
+  w.free_first = (free_first_key + kt.bc - 1) / kt.bc;
+  w.free_end = std::max<int64_t>((free_last_key + 1) / kt.bc, w.free_first);
   return w;
 }
 
@@ -233,48 +239,49 @@ bool kernel_masks(const Band& band, int64_t warp_row0, int g, int t, int64_t k0,
 }
 
 TEST(Ch09BandModel, WindowKernelWarpArithmeticMatchesTheBand) {
-  for (int64_t seq_q : kLengths)
-    for (int64_t seq_k : kLengths)
-      for (bool causal : {false, true})
-        for (Window w : kWindows) {
-          const Band band = Band::make(seq_q, seq_k, causal, w.left, w.right);
-          SCOPED_TRACE(name_of(shape_of(seq_q, seq_k, causal, w, 16), kKernelBr, kKernelBc));
-          for (int64_t q0 = 0; q0 < seq_q; q0 += kKernelBr) {
-            const TileRange block = fa::ch09::key_tiles(band, q0, q0 + kKernelBr, kKernelBc);
-            for (int64_t warp_row0 = q0; warp_row0 < q0 + kKernelBr; warp_row0 += kWarpRows) {
-              const WarpPlan wp = warp_plan(band, warp_row0);
-              for (int64_t j = block.begin; j < block.end; ++j) {
-                const int64_t k0 = j * kKernelBc;
-                const bool seen = j >= wp.tiles.begin && j < wp.tiles.end;
-                if (!seen) {  // skipped: no real row of the warp sees a key of the tile
-                  for (int64_t i = wp.row0; i < wp.row1; ++i)
-                    for (int64_t key = k0; key < k0 + kKernelBc; ++key)
-                      ASSERT_FALSE(band.visible(i, key)) << "row " << i << " key " << key;
-                  continue;
-                }
-                const bool masked = j < wp.free_first || j >= wp.free_end;
-                ASSERT_EQ(masked,
-                          fa::ch09::tile_needs_mask(band, wp.row0, wp.row1, k0, k0 + kKernelBc))
-                    << "warp row " << wp.row0 << " tile " << j;
-                for (int g = 0; g < 8; ++g)
-                  for (int o : {0, 8, 16, 24}) {
-                    const int64_t i = warp_row0 + g + o;
-                    if (i >= seq_q) continue;  // never stored
-                    for (int t = 0; t < 4; ++t)
-                      for (int c = 0; c < kKernelBc; c += (c % 2 == 0 ? 1 : 7)) {
-                        const int64_t key = k0 + 2 * t + c;
-                        const bool hidden = !band.visible(i, key);
-                        if (masked)
-                          ASSERT_EQ(kernel_masks(band, warp_row0, g, t, k0, c, o), hidden)
-                              << "row " << i << " key " << key;
-                        else
-                          ASSERT_FALSE(hidden) << "row " << i << " key " << key;
-                      }
+  for (const KernelTiles& kt : kWindowTiles)
+    for (int64_t seq_q : kLengths)
+      for (int64_t seq_k : kLengths)
+        for (bool causal : {false, true})
+          for (Window w : kWindows) {
+            const Band band = Band::make(seq_q, seq_k, causal, w.left, w.right);
+            SCOPED_TRACE(name_of(shape_of(seq_q, seq_k, causal, w, 16), kt.br, kt.bc));
+            for (int64_t q0 = 0; q0 < seq_q; q0 += kt.br) {
+              const TileRange block = fa::ch09::key_tiles(band, q0, q0 + kt.br, kt.bc);
+              for (int64_t warp_row0 = q0; warp_row0 < q0 + kt.br; warp_row0 += kt.warp_rows) {
+                const WarpPlan wp = warp_plan(band, warp_row0, kt);
+                for (int64_t j = block.begin; j < block.end; ++j) {
+                  const int64_t k0 = j * kt.bc;
+                  const bool seen = j >= wp.tiles.begin && j < wp.tiles.end;
+                  if (!seen) {  // skipped: no real row of the warp sees a key of the tile
+                    for (int64_t i = wp.row0; i < wp.row1; ++i)
+                      for (int64_t key = k0; key < k0 + kt.bc; ++key)
+                        ASSERT_FALSE(band.visible(i, key)) << "row " << i << " key " << key;
+                    continue;
                   }
+                  const bool masked = j < wp.free_first || j >= wp.free_end;
+                  ASSERT_EQ(masked,
+                            fa::ch09::tile_needs_mask(band, wp.row0, wp.row1, k0, k0 + kt.bc))
+                      << "warp row " << wp.row0 << " tile " << j;
+                  for (int g = 0; g < 8; ++g)
+                    for (int o = 0; o < kt.warp_rows; o += 8) {
+                      const int64_t i = warp_row0 + g + o;
+                      if (i >= seq_q) continue;  // never stored
+                      for (int t = 0; t < 4; ++t)
+                        for (int c = 0; c < kt.bc; c += (c % 2 == 0 ? 1 : 7)) {
+                          const int64_t key = k0 + 2 * t + c;
+                          const bool hidden = !band.visible(i, key);
+                          if (masked)
+                            ASSERT_EQ(kernel_masks(band, warp_row0, g, t, k0, c, o), hidden)
+                                << "row " << i << " key " << key;
+                          else
+                            ASSERT_FALSE(hidden) << "row " << i << " key " << key;
+                        }
+                    }
+                }
               }
             }
           }
-        }
 }
 
 // ---- 09/bwd_v4_window_any_head_dim's per-key arithmetic (bwd_v4_window_any_head_dim.cu) --------
