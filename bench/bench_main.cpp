@@ -123,18 +123,19 @@ void add_dispatch_protocol(const std::string& family, bool backward, Run run) {
 }
 
 // Head dims off the protocol's three: D 32, three between chapter 07's instances (80, 96, 192:
-// rounded up inside the kernels, rounds_head_dim in registry.h) and two that are no multiple of 8
-// (59, 111: chapter 05's t15 and 06's t17), bf16, B = 16384/N, H = 2048/D
+// rounded up inside the kernels, rounds_head_dim in registry.h) and three that are no multiple of
+// 8 (59, 111: chapter 05's t15 and 06's t17; 201: t15 and 06's t21), bf16, B = 16384/N, H = 2048/D
 // (rounded down), N 2048 and 8192, with the protocol's row names so that compare_sdpa.py times
 // SDPA beside them: the dispatch's choice (auto), the final Hopper rungs that round, the mma.sync
 // kernels that list the head dim (the dispatch's choice before the rounding), and the mma.sync
 // steps that round (05/t14, 06/t16: the dispatch's choice before sm_90; 05/t15, 06/t17: every
-// head dim; 06/t19: the backward from 136 to 256 computed at 256, for GPUs before sm_90).
+// head dim; 06/t19: the backward from 136 to 256 computed at 256, for GPUs before sm_90; 06/t21:
+// t19 at every head dim up to 256).
 template <class K, class Run>
 void add_head_dims_between(const std::string& family, bool backward,
                            const std::vector<const char*>& names, Run run) {
   const fa::DType t = fa::DType::BF16;
-  for (int d : {32, 59, 80, 96, 111, 192})
+  for (int d : {32, 59, 80, 96, 111, 192, 201})
     for (bool causal : {false, true})
       for (int64_t n : {2048, 8192}) {
         const fa::AttentionShape s{16384 / n, 2048 / d, n, n, d, causal, 0.0f};
@@ -446,7 +447,7 @@ void register_all() {
       "attn_bwd/", true,
       {"07/bwd_v6_head_groups", "07/bwd_t48_dq_in_turns", "07/bwd_t53_d256_halves",
        "07/bwd_v1_tma_wgmma", "06/v5_warp_tiles", "06/v4_bc128_tuned", "06/t16_rounded_head_dims",
-       "06/t17_any_head_dim", "06/t19_d256_rounded"},
+       "06/t17_any_head_dim", "06/t19_d256_rounded", "06/t21_d256_any_head_dim"},
       fa::run_attention_bwd);
   add_decode_shapes();
   add_grouped_heads<fa::AttentionFwdKernel>("attn_gqa/fwd/", fa::run_attention_fwd);

@@ -32,8 +32,9 @@
 // rounds head dims up (rounds_head_dim, registry.h) takes without listing them.
 inline const std::vector<int> kBetweenInstances = {40, 80, 96, 160, 192, 224};
 // Head dims that are no multiple of 8: only a kernel that rounds every head dim (head_dim_step 1,
-// registry.h) takes them; every other kernel refuses them.
-inline const std::vector<int> kOffTheStep = {59, 111};
+// registry.h) takes them; every other kernel refuses them. 201: above 128, where such a kernel
+// computes at 256.
+inline const std::vector<int> kOffTheStep = {59, 111, 201};
 // Those of kBetweenInstances and kOffTheStep that kernel k takes without listing them.
 template <class K>
 std::vector<int> rounded_dims(const K& k) {

@@ -5,9 +5,10 @@
 // heads where it takes them, checked as every other run (the poisoned outputs catch a column
 // stored past d, a wrong row length shows as wrong values); a refusal here FAILS, since the
 // registration says the kernel takes these head dims. A head dim that is no multiple of 8 (59,
-// 111) must be refused with the reason, never run, unless the kernel rounds every head dim
-// (head_dim_step 1: chapter 05's t15 and t17, chapter 06's t17), which runs them as the others. (The packed-batch kernels of chapter 09 that
-// round are tested in test_serving.cpp, RoundedHeadDims.)
+// 111, 201) must be refused with the reason, never run, unless the kernel rounds every head dim
+// (head_dim_step 1: chapter 05's t15 and t17, chapter 06's t17 and t21), which runs those it takes
+// as the others. (The packed-batch kernels of chapter 09 that round are tested in
+// test_serving.cpp, RoundedHeadDims.)
 #include "test_util.h"
 
 namespace {

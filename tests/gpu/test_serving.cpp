@@ -390,6 +390,26 @@ TEST_P(PagedFwdKernels, LongPagePoolPast2to31Elements) {
   FA_EXPECT_PASS(fa::run_paged_fwd(kernel(), s, t, check_only(81, 2)));
 }
 
+// A cache of 131072 keys beside a short one, in pages of the kernel's largest size: one query row
+// (decoding) and 17, grouped (4 query heads a K/V head), causal and not, at D 128 (or the kernel's
+// largest head dim below it). The accuracy test of a long cache: a single-pass kernel adds 8192
+// P V products of 16 keys into O (the truncation above grows with their number), a split kernel
+// merges its splits' partial sums. The rule's bound is the naive same-precision error's.
+TEST_P(PagedFwdKernels, Cache131072Keys) {
+  FA_SKIP_WITHOUT_GPU(kernel().min_sm);
+  const fa::PagedFwdKernel& k = kernel();
+  const DType t = k.dtypes.back();
+  int d = k.head_dims.front();
+  for (int x : k.head_dims)
+    if (x <= 128) d = x;
+  for (int64_t nq : {int64_t(1), int64_t(fa::kDecodeSeqQ + 1)})
+    for (bool causal : {false, true}) {
+      const PagedShape s = paged({131072, 1000}, 16, 4, d, nq, page_sizes().back(), causal);
+      SCOPED_TRACE(s.str() + " " + fa::dtype_name(t));
+      FA_EXPECT_PASS(fa::run_paged_fwd(k, s, t, check_only(uint64_t(nq + causal), 2)));
+    }
+}
+
 // A chunked prefill: 200 new queries per sequence against its cache (the first of them see no
 // key in the shorter caches when causal). A decoding kernel is correct for every seq_q but not
 // written for long chunks: it gets 17 queries, one past kDecodeSeqQ.

@@ -11,7 +11,8 @@
 //   fa::bwd_tc           the padded and swizzled shared-memory tiles, the cp.async tile loader,
 //                        the ldmatrix fragment loaders, exponentials, L in log2 form, the
 //                        write-out of a 16-row accumulator (06/v2_mma's and 06/v3_atomic_dq's)
-//   Params, convert_dq_kernel   what the dK/dV kernel gets; dQ = dQaccum * scale (06/v3's)
+//   Params, convert_dq_kernel   what the dK/dV kernel gets; dQ = dQaccum * scale (06/v3's; t21's
+//                               tail of 1-3 elements in convert_dq_tail_kernel)
 //   kWarps .. kLdS       the tile and the shared-memory pitch of dS^T
 //   kv128_backward<Step> the host side: checks, the D preprocess, the two launches
 // Device code and its launcher, in an anonymous namespace (each including .cu file compiles its
@@ -236,6 +237,18 @@ __global__ void convert_dq_kernel(const float* __restrict__ acc, T* __restrict__
   }
 }
 
+// t21: the last n (1-3) elements, from `first` on, that convert_dq_kernel's groups of four leave
+// when a head dim that is no multiple of 8 makes q_numel no multiple of 4. One thread each.
+template <class T>
+__global__ void convert_dq_tail_kernel(const float* __restrict__ acc, T* __restrict__ dq,
+                                       int64_t first, int n, float scale) {
+  if (int(threadIdx.x) < n) {
+    const int64_t i = first + threadIdx.x;
+    reinterpret_cast<unsigned short*>(dq)[i] =
+        static_cast<unsigned short>(fa::mma::pack2<T>(acc[i] * scale, 0.0f) & 0xffffu);
+  }
+}
+
 // ---- the tile ------------------------------------------------------------------------------
 using fa::causal_last_key;
 using fa::ceil_div;
@@ -315,6 +328,12 @@ void launch(const fa::AttentionBwdArgs& a, cudaStream_t stream) {
     const int64_t blocks = std::min<int64_t>(ceil_div(n4, kConvThreads), int64_t(1) << 20);
     convert_dq_kernel<T><<<static_cast<unsigned>(blocks), kConvThreads, 0, stream>>>(
         a.workspace, static_cast<T*>(a.dq), n4, p.scale);
+    FA_CHECK_LAUNCH();
+  }
+  const int tail = int(s.q_numel() % 4);  // t21's head dims only: every other d is a multiple of 8
+  if (tail > 0) {
+    convert_dq_tail_kernel<T><<<1, 4, 0, stream>>>(a.workspace, static_cast<T*>(a.dq),
+                                                   s.q_numel() - tail, tail, p.scale);
     FA_CHECK_LAUNCH();
   }
 }

@@ -7,6 +7,7 @@
 //   t14           t12 at D 256 with a block of 64 keys                      (Tile: D256Tile)
 //   t18           t14 with one Q and one dO buffer, for 163 KiB GPUs        (Tile::kQdoBuffers 1)
 //   t19           t18 with rows of d in global memory (d <= D, d % 8 == 0)  (kRowsOfD)
+//   t21           t19 with rows of any length d (59, 139, ...)              (kAnyRowLength)
 // With 128-query tiles at D 64 on top of t12, this is 06/v5_warp_tiles's kernel (that step is the
 // main path's: v5_warp_tiles.cu). The tile (128 keys, 64 queries, 8 warps; WarpTilesTile) and the
 // host side are ch06_kv128.cuh's; the address helpers and the copy plan ch06_kv128_kernel.cuh's.
@@ -15,6 +16,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "attention_tiles.cuh"  // fa::tiles::copy_chunk_by_elements (t21)
 #include "ch06_kv128.cuh"
 #include "ch06_kv128_kernel.cuh"  // kv128_kernel (for D 32 and 96), lane_rows, TileCopy, ...
 
@@ -24,6 +26,7 @@ namespace {
 struct WarpTilesSteps {
   static constexpr bool kOneBarrierFewer = false;  // t12: two barriers per Q tile, not three
   static constexpr bool kRowsOfD = false;          // t19: rows of p.d elements in global memory
+  static constexpr bool kAnyRowLength = false;     // t21: p.d no multiple of 8 too (with kRowsOfD)
 };
 
 // The kernel's parameters: t19's carry the real head dim (ch06_kv128.cuh).
@@ -128,8 +131,10 @@ __device__ __forceinline__ void keys_times_cols(float (&acc)[2][kCols / 8][4], u
 // t19: rows [row0, row0 + ROWS) of a [seq, d] row-major matrix into a swizzled tile of rows of
 // D >= d elements, 16 bytes per cp.async; the chunks at or past d, and the rows at or past seq,
 // zero-filled (nothing is read for them). d is a multiple of 8: a chunk lies wholly inside the
-// row or wholly past it, and every row starts at a 16-byte boundary.
-template <class T, int D, int ROWS>
+// row or wholly past it, and every row starts at a 16-byte boundary. t21 (kAnyLength): where d is
+// no multiple of 8 the rows are not 16-byte aligned, and each chunk is copied element by element
+// instead (synchronously), zeros past d.
+template <class T, int D, int ROWS, bool kAnyLength = false>
 __device__ __forceinline__ void load_rows_of_d(T* s, const T* g, int64_t row0, int64_t seq, int d,
                                                int tid) {
   constexpr int kChunksPerRow = D / 8;
@@ -138,14 +143,22 @@ __device__ __forceinline__ void load_rows_of_d(T* s, const T* g, int64_t row0, i
     const int r = c / kChunksPerRow, cc = c % kChunksPerRow;
     const bool valid = row0 + r < seq && cc * 8 < d;
     const T* src = valid ? g + (row0 + r) * int64_t(d) + cc * 8 : g;
+    if constexpr (kAnyLength) {
+      if (d % 8 != 0) {
+        fa::tiles::copy_chunk_by_elements(s + fa::bwd_tc::swizzled_offset<D>(r, cc),
+                                          valid ? src : nullptr, d - cc * 8);
+        continue;
+      }
+    }
     fa::mma::cp_async_16(s + fa::bwd_tc::swizzled_offset<D>(r, cc), src, valid);
   }
 }
 
 // t19: store_rows for rows of d elements: the columns at or past d (zero: the products of zero
 // columns) are not stored. Two adjacent columns 2t, 2t + 1 of an 8-column group are both below
-// d or both past it.
-template <class T, int DC>
+// d or both past it. t21 (kAnyLength): where d is no multiple of 8 a row may start at an odd
+// element, so each of the pair's two elements is stored on its own, those below d.
+template <class T, int DC, bool kAnyLength = false>
 __device__ __forceinline__ void store_rows_of_d(T* out, const float (&acc)[DC / 8][4], int64_t r0,
                                                 int col0, int64_t seq, float mul, int d, int lane) {
   const int g = lane >> 2, t = lane & 3;
@@ -155,10 +168,21 @@ __device__ __forceinline__ void store_rows_of_d(T* out, const float (&acc)[DC / 
     if (row >= seq) continue;
     T* dst = out + row * int64_t(d) + col0 + 2 * t;
 #pragma unroll
-    for (int nt = 0; nt < DC / 8; ++nt)
+    for (int nt = 0; nt < DC / 8; ++nt) {
+      if constexpr (kAnyLength) {
+        if (d % 8 != 0) {
+          const int col = col0 + 8 * nt + 2 * t;
+          const uint32_t pair = fa::mma::pack2<T>(acc[nt][2 * h] * mul, acc[nt][2 * h + 1] * mul);
+          unsigned short* const e = reinterpret_cast<unsigned short*>(dst + 8 * nt);
+          if (col < d) e[0] = static_cast<unsigned short>(pair & 0xffffu);
+          if (col + 1 < d) e[1] = static_cast<unsigned short>(pair >> 16);
+          continue;
+        }
+      }
       if (col0 + 8 * nt < d)
         *reinterpret_cast<uint32_t*>(dst + 8 * nt) =
             fa::mma::pack2<T>(acc[nt][2 * h] * mul, acc[nt][2 * h + 1] * mul);
+    }
   }
 }
 
@@ -167,7 +191,7 @@ template <class T, int D, int ROWS, class Steps>
 __device__ __forceinline__ void load_tile(T* s, const T* g, int64_t row0, int64_t seq, int d,
                                           int tid) {
   if constexpr (Steps::kRowsOfD)
-    load_rows_of_d<T, D, ROWS>(s, g, row0, seq, d, tid);
+    load_rows_of_d<T, D, ROWS, Steps::kAnyRowLength>(s, g, row0, seq, d, tid);
   else
     load_tile_async<T, D, ROWS, kThreads, true>(s, g, row0, seq, tid);
 }
@@ -435,10 +459,20 @@ __global__ void __launch_bounds__(kThreads, 1) warp_tiles_kernel(WarpTilesParams
         for (int h = 0; h < 2; ++h) {
           if (row0 + 16 * mt + 8 * h >= seq_q) continue;
 #pragma unroll
-          for (int nt = 0; nt < kQuarter / 8; ++nt)
+          for (int nt = 0; nt < kQuarter / 8; ++nt) {
+            if constexpr (Steps::kAnyRowLength) {
+              if (d % 8 != 0) {  // t21: rows not 8-byte aligned: one float at a time, below d
+                float* const dst = dst0 + (16 * mt + 8 * h) * d + 8 * nt;
+                const int col = kQuarter * wc + 8 * nt + 2 * t;
+                if (col < d) atomicAdd(dst, acc[mt][nt][2 * h]);
+                if (col + 1 < d) atomicAdd(dst + 1, acc[mt][nt][2 * h + 1]);
+                continue;
+              }
+            }
             if (!Steps::kRowsOfD || kQuarter * wc + 8 * nt < d)  // t19: columns below d
               add_dq(dst0 + (16 * mt + 8 * h) * d + 8 * nt, acc[mt][nt][2 * h],
                      acc[mt][nt][2 * h + 1]);
+          }
         }
     }
 
@@ -460,8 +494,9 @@ __global__ void __launch_bounds__(kThreads, 1) warp_tiles_kernel(WarpTilesParams
   for (int mt = 0; mt < 2; ++mt) {
     const int64_t r0 = k0 + 32 * wk + 16 * mt;
     if constexpr (Steps::kRowsOfD) {  // t19: rows of d, the columns past it not stored
-      store_rows_of_d<T, kHalf>(dK, dk[mt], r0, kHalf * wd, seq_k, p.scale, d, lane);
-      store_rows_of_d<T, kHalf>(dV, dv[mt], r0, kHalf * wd, seq_k, 1.0f, d, lane);
+      constexpr bool kAny = Steps::kAnyRowLength;
+      store_rows_of_d<T, kHalf, kAny>(dK, dk[mt], r0, kHalf * wd, seq_k, p.scale, d, lane);
+      store_rows_of_d<T, kHalf, kAny>(dV, dv[mt], r0, kHalf * wd, seq_k, 1.0f, d, lane);
     } else {
       store_rows<T, D, kHalf>(dK, dk[mt], r0, kHalf * wd, seq_k, p.scale, lane);
       store_rows<T, D, kHalf>(dV, dv[mt], r0, kHalf * wd, seq_k, 1.0f, lane);
