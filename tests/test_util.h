@@ -48,7 +48,7 @@ std::vector<int> rounded_dims(const K& k) {
 // The head dims an attention kernel runs under the sanitizers: those it lists, and for a kernel
 // that rounds head dims up (rounds_head_dim, registry.h) one between instances for each instance
 // it rounds to, among 80, 192 and 160 (160 where 192 is an instance, as in 07/t52), whose stores
-// must stay inside rows of the real head dim; and 59 and 111 where it takes them.
+// must stay inside rows of the real head dim; and those of kOffTheStep (59, 111, 201) it takes.
 template <class K>
 std::vector<int> sanitized_dims(const K& k) {
   std::vector<int> dims = k.head_dims;
@@ -62,7 +62,7 @@ std::vector<int> sanitized_dims(const K& k) {
     dims.push_back(d);
   }
   // A kernel that takes every head dim copies rows that are not 16-byte aligned element by
-  // element: those paths too, at both head dims off the step it takes.
+  // element: those paths too, at the head dims off the step it takes.
   for (int d : kOffTheStep)
     if (fa::takes_head_dim(k, d)) dims.push_back(d);
   return dims;

@@ -84,7 +84,7 @@ TEST(RegistryHeadDims, RoundingUpToTheNextInstance) {
   EXPECT_EQ(fa::missing_version({fa::DType::BF16}, dims, fa::DType::BF16, 96),
             "this kernel has no bf16 D=96 version");
   EXPECT_FALSE(fa::takes_head_dim({64, 128}, true, 192)) << "past the largest instance";
-  // Step 1 (05/t15, 06/t17): every head dim up to the largest instance, 59 and 111 included.
+  // Step 1 (05/t15, 06/t17, 06/t21): every head dim up to the largest instance, 59 and 111 included.
   for (auto [d, at] : std::vector<std::pair<int, int>>{
            {1, 32}, {17, 32}, {33, 64}, {59, 64}, {97, 128}, {111, 128}, {129, 256}, {255, 256}})
     EXPECT_EQ(fa::computed_head_dim({32, 64, 96, 128, 256}, true, d, 1), at) << "D " << d;
@@ -108,7 +108,7 @@ TEST(RegistryHeadDims, SanitizedDimsReachEveryRoundedInstance) {
   EXPECT_EQ(sanitized_dims(k), (std::vector<int>{64, 128, 256, 80, 192}));
   k.head_dims = {64, 128, 192, 256};
   EXPECT_EQ(sanitized_dims(k), (std::vector<int>{64, 128, 192, 256, 80, 160}));
-  k.head_dims = {32, 64, 96, 128, 256};  // 05/t15: every head dim, 59 and 111 too
+  k.head_dims = {32, 64, 96, 128, 256};  // 05/t15: every head dim, 59, 111 and 201 too
   k.rounds_head_dim = true;
   k.head_dim_step = 1;
   EXPECT_EQ(sanitized_dims(k), (std::vector<int>{32, 64, 96, 128, 256, 80, 192, 59, 111, 201}));

@@ -182,7 +182,7 @@ const std::vector<int64_t> kBwdQ = {1, 17, 129, 0, 200}, kBwdK = {300, 17, 129, 
 // packed batch, causal and not, with a window and grouped K/V heads where it takes them (the
 // backward's shapes, for both directions); head dims off the step of 8 are refused with the
 // reason, unless the kernel rounds every head dim (head_dim_step 1: 09/v3_varlen_any_head_dim, v4,
-// bwd_v3, bwd_v4), which runs D 59 and 111 as the others. A kernel that does not round refuses
+// bwd_v3, bwd_v4), which runs D 59, 111 (and 201 up to 256) as the others. A kernel that does not round refuses
 // D 80.
 template <class K, class Run>
 void rounded_head_dims(const K& k, Run run) {
@@ -206,7 +206,7 @@ void rounded_head_dims(const K& k, Run run) {
           FA_EXPECT_PASS(run(s, t, uint64_t(d * 3 + causal)));
         }
       }
-  if (fa::head_dim_step(k) == 1) {  // takes 59 and 111 (above); refuses past its largest instance
+  if (fa::head_dim_step(k) == 1) {  // takes kOffTheStep (above); refuses past its largest instance
     const fa::RunResult r =
         run(varlen({33, 5}, {47, 9}, 2, k.head_dims.back() + 1, true), k.dtypes.front(), 3);
     EXPECT_EQ(r.status, fa::Status::Unsupported) << r.report();
@@ -431,7 +431,7 @@ TEST_P(PagedFwdKernels, ChunkOfQueries) {
 // pages of every size it takes, decoding (one query row, grouped and not) and a chunk of queries
 // past the decoding rows, causal and not; head dims off the step of 8 are refused with the reason,
 // unless the kernel rounds every head dim (head_dim_step 1: 09/paged_v3_prefill_any_head_dim),
-// which runs D 59 and 111 as the others. A kernel that does not round refuses D 80.
+// which runs D 59, 111 and 201 as the others. A kernel that does not round refuses D 80.
 TEST_P(PagedFwdKernels, RoundedHeadDims) {
   FA_SKIP_WITHOUT_GPU(kernel().min_sm);
   const fa::PagedFwdKernel& k = kernel();
@@ -456,7 +456,7 @@ TEST_P(PagedFwdKernels, RoundedHeadDims) {
             FA_EXPECT_PASS(fa::run_paged_fwd(k, s, t, check_only(uint64_t(d + page + causal), 4)));
           }
         }
-  if (fa::head_dim_step(k) == 1) {  // takes 59 and 111 (above); refuses past its largest instance
+  if (fa::head_dim_step(k) == 1) {  // takes kOffTheStep (above); refuses past its largest instance
     const fa::RunResult r = fa::run_paged_fwd(
         k, paged({33, 5}, 4, 2, k.head_dims.back() + 1, 1, page_sizes().front(), true),
         k.dtypes.front(), check_only(3));

@@ -223,7 +223,8 @@ struct ParamsRowsOfD : Params {
 };
 
 // ---- dQ = dQaccum * scale ------------------------------------------------------------------
-// n4 = elements / 4 (every D here is a multiple of 16); 16-byte loads, 8-byte stores.
+// n4 = elements / 4, rounded down (a multiple of 8 for every d but t21's); 16-byte loads, 8-byte
+// stores.
 template <class T>
 __global__ void convert_dq_kernel(const float* __restrict__ acc, T* __restrict__ dq, int64_t n4,
                                   float scale) {
