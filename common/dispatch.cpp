@@ -12,12 +12,13 @@ namespace fa {
 
 namespace {
 
-// The runs the rows cite (H200, 2026-12-01 to 2026-12-04; notes/measured/README.md says what
+// The runs the rows cite (H200, 2026-12-01 to 2026-12-05; notes/measured/README.md says what
 // each holds).
 constexpr const char* kRun = "notes/measured/h200-2026-12-01/";
 constexpr const char* kRun1202 = "notes/measured/h200-2026-12-02/";
 constexpr const char* kRun1203 = "notes/measured/h200-2026-12-03/";
 constexpr const char* kRun1204 = "notes/measured/h200-2026-12-04/";
+constexpr const char* kRun1205 = "notes/measured/h200-2026-12-05/";
 std::string log(const char* file, const char* run = kRun) {
   return std::string(run) + file;
 }
@@ -118,6 +119,15 @@ const std::vector<Rule>& dispatch_table() {
       on(Op::Fwd, "09/v2_window")
           .window()
           .because("the window's mma.sync kernel (before sm_90)", log("ch09_serving.log")),
+      on(Op::Fwd, "09/v4_window_any_head_dim")
+          .window()
+          .because("a window at the head dims 09/v2_window lacks (every head dim up to 256, 59 "
+                   "and 111 too; on sm_90 those off the step of 8, which the Hopper rung's TMA "
+                   "cannot read), where nothing ran them: 05/t17 with v2_window's tile skipping. "
+                   "Timed on the H200 on packed batches without a window (the window's tiles are "
+                   "v2_window's): D 59 60.7-92.1 TFLOP/s, D 256 156.2-202.7; at D 128 0.79-0.81x "
+                   "v2_window, which keeps 64 and 128 (two runs)",
+                   log("any_head_dim_serving_bench.log", kRun1205)),
       on(Op::Fwd, "05/v5_fewer_instructions")
           .sm(90)
           .dims({32})
@@ -144,6 +154,14 @@ const std::vector<Rule>& dispatch_table() {
                    "At D 128 09/v1_varlen, which keeps 64 and 128, ran the same problem packed "
                    "in 0.84-0.87x t16's time",
                    log("grouped_mma_sync.log", kRun1204)),
+      on(Op::Fwd, "05/t17_grouped_any_head_dim")
+          .grouped()
+          .rounded()
+          .because("grouped K/V heads at head dims that are no multiple of 8 (59, 111, ...), on "
+                   "every GPU, which no other forward takes: t15 reading K/V head h / group in "
+                   "place (chapter 05's tuning step t17); 0.997-1.000x its MHA time per query "
+                   "head at H 32, H_kv 8/4/1, D 128, N 8192, causal and full (each row alone)",
+                   log("grouped_any_head_dim_gqa.log", kRun1205)),
       on(Op::Fwd, "07/t52_wide_kv_tiles_persistent")
           .hopper()
           .dims({192})
@@ -299,6 +317,14 @@ const std::vector<Rule>& dispatch_table() {
       on(Op::Bwd, "09/bwd_v2_window")
           .window()
           .because("a window's backward on mma.sync (before sm_90)", log("ch09_serving.log")),
+      on(Op::Bwd, "09/bwd_v4_window_any_head_dim")
+          .window()
+          .because("a window's backward at the head dims 09/bwd_v2_window lacks (up to 128, 59 and "
+                   "111 too), and on GPUs whose blocks lack bwd_v2_window's 171 KiB (an A100): "
+                   "06/t17 with bwd_v2_window's tile skipping. Timed on the H200 on packed "
+                   "batches without a window: D 59 72.3-94.4 TFLOP/s; at D 128 0.90-0.94x "
+                   "bwd_v2_window (two runs)",
+                   log("any_head_dim_serving_bench.log", kRun1205)),
       on(Op::Bwd, "07/bwd_v6_head_groups")
           .hopper()
           .grouped()
@@ -324,6 +350,15 @@ const std::vector<Rule>& dispatch_table() {
                    "read at h / group, no copies; deterministic; 0.99-1.03x its MHA time at H "
                    "32, H_kv 8/4/1, D 128, N 4096 and 8192, causal and full (each row timed alone)",
                    log("gqa_ratios_alone.log", kRun1202)),
+      on(Op::Bwd, "06/t20_grouped_heads")
+          .grouped()
+          .full()
+          .because("grouped K/V heads before sm_90, full attention: t16 walking the group's query "
+                   "heads, dK and dV summed in registers, K and V read in place (no copies, no "
+                   "second pass): 1.000-1.004x its MHA time per query head at H 32, H_kv 8/4/1, "
+                   "D 128, N 8192 (each row alone). Causal problems keep the repeat: a block per "
+                   "K/V tile of a K/V head ran 1.08x, 1.21x and 2.06x its MHA time at H_kv 8, 4, 1",
+                   log("grouped_any_head_dim_gqa.log", kRun1205)),
       on(Op::Bwd, "07/bwd_t48_dq_in_turns")
           .hopper()
           .rounded()
@@ -425,15 +460,39 @@ const std::vector<Rule>& dispatch_table() {
           .because("the mma.sync backward at D 256 where a block may have 211 KiB of shared "
                    "memory: FlashAttention-2's 64-key tile (dQ by atomics, not deterministic)",
                    log("rounds_bwd_d256_t14.md", kRun1204)),
+      on(Op::Bwd, "06/t18_d256_one_buffer")
+          .dims({256})
+          .because("the mma.sync backward at D 256 where 06/t14's 211 KiB do not fit (an A100's "
+                   "163 KiB), where nothing ran before: t14 with one Q and one dO buffer, 147 "
+                   "KiB. Timed on the H200: 171.1-206.1 TFLOP/s, 0.99-1.01x t14, 1.77-1.83x "
+                   "06/v3_atomic_dq, 0.84-0.96x FlashAttention-2 (not deterministic)",
+                   log("any_head_dim_serving_bench.log", kRun1205)),
       on(Op::Bwd, "06/v3_atomic_dq")
-          .because("the mma.sync backward at D 256 where 06/t14's 211 KiB of shared memory a "
-                   "block do not fit but v3's 208 KiB do: 112-116 TFLOP/s against 06/v2's 82-85; "
-                   "and at D 96 on a GPU with 99 KiB a block (v3's 88 KiB; v4 needs 123) (not "
-                   "deterministic)",
+          .because("the mma.sync backward at D 96 on a GPU with 99 KiB a block (v3's 88 KiB; v4 "
+                   "needs 123); at D 256 06/t18 (147 KiB, the row above) runs wherever v3 (208 "
+                   "KiB) fits (not deterministic)",
                    log("ladder_bwd_d256.log")),
       on(Op::Bwd, "06/v2_mma")
           .because("the deterministic mma.sync backward (a dK/dV kernel and a dQ kernel)",
                    log("ladder_bwd_d128.log")),
+      on(Op::Bwd, "06/t19_d256_rounded")
+          .rounded()
+          .dims({256})
+          .because("head dims between 128 and 256 (multiples of 8) before sm_90, where nothing ran "
+                   "them: t18 with rows of d, computed at 256: D 192 129.0-148.9 TFLOP/s on the "
+                   "H200, 0.61-0.71x FlashAttention-2; at D 256 0.88x t18, which keeps it (the "
+                   "row is last: t19 takes every multiple of 8, slower than the rungs above at "
+                   "theirs; not deterministic)",
+                   log("any_head_dim_serving_bench.log", kRun1205)),
+      on(Op::Bwd, "06/t21_d256_any_head_dim")
+          .rounded()
+          .dims({256})
+          .because("head dims between 128 and 256 that are no multiple of 8 (139, 201, ...), on "
+                   "every GPU, which no other backward takes: t19 with those rows copied, added "
+                   "and stored element by element: D 201 62.7-72.9 TFLOP/s on the H200, "
+                   "0.42-0.54x FlashAttention-2 (which pads the head dim in a copy first); at "
+                   "multiples of 8 0.87-0.88x t19, which keeps them (not deterministic)",
+                   log("any_head_dim_serving_bench.log", kRun1205)),
       on(Op::Bwd, "06/v1_fp32")
           .sm(70)
           .only(DType::F32)
@@ -447,12 +506,23 @@ const std::vector<Rule>& dispatch_table() {
       on(Op::VarlenFwd, "09/v2_window")
           .window()
           .because("the window on mma.sync", log("ch09_serving.log")),
+      on(Op::VarlenFwd, "09/v4_window_any_head_dim")
+          .window()
+          .because("the window at the head dims 09/v2_window lacks (every head dim up to 256); "
+                   "on packed batches without a window D 59 60.7-92.1 TFLOP/s, D 256 "
+                   "156.2-202.7; at D 128 0.79-0.81x v2_window",
+                   log("any_head_dim_serving_bench.log", kRun1205)),
       on(Op::VarlenFwd, "09/hopper_v1_varlen")
           .hopper()
           .because("packed batches on wgmma: 422.8 against 09/v1_varlen's 279.5 TFLOP/s",
                    log("ch09_serving.log")),
       on(Op::VarlenFwd, "09/v1_varlen")
           .because("packed batches on mma.sync (05/v5 over cu_seqlens)", log("ch09_serving.log")),
+      on(Op::VarlenFwd, "09/v3_varlen_any_head_dim")
+          .because("packed batches at the head dims 09/v1_varlen lacks (every head dim up to 256; "
+                   "on sm_90 those off the step of 8): 05/t17 over cu_seqlens: D 59 70.3-106.4 "
+                   "TFLOP/s, D 256 155.4-207.0; at D 128 0.73-0.76x v1_varlen (two runs)",
+                   log("any_head_dim_serving_bench.log", kRun1205)),
       on(Op::VarlenBwd, "09/hopper_bwd_v2_window")
           .hopper()
           .window()
@@ -461,6 +531,12 @@ const std::vector<Rule>& dispatch_table() {
       on(Op::VarlenBwd, "09/bwd_v2_window")
           .window()
           .because("the window's backward on mma.sync", log("ch09_serving.log")),
+      on(Op::VarlenBwd, "09/bwd_v4_window_any_head_dim")
+          .window()
+          .because("the window's backward at the head dims 09/bwd_v2_window lacks (up to 128), and "
+                   "without its 171 KiB a block (an A100); on packed batches without a window D "
+                   "59 72.3-94.4 TFLOP/s; at D 128 0.90-0.94x bwd_v2_window (two runs)",
+                   log("any_head_dim_serving_bench.log", kRun1205)),
       on(Op::VarlenBwd, "09/hopper_bwd_v1_varlen")
           .hopper()
           .grouped()
@@ -477,6 +553,11 @@ const std::vector<Rule>& dispatch_table() {
                    log("ch09_serving.log")),
       on(Op::VarlenBwd, "09/bwd_v1_varlen")
           .because("packed backward on mma.sync (06/v5 over cu_seqlens)", log("ch09_serving.log")),
+      on(Op::VarlenBwd, "09/bwd_v3_varlen_any_head_dim")
+          .because("packed backward at the head dims 09/bwd_v1_varlen lacks (up to 128, 59 and 111 "
+                   "too), and without its 171 KiB a block (an A100): 06/t17 over cu_seqlens: D 59 "
+                   "70.2-94.0 TFLOP/s; at D 128 0.94-0.96x bwd_v1_varlen (two runs)",
+                   log("any_head_dim_serving_bench.log", kRun1205)),
       on(Op::PagedFwd, "09/paged_v1_decode")
           .decoding()
           .rounded()
@@ -513,13 +594,16 @@ const std::vector<Rule>& dispatch_table() {
           .because("chunks of queries through a block table before sm_90 (mma.sync): 367-378 "
                    "TFLOP/s against the decode kernel's 138-156",
                    log("ch09_serving.log")),
-      on(Op::PagedFwd, "09/paged_v1_decode")
-          .rounded()
-          .because("chunks of queries through a block table at head dims between 64 and 128 "
-                   "before sm_90: the one mma.sync paged kernel that rounds them up (it reads the "
-                   "cache once per 16 query rows): at D 80 and 512 new tokens 83-92 TFLOP/s on "
-                   "the H200, where 09/paged_v2_prefill runs D 128 at 371-383",
-                   log("paged_rounded.log", kRun1203)),
+      on(Op::PagedFwd, "09/paged_v3_prefill_any_head_dim")
+          .because("chunks of queries through a block table at the head dims 09/paged_v2_prefill "
+                   "lacks before sm_90 (every head dim up to 256), and decoding and chunks off the "
+                   "step of 8 on every GPU: 05/t17 with each K/V row through the table. 512 new "
+                   "queries over 32768 cached keys: D 80 219.1 TFLOP/s, 2.39x 09/paged_v1_decode "
+                   "(the kernel that ran it before), D 59 117.4-118.0; at D 128 0.75x "
+                   "paged_v2_prefill. Decoding it reads the cache once per 128-row Q tile (D 80: "
+                   "1.57 ms, where paged_v1_decode takes 0.176), so decoding at multiples of 8 "
+                   "stays with the decoding rows above",
+                   log("any_head_dim_serving_bench.log", kRun1205)),
   };
   return table;
 }

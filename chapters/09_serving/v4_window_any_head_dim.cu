@@ -22,8 +22,8 @@
 // the epilogue) are called from common/device/mma_fwd_t17.cuh, t17's code, compiled to the machine
 // code a copy had; this file holds the parameters, the K/V copies, the kernel and the launch.
 //
-// Speed: not yet measured on a GPU (the chapter README says so); the dispatch does not send it
-// work until a run has checked and timed it.
+// Speed (H200, 2026-12-05, the chapter README): D 59 60.7-92.1 TFLOP/s, D 256 156.2-202.7; at
+// D 128 0.79-0.81x v2_window, which keeps 64 and 128.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>

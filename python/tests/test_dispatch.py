@@ -58,8 +58,8 @@ def test_refusals():
     library_or_skip()
     with pytest.raises(fa.UnsupportedError, match="no registered kernel runs fwd bf16 D264"):
         fa.pick("fwd", "bf16", 264, 4096, 4096, sm=80)
-    with pytest.raises(fa.UnsupportedError, match="no registered kernel runs bwd bf16 D160"):
-        fa.pick("bwd", "bf16", 160, 4096, 4096, sm=80)
+    with pytest.raises(fa.UnsupportedError, match="no registered kernel runs bwd bf16 D264"):
+        fa.pick("bwd", "bf16", 264, 4096, 4096, sm=80)
     with pytest.raises(ValueError, match="op must be fwd, bwd"):
         fa.pick("sideways", "bf16", 128, sm=90)
     if fa.describe_gpu().startswith("no GPU"):

@@ -235,13 +235,16 @@ TEST(Dispatch, HeadDimsAFinalRungLacksGoToTheRungBefore) {
 
   EXPECT_EQ(fa::pick(fwd(DType::BF16, 32, 4096, false), 80).kernel, "05/v4_swizzled_pipelined");
   EXPECT_EQ(fa::pick(fwd(DType::F16, 256, 4096, true), 80).kernel, "05/v4_swizzled_pipelined");
-  // No mma.sync backward at D 256 fits an A100's 163 KiB a block (v2 needs 199 KiB, v3 208).
+  // At D 256 an A100's 163 KiB a block hold 06/t18 (147 KiB: one Q and one dO buffer), not t14's
+  // 211 KiB; a 99 KiB GPU holds no mma.sync backward at D 256.
   const fa::Pick b256 = fa::pick(bwd(DType::F16, 256, 4096, true), 80);
-  EXPECT_FALSE(b256);
-  EXPECT_NE(b256.refusal.find("06/v3_atomic_dq: needs 208 KiB of shared memory a block at "
-                              "head_dim 256, more than this GPU's 163 KiB"),
+  EXPECT_EQ(b256.kernel, "06/t18_d256_one_buffer") << b256.explain();
+  const fa::Pick b256_99 = fa::pick(bwd(DType::F16, 256, 4096, true), 86);
+  EXPECT_FALSE(b256_99);
+  EXPECT_NE(b256_99.refusal.find("06/t18_d256_one_buffer: needs 147 KiB of shared memory a block "
+                                 "at head_dim 256, more than this GPU's 99 KiB"),
             std::string::npos)
-      << b256.refusal;
+      << b256_99.refusal;
   // Past Hopper (sm_100: no chapter 07 machine code), D 256 goes to the mma.sync rungs that need
   // the shared memory sm_90 and newer data-center GPUs have.
   EXPECT_EQ(fa::pick(fwd(DType::BF16, 256, 4096, false), 100).kernel, "05/t13_d256_tile_128x64");
@@ -291,12 +294,12 @@ TEST(Dispatch, HeadDimsBetweenInstancesRoundUpOnHopper) {
   EXPECT_EQ(fa::pick(fwd(DType::BF16, 64, 1024, false), 90).kernel, "07/v1_tma_wgmma");
   EXPECT_EQ(fa::pick(bwd(DType::BF16, 128, 4096, true), 90).explain(true).find("rounded"),
             std::string::npos);
-  // Packed batches and the window: chapter 09's Hopper rungs round as well; before sm_90 nothing
-  // runs D 80 there.
+  // Packed batches and the window: chapter 09's Hopper rungs round as well; before sm_90
+  // 09/v3_varlen_any_head_dim runs D 80 (05/t17 over the packed batch).
   fa::Problem packed = fwd(DType::BF16, 80, 1000, true);
   packed.op = Op::VarlenFwd;
   EXPECT_EQ(fa::pick(packed, 90).kernel, "09/hopper_v1_varlen");
-  EXPECT_FALSE(fa::pick(packed, 80));
+  EXPECT_EQ(fa::pick(packed, 80).kernel, "09/v3_varlen_any_head_dim");
   packed.window = true;
   EXPECT_EQ(fa::pick(packed, 90).kernel, "09/hopper_v2_window");
   fa::Problem window = fwd(DType::BF16, 160, 4096, true);
@@ -307,8 +310,12 @@ TEST(Dispatch, HeadDimsBetweenInstancesRoundUpOnHopper) {
   EXPECT_EQ(fa::pick(packed, 90).kernel, "09/hopper_bwd_v2_window");
   packed.window = false;
   EXPECT_EQ(fa::pick(packed, 90).kernel, "09/hopper_bwd_v1_varlen");
+  // Off the step of 8 the packed backward is 06/t17 over the batch (09/bwd_v3), the window's
+  // bwd_v4.
   packed.head_dim = 59;
-  EXPECT_FALSE(fa::pick(packed, 90));
+  EXPECT_EQ(fa::pick(packed, 90).kernel, "09/bwd_v3_varlen_any_head_dim");
+  packed.window = true;
+  EXPECT_EQ(fa::pick(packed, 90).kernel, "09/bwd_v4_window_any_head_dim");
   // Off the step of 8 the Hopper kernels (TMA: rows of whole 16-byte chunks) are passed over, and
   // chapter 05's and 06's kernels that copy such rows element by element run it.
   const fa::Pick d59 = fa::pick(fwd(DType::BF16, 59, 4096, false), 90);
@@ -318,7 +325,8 @@ TEST(Dispatch, HeadDimsBetweenInstancesRoundUpOnHopper) {
             std::string::npos)
       << d59.explain();
   EXPECT_EQ(fa::pick(bwd(DType::BF16, 111, 4096, true), 90).kernel, "06/t17_any_head_dim");
-  EXPECT_FALSE(fa::pick(bwd(DType::BF16, 136 + 3, 4096, true), 90)) << "past t17's 128";
+  // Past t17's 128, 06/t21 (t19 with t17's element copies) computes them at 256.
+  EXPECT_EQ(fa::pick(bwd(DType::BF16, 136 + 3, 4096, true), 90).kernel, "06/t21_d256_any_head_dim");
 }
 
 // Before sm_90 the head dims between chapter 05's and 06's instances (multiples of 8) are rounded
@@ -332,9 +340,12 @@ TEST(Dispatch, HeadDimsBetweenInstancesRoundUpBeforeHopper) {
       const fa::Pick f = fa::pick(fwd(DType::BF16, d, 4096, true), sm);
       EXPECT_EQ(f.kernel, "05/t14_rounded_head_dims") << f.explain();
       const fa::Pick b = fa::pick(bwd(DType::F16, d, 4096, false), sm);
-      const bool fits = d <= 64 || (sm == 80 && d <= 128);
+      // t16 up to 128 (its D 96 and 128 need 123 and 155 KiB); above 128 t19, computed at 256
+      // in 147 KiB: an A100 has both, a 99 KiB GPU neither.
+      const bool fits = d <= 64 || sm == 80;
       if (fits) {
-        EXPECT_EQ(b.kernel, "06/t16_rounded_head_dims") << b.explain();
+        EXPECT_EQ(b.kernel, d <= 128 ? "06/t16_rounded_head_dims" : "06/t19_d256_rounded")
+            << b.explain();
       } else {
         EXPECT_FALSE(b) << b.explain();
       }
@@ -354,12 +365,27 @@ TEST(Dispatch, HeadDimsBetweenInstancesRoundUpBeforeHopper) {
   EXPECT_EQ(fa::pick(bwd(DType::BF16, 111, 4096, false), 80).kernel, "06/t17_any_head_dim");
   EXPECT_FALSE(fa::pick(bwd(DType::BF16, 111, 4096, false), 86)) << "128 needs 155 KiB";
   // Grouped K/V heads: 09/v1_varlen at its 64 and 128, chapter 05's t16 (t14 reading K/V head
-  // h / group) at every other multiple of 8 up to 256.
-  for (int d : {32, 64, 80, 128, 192, 256}) {
+  // h / group) at every other multiple of 8 up to 256, t17 (t15 the same way) off the step of 8.
+  for (int d : {32, 59, 64, 80, 111, 128, 192, 256}) {
     fa::Problem g = fwd(DType::BF16, d, 4096, true);
     g.gqa = true;
-    EXPECT_EQ(fa::pick(g, 80).kernel, d == 64 || d == 128 ? "09/v1_varlen" : "05/t16_grouped_heads")
+    EXPECT_EQ(fa::pick(g, 80).kernel, d == 64 || d == 128 ? "09/v1_varlen"
+                                      : d % 8 != 0        ? "05/t17_grouped_any_head_dim"
+                                                          : "05/t16_grouped_heads")
         << "D " << d;
+  }
+  // The grouped backward before sm_90, full attention: 06/t20 sums dK and dV over the group
+  // inside (up to 128); above 128 and off the step of 8 the caller repeats K and V for t19 and
+  // t17. Causal, t20 measured slower than the repeat (its grid): the MHA rungs, K and V repeated.
+  for (int d : {32, 64, 80, 128, 59, 192}) {
+    fa::Problem g = bwd(DType::BF16, d, 4096, false);
+    g.gqa = true;
+    EXPECT_EQ(fa::pick(g, 80).kernel, d % 8 != 0 ? "06/t17_any_head_dim"
+                                      : d > 128  ? "06/t19_d256_rounded"
+                                                 : "06/t20_grouped_heads")
+        << "D " << d;
+    g.causal = true;
+    EXPECT_NE(fa::pick(g, 80).kernel, "06/t20_grouped_heads") << "D " << d;
   }
   // sm_100 and newer have no chapter 07 kernels (sm_90a machine code): they round here too.
   EXPECT_EQ(fa::pick(fwd(DType::BF16, 80, 4096, false), 100).kernel, "05/t14_rounded_head_dims");
@@ -396,7 +422,9 @@ TEST(Dispatch, EachKindOfProblemGoesWhereItsRowSays) {
   window_bwd.op = Op::Bwd;
   EXPECT_EQ(fa::pick(window_bwd, 100).kernel, "09/bwd_v2_window");
   EXPECT_EQ(fa::pick(window_bwd, 100).kind, "varlen_bwd");
-  EXPECT_FALSE(fa::pick(window_bwd, 80)) << "06/v5's tiles, 171 KiB a block: not on an A100";
+  // 09/bwd_v2_window has 06/v5's tiles, 171 KiB a block: not on an A100, where bwd_v4 (06/t17's
+  // 155 KiB at D 128) runs the window.
+  EXPECT_EQ(fa::pick(window_bwd, 80).kernel, "09/bwd_v4_window_any_head_dim");
   fa::Problem gqa_bwd = gqa;
   gqa_bwd.op = Op::Bwd;
   if (have_hopper_kernels()) {  // the fastest backward takes grouped heads itself
@@ -416,9 +444,15 @@ TEST(Dispatch, EachKindOfProblemGoesWhereItsRowSays) {
     EXPECT_EQ(fa::pick(gqa_bwd, 90).kernel, "07/bwd_v1_tma_wgmma");
     gqa_bwd.head_dim = 128;
   }
-  // Before sm_90 the caller repeats K and V: any backward serves.
+  // Before sm_90 (and past it, where chapter 07 has no machine code) the causal grouped backward
+  // runs on K and V repeated by the caller; a full one in 06/t20, which sums dK and dV over the
+  // group itself.
   EXPECT_EQ(fa::pick(gqa_bwd, 80).kernel, "06/v4_bc128_tuned");
   EXPECT_EQ(fa::pick(gqa_bwd, 100).kernel, "06/v5_warp_tiles");
+  gqa_bwd.causal = false;
+  EXPECT_EQ(fa::pick(gqa_bwd, 80).kernel, "06/t20_grouped_heads");
+  EXPECT_EQ(fa::pick(gqa_bwd, 100).kernel, "06/t20_grouped_heads");
+  gqa_bwd.causal = true;
   // Packed batches with grouped heads: chapter 09's Hopper backwards sum dK, dV over the group
   // themselves (the window's too); the mma.sync ones run on K and V repeated by the caller.
   fa::Problem varlen_gqa_bwd = gqa_bwd;
@@ -432,7 +466,8 @@ TEST(Dispatch, EachKindOfProblemGoesWhereItsRowSays) {
     varlen_gqa_bwd.window = false;
   }
   EXPECT_EQ(fa::pick(varlen_gqa_bwd, 100).kernel, "09/bwd_v1_varlen");
-  EXPECT_FALSE(fa::pick(varlen_gqa_bwd, 80)) << "06/v5's tiles, 171 KiB a block: not on an A100";
+  // 06/v5's tiles, 171 KiB a block, do not fit an A100: bwd_v3 (06/t17's 155 KiB) runs it there.
+  EXPECT_EQ(fa::pick(varlen_gqa_bwd, 80).kernel, "09/bwd_v3_varlen_any_head_dim");
   EXPECT_FALSE(fa::find_entry<fa::VarlenBwdKernel>("09/bwd_v1_varlen")->gqa);
 
   EXPECT_EQ(fa::pick(fwd(DType::F32, 64, 1000, true), 90).kernel, "05/v1_scalar_fp32");
@@ -453,14 +488,14 @@ TEST(Dispatch, EachKindOfProblemGoesWhereItsRowSays) {
   EXPECT_EQ(fa::pick(paged, 80).kernel, "09/paged_v2_prefill");
   // Head dims between the instances: decoding on the decoding kernel, which rounds them up, on
   // every GPU; chunks of queries on the Hopper kernel, which rounds them too, and before sm_90 on
-  // the decoding kernel (the mma.sync prefill kernel takes 64 and 128 only).
+  // 09/paged_v3 (05/t17 through the table; paged_v2_prefill takes 64 and 128 only).
   paged.head_dim = 80;
   EXPECT_EQ(fa::pick(paged, 90).kernel, "09/hopper_paged_prefill");
-  EXPECT_EQ(fa::pick(paged, 80).kernel, "09/paged_v1_decode");
+  EXPECT_EQ(fa::pick(paged, 80).kernel, "09/paged_v3_prefill_any_head_dim");
   paged.seq_q = 1;
   for (int sm : {80, 90}) EXPECT_EQ(fa::pick(paged, sm).kernel, "09/paged_v1_decode") << sm;
-  // Past 128 only the Hopper kernels take the pages: decoding with the group packed into one Q
-  // tile, chunks as hopper_paged_prefill's; nothing before sm_90.
+  // Past 128 the Hopper kernels take the pages: decoding with the group packed into one Q tile,
+  // chunks as hopper_paged_prefill's; before sm_90 09/paged_v3 (05/t17 through the table).
   for (int d : {192, 256}) {
     paged.head_dim = d;
     for (int64_t seq_q : {1, 512}) {
@@ -468,7 +503,8 @@ TEST(Dispatch, EachKindOfProblemGoesWhereItsRowSays) {
       EXPECT_EQ(fa::pick(paged, 90).kernel,
                 seq_q == 1 ? "09/hopper_paged_pack_gqa" : "09/hopper_paged_prefill")
           << d << " " << seq_q;
-      EXPECT_FALSE(fa::pick(paged, 80)) << d << " " << seq_q;
+      EXPECT_EQ(fa::pick(paged, 80).kernel, "09/paged_v3_prefill_any_head_dim")
+          << d << " " << seq_q;
     }
   }
   paged.seq_q = 512;
@@ -488,12 +524,14 @@ TEST(Dispatch, RefusesWhatNothingRuns) {
   EXPECT_NE(d264.refusal.find("05/v4_swizzled_pipelined: this kernel has no bf16 D=264 version"),
             std::string::npos)
       << d264.refusal;
-  const fa::Pick b160 = fa::pick(bwd(DType::BF16, 160, 4096, false), 80);
-  EXPECT_FALSE(b160) << b160.explain();
-  // (06/t16 rounds up to 128 only: its row is not among those passed over.)
-  EXPECT_NE(b160.refusal.find("06/v3_atomic_dq: this kernel has no bf16 D=160 version"),
+  // The backward past 256, on a GPU whose blocks hold every backward kernel's shared memory.
+  const fa::Pick b264 = fa::pick(bwd(DType::BF16, 264, 4096, false), 90);
+  EXPECT_FALSE(b264) << b264.explain();
+  EXPECT_NE(b264.refusal.find("no registered kernel runs bwd bf16 D264"), std::string::npos)
+      << b264.refusal;
+  EXPECT_NE(b264.refusal.find("06/v3_atomic_dq: this kernel has no bf16 D=264 version"),
             std::string::npos)
-      << b160.refusal;
+      << b264.refusal;
   EXPECT_FALSE(fa::pick(fwd(DType::BF16, 128, 4096, false), 75)) << "no bf16 kernel before sm_80";
 }
 

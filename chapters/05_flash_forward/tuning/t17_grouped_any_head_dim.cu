@@ -17,8 +17,8 @@
 // two more kernel parameters (Params::heads, Params::group) and a few divisions per block. At
 // heads_kv = heads (group 1) bh_kv = bh: t15's work.
 //
-// Speed: not yet measured on a GPU (tuning/README.md says so); the dispatch does not send it
-// work until a run has checked and timed it.
+// Speed (H200, 2026-12-05, tuning/README.md): 0.997-1.000x its MHA time per query head at H 32,
+// H_kv 8/4/1, D 128, N 8192; the dispatch runs it for grouped heads at head dims off the step of 8.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>

@@ -23,8 +23,8 @@
 // D = rowsum(dO * O) (the preprocess) and dQ's conversion already work on rows of any length.
 // A d that is no multiple of 8, or above 256, is refused.
 //
-// Speed: not yet measured on a GPU (tuning/README.md says so); the dispatch does not send it
-// work until a run has checked and timed it.
+// Speed (H200, 2026-12-05, tuning/README.md): D 192 129.0-148.9 TFLOP/s, 0.61-0.71x
+// FlashAttention-2; at D 256 0.88x t18. The dispatch runs it from 136 to 248 before sm_90.
 
 #include <string>
 
