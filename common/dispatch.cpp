@@ -464,7 +464,7 @@ const std::vector<Rule>& dispatch_table() {
           .dims({256})
           .because("the mma.sync backward at D 256 where 06/t14's 211 KiB do not fit (an A100's "
                    "163 KiB), where nothing ran before: t14 with one Q and one dO buffer, 147 "
-                   "KiB. Timed on the H200: 171.1-206.1 TFLOP/s, 0.99-1.01x t14, 1.77-1.83x "
+                   "KiB. Timed on the H200: 171.1-206.1 TFLOP/s, 0.99-1.01x t14, 1.61-1.79x "
                    "06/v3_atomic_dq, 0.84-0.96x FlashAttention-2 (not deterministic)",
                    log("any_head_dim_serving_bench.log", kRun1205)),
       on(Op::Bwd, "06/v3_atomic_dq")
@@ -478,12 +478,13 @@ const std::vector<Rule>& dispatch_table() {
       on(Op::Bwd, "06/t19_d256_rounded")
           .rounded()
           .dims({256})
-          .because("head dims between 128 and 256 (multiples of 8) before sm_90, where nothing ran "
-                   "them: t18 with rows of d, computed at 256: D 192 129.0-148.9 TFLOP/s on the "
-                   "H200, 0.61-0.71x FlashAttention-2; at D 256 0.88x t18, which keeps it (the "
-                   "row is last: t19 takes every multiple of 8, slower than the rungs above at "
-                   "theirs; not deterministic)",
-                   log("any_head_dim_serving_bench.log", kRun1205)),
+          .because(
+              "head dims between 128 and 256 (multiples of 8) before sm_90, where nothing ran "
+              "them: t18 with rows of d, computed at 256: D 192 129.0-148.9 TFLOP/s on the "
+              "H200, 0.61-0.71x FlashAttention-2; at D 256 0.88-0.90x t18, which keeps it (the "
+              "row is last: t19 takes every multiple of 8, slower than the rungs above at "
+              "theirs; not deterministic)",
+              log("any_head_dim_serving_bench.log", kRun1205)),
       on(Op::Bwd, "06/t21_d256_any_head_dim")
           .rounded()
           .dims({256})
@@ -491,7 +492,7 @@ const std::vector<Rule>& dispatch_table() {
                    "every GPU, which no other backward takes: t19 with those rows copied, added "
                    "and stored element by element: D 201 62.7-72.9 TFLOP/s on the H200, "
                    "0.42-0.54x FlashAttention-2 (which pads the head dim in a copy first); at "
-                   "multiples of 8 0.87-0.88x t19, which keeps them (not deterministic)",
+                   "multiples of 8 0.87-0.91x t19, which keeps them (not deterministic)",
                    log("any_head_dim_serving_bench.log", kRun1205)),
       on(Op::Bwd, "06/v1_fp32")
           .sm(70)
@@ -599,7 +600,7 @@ const std::vector<Rule>& dispatch_table() {
                    "lacks before sm_90 (every head dim up to 256), and decoding and chunks off the "
                    "step of 8 on every GPU: 05/t17 with each K/V row through the table. 512 new "
                    "queries over 32768 cached keys: D 80 219.1 TFLOP/s, 2.39x 09/paged_v1_decode "
-                   "(the kernel that ran it before), D 59 117.4-118.0; at D 128 0.75x "
+                   "(the kernel that ran it before), D 59 117.4-118.0; at D 128 0.74-0.75x "
                    "paged_v2_prefill. Decoding it reads the cache once per 128-row Q tile (D 80: "
                    "1.57 ms, where paged_v1_decode takes 0.176), so decoding at multiples of 8 "
                    "stays with the decoding rows above",

@@ -31,7 +31,7 @@
 // code a copy had; this file holds the parameters, the K/V copies, the kernel and the launch.
 //
 // Speed (H200, 2026-12-05, the chapter README): 512 new queries over 32768 cached keys, D 80
-// 219.1 TFLOP/s (2.39x paged_v1_decode), D 59 117.4-118.0, D 128 0.75x paged_v2_prefill; decoding
+// 219.1 TFLOP/s (2.39x paged_v1_decode), D 59 117.4-118.0, D 128 0.74-0.75x paged_v2_prefill; decoding
 // one row 7.8-8.9x slower than paged_v1_decode, which keeps decoding at multiples of 8.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

@@ -20,7 +20,7 @@
 // On a GPU whose blocks have 211 KiB the dispatch keeps t14, whose copies run under the whole
 // tile.
 //
-// Speed (H200, 2026-12-05, tuning/README.md): 0.99-1.01x t14, 1.77-1.83x v3, 0.84-0.96x
+// Speed (H200, 2026-12-05, tuning/README.md): 0.99-1.01x t14, 1.61-1.79x v3, 0.84-0.96x
 // FlashAttention-2; the dispatch runs it at D 256 where t14 does not fit (an A100).
 
 #include <string>

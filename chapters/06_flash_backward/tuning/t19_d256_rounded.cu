@@ -24,7 +24,7 @@
 // A d that is no multiple of 8, or above 256, is refused.
 //
 // Speed (H200, 2026-12-05, tuning/README.md): D 192 129.0-148.9 TFLOP/s, 0.61-0.71x
-// FlashAttention-2; at D 256 0.88x t18. The dispatch runs it from 136 to 248 before sm_90.
+// FlashAttention-2; at D 256 0.88-0.90x t18. The dispatch runs it from 136 to 248 before sm_90.
 
 #include <string>
 

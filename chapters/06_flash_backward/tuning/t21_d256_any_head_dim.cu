@@ -23,7 +23,7 @@
 // every line is t19's (the dispatch keeps t19 and chapter 07 for those head dims).
 //
 // Speed (H200, 2026-12-05, tuning/README.md): D 201 62.7-72.9 TFLOP/s, 0.42-0.54x
-// FlashAttention-2 behind its padded copy; at multiples of 8 0.87-0.88x t19, which keeps them.
+// FlashAttention-2 behind its padded copy; at multiples of 8 0.87-0.91x t19, which keeps them.
 
 #include <string>
 
