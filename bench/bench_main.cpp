@@ -255,15 +255,15 @@ fa::VarlenShape varlen_batch(bool square, int d, bool causal) {
   return s;
 }
 
-// attn_varlen/<kernel>/bf16/D<64|128|192|256|59>/<causal|full>/<mixed|square>: every varlen
-// forward that takes the head dim (D 59, no multiple of 8: chapter 09's v3 and v4), on both
-// batches, and the fixed-length forwards serving the mixed batch padded to its longest sequence
-// (mixed_padded) or called once per sequence (mixed_per_sequence).
+// attn_varlen/<kernel>/bf16/D<64|128|192|256|59|201>/<causal|full>/<mixed|square>: every varlen
+// forward that takes the head dim (D 59 and 201, no multiple of 8: chapter 09's v3 and v4), on
+// both batches, and the fixed-length forwards serving the mixed batch padded to its longest
+// sequence (mixed_padded) or called once per sequence (mixed_per_sequence).
 // TFLOP/s on the visible pairs of the varlen problem. attn_varlen_bwd/: the varlen backwards that
-// take the head dim (D 59: bwd_v3) on the same batches.
+// take the head dim (D 59: bwd_v3 and v4; 192, 201 and 256: bwd_v5) on the same batches.
 void add_varlen_shapes() {
   const fa::DType t = fa::DType::BF16;
-  for (int d : {64, 128, 192, 256, 59})  // 192 and 256: the Hopper kernels' wide instances
+  for (int d : {64, 128, 192, 256, 59, 201})  // 192, 256: the Hopper kernels' wide instances
     for (bool causal : {false, true}) {
       const std::string tail =
           std::string("/bf16/D") + std::to_string(d) + (causal ? "/causal/" : "/full/");

@@ -325,6 +325,13 @@ const std::vector<Rule>& dispatch_table() {
                    "batches without a window: D 59 72.3-94.4 TFLOP/s; at D 128 0.90-0.94x "
                    "bwd_v2_window (two runs)",
                    log("any_head_dim_serving_bench.log", kRun1205)),
+      on(Op::Bwd, "09/bwd_v5_window_d256")
+          .window()
+          .because("a window's backward at the head dims above 128 where the Hopper rungs do not "
+                   "run (before sm_90, and off the step of 8 on any GPU): bwd_v2_window's band on "
+                   "06/t21 (147 KiB, an A100 has them). H200, packed batches: D 256 129.5-172.4 "
+                   "TFLOP/s, D 192 110.6-144.1, D 201 54.0-67.0 (not deterministic)",
+                   log("wide_head_dim_packed_bwd.log", kRun1205)),
       on(Op::Bwd, "07/bwd_v6_head_groups")
           .hopper()
           .grouped()
@@ -538,6 +545,12 @@ const std::vector<Rule>& dispatch_table() {
                    "without its 171 KiB a block (an A100); on packed batches without a window D "
                    "59 72.3-94.4 TFLOP/s; at D 128 0.90-0.94x bwd_v2_window (two runs)",
                    log("any_head_dim_serving_bench.log", kRun1205)),
+      on(Op::VarlenBwd, "09/bwd_v5_window_d256")
+          .window()
+          .because("the window's backward above D 128 where the Hopper rungs do not run (before "
+                   "sm_90, and off the step of 8): bwd_v2_window's band on 06/t21; the row below "
+                   "has its figures",
+                   log("wide_head_dim_packed_bwd.log", kRun1205)),
       on(Op::VarlenBwd, "09/hopper_bwd_v1_varlen")
           .hopper()
           .grouped()
@@ -559,6 +572,13 @@ const std::vector<Rule>& dispatch_table() {
                    "too), and without its 171 KiB a block (an A100): 06/t17 over cu_seqlens: D 59 "
                    "70.2-94.0 TFLOP/s; at D 128 0.94-0.96x bwd_v1_varlen (two runs)",
                    log("any_head_dim_serving_bench.log", kRun1205)),
+      on(Op::VarlenBwd, "09/bwd_v5_window_d256")
+          .because("packed backward above D 128 where the Hopper rungs do not run (before sm_90, "
+                   "where nothing ran it, and off the step of 8 on any GPU): bwd_v2_window's "
+                   "offsets and band on 06/t21 (147 KiB, an A100 has them). H200, mixed and "
+                   "square batches: D 256 129.5-172.4 TFLOP/s (0.58-0.66x hopper_bwd_v1_varlen, "
+                   "which keeps sm_90), D 192 110.6-144.1, D 201 54.0-67.0 (not deterministic)",
+                   log("wide_head_dim_packed_bwd.log", kRun1205)),
       on(Op::PagedFwd, "09/paged_v1_decode")
           .decoding()
           .rounded()
@@ -702,10 +722,14 @@ int64_t computed_by(const Rule& r, const Problem& p) {
 }
 int64_t row_head_dim(const Rule& r, const Problem& p) {
   switch (p.op) {
+    // A fixed-length problem may go to a varlen kernel (a packed batch of equal lengths), which
+    // computes it at its own instance too: its shared memory is asked at that one.
     case Op::Fwd:
-      return computed_by<AttentionFwdKernel>(r, p);
+      return find_entry<AttentionFwdKernel>(r.kernel) ? computed_by<AttentionFwdKernel>(r, p)
+                                                      : computed_by<VarlenFwdKernel>(r, p);
     case Op::Bwd:
-      return computed_by<AttentionBwdKernel>(r, p);
+      return find_entry<AttentionBwdKernel>(r.kernel) ? computed_by<AttentionBwdKernel>(r, p)
+                                                      : computed_by<VarlenBwdKernel>(r, p);
     case Op::VarlenFwd:
       return computed_by<VarlenFwdKernel>(r, p);
     case Op::VarlenBwd:

@@ -10,7 +10,9 @@
 //    tile_needs_mask and Band::visible, for every row, key and tile of the same shapes, at
 //    v2_window's tiles and at 09/v4_window_any_head_dim's (05/t17's: Bc 32, and Br 64 at D 256);
 //  * the same for 09/bwd_v4_window_any_head_dim (its tile is S^T: a thread's rows are keys, each
-//    key row's first and last query as 32-bit columns of the Q tile, clamped).
+//    key row's first and last query as 32-bit columns of the Q tile, clamped), and for the
+//    warp-tile backwards 09/bwd_v2_window and bwd_v5_window_d256 (S not transposed: each row's
+//    first and last key as 32-bit columns from a thread's first key, clamped).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -331,6 +333,54 @@ TEST(Ch09BandModel, WindowBackwardKeyArithmeticMatchesTheBand) {
             }
           }
         }
+}
+
+// ---- the warp-tile backwards' per-row arithmetic (bwd_v2_window.cu, bwd_v5_window_d256.cu) -----
+// A block owns Bc keys from k0 and visits the Q tiles of Br queries that query_tiles gives; S is
+// not transposed there: a warp holds 32 query rows x kw keys (kw = Bc / 4), and the thread (t) of
+// a row keeps key column 8 nt + c (nt < kw / 8, c < 2) from its first key key0 = k0 + kw wn + 2t
+// iff first <= 8 nt + c <= last, the row's first and last keys as columns from key0 clamped to
+// [-1, kw]. bwd_v2: Bc 128 (kw 32); bwd_v5: Bc 64 (kw 16), both with Q tiles of 64.
+bool warp_tile_bwd_keeps(const Band& band, int64_t i, int64_t key0, int col, int kw) {
+  const int first = clamp_cols(band.first_key(i) - key0, kw);
+  const int last = clamp_cols(band.last_key(i) - key0, kw);
+  return col >= first && col <= last;
+}
+
+TEST(Ch09BandModel, WarpTileBackwardRowArithmeticMatchesTheBand) {
+  constexpr int64_t kBr = 64;
+  for (int64_t bc : {128, 64})
+    for (int64_t seq_q : kLengths)
+      for (int64_t seq_k : kLengths)
+        for (bool causal : {false, true})
+          for (Window w : kWindows) {
+            const Band band = Band::make(seq_q, seq_k, causal, w.left, w.right);
+            SCOPED_TRACE(name_of(shape_of(seq_q, seq_k, causal, w, 16), kBr, bc));
+            const int kw = int(bc / 4);
+            for (int64_t k0 = 0; k0 < seq_k; k0 += bc) {
+              const TileRange q_tiles = fa::ch09::query_tiles(band, k0, k0 + bc, kBr);
+              for (int64_t qt = 0; qt * kBr < seq_q; ++qt) {
+                const int64_t q0 = qt * kBr;
+                const bool visited = qt >= q_tiles.begin && qt < q_tiles.end;
+                const bool masked = fa::ch09::tile_needs_mask(band, q0, q0 + kBr, k0, k0 + bc);
+                for (int64_t i = q0; i < std::min(q0 + kBr, seq_q); ++i)  // L = +inf past seq_q
+                  for (int wn = 0; wn < 4; ++wn)
+                    for (int t = 0; t < 4; ++t)
+                      for (int nt = 0; nt < kw / 8; ++nt)
+                        for (int c = 0; c < 2; ++c) {
+                          const int64_t key0 = k0 + kw * wn + 2 * t, key = key0 + 8 * nt + c;
+                          const bool visible = band.visible(i, key);
+                          if (!visited)
+                            ASSERT_FALSE(visible) << "skipped tile, row " << i << " key " << key;
+                          else if (masked)
+                            ASSERT_EQ(warp_tile_bwd_keeps(band, i, key0, 8 * nt + c, kw), visible)
+                                << "row " << i << " key " << key;
+                          else
+                            ASSERT_TRUE(visible) << "unmasked tile, row " << i << " key " << key;
+                        }
+              }
+            }
+          }
 }
 
 }  // namespace

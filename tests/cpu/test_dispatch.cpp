@@ -316,6 +316,37 @@ TEST(Dispatch, HeadDimsBetweenInstancesRoundUpOnHopper) {
   EXPECT_EQ(fa::pick(packed, 90).kernel, "09/bwd_v3_varlen_any_head_dim");
   packed.window = true;
   EXPECT_EQ(fa::pick(packed, 90).kernel, "09/bwd_v4_window_any_head_dim");
+  // Above 128: off the step of 8 (any GPU) and before sm_90 (every head dim) the packed backward
+  // is 06/t21 over the batch with bwd_v2's band (09/bwd_v5), with a window or without; a fixed-
+  // length window too. Before sm_90 nothing ran them.
+  packed.head_dim = 201;
+  EXPECT_EQ(fa::pick(packed, 90).kernel, "09/bwd_v5_window_d256");
+  packed.window = false;
+  EXPECT_EQ(fa::pick(packed, 90).kernel, "09/bwd_v5_window_d256");
+  for (int d : {136, 192, 201, 256}) {
+    packed.head_dim = d;
+    packed.window = false;
+    EXPECT_EQ(fa::pick(packed, 80).kernel, "09/bwd_v5_window_d256") << d;
+    packed.window = true;
+    EXPECT_EQ(fa::pick(packed, 80).kernel, "09/bwd_v5_window_d256") << d;
+    fa::Problem fixed_window = bwd(DType::BF16, d, 4096, true);
+    fixed_window.window = true;
+    EXPECT_EQ(fa::pick(fixed_window, 80).kernel, "09/bwd_v5_window_d256") << d;
+    EXPECT_EQ(fa::pick(fixed_window, 80).kind, "varlen_bwd") << d;
+    // 147 KiB: not on a GPU with 99 KiB a block, where the refusal names the shared memory.
+    const fa::Pick small = fa::pick(fixed_window, 86);
+    EXPECT_FALSE(small) << small.explain();
+    EXPECT_NE(small.refusal.find("09/bwd_v5_window_d256: needs 147 KiB of shared memory a block at "
+                                 "head_dim 256"),
+              std::string::npos)
+        << small.refusal;
+  }
+  // A fixed-length problem sent to a varlen kernel is asked for that kernel's shared memory at
+  // the head dim it computes at: D 100 runs at 09/bwd_v4's 128 (155 KiB), not on sm_86.
+  fa::Problem window_d100 = bwd(DType::BF16, 100, 4096, true);
+  window_d100.window = true;
+  EXPECT_FALSE(fa::pick(window_d100, 86));
+  EXPECT_EQ(fa::pick(window_d100, 80).kernel, "09/bwd_v4_window_any_head_dim");
   // Off the step of 8 the Hopper kernels (TMA: rows of whole 16-byte chunks) are passed over, and
   // chapter 05's and 06's kernels that copy such rows element by element run it.
   const fa::Pick d59 = fa::pick(fwd(DType::BF16, 59, 4096, false), 90);
