@@ -107,11 +107,11 @@ __global__ void __launch_bounds__(kThreads, 1) warp_tiles_kernel(Params p) {
   static_assert(D == kD256, "t21's one instance: every head dim computed at 256");
   static_assert(kWarps == 8 && kBr == 64 && kKeys == 32 << kKeyShift,
                 "warps: 2 x 4 (S, dQ), 2 x 4 (dK, dV)");
-  constexpr int kBrT = kBr;                      // queries per Q tile
-  constexpr int kLd = kTileRows;                 // t18: rows of D, no padding place
-  constexpr int kTile = kBrT * kLd;              // the Q or the dO buffer
-  constexpr int kKvTile = kKeys * kLd;           // K or V
-  constexpr int kKeyWarps = 1 << kKeyShift;      // t14: 2 warps along the keys
+  constexpr int kBrT = kBr;                        // queries per Q tile
+  constexpr int kLd = kTileRows;                   // t18: rows of D, no padding place
+  constexpr int kTile = kBrT * kLd;                // the Q or the dO buffer
+  constexpr int kKvTile = kKeys * kLd;             // K or V
+  constexpr int kKeyWarps = 1 << kKeyShift;        // t14: 2 warps along the keys
   constexpr int kHalf = D / (kWarps / kKeyWarps);  // columns of dK, dV per warp: D / 4
   // Warps of S, dP and dQ: 32 queries each, kWm along the queries by kWn along the keys of S (or
   // the columns of dQ).
@@ -501,6 +501,5 @@ FA_REGISTER(VarlenBwdKernel,
              /*rounds_head_dim=*/true,
              /*gqa=*/false,
              /*head_dim_step=*/1});
-FA_REGISTER_SMEM(kName, [](int d) {
-  return fa::smem_at<256>(d, [](auto) { return smem_bytes(); });
-});
+FA_REGISTER_SMEM(kName,
+                 [](int d) { return fa::smem_at<256>(d, [](auto) { return smem_bytes(); }); });

@@ -38,10 +38,10 @@ using fa::mma::ldmatrix_x4_trans;
 // 8 warps: S and dP in warp tiles of 32 queries x 16 keys (2 x 4 warps), dK and dV in 32 keys x 64
 // columns (2 warps along the keys, 4 along the columns), dQ in 32 queries x 64 columns.
 constexpr int kD256 = 256;
-constexpr int kKeys = 64;                // keys per block
-constexpr int kKeyShift = 1;             // dK, dV: 1 << kKeyShift warps of 32 keys each
-constexpr int kLdP64 = kKeys + kPad;     // a row of the P or dS tile: 64 keys + padding (16-bit)
-constexpr int kTileRows = kD256;         // a row of the Q, K, V, dO tiles: 256 elements, swizzled
+constexpr int kKeys = 64;             // keys per block
+constexpr int kKeyShift = 1;          // dK, dV: 1 << kKeyShift warps of 32 keys each
+constexpr int kLdP64 = kKeys + kPad;  // a row of the P or dS tile: 64 keys + padding (16-bit)
+constexpr int kTileRows = kD256;      // a row of the Q, K, V, dO tiles: 256 elements, swizzled
 
 // Shared memory: K, V, one Q and one dO buffer (t18: the next Q tile's copies run under dQ only),
 // L and D double-buffered, the P and dS tiles. 147 KiB: an A100's 163 KiB hold it.
