@@ -184,9 +184,9 @@ for stage in "$@"; do
       # against MHA, to be at most 1.05; bench/gqa_ratios.py says why rows timed one after the
       # other in one process are not comparable), then the registry's GPU tests of the grouped
       # shapes. GQA_FILTER (a fa_bench filter, default the D 128 rows, attn_gqa/.*/D128/) narrows
-      # or widens the rows, e.g. 'attn_gqa/bwd/07/bwd_v[14]' or 'attn_gqa/bwd/.*/D64/'. After
-      # `build`. Logs: gqa_rounds.log, gqa.log (the ratios),
-      # gqa_tests.log.
+      # or widens the rows, e.g. 'attn_gqa/bwd/07/bwd_v[14]' or 'attn_gqa/bwd/.*/D64/'; GQA_TESTS
+      # (a ctest -R regex, default chapter 07's GroupedKvHeads tests) the tests run after them.
+      # After `build`. Logs: gqa_rounds.log, gqa.log (the ratios), gqa_tests.log.
       log "gqa: fa_bench ${GQA_FILTER:-attn_gqa/.*/D128/}, each row alone, ${GQA_ROUNDS:-3} rounds"
       rows=$("$BUILD/bin/fa_bench" --benchmark_list_tests --benchmark_filter="${GQA_FILTER:-attn_gqa/.*/D128/}" |
         grep -o '^attn_gqa/[^ ]*/Hkv[0-9]*' | sort -u)
@@ -200,7 +200,7 @@ for stage in "$@"; do
       log "gqa fa_bench: $(wc -l < "$OUT/gqa_rounds.log") samples"
       python3 bench/gqa_ratios.py "$OUT/gqa_rounds.log" > "$OUT/gqa.log" 2>&1
       log "gqa ratios rc=$?"; cat "$OUT/gqa.log"
-      ctest --test-dir "$BUILD" -L gpu -R '\.GroupedKvHeads/07_(v5_persistent|bwd_v[1-6]_)' \
+      ctest --test-dir "$BUILD" -L gpu -R "${GQA_TESTS:-\.GroupedKvHeads/07_(v5_persistent|bwd_v[1-6]_)}" \
         --output-on-failure > "$OUT/gqa_tests.log" 2>&1
       log "gqa tests rc=$?"; tail -5 "$OUT/gqa_tests.log"
       ;;
