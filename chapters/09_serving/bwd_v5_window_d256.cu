@@ -38,7 +38,8 @@
 //   3. dQ = dQaccum * scale, every element.
 //
 // 06/v5's pieces come from common/device/mma_bwd_v5.cuh, as in bwd_v2; t21's (its tile, the
-// 64-key products, the loader and stores for rows of d, dQ's tail) from mma_bwd_t21.cuh.
+// loader and stores for rows of d, dQ's tail) from mma_bwd_t21.cuh; 06/v5's keys_times_cols takes
+// the 64-key P and dS tiles' pitch (kLdP64) as its last parameter.
 //
 // Speed: measured in chapters/09_serving/README.md
 #include <cuda_bf16.h>
@@ -64,7 +65,7 @@ namespace {
 constexpr const char* kName = "09/bwd_v5_window_d256";  // the registered name
 
 using namespace fa::ch06::v5;   // 06/v5's copies, products, dQ atomics (mma_bwd_v5.cuh)
-using namespace fa::ch06::t21;  // t21's tile, 64-key products, rows of d (mma_bwd_t21.cuh)
+using namespace fa::ch06::t21;  // t21's tile, rows of d, dQ's tail (mma_bwd_t21.cuh)
 using fa::ceil_div;
 using fa::mma::smem_addr;
 
@@ -302,8 +303,8 @@ __global__ void __launch_bounds__(kThreads, 1) warp_tiles_kernel(Params p) {
 
     // dV += P^T dO and dK += dS^T Q: 32 keys (two m16 tiles) x kHalf columns per warp; k runs
     // over the tile's queries, 16 at a time.
-    keys_times_cols_ld<T, D, kBrT, kHalf, true, kLdP64>(dv, p_at, do_x, swz);  // dV += P^T dO
-    keys_times_cols_ld<T, D, kBrT, kHalf, true, kLdP64>(dk, ds_at, q_x, swz);  // dK += dS^T Q
+    keys_times_cols<T, D, kBrT, kHalf, true, kLdP64>(dv, p_at, do_x, swz);  // dV += P^T dO
+    keys_times_cols<T, D, kBrT, kHalf, true, kLdP64>(dk, ds_at, q_x, swz);  // dK += dS^T Q
 
     // t18: this tile's last reads of Q and dO were the two products above; once every warp is
     // past them, the next tile's copies go into the one buffer, under dQ and its atomics.
@@ -324,8 +325,8 @@ __global__ void __launch_bounds__(kThreads, 1) warp_tiles_kernel(Params p) {
         for (int nt = 0; nt < kQuarter / 8; ++nt)
 #pragma unroll
           for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
-      keys_times_cols_ld<T, D, kKeys, kQuarter, false, kLdP64>(acc, ds_a, k_x,
-                                                               swz);  // dQ_i = dS K_j
+      keys_times_cols<T, D, kKeys, kQuarter, false, kLdP64>(acc, ds_a, k_x,
+                                                            swz);  // dQ_i = dS K_j
       // Element (mt, nt, e): query row 32 wq + 16 mt + g + 8 (e / 2), column kQuarter wc + 8 nt
       // + 2t + e % 2. Rows past seq_q are skipped: they are the next sequence's rows of the
       // workspace; columns at or past d too (t19).

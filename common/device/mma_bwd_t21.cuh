@@ -2,9 +2,10 @@
 // (chapter 06's tuning appendix: 06/v5's warp tiles with a 64-key block at D 256 (t14), one Q and
 // one dO buffer so that 147 KiB fit an A100 (t18), rows of d <= 256 elements in global memory
 // computed at 256 (t19), rows that are no whole number of 16-byte chunks copied, added and stored
-// element by element (t21)), as the pieces t21 adds to 06/v5's (mma_bwd_v5.cuh): its tile, its
-// shared memory, the products over the 64-key P and dS tiles, the row loader and the stores for
-// rows of d, and the conversion of dQ's last 1-3 elements.
+// element by element (t21)), as the pieces t21 adds to 06/v5's (mma_bwd_v5.cuh, whose
+// keys_times_cols takes the 64-key P and dS tiles' pitch as a parameter): its tile, its shared
+// memory, the row loader and the stores for rows of d, and the conversion of dQ's last 1-3
+// elements.
 //
 // Read them in chapter 06's tuning appendix first (chapters/06_flash_backward/tuning/, the steps
 // t14, t18, t19 and t21 as switches of one kernel, ch06_warp_tiles_kernel.cuh). Chapter 09's
@@ -22,15 +23,10 @@
 
 namespace fa::ch06::t21 {
 
-using fa::ch06::v5::at;
 using fa::ch06::v5::kBr;
 using fa::ch06::v5::kPad;
 using fa::ch06::v5::kThreads;
-using fa::ch06::v5::mma_pair;
 using fa::ch06::v5::swizzled_offset;
-using fa::ch06::v5::swz_addr;
-using fa::mma::ldmatrix_x4;
-using fa::mma::ldmatrix_x4_trans;
 
 // ---- the tile (t14, t18) --------------------------------------------------------------------
 // One instance: every head dim up to 256 is computed at 256. A block holds 64 keys (FlashAttention-
@@ -50,31 +46,6 @@ constexpr int smem_bytes() {
          2 * kBr * kLdP64 * 2;
 }
 static_assert(smem_bytes() == 150528, "147 KiB, as 06/t18 and t21");
-
-// acc += X^T Y (or X Y) as 06/v5's keys_times_cols, with the pitch of the P and dS tiles a
-// parameter: here they are 64 keys wide (kLdP64), not 128.
-template <class T, int D, int kRows, int kCols, bool kXT, int LdP>
-__device__ __forceinline__ void keys_times_cols_ld(float (&acc)[2][kCols / 8][4], uint32_t a_base,
-                                                   uint32_t b_base, uint32_t swz) {
-#pragma unroll
-  for (int kk = 0; kk < kRows / 16; ++kk) {
-    uint32_t a[2][4];
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt) {
-      if constexpr (kXT)
-        ldmatrix_x4_trans(a[mt], a_base + at<LdP>(16 * kk, 16 * mt));
-      else
-        ldmatrix_x4(a[mt], a_base + at<LdP>(16 * mt, 16 * kk));
-    }
-#pragma unroll
-    for (int np = 0; np < kCols / 16; ++np) {
-      uint32_t b[4];
-      ldmatrix_x4_trans(b, swz_addr(b_base + at<D>(16 * kk, 16 * np), swz));
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt) mma_pair<T>(acc[mt][2 * np], acc[mt][2 * np + 1], a[mt], b);
-    }
-  }
-}
 
 // ---- rows of d (t19, t21) -------------------------------------------------------------------
 // Rows [row0, row0 + ROWS) of a [seq, d] row-major matrix into a swizzled tile of rows of D >= d

@@ -239,8 +239,9 @@ __device__ __forceinline__ void rows_times_keys(float (&acc)[2][kSn][4], uint32_
 // the P or dS tile (a: this lane's ldmatrix .trans address of its first key column), Y the dO or
 // Q tile (b, swizzled, lane_rows form, at the warp's first column): dV += P^T dO, dK += dS^T Q.
 // kXT = false: acc += X Y over kRows keys instead, for one warp's 32 queries (a: this lane's plain
-// ldmatrix address of its first query row in dS) and Y the K tile: dQ += dS K.
-template <class T, int D, int kRows, int kCols, bool kXT = true>
+// ldmatrix address of its first query row in dS) and Y the K tile: dQ += dS K. LdP: the pitch of
+// the P and dS tiles (06/t14's 64-key tiles at D 256: mma_bwd_t21.cuh's kLdP64).
+template <class T, int D, int kRows, int kCols, bool kXT = true, int LdP = kLdP>
 __device__ __forceinline__ void keys_times_cols(float (&acc)[2][kCols / 8][4], uint32_t a_base,
                                                 uint32_t b_base, uint32_t swz) {
 #pragma unroll
@@ -249,9 +250,9 @@ __device__ __forceinline__ void keys_times_cols(float (&acc)[2][kCols / 8][4], u
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt) {
       if constexpr (kXT)
-        ldmatrix_x4_trans(a[mt], a_base + at<kLdP>(16 * kk, 16 * mt));
+        ldmatrix_x4_trans(a[mt], a_base + at<LdP>(16 * kk, 16 * mt));
       else
-        ldmatrix_x4(a[mt], a_base + at<kLdP>(16 * mt, 16 * kk));
+        ldmatrix_x4(a[mt], a_base + at<LdP>(16 * mt, 16 * kk));
     }
 #pragma unroll
     for (int np = 0; np < kCols / 16; ++np) {
