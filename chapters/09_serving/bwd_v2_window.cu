@@ -419,16 +419,9 @@ void run_head_dim(const fa::VarlenBwdArgs& a, cudaStream_t stream) {
              "09/bwd_v2_window needs cu_seqlens_q and cu_seqlens_k on the device");
   const fa::VarlenShape& s = a.shape;
 
-  // 1. D = rowsum(dO * O), before the kernel that reads it (same stream). D's rows over the
-  // packed layout are the heads * total_q rows of O and dO, in order: chapter 06's preprocess
-  // sees them as one sequence of total_q queries per head.
-  fa::AttentionShape rows;
-  rows.batch = 1;
-  rows.heads = s.heads;
-  rows.seq_q = s.total_q();
-  rows.seq_k = s.total_k();
-  rows.head_dim = s.head_dim;
-  fa::delta_preprocess_launch(a.o, a.dout, a.delta, rows, a.dtype, stream);
+  // 1. D = rowsum(dO * O), before the kernel that reads it (same stream), over the packed layout:
+  // one sequence of total_q queries per head (delta_preprocess.cuh).
+  fa::delta_preprocess_launch_packed(a.o, a.dout, a.delta, s, a.dtype, stream);
 
   // 2. dK, dV and the dQ atomics, 3. dQ from the accumulator.
   const float scale = s.sequence(0).softmax_scale();

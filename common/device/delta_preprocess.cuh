@@ -271,5 +271,20 @@ inline DeltaGrid delta_preprocess_launch(const void* o, const void* dout, float*
                                                                                     s, t, st);
 }
 
+// The same over a packed batch (VarlenShape, head-major [heads, total_q, d], chapter 09's
+// backwards): D's rows are the heads * total_q rows of O and dO in order, so the preprocess takes
+// them as one sequence of total_q queries per head, and D of (sequence b, head h) starts at
+// element h * total_q + cu_seqlens_q[b], where the kernels read it.
+inline DeltaGrid delta_preprocess_launch_packed(const void* o, const void* dout, float* delta,
+                                                const VarlenShape& s, DType t, cudaStream_t st) {
+  AttentionShape rows;
+  rows.batch = 1;
+  rows.heads = s.heads;
+  rows.seq_q = s.total_q();
+  rows.seq_k = s.total_k();
+  rows.head_dim = s.head_dim;
+  return delta_preprocess_launch(o, dout, delta, rows, t, st);
+}
+
 }  // namespace
 }  // namespace fa

@@ -637,17 +637,11 @@ void varlen_bwd(const VarlenBwdArgs& a, cudaStream_t stream) {
       s.total_q() >= INT_MAX - 512 || s.total_k() >= INT_MAX - 512 || s.heads >= INT_MAX,
       std::string(kName) + ": packed rows or heads past int32 TMA coordinates");
 
-  // 1. D = rowsum(dO o O), before the two kernels that read it (same stream). Over the packed
-  // layout D's rows are the heads * total_q rows of O and dO, in order: chapter 06's preprocess
-  // sees them as one sequence of total_q queries per head (as 09/bwd_v1_varlen runs it).
+  // 1. D = rowsum(dO o O), before the two kernels that read it (same stream), over the packed
+  // layout: one sequence of total_q queries per head (delta_preprocess.cuh), as 09/bwd_v1_varlen
+  // runs it.
   if (s.total_q() > 0) {
-    AttentionShape rows;
-    rows.batch = 1;
-    rows.heads = s.heads;
-    rows.seq_q = s.total_q();
-    rows.seq_k = s.total_k();
-    rows.head_dim = s.head_dim;
-    delta_preprocess_launch(a.o, a.dout, a.delta, rows, a.dtype, stream);
+    delta_preprocess_launch_packed(a.o, a.dout, a.delta, s, a.dtype, stream);
   }
   if (a.dtype == DType::BF16)
     dispatch_head_dim<__nv_bfloat16>(a, stream);
