@@ -18,12 +18,12 @@ inline void require_rows_of_d_bwd_args(const VarlenBwdArgs& a, const std::string
   FA_REQUIRE(a.cu_seqlens_q != nullptr && a.cu_seqlens_k != nullptr,
              name + " needs cu_seqlens_q and cu_seqlens_k on the device");
   auto aligned16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  FA_UNSUPPORTED_IF(a.shape.head_dim % 8 == 0 &&
-                        !(aligned16(a.q) && aligned16(a.k) && aligned16(a.v) &&
-                          aligned16(a.dout) && aligned16(a.dk) && aligned16(a.dv)),
-                    name +
-                        ": at a head dim that is a multiple of 8, Q, K, V, dO, dK and dV are read "
-                        "and written 16 bytes at a time and must be 16-byte aligned");
+  FA_UNSUPPORTED_IF(
+      a.shape.head_dim % 8 == 0 && !(aligned16(a.q) && aligned16(a.k) && aligned16(a.v) &&
+                                     aligned16(a.dout) && aligned16(a.dk) && aligned16(a.dv)),
+      name +
+          ": at a head dim that is a multiple of 8, Q, K, V, dO, dK and dV are read "
+          "and written 16 bytes at a time and must be 16-byte aligned");
 }
 
 }  // namespace fa::ch09
