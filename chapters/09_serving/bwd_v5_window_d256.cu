@@ -24,6 +24,8 @@
 //     and dQ's conversion finishes the last 1-3 elements (convert_dq_tail_kernel). The kernel is
 //     compiled with and without these element copies (kAnyLength), and the launcher picks by d:
 //     06/t21 compiles both paths into one kernel and runs the multiples of 8 at 0.87-0.91x t19.
+//     A third instance takes D 256 itself with the row length a constant (kWholeRows: t18's
+//     strides, where t19's run-time d cost t19 10-12% against t18).
 // The offsets, the band's query tiles, tile_needs_mask and the per-row mask are bwd_v2's lines,
 // over 16 keys per warp instead of 32. Without a window the band is the causal or full range: the
 // dispatch sends packed batches above D 128 here on GPUs where the Hopper rungs do not run, with
@@ -102,9 +104,11 @@ __device__ __forceinline__ int clamp_cols(int64_t x, int cols) {
 }
 
 // ---- dK, dV, and the dQ atomics ------------------------------------------------------------
+// kWholeRows: d == D == 256, a compile-time row length (06/t18's strides; the launcher's third
+// instance, for D 256 itself).
 // kAnyLength: t21's element-by-element rows, for the head dims that are no multiple of 8 (the
 // launcher compiles both and picks by d: without it, this is t19's code at the multiples of 8).
-template <class T, int D, bool kAnyLength>
+template <class T, int D, bool kAnyLength, bool kWholeRows>
 __global__ void __launch_bounds__(kThreads, 1) warp_tiles_kernel(Params p) {
   static_assert(D == kD256, "t21's one instance: every head dim computed at 256");
   static_assert(kWarps == 8 && kBr == 64 && kKeys == 32 << kKeyShift,
@@ -153,7 +157,8 @@ __global__ void __launch_bounds__(kThreads, 1) warp_tiles_kernel(Params p) {
 
   // (sequence b, head): rows head * total + cu of the packed [heads, total, d] tensors, 64-bit.
   const int64_t q_row0 = head * p.total_q + cu_q, k_row0 = head * p.total_k + cu_k;
-  const int d = p.d;  // t19: rows of d elements in global memory (D in shared memory)
+  // t19: rows of d elements in global memory (D in shared memory); D itself where kWholeRows.
+  const int d = kWholeRows ? D : p.d;
   const T* Q = static_cast<const T*>(p.q) + q_row0 * d;
   const T* dO = static_cast<const T*>(p.dout) + q_row0 * d;
   const T* K = static_cast<const T*>(p.k) + k_row0 * d;
@@ -405,8 +410,9 @@ void launch(const fa::VarlenBwdArgs& a, float scale, cudaStream_t stream) {
 
   if (blocks > 0) {
     constexpr int kSmem = smem_bytes();
-    const auto kernel =
-        p.d % 8 == 0 ? warp_tiles_kernel<T, D, false> : warp_tiles_kernel<T, D, true>;
+    const auto kernel = p.d == D       ? warp_tiles_kernel<T, D, false, true>
+                        : p.d % 8 == 0 ? warp_tiles_kernel<T, D, false, false>
+                                       : warp_tiles_kernel<T, D, true, false>;
     FA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
     p.n_tiles = n_kt;
     kernel<<<static_cast<unsigned>(blocks), kThreads, kSmem, stream>>>(p);
