@@ -215,9 +215,11 @@ void add_decode_shapes() {
       {1, 16, 1, 131072, 128, false, 0.0f, 16},  // one long sequence
   };
   const fa::DType t = fa::DType::BF16;
-  // D 128, the protocol's; and D 80, a head dim between the instances, for every kernel that takes
-  // it (rounded up inside: chapter 07's rungs, 08/t07_rounded_head_dims).
-  for (int d : {128, 80})
+  // D 128, the protocol's; D 80, a head dim between the instances, for every kernel that takes
+  // it (rounded up inside: chapter 07's rungs, 08/t07_rounded_head_dims); D 59, no multiple of 8,
+  // for the kernels that take every head dim (08/t08_any_head_dim, and chapter 05's t15 and t17,
+  // which ran it before).
+  for (int d : {128, 80, 59})
     for (const fa::AttentionFwdKernel* k : fa::entries_with_prefix<fa::AttentionFwdKernel>(""))
       for (fa::AttentionShape s : shapes) {
         if (!fa::supports(k->dtypes, t) || !fa::takes_head_dim(*k, d)) continue;
@@ -344,18 +346,22 @@ void add_window_shapes() {
 // paged forward at each page size it takes, on attn_decode's GQA shape (one query row; GB/s and %
 // of copy) and on a chunked prefill of 512 new tokens (causal; TFLOP/s); .../contiguous: the same
 // keys stored contiguously, read by the kernel 09/paged_v1_decode is built on
-// (08/t07_rounded_head_dims) for one query row, and by the dispatch's Hopper forward
-// (07/v5_persistent) for the chunk. D 80 is a head dim between the instances, for the kernels that
-// round it up inside; D 192 and 256 the Hopper kernels' widest instances (the contiguous 07/v5
-// computes D 192 as 256); D 59, no multiple of 8, for 09/paged_v3_prefill_any_head_dim.
+// (08/t07_rounded_head_dims; at D 59 08/t08_any_head_dim, which 09/paged_v4_decode_any_head_dim is
+// built on) for one query row, and by the dispatch's Hopper forward (07/v5_persistent) for the
+// chunk. D 80 is a head dim between the instances, for the kernels that round it up inside; D 192
+// and 256 the Hopper kernels' widest instances (the contiguous 07/v5 computes D 192 as 256); D 59,
+// no multiple of 8, for the kernels that take every head dim (09/paged_v3_prefill_any_head_dim,
+// 09/paged_v4_decode_any_head_dim).
 // attn_paged_append/: writing the new tokens' K and V (at D 128).
 void add_paged_shapes() {
   const fa::DType t = fa::DType::BF16;
   const int64_t batch = 8, heads = 32, heads_kv = 8, seq_k = 32768;
   for (int64_t d : {128, 80, 192, 256, 59}) {
     for (int64_t seq_q : {int64_t(1), int64_t(512)}) {
-      const fa::AttentionFwdKernel* contiguous = fa::find_entry<fa::AttentionFwdKernel>(
-          seq_q == 1 ? "08/t07_rounded_head_dims" : "07/v5_persistent");
+      const fa::AttentionFwdKernel* contiguous =
+          fa::find_entry<fa::AttentionFwdKernel>(seq_q > 1    ? "07/v5_persistent"
+                                                 : d % 8 == 0 ? "08/t07_rounded_head_dims"
+                                                              : "08/t08_any_head_dim");
       const std::string shape = "/bf16/D" + std::to_string(d) + "/B8_H32_Hkv8/Nq" +
                                 std::to_string(seq_q) + "/Nk" + std::to_string(seq_k) + "/";
       for (int page : {16, 64, 256}) {

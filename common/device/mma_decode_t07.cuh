@@ -17,6 +17,13 @@
 // batch each sequence has its own). The paged decode compiles to the machine code it had when it
 // carried a copy (the cubins' kernel sections compared for sm_80 and sm_90, CUDA 13.0).
 //
+// 08/t08_any_head_dim (t07 taking the head dims off the step of 8) adds one template flag,
+// kAnyLength, to mma_rows, merge_warps and merge_splits (default false: t07's code), and the
+// element-at-a-time stores and loads it needs (store_elements, load_elements); its element copies
+// into the ring live in each loader, as t07's cp.async copies do. 09/paged_v4_decode_any_head_dim
+// (t08 plus the block table) sets it. With the flag off every kernel that calls these pieces
+// compiles to the machine code it had before the flag existed.
+//
 // The device pieces are in fa::ch08::t07 and take split_kv.cuh's Params (an anonymous namespace's:
 // each module compiles its own); the tile counters, host code with a buffer, are in an anonymous
 // namespace, so each module that includes this header has its own, as split_kv.cuh's workspace.
@@ -71,8 +78,9 @@ __device__ __forceinline__ MmaTile mma_tile(const Params& p, int64_t bid) {
 // (last = -1) and are never written. Then Q as A fragments, straight from global memory (mma.cuh:
 // a[0] = A[g][2t, 2t+1], a[1] = A[g+8][2t, 2t+1], a[2] = A[g][2t+8, 2t+9], a[3] = A[g+8][2t+8,
 // 2t+9] of each k16 slice), zero in padding rows, kept for the whole kernel (Q is read once, a few
-// KB against megabytes of K/V).
-template <class T, int D>
+// KB against megabytes of K/V). kAnyLength (08/t08, d no multiple of 8): a row may start at an
+// odd element, and each of a pair's two elements is loaded alone.
+template <class T, int D, bool kAnyLength = false>
 __device__ __forceinline__ void mma_rows(const Params& p, const MmaTile& t, int64_t seq_k, int d,
                                          int g, int t4, int64_t (&out_row)[2], int64_t (&last)[2],
                                          uint32_t (&qf)[D / 16][4]) {
@@ -95,7 +103,14 @@ __device__ __forceinline__ void mma_rows(const Params& p, const MmaTile& t, int6
     for (int j = 0; j < 4; ++j) {
       const uint32_t* src = qrow[j & 1];
       const int col = kk * 16 + 8 * (j / 2) + 2 * t4;  // even: one 32-bit word, two elements
-      qf[kk][j] = src != nullptr && col < d ? __ldg(src + col / 2) : 0u;  // d even: pairs whole
+      if constexpr (kAnyLength) {
+        const unsigned short* e = reinterpret_cast<const unsigned short*>(src);
+        const uint32_t lo = e != nullptr && col < d ? __ldg(e + col) : 0u;
+        const uint32_t hi = e != nullptr && col + 1 < d ? __ldg(e + col + 1) : 0u;
+        qf[kk][j] = lo | hi << 16;
+      } else {
+        qf[kk][j] = src != nullptr && col < d ? __ldg(src + col / 2) : 0u;  // d even: pairs whole
+      }
     }
 }
 
@@ -212,12 +227,34 @@ __device__ __forceinline__ void quad_sum(float (&l)[2]) {
   }
 }
 
+// 08/t08: the first n (at most 4) of v's elements, times mul, into a row of O (16-bit) or of the
+// partials (fp32) at `to`, one element at a time: at a d that is no multiple of 8 a row may start
+// at any element, where t07's 4-byte and 16-byte accesses need an aligned one.
+template <class T>
+__device__ __forceinline__ void store_elements(T* to, float4 v, float mul, int n) {
+  const uint32_t pair[2] = {fa::mma::pack2<T>(v.x * mul, v.y * mul),
+                            fa::mma::pack2<T>(v.z * mul, v.w * mul)};
+  unsigned short* const e = reinterpret_cast<unsigned short*>(to);
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    if (i < n)
+      e[i] = static_cast<unsigned short>(i % 2 == 0 ? pair[i / 2] & 0xffffu : pair[i / 2] >> 16);
+}
+__device__ __forceinline__ void store_elements(float* to, float4 v, float mul, int n) {
+  const float x[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    if (i < n) to[i] = x[i] * mul;
+}
+
 // The kWarps warps of the block each hold the state (m, l, o) of the tile's 16 rows over
 // their share of the keys; chapter 02's pair merge folds them into one per row, through `smem`
 // (at least kWarps * 16 * (D + 2) floats, free: nothing in flight, and the barrier below waits
 // for every warp's last read of it), and the block writes one partial per row and split, or O and
 // L with a single split, as write_rows does. l must hold whole rows (quad_sum) already.
-template <class T, int D, int kWarps>
+// kAnyLength (08/t08): a row of O or of the partials may start anywhere, and each element is
+// stored alone (store_elements).
+template <class T, int D, int kWarps, bool kAnyLength = false>
 __device__ __forceinline__ void merge_warps(const Params& p, const MmaTile& t, unsigned char* smem,
                                             int d, int tid, int g, int t4, const float (&m)[2],
                                             const float (&l)[2], const float (&o)[D / 8][4]) {
@@ -264,7 +301,12 @@ __device__ __forceinline__ void merge_warps(const Params& p, const MmaTile& t, u
       v.z += f[w] * x.z;
       v.w += f[w] * x.w;
     }
-    if (p.num_splits == 1) {
+    if constexpr (kAnyLength) {
+      if (p.num_splits == 1)
+        store_elements(static_cast<T*>(p.o) + row * d + c, v, inv, d - c);
+      else
+        store_elements(p.ws_o + (t.split * p.total_rows + row) * d + c, v, 1.0f, d - c);
+    } else if (p.num_splits == 1) {
       uint32_t* const out = reinterpret_cast<uint32_t*>(static_cast<T*>(p.o) + row * d + c);
       out[0] = fa::mma::pack2<T>(v.x * inv, v.y * inv);  // 4-byte stores: O need only be 4-byte
       out[1] = fa::mma::pack2<T>(v.z * inv, v.w * inv);  // aligned, as in v3
@@ -288,10 +330,17 @@ __device__ __forceinline__ void merge_warps(const Params& p, const MmaTile& t, u
 // float4 columns are 128 registers at D 128 (kVecs = 4), which the main loop's accumulators have
 // given back by now (ptxas: 216 registers, 214 with batches of 4; still two blocks per SM), and
 // the protocol's plans cut a row into 4 or 16 splits: one or two batches. __ldcg reads through L2 only: the partials are other SMs'
-// stores of this launch.
+// stores of this launch. kAnyLength (08/t08): a partial's row may start anywhere, and its
+// elements are loaded one by one (load_elements), O stored as merge_warps stores it.
 constexpr int kBatch = 8;
 
-template <class T, int D>
+// 08/t08: the first n (at most 4) floats at `from`, one load each, zeros past n.
+__device__ __forceinline__ float4 load_elements(const float* from, int n) {
+  return make_float4(n > 0 ? __ldcg(from) : 0.0f, n > 1 ? __ldcg(from + 1) : 0.0f,
+                     n > 2 ? __ldcg(from + 2) : 0.0f, n > 3 ? __ldcg(from + 3) : 0.0f);
+}
+
+template <class T, int D, bool kAnyLength = false>
 __device__ __forceinline__ void merge_splits(const Params& p, const MmaTile& t, int d, int tid) {
   using ch02::gpu::Stats;
   constexpr int kPerRow = kThreads / kTileRows, kCols = D / kPerRow, kVecs = kCols / 4;
@@ -314,10 +363,14 @@ __device__ __forceinline__ void merge_splits(const Params& p, const MmaTile& t, 
       const bool in = s0 + u < p.num_splits;
       ml[u] = in ? __ldcg(p.ws_ml + w) : make_float2(-INFINITY, 0.0f);  // identity past the end
 #pragma unroll
-      for (int v = 0; v < kVecs; ++v)  // partials have rows of d: none read past it
-        part[u][v] = in && c0 + 4 * v < d
-                         ? __ldcg(reinterpret_cast<const float4*>(p.ws_o + w * d + c0) + v)
-                         : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      for (int v = 0; v < kVecs; ++v) {  // partials have rows of d: none read past it
+        if constexpr (kAnyLength)
+          part[u][v] = load_elements(p.ws_o + w * d + c0 + 4 * v, in ? d - (c0 + 4 * v) : 0);
+        else
+          part[u][v] = in && c0 + 4 * v < d
+                           ? __ldcg(reinterpret_cast<const float4*>(p.ws_o + w * d + c0) + v)
+                           : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
     }
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
@@ -337,12 +390,20 @@ __device__ __forceinline__ void merge_splits(const Params& p, const MmaTile& t, 
   }
   // A row that saw no key in any split: l = 0, O = 0 and L = -inf.
   const float inv = acc.l > 0.0f ? 1.0f / acc.l : 0.0f;
-  uint32_t* const out = reinterpret_cast<uint32_t*>(static_cast<T*>(p.o) + row * d + c0);
+  if constexpr (kAnyLength) {
 #pragma unroll
-  for (int v = 0; v < kVecs; ++v) {
-    if (c0 + 4 * v >= d) break;                                  // rows of d
-    out[2 * v] = fa::mma::pack2<T>(o[v].x * inv, o[v].y * inv);  // 4-byte stores, as merge_warps
-    out[2 * v + 1] = fa::mma::pack2<T>(o[v].z * inv, o[v].w * inv);
+    for (int v = 0; v < kVecs; ++v) {
+      if (c0 + 4 * v >= d) break;  // rows of d
+      store_elements(static_cast<T*>(p.o) + row * d + c0 + 4 * v, o[v], inv, d - (c0 + 4 * v));
+    }
+  } else {
+    uint32_t* const out = reinterpret_cast<uint32_t*>(static_cast<T*>(p.o) + row * d + c0);
+#pragma unroll
+    for (int v = 0; v < kVecs; ++v) {
+      if (c0 + 4 * v >= d) break;                                  // rows of d
+      out[2 * v] = fa::mma::pack2<T>(o[v].x * inv, o[v].y * inv);  // 4-byte stores, as merge_warps
+      out[2 * v + 1] = fa::mma::pack2<T>(o[v].z * inv, o[v].w * inv);
+    }
   }
   if (tid % kPerRow == 0) p.lse[row] = acc.l > 0.0f ? acc.m + logf(acc.l) : -INFINITY;
 }

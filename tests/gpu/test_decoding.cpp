@@ -3,6 +3,7 @@
 // ragged seq_k from 1 to 131072, K/V groups of 1, 4 and 8 query heads and MQA, causal
 // (bottom-right) and not, batch * heads beyond 65535, and (label long) K/V past 2^31 elements.
 // Big inputs are drawn on the GPU and a spread sample of heads is checked (the harness says which).
+// A decoding kernel that takes every head dim runs those off the step of 8 on the same caches.
 // Every other kernel must refuse grouped shapes, never run them.
 #include "test_util.h"
 
@@ -112,6 +113,46 @@ TEST_P(DecodingKernels, LongCachePast2to31Elements) {
 INSTANTIATE_TEST_SUITE_P(Registered, DecodingKernels, ::testing::ValuesIn(decoding_kernels()),
                          RegistryNamePrinter());
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(DecodingKernels);
+
+// A decoding kernel that takes every head dim (head_dim_step 1: chapter 08's t08) on the head dims
+// off the step of 8 that it takes (kOffTheStep, test_util.h) and D 1, 7 and 9 (a row shorter than
+// one 16-byte chunk, and one chunk and a bit): long ragged caches cut into many splits, so that the
+// partials and their merge carry rows of d too; groups of 1, 4 and 8; causal and not.
+std::vector<std::string> decoding_kernels_any_head_dim() {
+  std::vector<std::string> out;
+  for (const fa::AttentionFwdKernel* k : fa::entries_with_prefix<fa::AttentionFwdKernel>(""))
+    if (k->decoding && k->rounds_head_dim && k->head_dim_step == 1) out.push_back(k->name);
+  return out;
+}
+
+class DecodingAnyHeadDim : public DecodingKernels {};
+
+TEST_P(DecodingAnyHeadDim, HeadDimsOffTheStepOnLongCaches) {
+  FA_SKIP_WITHOUT_GPU(kernel().min_sm);
+  std::vector<int> dims = {1, 7, 9};
+  for (int d : kOffTheStep)
+    if (fa::takes_head_dim(kernel(), d)) dims.push_back(d);
+  for (fa::DType t : kernel().dtypes)
+    for (int d : dims)
+      for (int64_t nq : {1, 3, 16})
+        for (int64_t nk : {17, 1000, 32785})
+          for (int64_t hkv : kv_heads())
+            for (bool causal : {false, true}) {
+              if (t != kernel().dtypes.back() && (nk != 32785 || hkv != 2)) continue;
+              AttentionShape s{2, 8, nq, nk, d, causal, 0.0f, hkv};
+              SCOPED_TRACE(s.str() + " " + fa::dtype_name(t));
+              // A refusal fails: the registration says the kernel takes these head dims.
+              const fa::RunResult r =
+                  fa::run_attention_fwd(kernel(), s, t, check_only(uint64_t(d * 7 + nq + nk), 3));
+              if (r.status == fa::Status::NoGpu) GTEST_SKIP() << r.message << FA_SKIP_NOTE;
+              EXPECT_EQ(r.status, fa::Status::Pass) << r.report();
+            }
+}
+
+INSTANTIATE_TEST_SUITE_P(Registered, DecodingAnyHeadDim,
+                         ::testing::ValuesIn(decoding_kernels_any_head_dim()),
+                         RegistryNamePrinter());
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(DecodingAnyHeadDim);
 
 // ---------------------------------------------------------------------------------------------
 // A kernel that does not declare gqa is never run on a grouped shape (it would read the wrong K/V

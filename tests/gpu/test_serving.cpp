@@ -430,7 +430,8 @@ TEST_P(PagedFwdKernels, ChunkOfQueries) {
 // Head dims between the instances (rounds_head_dim): a kernel that rounds runs each over shuffled
 // pages of every size it takes, decoding (one query row, grouped and not) and a chunk of queries
 // past the decoding rows, causal and not; head dims off the step of 8 are refused with the reason,
-// unless the kernel rounds every head dim (head_dim_step 1: 09/paged_v3_prefill_any_head_dim),
+// unless the kernel rounds every head dim (head_dim_step 1: 09/paged_v3_prefill_any_head_dim,
+// 09/paged_v4_decode_any_head_dim),
 // which runs D 59, 111 and 201 as the others. A kernel that does not round refuses D 80.
 TEST_P(PagedFwdKernels, RoundedHeadDims) {
   FA_SKIP_WITHOUT_GPU(kernel().min_sm);
