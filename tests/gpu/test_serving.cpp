@@ -242,12 +242,17 @@ TEST_P(VarlenBwdKernels, MixedLengthsCausalAndNot) {
       }
 }
 
+// A kernel that takes both a window and grouped K/V heads (09/bwd_v7_window_grouped) runs every
+// window with a group of 2 as well.
 TEST_P(VarlenBwdKernels, SlidingWindows) {
   FA_SKIP_WITHOUT_GPU(kernel().min_sm);
   for (auto [t, d] : variants(kernel()))
-    for (const Window& w : kWindows)
-      for (const VarlenShape& s : {varlen(kBwd, kBwd, 2, d, w.causal, w.left, w.right),
-                                   varlen(kBwdQ, kBwdK, 2, d, w.causal, w.left, w.right)}) {
+    for (const Window& w : kWindows) {
+      std::vector<VarlenShape> shapes = {varlen(kBwd, kBwd, 2, d, w.causal, w.left, w.right),
+                                         varlen(kBwdQ, kBwdK, 2, d, w.causal, w.left, w.right)};
+      if (kernel().window && kernel().gqa)
+        shapes.push_back(varlen(kBwdQ, kBwdK, 4, d, w.causal, w.left, w.right, 2));
+      for (const VarlenShape& s : shapes) {
         SCOPED_TRACE(s.str() + " " + fa::dtype_name(t));
         fa::RunResult r =
             fa::run_varlen_bwd(kernel(), s, t, check_only(300 + w.left + 5 * w.right));
@@ -258,6 +263,7 @@ TEST_P(VarlenBwdKernels, SlidingWindows) {
         }
         FA_EXPECT_PASS(r);
       }
+    }
 }
 
 // Grouped K/V heads (a group of 4, and MQA): dK and dV of each K/V head against the sum over
