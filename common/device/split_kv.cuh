@@ -139,9 +139,12 @@ Params make_params(const AttentionFwdArgs& a, const fa::ch08::SplitPlan& plan) {
   p.ws_ml = nullptr;
   if (plan.num_splits > 1) {
     const size_t rows = size_t(plan.num_splits) * size_t(p.total_rows);
-    float* ws = workspace(rows * (s.head_dim + 2) * sizeof(float));
+    // The (m, l) pairs are float2: 8-byte aligned, so the partials of O take an even number of
+    // floats (rows * d is odd only at an odd head dim, 08/t08's, with an odd number of rows).
+    const size_t o_floats = (rows * size_t(s.head_dim) + 1) & ~size_t(1);
+    float* ws = workspace((o_floats + 2 * rows) * sizeof(float));
     p.ws_o = ws;
-    p.ws_ml = reinterpret_cast<float2*>(ws + rows * s.head_dim);  // rows * D floats: 8-byte aligned
+    p.ws_ml = reinterpret_cast<float2*>(ws + o_floats);
   }
   return p;
 }

@@ -125,7 +125,7 @@ TEST(RegistryHeadDims, SanitizedDimsReachEveryRoundedInstance) {
 // 09/paged_v4_decode_any_head_dim as well, their chunk that holds column d - 1 copied element by
 // element with zeros past d in every step), or by cp.async with
 // src-size 0 in every copy (05/t14, 05/t16, 06/t16, 06/t19, 06/t20, 06/t22), or in the 16-byte store of a chunk copied element
-// by element (05/t15, 05/t17, 06/t17, 06/t21, 09/v3_varlen_any_head_dim, 09/v4_window_any_head_dim, 09/paged_v3_prefill_any_head_dim, 09/bwd_v3_varlen_any_head_dim, 09/bwd_v4_window_any_head_dim, 09/bwd_v5_window_d256, 09/bwd_v6_varlen_grouped, 09/bwd_v7_window_grouped, head dims off the step of 8). A new kernel that claims rounding joins this list
+// by element (05/t15, 05/t17, 06/t17, 06/t21, 09/v3_varlen_any_head_dim, 09/v4_window_any_head_dim, 09/paged_v3_prefill_any_head_dim, 09/bwd_v3_varlen_any_head_dim, 09/bwd_v4_window_any_head_dim, 09/bwd_v5_window_d256, 09/bwd_v6_varlen_grouped, 09/bwd_v7_window_grouped, 09/bwd_v8_grouped_d256, head dims off the step of 8). A new kernel that claims rounding joins this list
 // when its own zeroing has been reviewed and tested.
 const std::vector<std::string> kMmaKernelsThatZeroTheirOwnColumns = {
     "08/t07_rounded_head_dims",
@@ -149,7 +149,8 @@ const std::vector<std::string> kMmaKernelsThatZeroTheirOwnColumns = {
     "09/bwd_v6_varlen_grouped",
     "08/t08_any_head_dim",
     "09/paged_v4_decode_any_head_dim",
-    "09/bwd_v7_window_grouped"};
+    "09/bwd_v7_window_grouped",
+    "09/bwd_v8_grouped_d256"};
 bool rounds_by_tma(const std::string& name, int min_sm) {
   return (name.rfind("07/", 0) == 0 || name.rfind("09/hopper_", 0) == 0) && min_sm == 90;
 }

@@ -147,6 +147,19 @@ TEST_P(DecodingAnyHeadDim, HeadDimsOffTheStepOnLongCaches) {
               if (r.status == fa::Status::NoGpu) GTEST_SKIP() << r.message << FA_SKIP_NOTE;
               EXPECT_EQ(r.status, fa::Status::Pass) << r.report();
             }
+  // An odd number of rows (one sequence, one or three heads, one query) over a few splits: at an
+  // odd d the partials of O take an odd number of floats, and the (m, l) pairs after them must
+  // still be 8-byte aligned.
+  for (int d : {59, 7})
+    for (int64_t heads : {1, 3})
+      for (int64_t nk : {200, 600, 1000, 3000}) {
+        AttentionShape s{1, heads, 1, nk, d, false, 0.0f, heads};
+        SCOPED_TRACE(s.str());
+        const fa::RunResult r = fa::run_attention_fwd(kernel(), s, kernel().dtypes.back(),
+                                                      check_only(uint64_t(nk + heads + d)));
+        if (r.status == fa::Status::NoGpu) GTEST_SKIP() << r.message << FA_SKIP_NOTE;
+        EXPECT_EQ(r.status, fa::Status::Pass) << r.report();
+      }
 }
 
 INSTANTIATE_TEST_SUITE_P(Registered, DecodingAnyHeadDim,

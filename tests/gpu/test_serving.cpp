@@ -464,6 +464,13 @@ TEST_P(PagedFwdKernels, RoundedHeadDims) {
           }
         }
   if (fa::head_dim_step(k) == 1) {  // takes kOffTheStep (above); refuses past its largest instance
+    // An odd number of query rows over a few splits at an odd d (a decoding kernel's partials of
+    // O then take an odd number of floats; the (m, l) pairs after them stay 8-byte aligned).
+    for (const PagedShape& s : {paged({600}, 1, 1, 59, 1, page_sizes().front(), false),
+                                paged({1000, 3, 200}, 3, 3, 59, 1, page_sizes().back(), false)}) {
+      SCOPED_TRACE(s.str());
+      FA_EXPECT_PASS(fa::run_paged_fwd(k, s, k.dtypes.back(), check_only(59 + s.heads, 2)));
+    }
     const fa::RunResult r = fa::run_paged_fwd(
         k, paged({33, 5}, 4, 2, k.head_dims.back() + 1, 1, page_sizes().front(), true),
         k.dtypes.front(), check_only(3));
