@@ -183,12 +183,16 @@ void add_grouped_heads(const std::string& family, Run run) {
 }
 
 // The same rows at D 128 for chapter 09's varlen kernels that take grouped heads, on the same
-// problem packed (two sequences of N tokens).
+// problem packed (two sequences of N tokens); at D 256 for those whose only instance is 256
+// (09/bwd_v8_grouped_d256).
 template <class K, class Run>
 void add_grouped_varlen(const std::string& family, Run run) {
   const fa::DType t = fa::DType::BF16;
   for (const K* k : fa::entries_with_prefix<K>("")) {
-    if (!k->gqa || !fa::supports(k->dtypes, t) || !fa::supports(k->head_dims, 128)) continue;
+    if (!k->gqa || !fa::supports(k->dtypes, t)) continue;
+    const bool only_256 = k->head_dims == std::vector<int>{256};
+    if (!fa::supports(k->head_dims, 128) && !only_256) continue;
+    const int d = only_256 ? 256 : 128;
     for (bool causal : {false, true})
       for (int64_t n : {4096, 8192})
         for (int64_t hkv : {32, 8, 4, 1}) {
@@ -196,9 +200,9 @@ void add_grouped_varlen(const std::string& family, Run run) {
           s.seqlens_q = s.seqlens_k = {n, n};
           s.heads = 32;
           s.heads_kv = hkv;
-          s.head_dim = 128;
+          s.head_dim = d;
           s.causal = causal;
-          add(gqa_row(family, k->name, 128, causal, n, hkv),
+          add(gqa_row(family, k->name, d, causal, n, hkv),
               [k, s, t, run](benchmark::State& st) { report(st, run(*k, s, t, timing_only())); });
         }
   }
