@@ -134,8 +134,8 @@ TEST_P(DecodingAnyHeadDim, HeadDimsOffTheStepOnLongCaches) {
     if (fa::takes_head_dim(kernel(), d)) dims.push_back(d);
   for (fa::DType t : kernel().dtypes)
     for (int d : dims)
-      for (int64_t nq : {1, 3, 16})
-        for (int64_t nk : {17, 1000, 32785})
+      for (int64_t nq : {1, 16})
+        for (int64_t nk : {17, 32785})
           for (int64_t hkv : kv_heads())
             for (bool causal : {false, true}) {
               if (t != kernel().dtypes.back() && (nk != 32785 || hkv != 2)) continue;
