@@ -462,8 +462,9 @@ __global__ void __launch_bounds__(kThreads, 1) dkdv_kernel(Params p) {
   }
   fa::mma::cp_async_wait<0>();
 
-  // Rows of keys that no query sees (causal, or outside the window) leave here with dK = dV = 0, as they must. t20: the
-  // sums over the walked heads, into the block's K/V head; t22: parts, added into the buffer.
+  // Rows of keys that no query sees (causal, or outside the window) leave here with dK = dV = 0,
+  // as they must. t20: the sums over the walked heads, into the block's K/V head; t22: parts,
+  // added into the buffer.
   if (p.split == 1) {
     T* dK = static_cast<T*>(p.dk) + k_row0 * d;
     T* dV = static_cast<T*>(p.dv) + k_row0 * d;

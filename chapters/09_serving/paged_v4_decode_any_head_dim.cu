@@ -67,11 +67,11 @@
 //      byte for byte (bench/sass_identical.py --subset, sm_80 and sm_90): the dispatch keeps that
 //      rung for the multiples of 8, and this one is for the head dims between them.
 // Unchanged, and called from common/device/mma_decode_t07.cuh (t07's pieces with t08's kAnyLength,
-// which t08 itself carries written out): the block's tile (mma_tile) and each lane's rows and Q fragments
-// (mma_rows, mma_keys, given the sequence's length), the ring and its swizzle (Ring), the zeroed
-// columns past d, the step (mma_step), the epilogue (quad_sum, merge_warps), the last block's merge
-// (merge_splits) and its counters (tile_counters). The block's grid, its (sequence, K/V head, row
-// tile, split) and the plan are t07's, as t08's are.
+// which t08 itself carries written out): the block's tile (mma_tile) and each lane's rows and Q
+// fragments (mma_rows, mma_keys, given the sequence's length), the ring and its swizzle (Ring), the
+// zeroed columns past d, the step (mma_step), the epilogue (quad_sum, merge_warps), the last
+// block's merge (merge_splits) and its counters (tile_counters). The block's grid, its (sequence,
+// K/V head, row tile, split) and the plan are t07's, as t08's are.
 //
 // The file, top to bottom: PagedTable (the cache's kernel parameters); PagedRingCopy (the copies
 // into the ring, through the table); mma_split_kernel; as_attention, launch_split_kv; forward and
@@ -128,8 +128,8 @@ struct PagedTable {
 // kRows keys, tests each row: rows past k_end are zero-filled (cp.async with src-size 0, from
 // k_src, a row of the pool, so no table entry past the sequence is ever read and no pointer
 // leaves the pool). t08: with kAnyLength each chunk is copied element by element
-// (copy_chunk_by_elements: the elements below d, zeros past it), synchronously, into the same place,
-// and a row past k_end is written as zeros without a read.
+// (copy_chunk_by_elements: the elements below d, zeros past it), synchronously, into the same
+// place, and a row past k_end is written as zeros without a read.
 template <class T, int D, int kRows, int kStages, int kThreads, int kRun, bool kAnyLength>
 struct PagedRingCopy {
   using R = Ring<D, kRows, kStages>;
