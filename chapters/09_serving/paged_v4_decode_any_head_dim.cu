@@ -64,8 +64,8 @@
 //   6. The element copies (kAnyLength, where d % 8 != 0) are t08's, each from its run's base: a
 //      thread copies its chunk of each row element by element, synchronously, zeros past d and
 //      past the split's end. Without kAnyLength the kernels are paged_v1_decode's machine code,
-//      byte for byte (bench/sass_identical.py --subset, sm_80 and sm_90): the dispatch keeps that
-//      rung for the multiples of 8, and this one is for the head dims between them.
+//      byte for byte (bench/sass_identical.py --subset, sm_80 and sm_90): that rung keeps the
+//      multiples of 8, and this one is for the head dims between them.
 // Unchanged, and called from common/device/mma_decode_t07.cuh (t07's pieces with t08's kAnyLength,
 // which t08 itself carries written out): the block's tile (mma_tile) and each lane's rows and Q
 // fragments (mma_rows, mma_keys, given the sequence's length), the ring and its swizzle (Ring), the
