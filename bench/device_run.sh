@@ -587,6 +587,9 @@ PY
       # shapes, and PyTorch SDPA timed on the same shapes in the same call. Logs: rung_<RUNG>_*, so
       # one call may run the stage for several rungs (RUNG=a ... rung; RUNG=b ... rung).
       # RUNG may name several versions of one chapter, separated by '|' (logs: rung_a+b+c_*).
+      # RUNG_LONG=1 runs their long tests too (after the default label); RUNG_BENCH replaces the
+      # fa_bench filter (for versions of several families, or rows other than the protocol's);
+      # RUNG_SDPA=0 leaves out PyTorch's timing of the same shapes.
       : "${RUNG:?set RUNG to a registered kernel name, e.g. RUNG=06/v5_warp_tiles}"
       case "$RUNG" in 06/* | */bwd_*) P=attn_bwd ;; 08/*) P=attn_decode ;; *) P=attn_fwd ;; esac
       R=${RUNG//\//_}
@@ -595,22 +598,31 @@ PY
       ctest --test-dir "$BUILD" -R "$R" -LE "long|sanitize" -j "$JOBS" --output-on-failure \
         --timeout 900 > "$OUT/rung_${T}_ctest.log" 2>&1
       log "rung ctest rc=$? $(grep -E 'tests passed|tests failed' "$OUT/rung_${T}_ctest.log")"
+      if [[ -n "${RUNG_LONG:-}" ]]; then
+        ctest --test-dir "$BUILD" -R "$R" -L long -j "$JOBS" --output-on-failure --timeout 900 \
+          > "$OUT/rung_${T}_long.log" 2>&1
+        log "rung long rc=$? $(grep -E 'tests passed|tests failed' "$OUT/rung_${T}_long.log")"
+      fi
       FA_SANITIZE_ONLY="${RUNG//|/,}" ctest --test-dir "$BUILD" -L sanitize --output-on-failure \
         --timeout 900 > "$OUT/rung_${T}_sanitize.log" 2>&1
       log "rung sanitize rc=$? $(grep -E 'tests passed|tests failed' "$OUT/rung_${T}_sanitize.log")"
-      F="$P/(${RUNG}${BASE:+|$BASE})/bf16/"
-      [[ $P == attn_decode ]] && F="ceiling/copy|$F"  # the copy ceiling its GB/s are read against
+      F=${RUNG_BENCH:-"$P/(${RUNG}${BASE:+|$BASE})/bf16/"}
+      [[ $P == attn_decode || -n "${RUNG_BENCH:-}" ]] && F="ceiling/copy|$F"  # GB/s are read against it
       "$BUILD/bin/fa_bench" --benchmark_filter="$F" \
         --benchmark_out="$OUT/rung_${T}_bench.json" --benchmark_out_format=json > "$OUT/rung_${T}_bench.log" 2>&1
-      log "rung fa_bench rc=$?"
-      if [[ $P == attn_decode ]]; then
-        PYTHONUNBUFFERED=1 python3 bench/compare_decode.py "$OUT/rung_${T}_bench.json" --out "$OUT" \
-          > "$OUT/rung_${T}_sdpa.log" 2>&1
+      log "rung fa_bench rc=$?"; grep -E "^(attn|ceiling)" "$OUT/rung_${T}_bench.log" | head -80
+      if [[ "${RUNG_SDPA:-1}" == 0 ]]; then
+        log "rung sdpa: left out (RUNG_SDPA=0)"
       else
-        PYTHONUNBUFFERED=1 python3 bench/compare_sdpa.py "$OUT/rung_${T}_bench.json" --out "$OUT" \
-          > "$OUT/rung_${T}_sdpa.log" 2>&1
+        if [[ $P == attn_decode ]]; then
+          PYTHONUNBUFFERED=1 python3 bench/compare_decode.py "$OUT/rung_${T}_bench.json" --out "$OUT" \
+            > "$OUT/rung_${T}_sdpa.log" 2>&1
+        else
+          PYTHONUNBUFFERED=1 python3 bench/compare_sdpa.py "$OUT/rung_${T}_bench.json" --out "$OUT" \
+            > "$OUT/rung_${T}_sdpa.log" 2>&1
+        fi
+        log "rung sdpa rc=$?"; grep -E "^\|" "$OUT/rung_${T}_sdpa.log" | head -40
       fi
-      log "rung sdpa rc=$?"; grep -E "^\|" "$OUT/rung_${T}_sdpa.log" | head -40
       ;;
     rounds)
       # Several rounds of (fa_bench of RUNG and BASE, then PyTorch SDPA) on the forward protocol
