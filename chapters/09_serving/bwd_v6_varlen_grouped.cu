@@ -23,7 +23,8 @@
 //     group in one block (split 1) and stores dK and dV as bwd_v3 does.
 // At heads_kv == heads every line runs bwd_v3's work.
 //
-// 06/t17's pieces come from common/device/mma_bwd_t17.cuh, as in bwd_v3.
+// 06/t17's pieces come from common/device/mma_bwd_t17.cuh, as in bwd_v3; t22's (the parts' atomic
+// add, the choice of the split and its buffer) from common/device/group_split.cuh.
 //
 // Speed: not yet measured: no GPU was lent after this rung was written.
 #include <cuda_bf16.h>
@@ -37,12 +38,12 @@
 
 #include "check.h"
 #include "delta_preprocess.cuh"
+#include "group_split.cuh"
 #include "gpu.h"
 #include "mma.cuh"
 #include "attention_tiles.cuh"
 #include "mma_bwd_t17.cuh"
 #include "registry.h"
-#include "stream_buffer.h"
 
 namespace {
 
@@ -50,6 +51,8 @@ constexpr const char* kName = "09/bwd_v6_varlen_grouped";  // the registered nam
 
 using fa::causal_last_key;
 using fa::ceil_div;
+using fa::ch06::t22::add_rows_of_d;  // t22's pieces (group_split.cuh)
+using fa::ch06::t22::GroupSplit;
 using fa::mma::ldmatrix_x4;
 using fa::mma::ldmatrix_x4_trans;
 using fa::mma::smem_addr;
@@ -82,39 +85,6 @@ struct Params {
   bool causal;
   int d;  // t16: the real head dim, the length of a row in global memory (<= D)
 };
-
-// t22: a 16 x DC fp32 accumulator added by atomics into rows r0 + g, r0 + g + 8 of a [seq, d] fp32
-// matrix, the columns below d; rows at or past seq (the next sequence's) are not touched. d a
-// multiple of 8: the pair 2t, 2t + 1 of an 8-column group is both below d or both past it, and
-// sm_90 adds it as one float2 (8-byte aligned). Otherwise (t17's rows) one float at a time.
-template <int DC>
-__device__ __forceinline__ void add_rows(float* out, const float (&acc)[DC / 8][4], int64_t r0,
-                                         int64_t seq, int d, int lane) {
-  const int g = lane >> 2, t = lane & 3;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int64_t row = r0 + g + 8 * h;
-    if (row >= seq) continue;
-    float* dst = out + row * int64_t(d) + 2 * t;
-#pragma unroll
-    for (int nt = 0; nt < DC / 8; ++nt) {
-      if (8 * nt >= d) break;  // rows of d: the zero columns past it are not added
-      if (d % 8 != 0) {
-        const int col = 8 * nt + 2 * t;
-        if (col < d) atomicAdd(dst + 8 * nt, acc[nt][2 * h]);
-        if (col + 1 < d) atomicAdd(dst + 8 * nt + 1, acc[nt][2 * h + 1]);
-        continue;
-      }
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-      atomicAdd(reinterpret_cast<float2*>(dst + 8 * nt),
-                make_float2(acc[nt][2 * h], acc[nt][2 * h + 1]));
-#else
-      atomicAdd(dst + 8 * nt, acc[nt][2 * h]);
-      atomicAdd(dst + 8 * nt + 1, acc[nt][2 * h + 1]);
-#endif
-    }
-  }
-}
 
 // ---- dK, dV, and the dQ atomics ------------------------------------------------------------
 template <class T, int D>
@@ -456,8 +426,8 @@ __global__ void __launch_bounds__(kThreads, 1) dkdv_kernel(Params p) {
     store_rows<T, D, D>(dK, dk, k0 + kr0, 0, seq_k, p.scale, d, lane);
     store_rows<T, D, D>(dV, dv, k0 + kr0, 0, seq_k, 1.0f, d, lane);
   } else {
-    add_rows<D>(p.dk_parts + k_row0 * d, dk, k0 + kr0, seq_k, d, lane);
-    add_rows<D>(p.dv_parts + k_row0 * d, dv, k0 + kr0, seq_k, d, lane);
+    add_rows_of_d<D>(p.dk_parts + k_row0 * d, dk, k0 + kr0, 0, seq_k, d, d % 8 != 0, lane);
+    add_rows_of_d<D>(p.dv_parts + k_row0 * d, dv, k0 + kr0, 0, seq_k, d, d % 8 != 0, lane);
   }
 }
 
@@ -486,22 +456,14 @@ void launch(const fa::VarlenBwdArgs& a, float scale, cudaStream_t stream) {
   p.heads_kv = s.kv_heads();
   p.group = p.heads_kv > 0 ? int(s.heads / p.heads_kv) : 1;
 
-  // t22's split: causal, a block per query head (bwd_v3's grid); full, t20's walk of the whole
-  // group. The parts, dK's then dV's at a 16-byte boundary (the conversion reads float4), zeroed
-  // on the stream before the kernel adds into them; without them the call walks whole groups.
-  // The conversion stores four 16-bit elements at a time: dK and dV 8-byte aligned (a slice of a
-  // tensor at an odd head dim may not be), else the walk stores them itself.
-  const bool aligned8 =
-      reinterpret_cast<uintptr_t>(a.dk) % 8 == 0 && reinterpret_cast<uintptr_t>(a.dv) % 8 == 0;
-  p.split = s.causal && aligned8 ? p.group : 1;
-  const int64_t kv_n = s.k_numel(), dv_at = ceil_div(kv_n, 4) * 4;
-  fa::StreamBuffer parts(p.split > 1 ? size_t(dv_at + kv_n) * sizeof(float) : 0, stream);
-  if (p.split > 1 && parts.as<float>() == nullptr) p.split = 1;
-  if (p.split > 1) {
-    p.dk_parts = parts.as<float>();
-    p.dv_parts = p.dk_parts + dv_at;
-    FA_CUDA_CHECK(cudaMemsetAsync(p.dk_parts, 0, size_t(dv_at + kv_n) * sizeof(float), stream));
-  }
+  // t22's split (group_split.cuh): causal, a block per query head, the dK and dV parts zeroed in
+  // a stream-ordered buffer; otherwise t20's walk of the whole group. Kept until the parts are
+  // converted, below.
+  const int64_t kv_n = s.k_numel();
+  const GroupSplit split(s.causal, p.group, a.dk, a.dv, kv_n, stream);
+  p.split = split.split();
+  p.dk_parts = split.dk_parts();
+  p.dv_parts = split.dv_parts();
 
   // Key tiles of the longest sequence, for every (sequence, K/V head, part); shorter sequences'
   // blocks past their keys return at once.

@@ -28,7 +28,7 @@
 // At heads_kv == heads every line runs bwd_v5's work.
 //
 // 06/v5's pieces come from common/device/mma_bwd_v5.cuh and t21's from mma_bwd_t21.cuh, as in
-// bwd_v5.
+// bwd_v5; t22's from group_split.cuh, as in bwd_v6.
 //
 // Speed: not yet measured: no GPU was lent after this rung was written.
 #include <cuda_bf16.h>
@@ -43,12 +43,12 @@
 #include "ch09_band.h"
 #include "check.h"
 #include "delta_preprocess.cuh"
+#include "group_split.cuh"
 #include "gpu.h"
 #include "mma.cuh"
 #include "mma_bwd_t21.cuh"
 #include "mma_bwd_v5.cuh"
 #include "registry.h"
-#include "stream_buffer.h"
 
 namespace {
 
@@ -57,6 +57,8 @@ constexpr const char* kName = "09/bwd_v8_grouped_d256";  // the registered name
 using namespace fa::ch06::v5;   // 06/v5's copies, products, dQ atomics (mma_bwd_v5.cuh)
 using namespace fa::ch06::t21;  // t21's tile, rows of d, dQ's tail (mma_bwd_t21.cuh)
 using fa::ceil_div;
+using fa::ch06::t22::add_rows_of_d;  // t22's pieces (group_split.cuh)
+using fa::ch06::t22::GroupSplit;
 using fa::mma::smem_addr;
 
 struct Params {
@@ -92,39 +94,6 @@ struct Params {
 // end compares with every column 0 .. cols - 1 as x itself does, and fits in 32 bits.
 __device__ __forceinline__ int clamp_cols(int64_t x, int cols) {
   return int(x < -1 ? -1 : (x > cols ? cols : x));
-}
-
-// t22: a 16 x DC fp32 accumulator added by atomics into rows r0 + g, r0 + g + 8 and columns col0 ..
-// col0 + DC - 1 of a [seq, d] fp32 matrix, the columns below d; rows at or past seq (the next
-// sequence's) are not touched. d a multiple of 8: the pair 2t, 2t + 1 of an 8-column group is both
-// below d or both past it, and sm_90 adds it as one float2 (8-byte aligned). kAnyLength (t21's
-// rows): one float at a time.
-template <int DC, bool kAnyLength>
-__device__ __forceinline__ void add_rows_of_d(float* out, const float (&acc)[DC / 8][4], int64_t r0,
-                                              int col0, int64_t seq, int d, int lane) {
-  const int g = lane >> 2, t = lane & 3;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int64_t row = r0 + g + 8 * h;
-    if (row >= seq) continue;
-    float* dst = out + row * int64_t(d) + col0 + 2 * t;
-#pragma unroll
-    for (int nt = 0; nt < DC / 8; ++nt) {
-      const int col = col0 + 8 * nt + 2 * t;
-      if constexpr (kAnyLength) {
-        if (col < d) atomicAdd(dst + 8 * nt, acc[nt][2 * h]);
-        if (col + 1 < d) atomicAdd(dst + 8 * nt + 1, acc[nt][2 * h + 1]);
-      } else if (col < d) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-        atomicAdd(reinterpret_cast<float2*>(dst + 8 * nt),
-                  make_float2(acc[nt][2 * h], acc[nt][2 * h + 1]));
-#else
-        atomicAdd(dst + 8 * nt, acc[nt][2 * h]);
-        atomicAdd(dst + 8 * nt + 1, acc[nt][2 * h + 1]);
-#endif
-      }
-    }
-  }
 }
 
 // ---- dK, dV, and the dQ atomics ------------------------------------------------------------
@@ -419,10 +388,10 @@ __global__ void __launch_bounds__(kThreads, 1) warp_tiles_kernel(Params p) {
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt) {
       const int64_t r0 = k0 + 32 * wk + 16 * mt;
-      add_rows_of_d<kHalf, kAnyLength>(p.dk_parts + k_row0 * d, dk[mt], r0, kHalf * wd, seq_k, d,
-                                       lane);
-      add_rows_of_d<kHalf, kAnyLength>(p.dv_parts + k_row0 * d, dv[mt], r0, kHalf * wd, seq_k, d,
-                                       lane);
+      add_rows_of_d<kHalf>(p.dk_parts + k_row0 * d, dk[mt], r0, kHalf * wd, seq_k, d, kAnyLength,
+                           lane);
+      add_rows_of_d<kHalf>(p.dv_parts + k_row0 * d, dv[mt], r0, kHalf * wd, seq_k, d, kAnyLength,
+                           lane);
     }
   }
 }
@@ -452,22 +421,14 @@ void launch(const fa::VarlenBwdArgs& a, float scale, cudaStream_t stream) {
   p.heads_kv = s.kv_heads();
   p.group = p.heads_kv > 0 ? int(s.heads / p.heads_kv) : 1;
 
-  // t22's split: causal, a block per query head (bwd_v5's grid); otherwise t20's walk of the
-  // whole group. The parts, dK's then dV's at a 16-byte boundary (the conversion reads float4),
-  // zeroed on the stream before the kernel adds into them; without them the call walks whole
-  // groups. The conversion stores four 16-bit elements at a time: dK and dV 8-byte aligned (a
-  // slice of a tensor at an odd head dim may not be), else the walk stores them itself.
-  const bool aligned8 =
-      reinterpret_cast<uintptr_t>(a.dk) % 8 == 0 && reinterpret_cast<uintptr_t>(a.dv) % 8 == 0;
-  p.split = s.causal && aligned8 ? p.group : 1;
-  const int64_t kv_n = s.k_numel(), dv_at = ceil_div(kv_n, 4) * 4;
-  fa::StreamBuffer parts(p.split > 1 ? size_t(dv_at + kv_n) * sizeof(float) : 0, stream);
-  if (p.split > 1 && parts.as<float>() == nullptr) p.split = 1;
-  if (p.split > 1) {
-    p.dk_parts = parts.as<float>();
-    p.dv_parts = p.dk_parts + dv_at;
-    FA_CUDA_CHECK(cudaMemsetAsync(p.dk_parts, 0, size_t(dv_at + kv_n) * sizeof(float), stream));
-  }
+  // t22's split (group_split.cuh): causal, a block per query head, the dK and dV parts zeroed in
+  // a stream-ordered buffer; otherwise t20's walk of the whole group. Kept until the parts are
+  // converted, below.
+  const int64_t kv_n = s.k_numel();
+  const GroupSplit split(s.causal, p.group, a.dk, a.dv, kv_n, stream);
+  p.split = split.split();
+  p.dk_parts = split.dk_parts();
+  p.dv_parts = split.dv_parts();
 
   // Key tiles of the longest sequence, for every (sequence, K/V head, part); shorter sequences'
   // blocks past their keys return at once.
