@@ -41,6 +41,7 @@
 #include <string>
 
 #include "ch09_band.h"
+#include "ch09_bwd_args.h"
 #include "check.h"
 #include "delta_preprocess.cuh"
 #include "group_split.cuh"
@@ -483,31 +484,12 @@ void run_d256(const fa::VarlenBwdArgs& a, cudaStream_t stream) {
                     std::string(kName) + ": head_dim " + std::to_string(a.shape.head_dim) +
                         " (computed at 256) needs " + std::to_string(kSmem) +
                         " bytes of shared memory per block, more than this GPU allows");
-  FA_REQUIRE(a.workspace != nullptr,
-             std::string(kName) + " needs the fp32 workspace (dQ accumulator)");
-  FA_REQUIRE(a.cu_seqlens_q != nullptr && a.cu_seqlens_k != nullptr,
-             std::string(kName) + " needs cu_seqlens_q and cu_seqlens_k on the device");
-  FA_UNSUPPORTED_IF(a.shape.head_dim % 8 == 0 && (reinterpret_cast<uintptr_t>(a.q) % 16 != 0 ||
-                                                  reinterpret_cast<uintptr_t>(a.k) % 16 != 0 ||
-                                                  reinterpret_cast<uintptr_t>(a.v) % 16 != 0 ||
-                                                  reinterpret_cast<uintptr_t>(a.dout) % 16 != 0 ||
-                                                  reinterpret_cast<uintptr_t>(a.dk) % 16 != 0 ||
-                                                  reinterpret_cast<uintptr_t>(a.dv) % 16 != 0),
-                    std::string(kName) +
-                        ": at a head dim that is a multiple of 8, Q, K, V, dO, dK and dV are read "
-                        "and written 16 bytes at a time and must be 16-byte aligned");
+  fa::ch09::require_rows_of_d_bwd_args(a, kName);
   const fa::VarlenShape& s = a.shape;
 
-  // 1. D = rowsum(dO * O), before the kernel that reads it (same stream). D's rows over the
-  // packed layout are the heads * total_q rows of O and dO, in order: chapter 06's preprocess
-  // sees them as one sequence of total_q queries per head.
-  fa::AttentionShape rows;
-  rows.batch = 1;
-  rows.heads = s.heads;
-  rows.seq_q = s.total_q();
-  rows.seq_k = s.total_k();
-  rows.head_dim = s.head_dim;
-  fa::delta_preprocess_launch(a.o, a.dout, a.delta, rows, a.dtype, stream);
+  // 1. D = rowsum(dO * O), before the kernel that reads it (same stream), over the packed layout:
+  // one sequence of total_q queries per head (delta_preprocess.cuh).
+  fa::delta_preprocess_launch_packed(a.o, a.dout, a.delta, s, a.dtype, stream);
 
   // 2. dK, dV and the dQ atomics, 3. dQ from the accumulator.
   const float scale = s.sequence(0).softmax_scale();
