@@ -111,6 +111,15 @@ const std::vector<Rule>& dispatch_table() {
                    "cuDNN, 1.24-9.1x 07/v5_persistent (the kernel that ran it before); at D 128 "
                    "0.995-0.999x v6 (three alternating rounds)",
                    log("decode_t07.log", kRun1203)),
+      on(Op::Fwd, "08/t08_any_head_dim")
+          .decoding()
+          .rounded()
+          .because("decoding at head dims off the step of 8 (59, 111, ...): t07 with each 16-byte "
+                   "chunk of a row copied element by element. D 59: 0.215 ms at B 8, H 32, H_kv 8, "
+                   "32768 keys, 12.5x 05/t17_grouped_any_head_dim (the kernel that ran it before), "
+                   "3.5-47x at the other two decode shapes; at D 80 level with t07, which keeps "
+                   "the multiples of 8",
+                   log("group_split_bench.log", kRun1205)),
       on(Op::Fwd, "09/hopper_v2_window")
           .hopper()
           .window()
@@ -363,9 +372,17 @@ const std::vector<Rule>& dispatch_table() {
           .because("grouped K/V heads before sm_90, full attention: t16 walking the group's query "
                    "heads, dK and dV summed in registers, K and V read in place (no copies, no "
                    "second pass): 1.000-1.004x its MHA time per query head at H 32, H_kv 8/4/1, "
-                   "D 128, N 8192 (each row alone). Causal problems keep the repeat: a block per "
-                   "K/V tile of a K/V head ran 1.08x, 1.21x and 2.06x its MHA time at H_kv 8, 4, 1",
-                   log("grouped_any_head_dim_gqa.log", kRun1205)),
+                   "D 128, N 8192 (each row alone); t22 took 1.02x its time at full attention",
+                   log("group_split_gqa.log", kRun1205)),
+      on(Op::Bwd, "06/t22_group_split")
+          .grouped()
+          .causal()
+          .because("grouped K/V heads before sm_90, causal: t20 gives each K/V tile of a K/V head "
+                   "one block, too few and too long (1.08x, 1.20x, 2.06x its MHA time at H_kv 8, "
+                   "4, 1); t22 gives each query head its own block and adds the dK and dV parts "
+                   "by fp32 atomics: 1.000-1.008x its MHA time per query head at H 32, H_kv "
+                   "8/4/1, D 128, N 8192 (each row alone), no K/V copies (not deterministic)",
+                   log("group_split_gqa.log", kRun1205)),
       on(Op::Bwd, "07/bwd_t48_dq_in_turns")
           .hopper()
           .rounded()
@@ -479,6 +496,13 @@ const std::vector<Rule>& dispatch_table() {
                    "needs 123); at D 256 06/t18 (147 KiB, the row above) runs wherever v3 (208 "
                    "KiB) fits (not deterministic)",
                    log("ladder_bwd_d256.log")),
+      on(Op::Bwd, "06/t23_one_buffer_99k")
+          .dims({128})
+          .because("the mma.sync backward at D 128 on a GPU with 99 KiB a block (sm_86, sm_89, "
+                   "sm_120), where v3 (112 KiB) and v4 (155) do not fit and nothing ran it: v3 "
+                   "with one Q and one dO buffer, 78 KiB. Timed on the H200: 192.1-201.1 TFLOP/s "
+                   "at N 4096 and 8192, 0.96-1.01x v3 (not deterministic)",
+                   log("group_split_bench.log", kRun1205)),
       on(Op::Bwd, "06/v2_mma")
           .because("the deterministic mma.sync backward (a dK/dV kernel and a dQ kernel)",
                    log("ladder_bwd_d128.log")),
@@ -536,6 +560,22 @@ const std::vector<Rule>& dispatch_table() {
           .window()
           .because("the window's backward on wgmma: 291.1 against 185.2 TFLOP/s",
                    log("ch09_serving.log")),
+      on(Op::VarlenBwd, "09/bwd_v7_window_grouped")
+          .window()
+          .grouped()
+          .because("a window with grouped K/V heads where the Hopper rung does not run (before "
+                   "sm_90, and off the step of 8), up to D 128: bwd_v6 with bwd_v4's window, K and "
+                   "V read in place, no copies: 0.992-1.000x its MHA time per query head at H 32, "
+                   "H_kv 8/4/1, two sequences of 8192, D 128, causal and full (each row alone; "
+                   "not deterministic)",
+                   log("group_split_gqa.log", kRun1205)),
+      on(Op::VarlenBwd, "09/bwd_v8_grouped_d256")
+          .window()
+          .grouped()
+          .because("a window with grouped K/V heads above D 128 (before sm_90, and off the step "
+                   "of 8): bwd_v5 with bwd_v6's group walk; the packed grouped row below has its "
+                   "figures",
+                   log("group_split_gqa.log", kRun1205)),
       on(Op::VarlenBwd, "09/bwd_v2_window")
           .window()
           .because("the window's backward on mma.sync", log("ch09_serving.log")),
@@ -560,6 +600,22 @@ const std::vector<Rule>& dispatch_table() {
                    "sequences of N 4096 and 8192, D 128, causal and full (each row timed alone); "
                    "deterministic",
                    log("gqa_varlen_bwd.log", kRun1203)),
+      on(Op::VarlenBwd, "09/bwd_v6_varlen_grouped")
+          .grouped()
+          .because("grouped K/V heads in the packed backward where the Hopper rung does not run "
+                   "(before sm_90, and off the step of 8), up to D 128: bwd_v3 walking the "
+                   "group's query heads (causal: one each, dK and dV parts added by atomics), K "
+                   "and V read in place, no copies: 0.996-1.008x its MHA time per query head at "
+                   "H 32, H_kv 8/4/1, two sequences of 8192, D 128, causal and full (each row "
+                   "alone; not deterministic)",
+                   log("group_split_gqa.log", kRun1205)),
+      on(Op::VarlenBwd, "09/bwd_v8_grouped_d256")
+          .grouped()
+          .because("grouped K/V heads in the packed backward above D 128 (before sm_90, and off "
+                   "the step of 8): bwd_v5 with bwd_v6's group walk: 1.000-1.009x its MHA time per "
+                   "query head at D 256 (as above); at D 192 and 256 0.99-1.01x bwd_v5 on MHA "
+                   "batches (not deterministic)",
+                   log("group_split_gqa.log", kRun1205)),
       on(Op::VarlenBwd, "09/hopper_bwd_v1_varlen")
           .hopper()
           .because("packed backward on wgmma: 287.8 against 09/bwd_v1_varlen's 176.6 TFLOP/s; "
@@ -587,6 +643,17 @@ const std::vector<Rule>& dispatch_table() {
                    "in its loader): at D 80 3570-3809 GB/s at pages 16-256, 93-99% of 08/t07 on "
                    "a contiguous cache; nothing ran it before",
                    log("paged_rounded.log", kRun1203)),
+      on(Op::PagedFwd, "09/paged_v4_decode_any_head_dim")
+          .decoding()
+          .rounded()
+          .because(
+              "decoding through a block table at head dims off the step of 8 (59, 111, ...): "
+              "08/t08 through the table, each 16-byte chunk of a row copied element by "
+              "element: D 59 at B 8, H 32, H_kv 8, 32768 keys 0.256-0.262 ms over pages 16-256, "
+              "9.3-9.5x 09/paged_v3_prefill_any_head_dim (the kernel that ran it before), "
+              "0.82-0.84x 08/t08 on a contiguous cache; at D 80 level with paged_v1_decode, "
+              "which keeps the multiples of 8",
+              log("group_split_bench.log", kRun1205)),
       on(Op::PagedFwd, "09/paged_v1_decode")
           .decoding()
           .because("decoding through a block table: 4225-4312 GB/s at pages 16-256 (D 128), "

@@ -28,12 +28,15 @@ does both once for a batch that is attended to repeatedly, and the operators tak
 Which kernel: kernel="auto" is the dispatch's choice (common/dispatch.h), as for attention().
 
 Grouped-query attention in the backward. Chapter 09's Hopper backwards (09/hopper_bwd_v1_varlen,
-09/hopper_bwd_v2_window) take grouped K/V heads: they read K/V head h / group and sum dK, dV
-over each group themselves, so they get K and V as they are. The mma.sync ones take heads_kv ==
-heads only, as chapter 06's do: for them the backward here repeats K and V over each group of
-H / H_kv query heads (repeat_interleave: query head h reads K/V head h // group), runs the kernel
-with H heads, and sums each group's H / H_kv gradients of dK and dV in fp32 in Python, rounding
-once, which costs the expanded copies and a reduction.
+09/hopper_bwd_v2_window) and its grouped mma.sync backwards (09/bwd_v6_varlen_grouped,
+09/bwd_v7_window_grouped, 09/bwd_v8_grouped_d256, which the dispatch picks for grouped heads
+before sm_90 and off the step of 8) take grouped K/V heads: they read K/V head h / group and sum
+dK, dV over each group themselves, so they get K and V as they are. The other mma.sync ones
+(bwd_v1 to bwd_v5) take heads_kv == heads only, as chapter 06's main rungs do: for them (a kernel
+named by the caller) the backward here repeats K and V over each group of H / H_kv query heads
+(repeat_interleave: query head h reads K/V head h // group), runs the kernel with H heads, and
+sums each group's H / H_kv gradients of dK and dV in fp32 in Python, rounding once, which costs
+the expanded copies and a reduction.
 
 Every function checks dtypes, devices and shapes and raises ValueError with what is wrong; a
 kernel that cannot run the problem raises flash_from_scratch.UnsupportedError in the harness's

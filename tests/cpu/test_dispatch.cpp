@@ -211,13 +211,17 @@ TEST(Dispatch, NinetyNineKiBGpus) {
     EXPECT_EQ(fa::pick(bwd(DType::BF16, 32, 4096, true), sm).kernel, "06/v4_bc128_tuned");
     EXPECT_EQ(fa::pick(bwd(DType::BF16, 64, 4096, true), sm).kernel, "06/v4_bc128_tuned");
     EXPECT_EQ(fa::pick(bwd(DType::BF16, 96, 4096, true), sm).kernel, "06/v3_atomic_dq");
-    for (int d : {128, 256}) {
-      const fa::Pick b = fa::pick(bwd(DType::BF16, d, 4096, true), sm);
-      EXPECT_FALSE(b) << b.explain();
-      EXPECT_NE(b.refusal.find("with 99 KiB of shared memory a block"), std::string::npos)
-          << b.refusal;
-      EXPECT_NE(b.refusal.find("06/v2_mma: needs"), std::string::npos) << b.refusal;
-    }
+    // D 128: 06/t23 (v3 with one Q and one dO buffer, 78 KiB). D 256: nothing fits.
+    EXPECT_EQ(fa::pick(bwd(DType::BF16, 128, 4096, true), sm).kernel, "06/t23_one_buffer_99k");
+    const fa::Pick b = fa::pick(bwd(DType::BF16, 256, 4096, true), sm);
+    EXPECT_FALSE(b) << b.explain();
+    EXPECT_NE(b.refusal.find("with 99 KiB of shared memory a block"), std::string::npos)
+        << b.refusal;
+    EXPECT_NE(b.refusal.find("06/v2_mma: needs"), std::string::npos) << b.refusal;
+    // A deterministic request at D 128 has no kernel that fits (06/v2_mma needs 103 KiB).
+    fa::Problem det = bwd(DType::BF16, 128, 4096, true);
+    det.deterministic = true;
+    EXPECT_FALSE(fa::pick(det, sm)) << fa::pick(det, sm).explain();
   }
 }
 
@@ -405,9 +409,9 @@ TEST(Dispatch, HeadDimsBetweenInstancesRoundUpBeforeHopper) {
                                                           : "05/t16_grouped_heads")
         << "D " << d;
   }
-  // The grouped backward before sm_90, full attention: 06/t20 sums dK and dV over the group
-  // inside (up to 128); above 128 and off the step of 8 the caller repeats K and V for t19 and
-  // t17. Causal, t20 measured slower than the repeat (its grid): the MHA rungs, K and V repeated.
+  // The grouped backward before sm_90: 06/t20 (full) and 06/t22 (causal: the group split among
+  // blocks) sum dK and dV over the group inside (up to 128); above 128 and off the step of 8 the
+  // caller repeats K and V for t19 and t17.
   for (int d : {32, 64, 80, 128, 59, 192}) {
     fa::Problem g = bwd(DType::BF16, d, 4096, false);
     g.gqa = true;
@@ -416,7 +420,10 @@ TEST(Dispatch, HeadDimsBetweenInstancesRoundUpBeforeHopper) {
                                                  : "06/t20_grouped_heads")
         << "D " << d;
     g.causal = true;
-    EXPECT_NE(fa::pick(g, 80).kernel, "06/t20_grouped_heads") << "D " << d;
+    EXPECT_EQ(fa::pick(g, 80).kernel, d % 8 != 0 ? "06/t17_any_head_dim"
+                                      : d > 128  ? "06/t19_d256_rounded"
+                                                 : "06/t22_group_split")
+        << "D " << d;
   }
   // sm_100 and newer have no chapter 07 kernels (sm_90a machine code): they round here too.
   EXPECT_EQ(fa::pick(fwd(DType::BF16, 80, 4096, false), 100).kernel, "05/t14_rounded_head_dims");
@@ -435,6 +442,12 @@ TEST(Dispatch, EachKindOfProblemGoesWhereItsRowSays) {
     decode.head_dim = d;
     EXPECT_EQ(fa::pick(decode, 90).kernel, "08/t07_rounded_head_dims") << d;
     EXPECT_EQ(fa::pick(decode, 80).kernel, "08/t07_rounded_head_dims") << d;
+  }
+  // Off the step of 8: t08, t07 with each row's 16-byte chunks copied element by element.
+  for (int d : {59, 111, 1}) {
+    decode.head_dim = d;
+    EXPECT_EQ(fa::pick(decode, 90).kernel, "08/t08_any_head_dim") << d;
+    EXPECT_EQ(fa::pick(decode, 80).kernel, "08/t08_any_head_dim") << d;
   }
   decode.head_dim = 128;
 
@@ -476,16 +489,17 @@ TEST(Dispatch, EachKindOfProblemGoesWhereItsRowSays) {
     gqa_bwd.head_dim = 128;
   }
   // Before sm_90 (and past it, where chapter 07 has no machine code) the causal grouped backward
-  // runs on K and V repeated by the caller; a full one in 06/t20, which sums dK and dV over the
-  // group itself.
-  EXPECT_EQ(fa::pick(gqa_bwd, 80).kernel, "06/v4_bc128_tuned");
-  EXPECT_EQ(fa::pick(gqa_bwd, 100).kernel, "06/v5_warp_tiles");
+  // runs in 06/t22 (a block per query head, dK and dV added by atomics), a full one in 06/t20 (a
+  // block walks its group): both sum dK and dV over the group themselves.
+  EXPECT_EQ(fa::pick(gqa_bwd, 80).kernel, "06/t22_group_split");
+  EXPECT_EQ(fa::pick(gqa_bwd, 100).kernel, "06/t22_group_split");
   gqa_bwd.causal = false;
   EXPECT_EQ(fa::pick(gqa_bwd, 80).kernel, "06/t20_grouped_heads");
   EXPECT_EQ(fa::pick(gqa_bwd, 100).kernel, "06/t20_grouped_heads");
   gqa_bwd.causal = true;
-  // Packed batches with grouped heads: chapter 09's Hopper backwards sum dK, dV over the group
-  // themselves (the window's too); the mma.sync ones run on K and V repeated by the caller.
+  // Packed batches with grouped heads: every packed backward the dispatch picks for them sums dK,
+  // dV over the group itself: the Hopper ones (the window's too), and elsewhere bwd_v6 (up to
+  // 128), bwd_v7 (its window) and bwd_v8 (above 128, window or not).
   fa::Problem varlen_gqa_bwd = gqa_bwd;
   varlen_gqa_bwd.op = Op::VarlenBwd;
   if (have_hopper_kernels()) {
@@ -496,10 +510,28 @@ TEST(Dispatch, EachKindOfProblemGoesWhereItsRowSays) {
     EXPECT_TRUE(fa::find_entry<fa::VarlenBwdKernel>("09/hopper_bwd_v2_window")->gqa);
     varlen_gqa_bwd.window = false;
   }
-  EXPECT_EQ(fa::pick(varlen_gqa_bwd, 100).kernel, "09/bwd_v1_varlen");
-  // 06/v5's tiles, 171 KiB a block, do not fit an A100: bwd_v3 (06/t17's 155 KiB) runs it there.
-  EXPECT_EQ(fa::pick(varlen_gqa_bwd, 80).kernel, "09/bwd_v3_varlen_any_head_dim");
   EXPECT_FALSE(fa::find_entry<fa::VarlenBwdKernel>("09/bwd_v1_varlen")->gqa);
+  for (int sm : {80, 100}) {
+    for (bool window : {false, true})
+      for (int d : {59, 64, 128, 192, 201, 256}) {
+        varlen_gqa_bwd.window = window;
+        varlen_gqa_bwd.head_dim = d;
+        const std::string want = d > 128  ? "09/bwd_v8_grouped_d256"
+                                 : window ? "09/bwd_v7_window_grouped"
+                                          : "09/bwd_v6_varlen_grouped";
+        EXPECT_EQ(fa::pick(varlen_gqa_bwd, sm).kernel, want) << sm << " " << window << " " << d;
+        EXPECT_TRUE(fa::find_entry<fa::VarlenBwdKernel>(want)->gqa);
+      }
+    // Off the step of 8 the Hopper rungs cannot read the rows (TMA): the same kernels on sm_90.
+    if (have_hopper_kernels() && sm == 80) {
+      varlen_gqa_bwd.head_dim = 59;
+      EXPECT_EQ(fa::pick(varlen_gqa_bwd, 90).kernel, "09/bwd_v7_window_grouped");
+      varlen_gqa_bwd.window = false;
+      EXPECT_EQ(fa::pick(varlen_gqa_bwd, 90).kernel, "09/bwd_v6_varlen_grouped");
+    }
+  }
+  varlen_gqa_bwd.window = false;
+  varlen_gqa_bwd.head_dim = 128;
 
   EXPECT_EQ(fa::pick(fwd(DType::F32, 64, 1000, true), 90).kernel, "05/v1_scalar_fp32");
   EXPECT_EQ(fa::pick(bwd(DType::F32, 64, 1000, true), 90).kernel, "06/v1_fp32");
@@ -525,6 +557,10 @@ TEST(Dispatch, EachKindOfProblemGoesWhereItsRowSays) {
   EXPECT_EQ(fa::pick(paged, 80).kernel, "09/paged_v3_prefill_any_head_dim");
   paged.seq_q = 1;
   for (int sm : {80, 90}) EXPECT_EQ(fa::pick(paged, sm).kernel, "09/paged_v1_decode") << sm;
+  // Off the step of 8: paged_v4 (08/t08 through the table).
+  paged.head_dim = 59;
+  for (int sm : {80, 90})
+    EXPECT_EQ(fa::pick(paged, sm).kernel, "09/paged_v4_decode_any_head_dim") << sm;
   // Past 128 the Hopper kernels take the pages: decoding with the group packed into one Q tile,
   // chunks as hopper_paged_prefill's; before sm_90 09/paged_v3 (05/t17 through the table).
   for (int d : {192, 256}) {

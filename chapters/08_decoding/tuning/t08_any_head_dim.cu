@@ -31,7 +31,7 @@
 // quad_sum and merge_warps; merge_splits (the last block's fold); mma_split_kernel;
 // launch_split_kv; forward and the dtype / head-dim dispatch; the registration.
 //
-// Speed: measured in chapters/08_decoding/README.md
+// Speed (H200, 2026-12-05): measured in chapters/08_decoding/tuning/README.md, its t08 section.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
