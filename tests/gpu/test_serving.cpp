@@ -182,7 +182,7 @@ const std::vector<int64_t> kBwdQ = {1, 17, 129, 0, 200}, kBwdK = {300, 17, 129, 
 // packed batch, causal and not, with a window and grouped K/V heads where it takes them (the
 // backward's shapes, for both directions); head dims off the step of 8 are refused with the
 // reason, unless the kernel rounds every head dim (head_dim_step 1: 09/v3_varlen_any_head_dim, v4,
-// bwd_v3, bwd_v4, bwd_v5, bwd_v6), which runs D 59, 111 (and 201 up to 256) as the others. A kernel that does not round refuses
+// bwd_v3 to bwd_v8), which runs D 59, 111 (and 201 up to 256) as the others. A kernel that does not round refuses
 // D 80.
 template <class K, class Run>
 void rounded_head_dims(const K& k, Run run) {
