@@ -18,6 +18,9 @@ before each timed call (flash_from_scratch.bench.Timer, as common/timing.h), the
 its R medians (and their spread). So the times include what a user pays besides the kernels: the
 allocations, the backward's preprocess and scratch, the Python layer. TFLOP/s count 4 * B * H * D
 per visible (query, key) pair for the forward and 2.5 times that for the backward (3.5 in all).
+"peak MiB" is what one forward + backward allocated at its peak beyond the inputs
+(torch.cuda.max_memory_allocated): with grouped K/V heads it shows whether a backward repeats K
+and V over the group or reads them in place.
 """
 import argparse
 import csv
@@ -105,6 +108,16 @@ def host_split(torch, fwd, bwd, calls=20):
     return tuple(statistics.median(m[i] for m in marks) for i in range(3))
 
 
+def peak_bytes(torch, step):
+    """The bytes one call of `step` allocated at its peak beyond what was allocated before it."""
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    step()
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() - before
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--shape", default="4,16,4096,128", help="B,H,N,D (default 4,16,4096,128)")
@@ -180,6 +193,7 @@ def main(argv=None):
             t.requires_grad_(True)
         flops = attention_flops(b, h, n, n, d, causal, backward=False)
         samples = {label: {"fwd_ms": [], "fwd_bwd_ms": []} for label, _ in columns}
+        peaks = {}
         errors = {}
         for r in range(args.rounds):
             for label, f in columns:
@@ -199,6 +213,8 @@ def main(argv=None):
                 except Exception as e:  # a column that cannot run here reads "-", never fatal
                     errors[label] = str(e).splitlines()[0]
                     continue
+                if r == 0:
+                    peaks[label] = peak_bytes(torch, fwd_bwd)
                 if r == 0 and args.trace and label in ("auto", "sdpa-cudnn"):
                     os.makedirs(args.trace, exist_ok=True)
                     tag = "%s_%s" % (label, "causal" if causal else "full")
@@ -221,6 +237,7 @@ def main(argv=None):
                 row["fwd_bwd_ms"] = statistics.median(samples[label]["fwd_bwd_ms"])
                 row["fwd_tflops"] = flops / (row["fwd_ms"] * 1e-3) / 1e12
                 row["fwd_bwd_tflops"] = 3.5 * flops / (row["fwd_bwd_ms"] * 1e-3) / 1e12
+                row["peak_mib"] = peaks[label] / 2**20
                 if args.rounds > 1:
                     row["spread"] = "%.3f-%.3f" % (min(samples[label]["fwd_bwd_ms"]),
                                                    max(samples[label]["fwd_bwd_ms"]))
@@ -228,21 +245,23 @@ def main(argv=None):
                 row["kernels"] = "; ".join(fa.explain(q, k, v, causal=causal, brief=True))
             rows.append(row)
 
-    print("| mask | column | forward ms | fwd+bwd ms | fwd+bwd TFLOP/s | vs sdpa-flash | "
+    print("| mask | column | forward ms | fwd+bwd ms | fwd+bwd TFLOP/s | peak MiB | vs sdpa-flash | "
           "vs sdpa-cudnn |")
-    print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in rows:
         ref = {x["column"]: x for x in rows if x["mask"] == r["mask"]}
         if "error" in r:
-            print("| %s | %s | - | - | - | - | - |  (%s)" % (r["mask"], r["column"], r["error"]))
+            print("| %s | %s | - | - | - | - | - | - |  (%s)" % (r["mask"], r["column"],
+                                                             r["error"]))
             continue
         ratios = []
         for peer in ("sdpa-flash", "sdpa-cudnn"):
             pr = ref.get(peer, {})
             ratios.append("%.2fx" % (pr["fwd_bwd_ms"] / r["fwd_bwd_ms"]) if "fwd_bwd_ms" in pr
                           else "-")
-        print("| %s | %s | %.3f | %.3f | %.1f | %s | %s |" % (
-            r["mask"], r["column"], r["fwd_ms"], r["fwd_bwd_ms"], r["fwd_bwd_tflops"], *ratios))
+        print("| %s | %s | %.3f | %.3f | %.1f | %.0f | %s | %s |" % (
+            r["mask"], r["column"], r["fwd_ms"], r["fwd_bwd_ms"], r["fwd_bwd_tflops"],
+            r["peak_mib"], *ratios))
     for r in rows:
         if r.get("kernels"):
             print("auto, %s: %s" % (r["mask"], r["kernels"]))
@@ -260,7 +279,7 @@ def main(argv=None):
     if args.csv:
         os.makedirs(os.path.dirname(os.path.abspath(args.csv)), exist_ok=True)
         fields = ["mask", "column", "fwd_ms", "fwd_bwd_ms", "fwd_tflops", "fwd_bwd_tflops",
-                  "spread", "kernels", "error"]
+                  "peak_mib", "spread", "kernels", "error"]
         with open(args.csv, "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=fields)
             w.writeheader()

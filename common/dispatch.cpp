@@ -12,13 +12,14 @@ namespace fa {
 
 namespace {
 
-// The runs the rows cite (H200, 2026-12-01 to 2026-12-05; notes/measured/README.md says what
-// each holds).
+// The runs the rows cite (H200, 2026-12-01 to 2026-12-05, and an H100 on 2026-12-05;
+// notes/measured/README.md says what each holds).
 constexpr const char* kRun = "notes/measured/h200-2026-12-01/";
 constexpr const char* kRun1202 = "notes/measured/h200-2026-12-02/";
 constexpr const char* kRun1203 = "notes/measured/h200-2026-12-03/";
 constexpr const char* kRun1204 = "notes/measured/h200-2026-12-04/";
 constexpr const char* kRun1205 = "notes/measured/h200-2026-12-05/";
+constexpr const char* kRunH100 = "notes/measured/h100-2026-12-05/";  // an H100 that day
 std::string log(const char* file, const char* run = kRun) {
   return std::string(run) + file;
 }
@@ -334,6 +335,16 @@ const std::vector<Rule>& dispatch_table() {
                    "batches without a window: D 59 72.3-94.4 TFLOP/s; at D 128 0.90-0.94x "
                    "bwd_v2_window (two runs)",
                    log("any_head_dim_serving_bench.log", kRun1205)),
+      on(Op::Bwd, "09/bwd_v8_grouped_d256")
+          .window()
+          .grouped()
+          .because("a window with grouped K/V heads above D 128 where the Hopper rung does not run "
+                   "(before sm_90, and off the step of 8): bwd_v5 (the row below) with the group "
+                   "walk, K and V read in place where bwd_v5 needs them repeated over the group "
+                   "and its dK, dV summed after. Same run, packed batches without a window, MHA: "
+                   "0.99-1.01x bwd_v5 at D 192 and 256; grouped, 1.000-1.009x its MHA time per "
+                   "query head (group_split_gqa.log; not deterministic)",
+                   log("group_split_bench.log", kRun1205)),
       on(Op::Bwd, "09/bwd_v5_window_d256")
           .window()
           .because("a window's backward at the head dims above 128 where the Hopper rungs do not "
@@ -516,6 +527,16 @@ const std::vector<Rule>& dispatch_table() {
               "row is last: t19 takes every multiple of 8, slower than the rungs above at "
               "theirs; not deterministic)",
               log("any_head_dim_serving_bench.log", kRun1205)),
+      on(Op::Bwd, "09/bwd_v8_grouped_d256")
+          .grouped()
+          .because("grouped K/V heads at head dims above 128 that are no multiple of 8 (the row "
+                   "below's), before sm_90 and on it: the batch packed, dK and dV summed over the "
+                   "group inside, no K/V copies. End to end (fa.attention, forward and backward; "
+                   "H100): D 201, H 32, H_kv 8, N 4096: 1.01x (full) and 1.07x (causal) t21 on K "
+                   "and V repeated over the group, 959 against 1084 MiB at its peak; at D 192 "
+                   "and 256 t19 and t18 on repeated K/V keep it (1.01-1.02x and 1.07-1.08x "
+                   "bwd_v8; not deterministic)",
+                   log("e2e_gqa_d201_hkv8.log", kRunH100)),
       on(Op::Bwd, "06/t21_d256_any_head_dim")
           .rounded()
           .dims({256})

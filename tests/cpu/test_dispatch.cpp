@@ -410,19 +410,33 @@ TEST(Dispatch, HeadDimsBetweenInstancesRoundUpBeforeHopper) {
         << "D " << d;
   }
   // The grouped backward before sm_90: 06/t20 (full) and 06/t22 (causal: the group split among
-  // blocks) sum dK and dV over the group inside (up to 128); above 128 and off the step of 8 the
-  // caller repeats K and V for t19 and t17.
-  for (int d : {32, 64, 80, 128, 59, 192}) {
-    fa::Problem g = bwd(DType::BF16, d, 4096, false);
-    g.gqa = true;
-    EXPECT_EQ(fa::pick(g, 80).kernel, d % 8 != 0 ? "06/t17_any_head_dim"
-                                      : d > 128  ? "06/t19_d256_rounded"
-                                                 : "06/t20_grouped_heads")
+  // blocks) sum dK and dV over the group inside (up to 128), and so does 09/bwd_v8 (the batch
+  // packed) above 128 off the step of 8; at 59, and at 136-256 on the step of 8, the caller
+  // repeats K and V for t17, t19 and t18, which measured faster.
+  for (bool causal : {false, true})
+    for (int d : {32, 64, 80, 128, 59, 192, 256, 201}) {
+      fa::Problem g = bwd(DType::BF16, d, 4096, causal);
+      g.gqa = true;
+      EXPECT_EQ(fa::pick(g, 80).kernel, d == 201   ? "09/bwd_v8_grouped_d256"
+                                        : d == 256 ? "06/t18_d256_one_buffer"
+                                        : d == 59  ? "06/t17_any_head_dim"
+                                        : d > 128  ? "06/t19_d256_rounded"
+                                        : causal   ? "06/t22_group_split"
+                                                   : "06/t20_grouped_heads")
+          << "D " << d << (causal ? " causal" : " full");
+    }
+  EXPECT_EQ(fa::pick(bwd(DType::BF16, 201, 4096, true), 80).kernel, "06/t21_d256_any_head_dim");
+  // A window with grouped heads above 128: 09/bwd_v8 (bwd_v5's kernel with the group walk), where
+  // bwd_v5 would take K and V repeated; up to 128 bwd_v4 on repeated K and V.
+  for (int d : {64, 128, 192, 201, 256}) {
+    fa::Problem g = bwd(DType::BF16, d, 4096, true);
+    g.gqa = g.window = true;
+    EXPECT_EQ(fa::pick(g, 80).kernel,
+              d > 128 ? "09/bwd_v8_grouped_d256" : "09/bwd_v4_window_any_head_dim")
         << "D " << d;
-    g.causal = true;
-    EXPECT_EQ(fa::pick(g, 80).kernel, d % 8 != 0 ? "06/t17_any_head_dim"
-                                      : d > 128  ? "06/t19_d256_rounded"
-                                                 : "06/t22_group_split")
+    g.gqa = false;
+    EXPECT_EQ(fa::pick(g, 80).kernel,
+              d > 128 ? "09/bwd_v5_window_d256" : "09/bwd_v4_window_any_head_dim")
         << "D " << d;
   }
   // sm_100 and newer have no chapter 07 kernels (sm_90a machine code): they round here too.
