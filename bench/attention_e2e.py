@@ -245,8 +245,8 @@ def main(argv=None):
                 row["kernels"] = "; ".join(fa.explain(q, k, v, causal=causal, brief=True))
             rows.append(row)
 
-    print("| mask | column | forward ms | fwd+bwd ms | fwd+bwd TFLOP/s | peak MiB | vs sdpa-flash | "
-          "vs sdpa-cudnn |")
+    print("| mask | column | forward ms | fwd+bwd ms | fwd+bwd TFLOP/s | peak MiB | "
+          "vs sdpa-flash | vs sdpa-cudnn |")
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in rows:
         ref = {x["column"]: x for x in rows if x["mask"] == r["mask"]}

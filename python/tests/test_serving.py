@@ -727,66 +727,13 @@ def test_attention_gqa_on_a_fixed_length_kernel():
     report(failures, 4)
 
 
-def test_attention_gqa_in_chapter07_kernels():
-    """Grouped and multi-query heads through 07/v5_persistent and 07/bwd_v1_tma_wgmma, which read
-    K/V head h / group and sum dK, dV over each group themselves: the gradients against the
-    reference, and the backward's memory no more than the MHA backward's on the same shapes."""
-    torch = torch_cuda_or_skip()
+def check_fixed_length_gqa_backward(torch, fwd, bwd, d, seed):
+    """Grouped (H 8 over H_kv 2, causal) and multi-query (H_kv 1, full) heads of a fixed-length
+    batch through forward `fwd` and backward `bwd`, which takes them itself: the gradients against
+    the float64 reference, and the backward's memory no more than the same kernels' on K and V
+    repeated over the group (the MHA backward of the same shapes)."""
     from flash_from_scratch.reference import naive_attention_lowp, reference_attention
-    fwd, bwd = "07/v5_persistent", "07/bwd_v1_tma_wgmma"
-    for kind, name in (("fwd", fwd), ("bwd", bwd)):
-        err = fa.supported(kind, name, "bf16", 128, gqa=True)
-        if err is not None:
-            pytest.skip(str(err))
-    g = torch.Generator().manual_seed(SEED)
-    failures = []
-    for hkv, causal in ((2, True), (1, False)):
-        q = draw(torch, g, (2, 8, 300, 128), torch.bfloat16, "cuda").requires_grad_()
-        k = draw(torch, g, (2, hkv, 257, 128), torch.bfloat16, "cuda").requires_grad_()
-        v = draw(torch, g, (2, hkv, 257, 128), torch.bfloat16, "cuda").requires_grad_()
-        do = draw(torch, g, (2, 8, 300, 128), torch.bfloat16, "cuda")
-
-        def backward_peak(k, v):
-            """(gradients, the bytes the backward allocated at its peak)."""
-            o = fa.attention(q, k, v, causal=causal, kernel=fwd, kernel_bwd=bwd)
-            torch.cuda.synchronize()
-            before = torch.cuda.memory_allocated()
-            torch.cuda.reset_peak_memory_stats()
-            grads = torch.autograd.grad(o, (q, k, v), do)
-            torch.cuda.synchronize()
-            return grads, torch.cuda.max_memory_allocated() - before
-
-        (dq, dk, dv), peak = backward_peak(k, v)
-        ke, ve = (t.detach().repeat_interleave(8 // hkv, 1).requires_grad_() for t in (k, v))
-        _, mha_peak = backward_peak(ke, ve)
-        assert peak <= mha_peak, "grouped backward peak %d B > MHA's %d B" % (peak, mha_peak)
-        q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
-        ro, _ = reference_attention(q64, k64, v64, causal)
-        rq, rk, rv = torch.autograd.grad(ro, (q64, k64, v64), do.double())
-        naive = naive_attention_lowp(q.detach(), k.detach(), v.detach(), do, causal)
-        for what, got, ref in (("dQ", dq, rq), ("dK", dk, rk), ("dV", dv, rv)):
-            check_one(failures, "%s hkv %d" % (bwd, hkv), what, got, ref, naive[what],
-                      torch.bfloat16)
-    report(failures, 6)
-
-
-@pytest.mark.parametrize("bwd,d", [("09/bwd_v6_varlen_grouped", 59),
-                                   ("09/bwd_v8_grouped_d256", 192),
-                                   ("09/bwd_v8_grouped_d256", 201)])
-def test_fixed_length_gqa_through_packed_backwards(bwd, d):
-    """A fixed-length batch with grouped heads through chapter 09's mma.sync backwards that sum
-    dK, dV over each group themselves, at head dims no fixed-length backward with grouped heads
-    takes before sm_90 (off the step of 8, above 128): the batch runs packed (B = 2: a copy in
-    and out), the gradients against the float64 reference, and the backward's memory no more than
-    the same kernel's on K and V repeated over the group (the MHA backward of the same shapes)."""
-    torch = torch_cuda_or_skip()
-    from flash_from_scratch.reference import naive_attention_lowp, reference_attention
-    fwd = "05/t17_grouped_any_head_dim"
-    for kind, name in (("fwd", fwd), ("varlen_bwd", bwd)):
-        err = fa.supported(kind, name, "bf16", d, gqa=True)
-        if err is not None:
-            pytest.skip(str(err))
-    g = torch.Generator().manual_seed(SEED + d)
+    g = torch.Generator().manual_seed(seed)
     failures = []
     for hkv, causal in ((2, True), (1, False)):
         q = draw(torch, g, (2, 8, 300, d), torch.bfloat16, "cuda").requires_grad_()
@@ -807,7 +754,8 @@ def test_fixed_length_gqa_through_packed_backwards(bwd, d):
         (dq, dk, dv), peak = backward_peak(k, v)
         ke, ve = (t.detach().repeat_interleave(8 // hkv, 1).requires_grad_() for t in (k, v))
         _, mha_peak = backward_peak(ke, ve)
-        assert peak <= mha_peak, "grouped backward peak %d B > MHA's %d B" % (peak, mha_peak)
+        assert peak <= mha_peak, "%s D %d: grouped backward peak %d B > MHA's %d B" % (
+            bwd, d, peak, mha_peak)
         q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
         ro, _ = reference_attention(q64, k64, v64, causal)
         rq, rk, rv = torch.autograd.grad(ro, (q64, k64, v64), do.double())
@@ -816,6 +764,36 @@ def test_fixed_length_gqa_through_packed_backwards(bwd, d):
             check_one(failures, "%s D %d hkv %d" % (bwd, d, hkv), what, got, ref, naive[what],
                       torch.bfloat16)
     report(failures, 6)
+
+
+def test_attention_gqa_in_chapter07_kernels():
+    """Grouped and multi-query heads through 07/v5_persistent and 07/bwd_v1_tma_wgmma, which read
+    K/V head h / group and sum dK, dV over each group themselves
+    (check_fixed_length_gqa_backward)."""
+    torch = torch_cuda_or_skip()
+    fwd, bwd = "07/v5_persistent", "07/bwd_v1_tma_wgmma"
+    for kind, name in (("fwd", fwd), ("bwd", bwd)):
+        err = fa.supported(kind, name, "bf16", 128, gqa=True)
+        if err is not None:
+            pytest.skip(str(err))
+    check_fixed_length_gqa_backward(torch, fwd, bwd, 128, SEED)
+
+
+@pytest.mark.parametrize("bwd,d", [("09/bwd_v6_varlen_grouped", 59),
+                                   ("09/bwd_v8_grouped_d256", 192),
+                                   ("09/bwd_v8_grouped_d256", 201)])
+def test_fixed_length_gqa_through_packed_backwards(bwd, d):
+    """A fixed-length batch with grouped heads through chapter 09's mma.sync backwards that sum
+    dK, dV over each group themselves, at head dims no fixed-length backward with grouped heads
+    takes before sm_90 (off the step of 8, above 128): the batch runs packed (B = 2: a copy in
+    and out); check_fixed_length_gqa_backward's gradients and memory."""
+    torch = torch_cuda_or_skip()
+    fwd = "05/t17_grouped_any_head_dim"
+    for kind, name in (("fwd", fwd), ("varlen_bwd", bwd)):
+        err = fa.supported(kind, name, "bf16", d, gqa=True)
+        if err is not None:
+            pytest.skip(str(err))
+    check_fixed_length_gqa_backward(torch, fwd, bwd, d, SEED + d)
 
 
 @pytest.mark.parametrize("fwd,bwd,window", [
