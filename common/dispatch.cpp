@@ -383,7 +383,10 @@ const std::vector<Rule>& dispatch_table() {
           .because("grouped K/V heads before sm_90, full attention: t16 walking the group's query "
                    "heads, dK and dV summed in registers, K and V read in place (no copies, no "
                    "second pass): 1.000-1.004x its MHA time per query head at H 32, H_kv 8/4/1, "
-                   "D 128, N 8192 (each row alone); t22 took 1.02x its time at full attention",
+                   "D 128, N 8192 (each row alone); t22 took 1.02x its time at full attention. "
+                   "Not where its grid is short: MQA at N 4096 (64 blocks for 132 SMs) took 1.95x "
+                   "(H100, gqa_n4096_before_full_split.log), and so did t22, which splits causal "
+                   "rows only",
                    log("group_split_gqa.log", kRun1205)),
       on(Op::Bwd, "06/t22_group_split")
           .grouped()
