@@ -338,13 +338,14 @@ const std::vector<Rule>& dispatch_table() {
       on(Op::Bwd, "09/bwd_v8_grouped_d256")
           .window()
           .grouped()
-          .because("a window with grouped K/V heads above D 128 where the Hopper rung does not run "
-                   "(before sm_90, and off the step of 8): bwd_v5 (the row below) with the group "
-                   "walk, K and V read in place where bwd_v5 needs them repeated over the group "
-                   "and its dK, dV summed after. Same run, packed batches without a window, MHA: "
-                   "0.99-1.01x bwd_v5 at D 192 and 256; grouped, 1.000-1.009x its MHA time per "
-                   "query head (group_split_gqa.log; not deterministic)",
-                   log("group_split_bench.log", kRun1205)),
+          .because(
+              "a window with grouped K/V heads above D 128 where the Hopper rung does not run "
+              "(before sm_90, and off the step of 8): bwd_v5 (the row below) with the group "
+              "walk, K and V read in place where bwd_v5 needs them repeated over the group "
+              "and its dK, dV summed after. H200, same run, packed batches without a window, MHA: "
+              "0.99-1.01x bwd_v5 at D 192 and 256; grouped, 1.000-1.009x its MHA time per "
+              "query head (group_split_gqa.log; not deterministic)",
+              log("group_split_bench.log", kRun1205)),
       on(Op::Bwd, "09/bwd_v5_window_d256")
           .window()
           .because("a window's backward at the head dims above 128 where the Hopper rungs do not "
