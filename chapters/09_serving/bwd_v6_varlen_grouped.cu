@@ -20,7 +20,8 @@
 //   * t22's split: under the causal mask each query head has its own block (split = group), so the
 //     grid is bwd_v3's, and the blocks' dK and dV are parts, added (unscaled, fp32) by atomics
 //     into a buffer of the K/V heads' size and converted after; full attention walks the whole
-//     group in one block (split 1) and stores dK and dV as bwd_v3 does.
+//     group in one block (split 1) and stores dK and dV as bwd_v3 does, unless that grid leaves
+//     the GPU's resident blocks idle (t22's full_split: few K/V heads and key tiles).
 // At heads_kv == heads every line runs bwd_v3's work.
 //
 // 06/t17's pieces come from common/device/mma_bwd_t17.cuh, as in bwd_v3; t22's (the parts' atomic
@@ -55,6 +56,7 @@ using fa::causal_last_key;
 using fa::ceil_div;
 using fa::ch06::t22::add_rows_of_d;  // t22's pieces (group_split.cuh)
 using fa::ch06::t22::GroupSplit;
+using fa::ch06::t22::resident_blocks;
 using fa::mma::ldmatrix_x4;
 using fa::mma::ldmatrix_x4_trans;
 using fa::mma::smem_addr;
@@ -458,25 +460,27 @@ void launch(const fa::VarlenBwdArgs& a, float scale, cudaStream_t stream) {
   p.heads_kv = s.kv_heads();
   p.group = p.heads_kv > 0 ? int(s.heads / p.heads_kv) : 1;
 
-  // t22's split (group_split.cuh): causal, a block per query head, the dK and dV parts zeroed in
-  // a stream-ordered buffer; otherwise t20's walk of the whole group. Kept until the parts are
-  // converted, below.
-  const int64_t kv_n = s.k_numel();
-  const GroupSplit split(s.causal, p.group, a.dk, a.dv, kv_n, stream);
-  p.split = split.split();
-  p.dk_parts = split.dk_parts();
-  p.dv_parts = split.dv_parts();
-
   // Key tiles of the longest sequence, for every (sequence, K/V head, part); shorter sequences'
   // blocks past their keys return at once.
   const int64_t n_kt = ceil_div(s.max_seq_k(), kBc);
+  constexpr int kSmem = dkdv_smem_bytes<D>();
+  const int64_t slots = resident_blocks<dkdv_kernel<T, D>, kSmem>(kThreads);
+
+  // t22's split (group_split.cuh): causal, a block per query head; full attention, t20's walk of
+  // the whole group unless that grid leaves the GPU's resident blocks idle (full_split). The dK
+  // and dV parts zeroed in a stream-ordered buffer, kept until they are converted, below.
+  const int64_t kv_n = s.k_numel();
+  const GroupSplit split(s.causal, p.group, n_kt * s.batch() * p.heads_kv, slots, a.dk, a.dv, kv_n,
+                         stream);
+  p.split = split.split();
+  p.dk_parts = split.dk_parts();
+  p.dv_parts = split.dv_parts();
   const int64_t blocks = n_kt * s.batch() * p.heads_kv * p.split;
   FA_REQUIRE(blocks <= INT32_MAX, "batch * heads_kv * split * key tiles must fit in gridDim.x");
   FA_REQUIRE(ceil_div(s.max_seq_q(), kBr) * p.group <= INT32_MAX,
              "a block's Q tiles over its group must fit in an int");
 
   if (blocks > 0) {
-    constexpr int kSmem = dkdv_smem_bytes<D>();
     FA_CUDA_CHECK(cudaFuncSetAttribute(dkdv_kernel<T, D>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
     p.n_tiles = n_kt;

@@ -11,10 +11,12 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
 #include "check.h"
+#include "gpu.h"
 #include "stream_buffer.h"
 
 namespace fa::ch06::t22 {
@@ -55,20 +57,54 @@ __device__ __forceinline__ void add_rows_of_d(float* out, const float (&acc)[DC 
   }
 }
 
+// The blocks of kKernel (`threads` threads, kSmem bytes of dynamic shared memory, its limit set
+// here) the GPU holds at once: its SMs times the blocks one SM holds. Asked once per kernel and
+// process (a kernel is always launched with the same block size).
+template <auto kKernel, int kSmem>
+int64_t resident_blocks(int threads) {
+  static const int64_t slots = [threads] {
+    FA_CUDA_CHECK(
+        cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+    int per_sm = 1;
+    FA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kKernel, threads, kSmem));
+    return int64_t(std::max(per_sm, 1)) * fa::gpu_info().sm_count;
+  }();
+  return slots;
+}
+
+// The split of full attention. Every block of a full backward does the same work, so the grid
+// runs in waves of `slots` blocks (resident_blocks), each wave as long as one block's walk over
+// group / split query heads. t20's walk (split 1) gives `blocks` blocks; where that grid leaves
+// slots empty (few K/V heads and key tiles: MQA at N 4096 took 1.96x its MHA time per query head
+// at split 1), the split whose waves end soonest (ties to the smaller split, which adds fewer
+// parts).
+inline int full_split(int group, int64_t blocks, int64_t slots) {
+  int best = 1;
+  int64_t best_time = -1;
+  for (int split = 1; split <= group; ++split) {
+    if (group % split != 0) continue;
+    const int64_t waves = (blocks * split + slots - 1) / std::max<int64_t>(slots, 1);
+    const int64_t time = waves * (group / split);
+    if (best_time < 0 || time < best_time) best = split, best_time = time;
+  }
+  return best;
+}
+
 // The split of a call, and its parts (host side). Under the causal mask each query head gets its
-// own block (split = group: the MHA grid and order), and the blocks' dK and dV parts meet in an
+// own block (split = group: the MHA grid and order); full attention takes full_split's (1, t20's
+// walk, wherever the grid fills the GPU). With split > 1 the blocks' dK and dV parts meet in an
 // fp32 buffer of kv_n elements each (dV's at a 16-byte boundary, for the conversion's float4
-// reads), zeroed on the stream here, before the kernel adds into it. Full attention walks the
-// whole group in one block (split 1) and stores dK and dV itself; so does a call whose dK or dV
-// is not 8-byte aligned (the conversion stores four 16-bit elements at a time; a slice of a tensor
-// at an odd head dim may not be), and one whose stream-ordered buffer the pool cannot give. The
-// buffer is freed on the stream when the object goes, after everything queued before: keep it
-// until the conversions of the parts are launched.
+// reads), zeroed on the stream here, before the kernel adds into it. At split 1 the block stores
+// dK and dV itself; so does a call whose dK or dV is not 8-byte aligned (the conversion stores
+// four 16-bit elements at a time; a slice of a tensor at an odd head dim may not be), and one
+// whose stream-ordered buffer the pool cannot give. `blocks`: the grid at split 1; `slots`:
+// resident_blocks of the dK/dV kernel. The buffer is freed on the stream when the object goes,
+// after everything queued before: keep it until the conversions of the parts are launched.
 class GroupSplit {
  public:
-  GroupSplit(bool causal, int group, const void* dk, const void* dv, int64_t kv_n,
-             cudaStream_t stream)
-      : split_(wanted(causal, group, dk, dv)),
+  GroupSplit(bool causal, int group, int64_t blocks, int64_t slots, const void* dk, const void* dv,
+             int64_t kv_n, cudaStream_t stream)
+      : split_(wanted(causal, group, blocks, slots, dk, dv)),
         dv_at_((kv_n + 3) / 4 * 4),
         parts_(split_ > 1 ? size_t(dv_at_ + kv_n) * sizeof(float) : 0, stream) {
     if (split_ > 1 && parts_.as<float>() == nullptr) split_ = 1;
@@ -81,10 +117,12 @@ class GroupSplit {
   float* dv_parts() const { return split_ > 1 ? parts_.as<float>() + dv_at_ : nullptr; }
 
  private:
-  static int wanted(bool causal, int group, const void* dk, const void* dv) {
+  static int wanted(bool causal, int group, int64_t blocks, int64_t slots, const void* dk,
+                    const void* dv) {
     const bool aligned8 =
         reinterpret_cast<uintptr_t>(dk) % 8 == 0 && reinterpret_cast<uintptr_t>(dv) % 8 == 0;
-    return causal && aligned8 && group > 1 ? group : 1;
+    if (!aligned8 || group <= 1) return 1;
+    return causal ? group : full_split(group, blocks, slots);
   }
   int split_;
   int64_t dv_at_;

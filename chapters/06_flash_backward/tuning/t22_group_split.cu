@@ -21,7 +21,8 @@
 //   * The split: causal, every query head its own block (split = group): the grid, its blocks'
 //     lengths and their order are MHA's, with K and V read in place (the group's blocks read the
 //     same K/V tile, from L2 after the first). Full attention keeps t20's walk (split 1), which
-//     measured level with MHA. The parts take 2 x heads_kv x seq_k x d floats, 2 / group of the
+//     measured level with MHA, unless its grid leaves the GPU's resident blocks idle (split_of:
+//     MQA at N 4096). The parts take 2 x heads_kv x seq_k x d floats, 2 / group of the
 //     repeated K and V they replace; where the stream-ordered allocation fails the call runs
 //     t20's walk (split 1), correct and slower.
 // At split 1 every line is t20's.
@@ -718,10 +719,25 @@ __global__ void convert_dq_kernel(const float* __restrict__ acc, T* __restrict__
 }
 
 // ---- launcher ------------------------------------------------------------------------------
-// t22: how many blocks share a K/V tile's group. Causal: one per query head (the MHA grid);
-// full attention: one for the whole group (t20's walk, which measured level with MHA).
-int split_of(const fa::AttentionShape& s) {
-  return s.causal ? std::max(int(s.group()), 1) : 1;
+// t22: how many blocks share a K/V tile's group. Causal: one per query head (the MHA grid).
+// Full attention: every block does the same work, so the grid runs in waves of `slots` blocks
+// (the GPU's SMs times the blocks one SM holds), each as long as one block's walk over group /
+// split query heads. t20's walk (split 1) measured level with MHA wherever its n_kt x batch x
+// heads_kv blocks fill the slots; where they leave slots idle (MQA at N 4096: 64 blocks, 1.96x
+// the MHA time per query head), the split whose waves end soonest (ties to the smaller split,
+// which adds fewer parts).
+int split_of(const fa::AttentionShape& s, int64_t n_kt, int64_t slots) {
+  const int group = std::max(int(s.group()), 1);
+  if (s.causal) return group;
+  int best = 1;
+  int64_t best_time = -1;
+  for (int split = 1; split <= group; ++split) {
+    if (group % split != 0) continue;
+    const int64_t blocks = n_kt * s.batch * s.kv_heads() * split;
+    const int64_t time = ceil_div(blocks, std::max<int64_t>(slots, 1)) * (group / split);
+    if (best_time < 0 || time < best_time) best = split, best_time = time;
+  }
+  return best;
 }
 
 template <class T, int D>
@@ -746,8 +762,16 @@ void launch(const fa::AttentionBwdArgs& a, cudaStream_t stream) {
   p.group = int(s.group());
   p.n_kv_rows = s.batch * s.kv_heads() * s.seq_k;
 
-  // t22: the split, and its parts zeroed on the stream before the kernel adds into them.
-  p.split = split_of(s);
+  // t22: the split, and its parts zeroed on the stream before the kernel adds into them. The
+  // slots: the SMs times the blocks of this kernel one SM holds.
+  constexpr int kSmem = dkdv_smem_bytes<D>();
+  FA_CUDA_CHECK(
+      cudaFuncSetAttribute(dkdv_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  int per_sm = 1;
+  FA_CUDA_CHECK(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, dkdv_kernel<T, D>, kThreads, kSmem));
+  const int64_t n_kt = ceil_div(s.seq_k, kBc);
+  p.split = split_of(s, n_kt, int64_t(std::max(per_sm, 1)) * fa::gpu_info().sm_count);
   // The conversion stores four 16-bit elements at a time: dK and dV must be 8-byte aligned for it,
   // else the walk stores them itself.
   if (reinterpret_cast<uintptr_t>(a.dk) % 8 != 0 || reinterpret_cast<uintptr_t>(a.dv) % 8 != 0)
@@ -761,16 +785,13 @@ void launch(const fa::AttentionBwdArgs& a, cudaStream_t stream) {
   }
 
   // t20: one block per (K/V tile, batch x heads_kv); t22: times the split.
-  const int64_t n_kt = ceil_div(s.seq_k, kBc), kv_bh = s.batch * s.kv_heads() * p.split;
+  const int64_t kv_bh = s.batch * s.kv_heads() * p.split;
   FA_REQUIRE(n_kt * kv_bh <= INT32_MAX,
              "batch * heads_kv * split * key tiles must fit in gridDim.x");
   FA_REQUIRE(ceil_div(s.seq_q, kBr) * p.group <= INT32_MAX,
              "a block's Q tiles over its group must fit in an int");
 
   if (n_kt > 0 && kv_bh > 0) {
-    constexpr int kSmem = dkdv_smem_bytes<D>();
-    FA_CUDA_CHECK(cudaFuncSetAttribute(dkdv_kernel<T, D>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
     p.n_tiles = n_kt;
     dkdv_kernel<T, D><<<static_cast<unsigned>(n_kt * kv_bh), kThreads, kSmem, stream>>>(p);
     FA_CHECK_LAUNCH();
