@@ -17,6 +17,7 @@
 
 #include "check.h"
 #include "gpu.h"
+#include "group_split_plan.h"  // full_split
 #include "stream_buffer.h"
 
 namespace fa::ch06::t22 {
@@ -72,29 +73,12 @@ int64_t resident_blocks(int threads) {
   return slots;
 }
 
-// The split of full attention. Every block of a full backward does the same work, so the grid
-// runs in waves of `slots` blocks (resident_blocks), each wave as long as one block's walk over
-// group / split query heads. t20's walk (split 1) gives `blocks` blocks; where that grid leaves
-// slots empty (few K/V heads and key tiles: MQA at N 4096 took 1.96x its MHA time per query head
-// at split 1), the split whose waves end soonest (ties to the smaller split, which adds fewer
-// parts).
-inline int full_split(int group, int64_t blocks, int64_t slots) {
-  int best = 1;
-  int64_t best_time = -1;
-  for (int split = 1; split <= group; ++split) {
-    if (group % split != 0) continue;
-    const int64_t waves = (blocks * split + slots - 1) / std::max<int64_t>(slots, 1);
-    const int64_t time = waves * (group / split);
-    if (best_time < 0 || time < best_time) best = split, best_time = time;
-  }
-  return best;
-}
-
 // The split of a call, and its parts (host side). Under the causal mask each query head gets its
-// own block (split = group: the MHA grid and order); full attention takes full_split's (1, t20's
-// walk, wherever the grid fills the GPU). With split > 1 the blocks' dK and dV parts meet in an
-// fp32 buffer of kv_n elements each (dV's at a 16-byte boundary, for the conversion's float4
-// reads), zeroed on the stream here, before the kernel adds into it. At split 1 the block stores
+// own block (split = group: the MHA grid and order); full attention takes full_split's
+// (group_split_plan.h: 1, t20's walk, wherever the grid fills the GPU). With split > 1 the
+// blocks' dK and dV parts meet in an fp32 buffer of kv_n elements each (dV's at a 16-byte
+// boundary, for the conversion's float4 reads), zeroed on the stream here, before the kernel
+// adds into it. At split 1 the block stores
 // dK and dV itself; so does a call whose dK or dV is not 8-byte aligned (the conversion stores
 // four 16-bit elements at a time; a slice of a tensor at an odd head dim may not be), and one
 // whose stream-ordered buffer the pool cannot give. `blocks`: the grid at split 1; `slots`:
@@ -122,7 +106,7 @@ class GroupSplit {
     const bool aligned8 =
         reinterpret_cast<uintptr_t>(dk) % 8 == 0 && reinterpret_cast<uintptr_t>(dv) % 8 == 0;
     if (!aligned8 || group <= 1) return 1;
-    return causal ? group : full_split(group, blocks, slots);
+    return causal ? group : fa::ch06::full_split(group, blocks, slots);
   }
   int split_;
   int64_t dv_at_;
