@@ -89,8 +89,8 @@ for stage in "$@"; do
       # README commands '*Bwd*' 5.5 minutes and fa_bench attn_fwd 4.5; each test past 2^31
       # elements about 18 s), more than one device call (10 minutes at most). LONG_JOBS (default
       # 3) runs that many
-      # at once: most of their time is the float64 reference on the CPU, and three fit in the
-      # GPU's memory. LONG_FILTER (a ctest -R regex) runs a part, to split the label over calls.
+      # at once: most of their time is the float64 reference on the CPU; the tests past 2^31
+      # elements share one lock (tests/CMakeLists.txt) and run one at a time. LONG_FILTER (a ctest -R regex) runs a part, to split the label over calls.
       log "ctest long (-j ${LONG_JOBS:-3}${LONG_FILTER:+, -R $LONG_FILTER})"
       ctest --test-dir "$BUILD" -L long ${LONG_FILTER:+-R "$LONG_FILTER"} -j "${LONG_JOBS:-3}" \
         --output-on-failure --timeout 900 > "$OUT/ctest_long.log" 2>&1

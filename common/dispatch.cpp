@@ -20,6 +20,7 @@ constexpr const char* kRun1203 = "notes/measured/h200-2026-12-03/";
 constexpr const char* kRun1204 = "notes/measured/h200-2026-12-04/";
 constexpr const char* kRun1205 = "notes/measured/h200-2026-12-05/";
 constexpr const char* kRunH100 = "notes/measured/h100-2026-12-05/";  // an H100 that day
+constexpr const char* kRun1206 = "notes/measured/h100-2026-12-06/";  // an H100
 std::string log(const char* file, const char* run = kRun) {
   return std::string(run) + file;
 }
@@ -378,26 +379,18 @@ const std::vector<Rule>& dispatch_table() {
                    "read at h / group, no copies; deterministic; 0.99-1.03x its MHA time at H "
                    "32, H_kv 8/4/1, D 128, N 4096 and 8192, causal and full (each row timed alone)",
                    log("gqa_ratios_alone.log", kRun1202)),
-      on(Op::Bwd, "06/t20_grouped_heads")
-          .grouped()
-          .full()
-          .because("grouped K/V heads before sm_90, full attention: t16 walking the group's query "
-                   "heads, dK and dV summed in registers, K and V read in place (no copies, no "
-                   "second pass): 1.000-1.004x its MHA time per query head at H 32, H_kv 8/4/1, "
-                   "D 128, N 8192 (each row alone); t22 took 1.02x its time at full attention. "
-                   "Not where its grid is short: MQA at N 4096 (64 blocks for 132 SMs) took 1.95x "
-                   "(H100, gqa_n4096_before_full_split.log), and so did t22, which splits causal "
-                   "rows only",
-                   log("group_split_gqa.log", kRun1205)),
       on(Op::Bwd, "06/t22_group_split")
           .grouped()
-          .causal()
-          .because("grouped K/V heads before sm_90, causal: t20 gives each K/V tile of a K/V head "
-                   "one block, too few and too long (1.08x, 1.20x, 2.06x its MHA time at H_kv 8, "
-                   "4, 1); t22 gives each query head its own block and adds the dK and dV parts "
-                   "by fp32 atomics: 1.000-1.008x its MHA time per query head at H 32, H_kv "
-                   "8/4/1, D 128, N 8192 (each row alone), no K/V copies (not deterministic)",
-                   log("group_split_gqa.log", kRun1205)),
+          .because("grouped K/V heads before sm_90: t20 walks a K/V tile's group in one block, "
+                   "which runs causal rows 1.08-2.06x their MHA time (H200, 2026-12-05) and full "
+                   "MQA at N 4096 1.93x (64 blocks for 132 SMs); t22 splits the group among "
+                   "blocks (causal: a block per query head; full: where the grid leaves resident "
+                   "blocks idle) and adds the dK and dV parts by fp32 atomics: 0.98-1.02x its MHA "
+                   "time per query head at H 32, H_kv 8/4/1, D 128, N 4096 and 8192, causal and "
+                   "full (H100, 2026-12-06, each row alone); 1.02x t20's time where nothing is "
+                   "split, which t20 (not deterministic either) no longer pays back. No K/V "
+                   "copies (not deterministic)",
+                   log("full_split_gqa.log", kRun1206)),
       on(Op::Bwd, "07/bwd_t48_dq_in_turns")
           .hopper()
           .rounded()

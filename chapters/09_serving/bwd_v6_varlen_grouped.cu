@@ -28,7 +28,9 @@
 // add, the choice of the split and its buffer) from common/device/group_split.cuh.
 //
 // Speed (H200, 2026-12-05; README.md): grouped 0.996-1.008x its MHA time per query head at H_kv
-// 8, 4, 1, D 128; MHA at D 128 144.8-209.2 TFLOP/s on fa_bench's packed batches.
+// 8, 4, 1, D 128; MHA at D 128 144.8-209.2 TFLOP/s on fa_bench's packed batches. Full attention
+// at N 4096 and 8192 (H100, 2026-12-06): 0.987-1.005x, MQA at N 4096 included (1.96x before the
+// full split).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 

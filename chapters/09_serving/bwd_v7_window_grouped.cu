@@ -24,7 +24,9 @@
 // common/device/group_split.cuh, as in bwd_v6.
 //
 // Speed (H200, 2026-12-05; README.md): grouped 0.992-1.000x its MHA time per query head at H_kv
-// 8, 4, 1, D 128; MHA at D 128 148.7-212.4 TFLOP/s on fa_bench's packed batches.
+// 8, 4, 1, D 128; MHA at D 128 148.7-212.4 TFLOP/s on fa_bench's packed batches. Full attention
+// at N 4096 and 8192 (H100, 2026-12-06): 0.992-0.998x, MQA at N 4096 included (1.96x before the
+// full split).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 

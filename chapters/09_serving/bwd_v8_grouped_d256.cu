@@ -32,7 +32,9 @@
 // bwd_v5; t22's from group_split.cuh, as in bwd_v6.
 //
 // Speed (H200, 2026-12-05; README.md): grouped 1.000-1.009x its MHA time per query head at H_kv
-// 8, 4, 1, D 256; on MHA batches 0.99-1.01x bwd_v5 at D 192 and 256.
+// 8, 4, 1, D 256; on MHA batches 0.99-1.01x bwd_v5 at D 192 and 256. Full attention at N 4096
+// and 8192 (H100, 2026-12-06): 0.986-1.004x, as before the full split (blocks of 64 keys: MQA at
+// N 4096 already has 128 blocks, and full_split keeps split 1).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 

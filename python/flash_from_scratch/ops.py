@@ -32,7 +32,7 @@ Grouped K/V heads (k, v with H_kv < H heads) and the window run on the kernels t
 or at head dim 256, which read K/V head h / group and sum dK, dV over each group themselves; the
 window to chapter 09's, on the batch packed as one of equal lengths; before sm_90 the forward to
 09/v1_varlen at head dims 64 and 128 and 05/t16_grouped_heads at the other multiples of 8, the
-backward up to head dim 128 to 06/t20_grouped_heads (full) and 06/t22_group_split (causal),
+backward up to head dim 128 to 06/t22_group_split (06/t20_grouped_heads with its group split),
 and above 128 off the step of 8, or with a window, to 09/bwd_v8_grouped_d256 on the batch
 packed). For a backward kernel that takes no grouped heads (before sm_90: 136-256 on the step of
 8 and up to 128 off it, where those measured faster end to end; windows up to 128, not yet timed

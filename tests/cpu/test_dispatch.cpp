@@ -409,8 +409,8 @@ TEST(Dispatch, HeadDimsBetweenInstancesRoundUpBeforeHopper) {
                                                           : "05/t16_grouped_heads")
         << "D " << d;
   }
-  // The grouped backward before sm_90: 06/t20 (full) and 06/t22 (causal: the group split among
-  // blocks) sum dK and dV over the group inside (up to 128), and so does 09/bwd_v8 (the batch
+  // The grouped backward before sm_90: 06/t22 (the group split among blocks where t20's walk
+  // leaves SMs idle) sums dK and dV over the group inside (up to 128), and so does 09/bwd_v8 (the batch
   // packed) above 128 off the step of 8; at 59, and at 136-256 on the step of 8, the caller
   // repeats K and V for t17, t19 and t18, which measured faster.
   for (bool causal : {false, true})
@@ -421,8 +421,7 @@ TEST(Dispatch, HeadDimsBetweenInstancesRoundUpBeforeHopper) {
                                         : d == 256 ? "06/t18_d256_one_buffer"
                                         : d == 59  ? "06/t17_any_head_dim"
                                         : d > 128  ? "06/t19_d256_rounded"
-                                        : causal   ? "06/t22_group_split"
-                                                   : "06/t20_grouped_heads")
+                                                   : "06/t22_group_split")
           << "D " << d << (causal ? " causal" : " full");
     }
   EXPECT_EQ(fa::pick(bwd(DType::BF16, 201, 4096, true), 80).kernel, "06/t21_d256_any_head_dim");
@@ -502,14 +501,14 @@ TEST(Dispatch, EachKindOfProblemGoesWhereItsRowSays) {
     EXPECT_EQ(fa::pick(gqa_bwd, 90).kernel, "07/bwd_v1_tma_wgmma");
     gqa_bwd.head_dim = 128;
   }
-  // Before sm_90 (and past it, where chapter 07 has no machine code) the causal grouped backward
-  // runs in 06/t22 (a block per query head, dK and dV added by atomics), a full one in 06/t20 (a
-  // block walks its group): both sum dK and dV over the group themselves.
-  EXPECT_EQ(fa::pick(gqa_bwd, 80).kernel, "06/t22_group_split");
-  EXPECT_EQ(fa::pick(gqa_bwd, 100).kernel, "06/t22_group_split");
-  gqa_bwd.causal = false;
-  EXPECT_EQ(fa::pick(gqa_bwd, 80).kernel, "06/t20_grouped_heads");
-  EXPECT_EQ(fa::pick(gqa_bwd, 100).kernel, "06/t20_grouped_heads");
+  // Before sm_90 (and past it, where chapter 07 has no machine code) the grouped backward runs in
+  // 06/t22 (t20's group walk, split among blocks where t20's grid is short or uneven, dK and dV
+  // parts added by atomics), causal or full: it sums dK and dV over the group itself.
+  for (bool causal : {true, false}) {
+    gqa_bwd.causal = causal;
+    EXPECT_EQ(fa::pick(gqa_bwd, 80).kernel, "06/t22_group_split");
+    EXPECT_EQ(fa::pick(gqa_bwd, 100).kernel, "06/t22_group_split");
+  }
   gqa_bwd.causal = true;
   // Packed batches with grouped heads: every packed backward the dispatch picks for them sums dK,
   // dV over the group itself: the Hopper ones (the window's too), and elsewhere bwd_v6 (up to

@@ -28,7 +28,10 @@
 // At split 1 every line is t20's.
 //
 // Speed (H200, 2026-12-05; tuning/README.md): causal with grouped heads 1.000-1.008x its MHA time
-// per query head at H_kv 8, 4, 1 (t20: 1.08-2.06x); at MHA 1.02-1.03x t20's time.
+// per query head at H_kv 8, 4, 1 (t20: 1.08-2.06x); at MHA 1.02-1.03x t20's time. H100,
+// 2026-12-06, N 4096 and 8192: causal 1.006-1.017x, full 0.982-1.008x (MQA at N 4096 split in
+// two: 1.008x, where t20 took 1.934x); the dispatch runs it for every grouped backward before
+// sm_90 up to D 128.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
