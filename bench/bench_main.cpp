@@ -222,12 +222,18 @@ void add_decode_shapes() {
   // D 128, the protocol's; D 80, a head dim between the instances, for every kernel that takes
   // it (rounded up inside: chapter 07's rungs, 08/t07_rounded_head_dims); D 59, no multiple of 8,
   // for the kernels that take every head dim (08/t08_any_head_dim, and chapter 05's t15 and t17,
-  // which ran it before).
-  for (int d : {128, 80, 59})
+  // which ran it before). D 256 and 192, above chapter 08's first instances: the decoding kernels
+  // that take them (08/t09_d256) and the two that ran them before, 07/v5_persistent on Hopper and
+  // 05/t16_grouped_heads before it (every other kernel that takes D 256 is a prefill kernel too).
+  const auto before_t09 = [](const std::string& name) {
+    return name == "07/v5_persistent" || name == "05/t16_grouped_heads";
+  };
+  for (int d : {128, 80, 59, 256, 192})
     for (const fa::AttentionFwdKernel* k : fa::entries_with_prefix<fa::AttentionFwdKernel>(""))
       for (fa::AttentionShape s : shapes) {
         if (!fa::supports(k->dtypes, t) || !fa::takes_head_dim(*k, d)) continue;
         if (d == 128 && !fa::supports(k->head_dims, 128)) continue;
+        if (d > 128 && !k->decoding && !before_t09(k->name)) continue;
         s.head_dim = d;
         const std::string name = "attn_decode/" + k->name + "/bf16/D" + std::to_string(d) + "/B" +
                                  std::to_string(s.batch) + "_H" + std::to_string(s.heads) + "_Hkv" +

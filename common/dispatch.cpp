@@ -113,6 +113,15 @@ const std::vector<Rule>& dispatch_table() {
                    "cuDNN, 1.24-9.1x 07/v5_persistent (the kernel that ran it before); at D 128 "
                    "0.995-0.999x v6 (three alternating rounds)",
                    log("decode_t07.log", kRun1203)),
+      on(Op::Fwd, "08/t09_d256")
+          .decoding()
+          .because("decoding above head dim 128 (multiples of 8, computed at 256): t07 at D 256 "
+                   "(chapter 08's tuning step t09). H100, D 192 and 256, the three decode "
+                   "shapes: 104-110% of the copy bandwidth; 2.1-5.3x 07/v5_persistent (what ran "
+                   "it on Hopper) and 2.7-9.2x 05/t16_grouped_heads (before sm_90) with grouped "
+                   "heads or one long cache, level at H_kv = H; 0.99-1.20x FlashAttention-2 and "
+                   "1.07-1.26x cuDNN in the same run (decode_t09_sdpa.log)",
+                   log("decode_t09.log", kRun1206)),
       on(Op::Fwd, "08/t08_any_head_dim")
           .decoding()
           .rounded()

@@ -462,6 +462,15 @@ TEST(Dispatch, EachKindOfProblemGoesWhereItsRowSays) {
     EXPECT_EQ(fa::pick(decode, 90).kernel, "08/t08_any_head_dim") << d;
     EXPECT_EQ(fa::pick(decode, 80).kernel, "08/t08_any_head_dim") << d;
   }
+  // Above 128 (multiples of 8): t09, t07 at D 256, on every GPU it runs on; before it decoding
+  // went to 07/v5_persistent on Hopper and 05/t16_grouped_heads before, prefill kernels.
+  for (int d : {192, 256, 200, 136}) {
+    decode.head_dim = d;
+    EXPECT_EQ(fa::pick(decode, 90).kernel, "08/t09_d256") << d;
+    EXPECT_EQ(fa::pick(decode, 80).kernel, "08/t09_d256") << d;
+    // Its 128 KiB ring does not fit a GPU with 99 KiB a block.
+    EXPECT_NE(fa::pick(decode, 86).kernel, "08/t09_d256") << d;
+  }
   decode.head_dim = 128;
 
   fa::Problem gqa = fwd(DType::BF16, 128, 4096, true);
