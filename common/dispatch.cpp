@@ -116,7 +116,7 @@ const std::vector<Rule>& dispatch_table() {
       on(Op::Fwd, "08/t09_d256")
           .decoding()
           .because("decoding above head dim 128 (multiples of 8, computed at 256): t07 at D 256 "
-                   "(chapter 08's tuning step t09). H100, D 192 and 256, the three decode "
+                   "(chapter 08's tuning step t09). H100 (2026-12-06), D 192 and 256, the decode "
                    "shapes: 104-110% of the copy bandwidth; 2.1-5.3x 07/v5_persistent (what ran "
                    "it on Hopper) and 2.7-9.2x 05/t16_grouped_heads (before sm_90) with grouped "
                    "heads or one long cache, level at H_kv = H; 0.99-1.20x FlashAttention-2 and "
