@@ -1,8 +1,8 @@
 // group_split_plan.h: how many blocks share a K/V tile's group in a grouped backward before sm_90
 // at full attention (chapter 06's tuning step t22, 06/t22_group_split, and the chapter 09 packed
 // backwards that take its split through common/device/group_split.cuh). Host code, here so that
-// the CPU tier can check the choice (tests/cpu/test_group_split_plan.cpp); t22 carries its own
-// copy (split_of) so that it reads top to bottom.
+// the CPU tier can check the choice (tests/cpu/test_group_split_plan.cpp), and t22's split_of
+// and the chapter 09 kernels run the one it checks.
 //
 // Every block of a full backward does the same work: one K/V tile against every query tile of
 // group / split query heads. The grid therefore runs in waves of `slots` blocks (the SMs times the

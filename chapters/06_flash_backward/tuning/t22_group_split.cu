@@ -44,6 +44,7 @@
 #include "ch06_preprocess.h"
 #include "check.h"
 #include "gpu.h"
+#include "group_split_plan.h"  // full_split
 #include "mma.cuh"
 #include "registry.h"
 #include "stream_buffer.h"
@@ -727,20 +728,12 @@ __global__ void convert_dq_kernel(const float* __restrict__ acc, T* __restrict__
 // (the GPU's SMs times the blocks one SM holds), each as long as one block's walk over group /
 // split query heads. t20's walk (split 1) measured level with MHA wherever its n_kt x batch x
 // heads_kv blocks fill the slots; where they leave slots idle (MQA at N 4096: 64 blocks, 1.96x
-// the MHA time per query head), the split whose waves end soonest (ties to the smaller split,
-// which adds fewer parts).
+// the MHA time per query head), the split whose waves end soonest (common/group_split_plan.h,
+// full_split, which the CPU tier checks).
 int split_of(const fa::AttentionShape& s, int64_t n_kt, int64_t slots) {
   const int group = std::max(int(s.group()), 1);
   if (s.causal) return group;
-  int best = 1;
-  int64_t best_time = -1;
-  for (int split = 1; split <= group; ++split) {
-    if (group % split != 0) continue;
-    const int64_t blocks = n_kt * s.batch * s.kv_heads() * split;
-    const int64_t time = ceil_div(blocks, std::max<int64_t>(slots, 1)) * (group / split);
-    if (best_time < 0 || time < best_time) best = split, best_time = time;
-  }
-  return best;
+  return fa::ch06::full_split(group, n_kt * s.batch * s.kv_heads(), slots);
 }
 
 template <class T, int D>
