@@ -78,10 +78,9 @@ int64_t resident_blocks(int threads) {
 // (group_split_plan.h: 1, t20's walk, wherever the grid fills the GPU). With split > 1 the
 // blocks' dK and dV parts meet in an fp32 buffer of kv_n elements each (dV's at a 16-byte
 // boundary, for the conversion's float4 reads), zeroed on the stream here, before the kernel
-// adds into it. At split 1 the block stores
-// dK and dV itself; so does a call whose dK or dV is not 8-byte aligned (the conversion stores
-// four 16-bit elements at a time; a slice of a tensor at an odd head dim may not be), and one
-// whose stream-ordered buffer the pool cannot give. `blocks`: the grid at split 1; `slots`:
+// adds into it. At split 1 the block stores dK and dV itself; so does a call whose dK or dV is
+// not 8-byte aligned (the conversion stores four 16-bit elements at a time; a slice of a tensor
+// at an odd head dim may not be), and one whose stream-ordered buffer the pool cannot give. `blocks`: the grid at split 1; `slots`:
 // resident_blocks of the dK/dV kernel. The buffer is freed on the stream when the object goes,
 // after everything queued before: keep it until the conversions of the parts are launched.
 class GroupSplit {
