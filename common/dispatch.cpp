@@ -687,14 +687,15 @@ const std::vector<Rule>& dispatch_table() {
                    "97-99% of 08/t07 on the contiguous cache; 1.008-1.016x the same kernel built "
                    "on 08/v5 (three alternating rounds)",
                    log("paged_rounded.log", kRun1203)),
-      on(Op::PagedFwd, "09/hopper_paged_pack_gqa")
-          .hopper()
+      on(Op::PagedFwd, "09/paged_v5_decode_d256")
           .decoding()
-          .because("decoding through a block table at the head dims 09/paged_v1_decode does not "
-                   "take (136-256): hopper_paged_prefill with the group's query heads packed into "
-                   "one Q tile, each K/V tile loaded once per group; at D 256 2153-2842 GB/s at "
-                   "pages 16-256, 1.90-1.99x hopper_paged_prefill (one round)",
-                   log("paged_pack.log", kRun1203)),
+          .because("decoding through a block table above head dim 128 (multiples of 8, computed "
+                   "at 256), on every GPU: paged_v1_decode at D 256, as 08/t09_d256 is 08/t07 "
+                   "there. H100 (2026-12-06), B 8, H 32, H_kv 8, 32768 keys, pages 16-256: "
+                   "100-107% of the copy bandwidth at D 192 and 256, 0.96-0.99x t09 on a "
+                   "contiguous cache; 1.09-1.47x 09/hopper_paged_pack_gqa (what Hopper ran) and "
+                   "3.8-5.7x 09/paged_v3_prefill_any_head_dim (what ran it before sm_90)",
+                   log("paged_d256.log", kRun1206)),
       on(Op::PagedFwd, "09/hopper_paged_prefill")
           .hopper()
           .because("chunks of queries through a block table on wgmma (07/v4 with the table in its "

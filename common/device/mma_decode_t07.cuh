@@ -331,8 +331,13 @@ __device__ __forceinline__ void merge_warps(const Params& p, const MmaTile& t, u
 // given back by now (ptxas: 216 registers, 214 with batches of 4; still two blocks per SM), and
 // the protocol's plans cut a row into 4 or 16 splits: one or two batches. __ldcg reads through L2 only: the partials are other SMs'
 // stores of this launch. kAnyLength (08/t08): a partial's row may start anywhere, and its
-// elements are loaded one by one (load_elements), O stored as merge_warps stores it.
-constexpr int kBatch = 8;
+// elements are loaded one by one (load_elements), O stored as merge_warps stores it. At D 256
+// (08/t09_d256's instance) a thread folds 32 columns, and 8 splits of them would be 256
+// registers: batches of 4 there.
+template <int D>
+constexpr int batch() {
+  return D <= 128 ? 8 : 4;
+}
 
 // 08/t08: the first n (at most 4) floats at `from`, one load each, zeros past n.
 __device__ __forceinline__ float4 load_elements(const float* from, int n) {
@@ -344,6 +349,7 @@ template <class T, int D, bool kAnyLength = false>
 __device__ __forceinline__ void merge_splits(const Params& p, const MmaTile& t, int d, int tid) {
   using ch02::gpu::Stats;
   constexpr int kPerRow = kThreads / kTileRows, kCols = D / kPerRow, kVecs = kCols / 4;
+  constexpr int kBatch = batch<D>();
   static_assert(kCols % 4 == 0, "float4 columns");
   const int r = tid / kPerRow, c0 = (tid % kPerRow) * kCols;
   if (r >= t.nrows) return;  // padding rows have no partials and no output

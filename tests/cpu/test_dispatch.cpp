@@ -583,16 +583,18 @@ TEST(Dispatch, EachKindOfProblemGoesWhereItsRowSays) {
   paged.head_dim = 59;
   for (int sm : {80, 90})
     EXPECT_EQ(fa::pick(paged, sm).kernel, "09/paged_v4_decode_any_head_dim") << sm;
-  // Past 128 the Hopper kernels take the pages: decoding with the group packed into one Q tile,
-  // chunks as hopper_paged_prefill's; before sm_90 09/paged_v3 (05/t17 through the table).
+  // Past 128, decoding on every GPU in 09/paged_v5 (paged_v1 at D 256, ahead of the Hopper
+  // kernel that packs the group into one Q tile); chunks in hopper_paged_prefill on Hopper, before
+  // sm_90 in 09/paged_v3 (05/t17 through the table).
   for (int d : {192, 256}) {
     paged.head_dim = d;
     for (int64_t seq_q : {1, 512}) {
       paged.seq_q = seq_q;
       EXPECT_EQ(fa::pick(paged, 90).kernel,
-                seq_q == 1 ? "09/hopper_paged_pack_gqa" : "09/hopper_paged_prefill")
+                seq_q == 1 ? "09/paged_v5_decode_d256" : "09/hopper_paged_prefill")
           << d << " " << seq_q;
-      EXPECT_EQ(fa::pick(paged, 80).kernel, "09/paged_v3_prefill_any_head_dim")
+      EXPECT_EQ(fa::pick(paged, 80).kernel,
+                seq_q == 1 ? "09/paged_v5_decode_d256" : "09/paged_v3_prefill_any_head_dim")
           << d << " " << seq_q;
     }
   }

@@ -121,7 +121,8 @@ TEST(RegistryHeadDims, SanitizedDimsReachEveryRoundedInstance) {
 // test (RoundedFwdHeadDims, RoundedBwdHeadDims, the serving tests' RoundedHeadDims): chapter 07's
 // sm_90a kernels (and chapter 09's Hopper rungs built on them) read by TMA, whose boxes zero-fill
 // past the tensor's d columns; the mma.sync kernels below copy 16-byte chunks and zero the chunks
-// past d themselves: once, before their loop (08/t07, 08/t09, 09/paged_v1_decode; 08/t08 and
+// past d themselves: once, before their loop (08/t07, 08/t09, 09/paged_v1_decode,
+// 09/paged_v5_decode_d256; 08/t08 and
 // 09/paged_v4_decode_any_head_dim as well, their chunk that holds column d - 1 copied element by
 // element with zeros past d in every step), or by cp.async with
 // src-size 0 in every copy (05/t14, 05/t16, 06/t16, 06/t19, 06/t20, 06/t22), or in the 16-byte store of a chunk copied element
@@ -151,7 +152,8 @@ const std::vector<std::string> kMmaKernelsThatZeroTheirOwnColumns = {
     "09/paged_v4_decode_any_head_dim",
     "09/bwd_v7_window_grouped",
     "09/bwd_v8_grouped_d256",
-    "08/t09_d256"};
+    "08/t09_d256",
+    "09/paged_v5_decode_d256"};
 bool rounds_by_tma(const std::string& name, int min_sm) {
   return (name.rfind("07/", 0) == 0 || name.rfind("09/hopper_", 0) == 0) && min_sm == 90;
 }
