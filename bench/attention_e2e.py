@@ -6,6 +6,7 @@
     python3 bench/attention_e2e.py --csv out/e2e.csv
     python3 bench/attention_e2e.py --trace out/traces     # + one call's timeline, host and GPU
     python3 bench/attention_e2e.py --host                 # + the host's time inside one call
+    python3 bench/attention_e2e.py --window 1024 --pair 09/v2_window:09/bwd_v7_window_grouped
 
 Each column is one way to compute softmax(Q K^T / sqrt(D)) V and its gradients from PyTorch:
   auto                 fa.attention(q, k, v) with its defaults (the dispatch's choice, fa.explain)
@@ -18,6 +19,10 @@ before each timed call (flash_from_scratch.bench.Timer, as common/timing.h), the
 its R medians (and their spread). So the times include what a user pays besides the kernels: the
 allocations, the backward's preprocess and scratch, the Python layer. TFLOP/s count 4 * B * H * D
 per visible (query, key) pair for the forward and 2.5 times that for the backward (3.5 in all).
+With --window W every column attends through a sliding window of W keys: causal rows see keys
+d - W + 1 .. d (window (W - 1, 0)), full rows d - W + 1 .. d + W - 1 (window (W - 1, W - 1)), d
+the row's diagonal; SDPA has no such kernel, so its columns read "-" and the ratios go against
+the first named pair instead, and the FLOPs count the visible pairs of the window.
 "peak MiB" is what one forward + backward allocated at its peak beyond the inputs
 (torch.cuda.max_memory_allocated): with grouped K/V heads it shows whether a backward repeats K
 and V over the group or reads them in place.
@@ -130,6 +135,8 @@ def main(argv=None):
                    help="time every column this many times, the columns alternating, and report "
                         "each column's median over the rounds (the host's share of a call varies "
                         "by about 0.1 ms from one timing to the next on an H200's host)")
+    p.add_argument("--window", type=int, default=0,
+                   help="a sliding window of this many keys (0: none; see above)")
     p.add_argument("--csv", help="write the table as CSV here")
     p.add_argument("--profile", action="store_true",
                    help="then, for auto and sdpa-cudnn, list the GPU kernels of one forward + "
@@ -149,7 +156,7 @@ def main(argv=None):
 
     import flash_from_scratch as fa
     from flash_from_scratch.bench import Timer
-    from flash_from_scratch.reference import attention_flops
+    from flash_from_scratch.reference import window_pairs
 
     if not torch.cuda.is_available():
         print("attention_e2e: no CUDA GPU visible to torch")
@@ -158,18 +165,27 @@ def main(argv=None):
     hkv = args.heads_kv or h
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
     timer = Timer("cuda", args.repeats)
-    print("attention_e2e on %s, torch %s; B %d, H %d, H_kv %d, N %d, D %d, %s" % (
-        torch.cuda.get_device_name(), torch.__version__, b, h, hkv, n, d, args.dtype))
+    print("attention_e2e on %s, torch %s; B %d, H %d, H_kv %d, N %d, D %d, %s%s" % (
+        torch.cuda.get_device_name(), torch.__version__, b, h, hkv, n, d, args.dtype,
+        ", window %d" % args.window if args.window else ""))
+
+    def window(causal):
+        if not args.window:
+            return (-1, -1)
+        return (args.window - 1, 0 if causal else args.window - 1)
 
     def ours(fwd=None, bwd=None):
         def f(q, k, v, causal):
             if fwd is None:
-                return fa.attention(q, k, v, causal=causal)
-            return fa.attention(q, k, v, causal=causal, kernel=fwd, kernel_bwd=bwd)
+                return fa.attention(q, k, v, causal=causal, window=window(causal))
+            return fa.attention(q, k, v, causal=causal, kernel=fwd, kernel_bwd=bwd,
+                                window=window(causal))
         return f
 
     def sdpa(backend):
         def f(q, k, v, causal):
+            if args.window:
+                raise RuntimeError("SDPA has no sliding-window kernel")
             with sdpa_kernel([backend]):
                 return F.scaled_dot_product_attention(q, k, v, is_causal=causal,
                                                       enable_gqa=hkv != h)
@@ -191,7 +207,7 @@ def main(argv=None):
         do = torch.randn(b, h, n, d, device="cuda", dtype=dtype, generator=g)
         for t in (q, k, v):
             t.requires_grad_(True)
-        flops = attention_flops(b, h, n, n, d, causal, backward=False)
+        flops = 4.0 * b * h * d * window_pairs(n, n, causal, window(causal))
         samples = {label: {"fwd_ms": [], "fwd_bwd_ms": []} for label, _ in columns}
         peaks = {}
         errors = {}
@@ -242,26 +258,30 @@ def main(argv=None):
                     row["spread"] = "%.3f-%.3f" % (min(samples[label]["fwd_bwd_ms"]),
                                                    max(samples[label]["fwd_bwd_ms"]))
             if label == "auto" and hasattr(fa, "explain"):
-                row["kernels"] = "; ".join(fa.explain(q, k, v, causal=causal, brief=True))
+                row["kernels"] = "; ".join(fa.explain(q, k, v, causal=causal, window=window(causal),
+                                                       brief=True))
             rows.append(row)
 
-    print("| mask | column | forward ms | fwd+bwd ms | fwd+bwd TFLOP/s | peak MiB | "
-          "vs sdpa-flash | vs sdpa-cudnn |")
-    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    peers = ("sdpa-flash", "sdpa-cudnn")
+    if args.window and args.pair:  # no SDPA window: the ratios go against the first named pair
+        peers = (args.pair[0],)
+    print("| mask | column | forward ms | fwd+bwd ms | fwd+bwd TFLOP/s | peak MiB | %s |" %
+          " | ".join("vs " + peer for peer in peers))
+    print("| --- | --- | ---: | ---: | ---: | ---: |%s" % (" ---: |" * len(peers)))
     for r in rows:
         ref = {x["column"]: x for x in rows if x["mask"] == r["mask"]}
         if "error" in r:
-            print("| %s | %s | - | - | - | - | - | - |  (%s)" % (r["mask"], r["column"],
-                                                             r["error"]))
+            print("| %s | %s | - | - | - | - |%s  (%s)" % (r["mask"], r["column"],
+                                                        " - |" * len(peers), r["error"]))
             continue
         ratios = []
-        for peer in ("sdpa-flash", "sdpa-cudnn"):
+        for peer in peers:
             pr = ref.get(peer, {})
             ratios.append("%.2fx" % (pr["fwd_bwd_ms"] / r["fwd_bwd_ms"]) if "fwd_bwd_ms" in pr
                           else "-")
-        print("| %s | %s | %.3f | %.3f | %.1f | %.0f | %s | %s |" % (
+        print("| %s | %s | %.3f | %.3f | %.1f | %.0f | %s |" % (
             r["mask"], r["column"], r["fwd_ms"], r["fwd_bwd_ms"], r["fwd_bwd_tflops"],
-            r["peak_mib"], *ratios))
+            r["peak_mib"], " | ".join(ratios)))
     for r in rows:
         if r.get("kernels"):
             print("auto, %s: %s" % (r["mask"], r["kernels"]))

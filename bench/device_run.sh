@@ -562,14 +562,15 @@ PY
       # Chrome traces under traces/), E2E_HOST=1 the host's time inside one call (--host),
       # E2E_REPEATS the timed calls per column and round (default 50), E2E_HEADS_KV the K/V heads
       # (grouped heads: fewer than H; the peak MiB column then shows whether a backward repeats K
-      # and V). Logs: e2e_<shape>[_hkv<H_kv>].log, .csv.
+      # and V), E2E_WINDOW a sliding window of that many keys (--window). Logs:
+      # e2e_<shape>[_hkv<H_kv>][_w<W>].log, .csv.
       for shape in ${E2E_SHAPES:-4,16,4096,128}; do
         pairs=()
         for pr in ${E2E_PAIRS:-07/v5_persistent:07/bwd_v1_tma_wgmma}; do pairs+=(--pair "$pr"); done
-        tag=${shape//,/_}${E2E_HEADS_KV:+_hkv$E2E_HEADS_KV}
+        tag=${shape//,/_}${E2E_HEADS_KV:+_hkv$E2E_HEADS_KV}${E2E_WINDOW:+_w$E2E_WINDOW}
         log "e2e $shape"
         FA_LIBRARY="$PWD/$BUILD/lib/libfa_python.so" PYTHONUNBUFFERED=1 python3 bench/attention_e2e.py \
-          --shape "$shape" ${E2E_HEADS_KV:+--heads_kv "$E2E_HEADS_KV"} "${pairs[@]}" --csv "$OUT/e2e_$tag.csv" ${E2E_PROFILE:+--profile} ${E2E_TRACE:+--trace "$OUT/traces"} ${E2E_HOST:+--host} --rounds "${E2E_ROUNDS:-5}" --repeats "${E2E_REPEATS:-50}" > "$OUT/e2e_$tag.log" 2>&1
+          --shape "$shape" ${E2E_HEADS_KV:+--heads_kv "$E2E_HEADS_KV"} ${E2E_WINDOW:+--window "$E2E_WINDOW"} "${pairs[@]}" --csv "$OUT/e2e_$tag.csv" ${E2E_PROFILE:+--profile} ${E2E_TRACE:+--trace "$OUT/traces"} ${E2E_HOST:+--host} --rounds "${E2E_ROUNDS:-5}" --repeats "${E2E_REPEATS:-50}" > "$OUT/e2e_$tag.log" 2>&1
         log "e2e $shape rc=$?"; cat "$OUT/e2e_$tag.log"
       done
       ;;
