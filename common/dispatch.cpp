@@ -334,6 +334,18 @@ const std::vector<Rule>& dispatch_table() {
           .because("a window's backward on wgmma (chapter 09; the batch packed): 291.1 against "
                    "09/bwd_v2_window's 185.2 TFLOP/s",
                    log("ch09_serving.log")),
+      on(Op::Bwd, "09/bwd_v7_window_grouped")
+          .window()
+          .grouped()
+          .because("a window with grouped K/V heads up to D 128 where the Hopper rung does not "
+                   "run (before sm_90, and off the step of 8): bwd_v6 with bwd_v4's window on the "
+                   "batch packed, K and V read in place where bwd_v2_window and bwd_v4 need them "
+                   "repeated over the group and their dK, dV summed after. fa.attention() "
+                   "forward + backward, H100 (2026-12-06), B 2, H 32, N 4096, window 1024, the "
+                   "same forward: 1.00-1.21x bwd_v2_window (D 64, 128; H_kv 8 and 1) and "
+                   "1.03-1.25x bwd_v4 (D 59-128) on repeated K/V, at 0.45-0.51x their peak "
+                   "memory (not deterministic, as they are not)",
+                   log("e2e_window_gqa.log", kRun1206)),
       on(Op::Bwd, "09/bwd_v2_window")
           .window()
           .because("a window's backward on mma.sync (before sm_90)", log("ch09_serving.log")),

@@ -425,13 +425,13 @@ TEST(Dispatch, HeadDimsBetweenInstancesRoundUpBeforeHopper) {
           << "D " << d << (causal ? " causal" : " full");
     }
   EXPECT_EQ(fa::pick(bwd(DType::BF16, 201, 4096, true), 80).kernel, "06/t21_d256_any_head_dim");
-  // A window with grouped heads above 128: 09/bwd_v8 (bwd_v5's kernel with the group walk), where
-  // bwd_v5 would take K and V repeated; up to 128 bwd_v4 on repeated K and V.
-  for (int d : {64, 128, 192, 201, 256}) {
+  // A window with grouped heads: above 128 09/bwd_v8 (bwd_v5's kernel with the group walk), where
+  // bwd_v5 would take K and V repeated; up to 128 09/bwd_v7 (bwd_v6's), where bwd_v4 would.
+  for (int d : {59, 64, 128, 192, 201, 256}) {
     fa::Problem g = bwd(DType::BF16, d, 4096, true);
     g.gqa = g.window = true;
     EXPECT_EQ(fa::pick(g, 80).kernel,
-              d > 128 ? "09/bwd_v8_grouped_d256" : "09/bwd_v4_window_any_head_dim")
+              d > 128 ? "09/bwd_v8_grouped_d256" : "09/bwd_v7_window_grouped")
         << "D " << d;
     g.gqa = false;
     EXPECT_EQ(fa::pick(g, 80).kernel,
