@@ -342,7 +342,7 @@ const std::vector<Rule>& dispatch_table() {
                    "batch packed, K and V read in place where bwd_v2_window and bwd_v4 need them "
                    "repeated over the group and their dK, dV summed after. fa.attention() "
                    "forward + backward, H100 (2026-12-06), B 2, H 32, N 4096, window 1024, the "
-                   "same forward: 1.00-1.21x bwd_v2_window (D 64, 128; H_kv 8 and 1) and "
+                   "same forward: 0.99-1.21x bwd_v2_window (D 64, 128; H_kv 8 and 1) and "
                    "1.03-1.25x bwd_v4 (D 59-128) on repeated K/V, at 0.45-0.51x their peak "
                    "memory (not deterministic, as they are not)",
                    log("e2e_window_gqa.log", kRun1206)),
