@@ -35,7 +35,7 @@ window to chapter 09's, on the batch packed as one of equal lengths; before sm_9
 backward up to head dim 128 to 06/t22_group_split (06/t20_grouped_heads with its group split),
 and above 128 off the step of 8, or with a window, to 09/bwd_v8_grouped_d256 on the batch
 packed; with a window up to 128 to 09/bwd_v7_window_grouped, 0.99-1.25x the window backwards on
-repeated K/V end to end at about half their memory). For a backward kernel that takes no grouped
+repeated K/V end to end at about half their memory, H100, 2026-12-06). For a backward kernel that takes no grouped
 heads (before sm_90: 136-256 on the step of 8 and up to 128 off it, where those measured faster
 end to end; or one the caller names) the operator repeats K and V over the group and sums each
 group's dK, dV in fp32.
