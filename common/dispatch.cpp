@@ -192,6 +192,23 @@ const std::vector<Rule>& dispatch_table() {
                    log("t52_d192_rounds.md", kRun1204)),
       on(Op::Fwd, "07/t52_wide_kv_tiles_persistent")
           .hopper()
+          .dims({96})
+          .full()
+          .because("D 96 at an instance of its own with D 128's 176-key tile, and 72-88 rounded "
+                   "up to it, full: D 96 511.1-579.4 TFLOP/s, 1.19-1.25x v5 and 1.21-1.22x t51 "
+                   "rounded up to 128 (1.02-1.10x cuDNN); D 80 1.12-1.14x v5 (one run)",
+                   log("t52_d96.log", kRun1206)),
+      on(Op::Fwd, "07/t52_wide_kv_tiles_persistent")
+          .hopper()
+          .dims({96})
+          .causal()
+          .keys(4096, kAny)
+          .because("D 96 at an instance of its own, and 72-88 rounded up to it, long causal "
+                   "rows: D 96 N 8192 466.8 TFLOP/s, 1.29x v5 rounded up to 128 (1.00x cuDNN); "
+                   "D 80 1.09x (one run)",
+                   log("t52_d96.log", kRun1206)),
+      on(Op::Fwd, "07/t52_wide_kv_tiles_persistent")
+          .hopper()
           .rounded()
           .dims({256})
           .because("head dims 200-248 rounded up to 256 in the wide K/V tiles (measured at D "
@@ -203,8 +220,8 @@ const std::vector<Rule>& dispatch_table() {
           .rounded()
           .dims({128})
           .full()
-          .because("head dims 72-120 rounded up to 128, full: D 80 and 96 412.4-483.5 TFLOP/s, "
-                   "1.02-1.06x v5 (0.95-1.01x cuDNN)",
+          .because("head dims 104-120 rounded up to 128, full (measured at D 80 and 96 before "
+                   "the instance at 96: 412.4-483.5 TFLOP/s, 1.02-1.06x v5, 0.95-1.01x cuDNN)",
                    log("rounded_wide_medians.txt", kRun1203)),
       on(Op::Fwd, "07/t52_wide_kv_tiles_persistent")
           .hopper()
@@ -212,15 +229,18 @@ const std::vector<Rule>& dispatch_table() {
           .dims({128})
           .causal()
           .keys(4096, kAny)
-          .because("head dims 72-120 rounded up to 128, long causal rows: D 96 N 8192 427.2 "
-                   "TFLOP/s, 1.10x v5 (0.97x cuDNN); D 80 level with v5",
+          .because("head dims 104-120 rounded up to 128, long causal rows (measured at D 96 "
+                   "before the instance at 96: N 8192 427.2 TFLOP/s, 1.10x v5, 0.97x cuDNN; D 80 "
+                   "level with v5)",
                    log("rounded_wide_medians.txt", kRun1203)),
       on(Op::Fwd, "07/v5_persistent")
           .hopper()
           .rounded()
           .because("the other head dims between the instances 64, 128 and 256 (multiples of "
                    "8) rounded up inside v5: below 64, and 72-120 on causal rows below 4096 keys "
-                   "(1.01-1.10x t52 at D 80 and 96, N 2048). Before the wide tiles: D 96 401-470 "
+                   "(against t52 at N 2048: 1.01-1.10x it rounded up to 128 at D 80 and 96 on the "
+                   "H200; 1.11x it at its instance 96 at D 96, 0.93x at D 80, one run on an "
+                   "H100). Before the wide tiles: D 96 401-470 "
                    "TFLOP/s, 1.51-1.77x 05/v4; D 80 312-402 and D 192 390-486 (0.69-0.94x cuDNN, "
                    "1.41-1.65x FlashAttention-2), TFLOP/s counted on the real head dim",
                    log("head_dims_between.log", kRun1203)),

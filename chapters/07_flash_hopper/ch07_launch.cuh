@@ -59,17 +59,17 @@ void launch_fwd(const char* name, const AttentionFwdArgs& a, cudaStream_t stream
 }
 
 // Launch<T, D>::run for the head dims every rung instantiates; a head dim between them that is a
-// multiple of 8 runs the next (head_dim_instance, hopper_attention.cuh). kWith192: the rung also
-// has an instance at 192 (t52), where 136-192 run.
-template <template <class, int> class Launch, class T, bool kWith192 = false>
+// multiple of 8 runs the next (head_dim_instance, hopper_attention.cuh). kWith192, kWith96: the
+// rung also has an instance at 192 (t52), where 136-192 run, and at 96, where 72-96 run.
+template <template <class, int> class Launch, class T, bool kWith192 = false, bool kWith96 = false>
 void dispatch_head_dim(const char* name, const AttentionFwdArgs& a, cudaStream_t stream) {
-  launch_head_dim_instance<kWith192>(
+  launch_head_dim_instance<kWith192, kWith96>(
       name, a.shape.head_dim, [&](auto d) { Launch<T, decltype(d)::value>::run(a, stream); });
 }
 
 // The registered entry of a forward rung: refuse what no rung runs, write nothing for empty
 // shapes, hand shapes TMA cannot load to the fallback (hopper_attention.cuh), else launch the rung.
-template <template <class, int> class Launch, bool kWith192 = false>
+template <template <class, int> class Launch, bool kWith192 = false, bool kWith96 = false>
 void run_fwd_rung(const char* name, const AttentionFwdArgs& a, cudaStream_t stream) {
   FA_REQUIRE(a.shape.seq_q >= 0 && a.shape.seq_k >= 0 && a.shape.bh() >= 0, "negative size");
   FA_UNSUPPORTED_IF(a.dtype != DType::BF16 && a.dtype != DType::F16,
@@ -81,9 +81,9 @@ void run_fwd_rung(const char* name, const AttentionFwdArgs& a, cudaStream_t stre
   if (a.shape.seq_q == 0 || a.shape.bh() == 0) return;  // nothing to write
   if (!tma_can_load(a)) return run_fallback(a, stream);
   if (a.dtype == DType::BF16)
-    dispatch_head_dim<Launch, __nv_bfloat16, kWith192>(name, a, stream);
+    dispatch_head_dim<Launch, __nv_bfloat16, kWith192, kWith96>(name, a, stream);
   else
-    dispatch_head_dim<Launch, __half, kWith192>(name, a, stream);
+    dispatch_head_dim<Launch, __half, kWith192, kWith96>(name, a, stream);
 }
 
 }  // namespace fa::ch07

@@ -328,6 +328,30 @@ __device__ __forceinline__ void fence_registers(uint32_t (&r)[N]) {
       : FA_WG_OPS_N64                                                                \
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(kTransB))
 
+// m64n96k16 (O += P V at D 96, A from registers: 07/t52's instance of its own): 48 accumulators
+// per thread. B (V, MN-major) spans one whole 64-column strip and half of the next.
+#define FA_WG_ACC_N96                                                                \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "           \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47"
+
+#define FA_WG_OPS_N96                                                                             \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+      "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),    \
+      "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),  \
+      "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),  \
+      "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),  \
+      "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]),  \
+      "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
+
+#define FA_WGMMA_RS_N96(TYPE)                                                        \
+  asm volatile(                                                                      \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %53, 0;\n"                                   \
+      "wgmma.mma_async.sync.aligned.m64n96k16.f32." TYPE "." TYPE " {" FA_WG_ACC_N96 \
+      "}, {%48, %49, %50, %51}, %52, p, 1, 1, %54;\n}\n"                             \
+      : FA_WG_OPS_N96                                                                \
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(kTransB))
+
 // m64n128k16: 64 accumulators per thread.
 #define FA_WG_ACC_N128                                                               \
   "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "           \
@@ -571,7 +595,8 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], uint64_t desc_a, uin
 template <int N, class T, int kTransB>
 __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b,
                                          int accumulate) {
-  static_assert(N == 64 || N == 128 || N == 192 || N == 256, "wgmma_rs: N = 64, 128, 192 or 256");
+  static_assert(N == 64 || N == 96 || N == 128 || N == 192 || N == 256,
+                "wgmma_rs: N = 64, 96, 128, 192 or 256");
 #if FA_SM90A
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
   if constexpr (N == 64) {
@@ -579,6 +604,11 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[
       FA_WGMMA_RS_N64("bf16");
     else
       FA_WGMMA_RS_N64("f16");
+  } else if constexpr (N == 96) {
+    if constexpr (kBf16)
+      FA_WGMMA_RS_N96("bf16");
+    else
+      FA_WGMMA_RS_N96("f16");
   } else if constexpr (N == 128) {
     if constexpr (kBf16)
       FA_WGMMA_RS_N128("bf16");
@@ -608,11 +638,13 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[
 #undef FA_WGMMA_SS_N128
 #undef FA_WGMMA_SS_N256
 #undef FA_WGMMA_RS_N64
+#undef FA_WGMMA_RS_N96
 #undef FA_WGMMA_RS_N128
 #undef FA_WGMMA_RS_N192
 #undef FA_WGMMA_RS_N256
 #undef FA_WG_ACC_N32
 #undef FA_WG_ACC_N64
+#undef FA_WG_ACC_N96
 #undef FA_WG_ACC_N80
 #undef FA_WG_ACC_N112
 #undef FA_WG_ACC_N192
@@ -621,6 +653,7 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[
 #undef FA_WG_ACC_N256
 #undef FA_WG_OPS_N32
 #undef FA_WG_OPS_N64
+#undef FA_WG_OPS_N96
 #undef FA_WG_OPS_N80
 #undef FA_WG_OPS_N112
 #undef FA_WG_OPS_N192

@@ -48,25 +48,29 @@ namespace fa::ch07 {
 // O 64 + P 44 = 196) and 80 at D = 256 (S 40 + O 128 + P 20 = 188), hopper/tile_size.h of
 // github.com/Dao-AILab/flash-attention: kWideBc, which chapter 07's tuning steps t51 (on v4) and
 // t52 (on v5) pass as BC (D = 64 keeps 128). Its instance D = 192 takes 112 keys (S 56 + O 96 +
-// P 28 = 180), which t52 alone instantiates (the others round D 192 up to 256).
+// P 28 = 180), which t52 alone instantiates (the others round D 192 up to 256). So does its
+// instance D = 96, with D 128's 176 keys (S 88 + O 48 + P 44 = 180): a row of 96 columns fills
+// one 64-column strip and half of the next, whose other half TMA fills with zeros, as it does
+// for a head dim rounded up; the products stop at column 96.
 template <int D>
 constexpr int kDefaultBc = D <= 128 ? 128 : 64;
 template <int D>
-constexpr int kWideBc = D == 128   ? 176
-                        : D == 192 ? 112
-                        : D == 256 ? 80
-                                   : kDefaultBc<D>;
+constexpr int kWideBc = D == 96 || D == 128 ? 176
+                        : D == 192          ? 112
+                        : D == 256          ? 80
+                                            : kDefaultBc<D>;
 
 template <int D, int BC = kDefaultBc<D>>
 struct Tiles {
-  static_assert(D == 64 || D == 128 || D == 192 || D == 256, "head dims 64, 128, 192, 256");
+  static_assert(D == 64 || D == 96 || D == 128 || D == 192 || D == 256,
+                "head dims 64, 96, 128, 192, 256");
   static_assert(BC % 16 == 0 && BC <= 256, "a K/V tile is k16 slices of P V, one TMA box");
-  static constexpr int kBc = BC;                // keys per K/V tile
-  static constexpr int kStrips = D / 64;        // 128-byte column strips of one row of D
-  static constexpr int kSAcc = kBc / 2;         // S accumulators per thread
-  static constexpr int kOAcc = D / 2;           // O accumulators per thread
-  static constexpr int kPSlices = kBc / 16;     // k16 slices of P V
-  static constexpr int kKVBytes = kBc * D * 2;  // one K (or V) tile
+  static constexpr int kBc = BC;                        // keys per K/V tile
+  static constexpr int kStrips = (D + 63) / 64;         // 128-byte column strips of a row of D
+  static constexpr int kSAcc = kBc / 2;                 // S accumulators per thread
+  static constexpr int kOAcc = D / 2;                   // O accumulators per thread
+  static constexpr int kPSlices = kBc / 16;             // k16 slices of P V
+  static constexpr int kKVBytes = kBc * kStrips * 128;  // one K (or V) tile, whole strips
 };
 
 constexpr int kRowsPerWarpgroup = 64;  // wgmma M
@@ -280,15 +284,27 @@ inline int head_dim_instance_with_192(int64_t d) {
   const int i = head_dim_instance(d);
   return i == 256 && d <= 192 ? 192 : i;
 }
+// And for one with an instance at 96 too (07/t52): 72-96 run there, not at 128.
+inline int head_dim_instance_with_96_192(int64_t d) {
+  const int i = head_dim_instance_with_192(d);
+  return i == 128 && d <= 96 ? 96 : i;
+}
 
 // A launcher's switch over the instances: calls launch(std::integral_constant<int, D>{}) for the
-// instance D that head dim d runs as (64, 128, 256, and 192 where kWith192), and refuses a head dim
-// no instance takes by the rung's name. launch<T, decltype(D)::value> inside it picks the kernel.
-template <bool kWith192, class Launch>
+// instance D that head dim d runs as (64, 128, 256, 192 where kWith192, 96 where kWith96), and
+// refuses a head dim no instance takes by the rung's name. launch<T, decltype(D)::value> inside
+// it picks the kernel.
+template <bool kWith192, bool kWith96 = false, class Launch>
 void launch_head_dim_instance(const std::string& name, int64_t d, Launch&& launch) {
-  switch (kWith192 ? head_dim_instance_with_192(d) : head_dim_instance(d)) {
+  static_assert(!kWith96 || kWith192, "the instance at 96 comes with the one at 192 (07/t52)");
+  switch (kWith96    ? head_dim_instance_with_96_192(d)
+          : kWith192 ? head_dim_instance_with_192(d)
+                     : head_dim_instance(d)) {
     case 64:
       return launch(std::integral_constant<int, 64>{});
+    case 96:
+      if constexpr (kWith96) return launch(std::integral_constant<int, 96>{});
+      break;
     case 128:
       return launch(std::integral_constant<int, 128>{});
     case 192:
@@ -299,8 +315,8 @@ void launch_head_dim_instance(const std::string& name, int64_t d, Launch&& launc
     default:
       break;
   }
-  FA_UNSUPPORTED_IF(true, name + ": head_dim " + std::to_string(d) +
-                              " not instantiated (64, 128, " + (kWith192 ? "192, " : "") +
+  FA_UNSUPPORTED_IF(true, name + ": head_dim " + std::to_string(d) + " not instantiated (64, " +
+                              (kWith96 ? "96, " : "") + "128, " + (kWith192 ? "192, " : "") +
                               "256, and the multiples of 8 between them, rounded up)");
 }
 

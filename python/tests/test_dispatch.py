@@ -28,8 +28,8 @@ def test_protocol_shapes_pick_chapter_07_on_hopper():
 
 def test_head_dims_between_instances_round_up_on_hopper():
     """D 80, 96 and 192 (multiples of 8 between chapter 07's instances 64, 128, 256) and the D 32
-    backward run in the Hopper kernels, rounded up inside (the forward at D 192 on 07/t52's own
-    instance); D 59 and 111 (off the step of 8) go to chapter 05's t15 and 06's t17."""
+    backward run in the Hopper kernels, rounded up inside (the forward at D 80, 96 and 192 on
+    07/t52's own instances 96 and 192); D 59 and 111 (off the step of 8) go to chapter 05's t15 and 06's t17."""
     library_or_skip()
     if not hopper_kernels_built():
         pytest.skip("this build targets no sm_90: no chapter 07 kernels")

@@ -96,6 +96,10 @@ TEST(RegistryHeadDims, RoundingUpToTheNextInstance) {
   for (auto [d, at] : std::vector<std::pair<int, int>>{
            {128, 128}, {136, 192}, {160, 192}, {192, 192}, {200, 256}, {248, 256}})
     EXPECT_EQ(fa::computed_head_dim({64, 128, 192, 256}, true, d), at) << "D " << d;
+  // And at 96 (07/t52): 72-96 run there, 104-120 at 128.
+  for (auto [d, at] : std::vector<std::pair<int, int>>{
+           {64, 64}, {72, 96}, {88, 96}, {96, 96}, {104, 128}, {120, 128}, {136, 192}})
+    EXPECT_EQ(fa::computed_head_dim({64, 96, 128, 192, 256}, true, d), at) << "D " << d;
 }
 
 // The sanitizers run one head dim between instances for each instance a kernel rounds up to

@@ -12,9 +12,18 @@
 // tile there, 112 keys (hopper/tile_size.h), registers S 56 + O 96 + P 28 = 180 a thread, shared
 // memory 48 + 2 x 2 x 42 = 216 KiB. Head dims 136-184 round up to 192, 200-248 to 256; TFLOP/s
 // count the real head dim, so a D 192 model gains 256 / 192 of the work it no longer wastes.
+//
+// D 96, an instance of its own (FlashAttention-3 has one; the other rungs round 72-120 up to
+// 128), with D 128's 176 keys: registers S 88 + O 48 + P 44 = 180 a thread, shared memory as at
+// D 128 (208 KiB), since a row of 96 columns takes two 64-column strips, the second half zeros
+// (TMA fills the columns past the tensor's 96). S = Q K^T takes 6 k16 slices instead of 8 and
+// O += P V is a wgmma of N = 96, its B operand (V, MN-major) one whole strip and half of the
+// next: 3/4 of D 128's tensor work. Head dims 72-88 round up to 96, 104-120 to 128.
 // Speed (NVIDIA H200, 2026-12-03, bf16, medians of three rounds): D 128 N 8192 causal 615.3 TFLOP/s
 // (v5 584.1, cuDNN 618.8); D 256 N 8192 causal 683.7 (v5 619.4, cuDNN 645.0)
-// (notes/measured/h200-2026-12-03/wide_kv_tiles_console.log; ../tuning/README.md).
+// (notes/measured/h200-2026-12-03/wide_kv_tiles_console.log; ../tuning/README.md). D 96 at its
+// instance (NVIDIA H100 80GB HBM3, 2026-12-06, one run): N 8192 full 579.4 TFLOP/s, causal 466.8
+// (v5 rounded up to 128: 464.1, 361.6; cuDNN 527.0, 468.5; notes/measured/h100-2026-12-06/t52_d96.log).
 #include <cuda.h>
 
 #include <climits>
@@ -35,6 +44,7 @@ constexpr int kProducerRegs = 24, kConsumerRegs = 240;  // 24 + 2 x 240 = 3 x 16
 constexpr int kTurnBar = 1;            // named barriers 1, 2: consumer 0's, 1's turn
 constexpr int kTurnThreads = 2 * 128;  // the giver's arrive + the taker's sync
 constexpr bool kWith192 = true;        // an instance at D 192 (header), not only 64, 128 and 256
+constexpr bool kWith96 = true;         // and one at D 96 (header)
 template <int D>
 constexpr int stages() {
   return D == 64 ? 4 : 2;
@@ -43,7 +53,7 @@ constexpr int stages() {
 template <int D>
 struct V5Smem {
   static constexpr int kStages = stages<D>();
-  static constexpr int kQBytes = kBr * D * 2;
+  static constexpr int kQBytes = kBr * Tiles<D, kWideBc<D>>::kStrips * 128;  // whole strips
   static constexpr int kKVBytes = Tiles<D, kWideBc<D>>::kKVBytes;
   static constexpr int kKOffset = kQBytes;                       // K stage s at + s * kKVBytes
   static constexpr int kVOffset = kQBytes + kStages * kKVBytes;  // V stage s at + s * kKVBytes
@@ -324,9 +334,9 @@ void attention_fwd_t52(const AttentionFwdArgs& a, cudaStream_t stream) {
                           "below 2^31); its fallback takes no grouped heads");
     AttentionFwdArgs no_keys = a;
     no_keys.shape.heads_kv = 0;  // K and V are empty: no head of them is read
-    return run_fwd_rung<Launch, kWith192>(kName, no_keys, stream);
+    return run_fwd_rung<Launch, kWith192, kWith96>(kName, no_keys, stream);
   }
-  run_fwd_rung<Launch, kWith192>(kName, a, stream);
+  run_fwd_rung<Launch, kWith192, kWith96>(kName, a, stream);
 }
 
 }  // namespace
@@ -334,10 +344,10 @@ void attention_fwd_t52(const AttentionFwdArgs& a, cudaStream_t stream) {
 FA_REGISTER(AttentionFwdKernel,
             {kName,
              attention_fwd_t52,
-             "v5 with FlashAttention-3's K/V tile widths: 176 keys at D 128, 112 at D 192 (an "
-             "instance of its own), 80 at D 256",
+             "v5 with FlashAttention-3's K/V tile widths: 176 keys at D 96 and 128, 112 at D 192 "
+             "(96 and 192 instances of their own), 80 at D 256",
              {DType::BF16, DType::F16},
-             {64, 128, 192, 256},
+             {64, 96, 128, 192, 256},
              90,
              /*gqa=*/true,
              /*decoding=*/false,
