@@ -193,20 +193,11 @@ const std::vector<Rule>& dispatch_table() {
       on(Op::Fwd, "07/t52_wide_kv_tiles_persistent")
           .hopper()
           .dims({96})
-          .full()
           .because("D 96 at an instance of its own with D 128's 176-key tile, and 72-88 rounded "
-                   "up to it, full: D 96 511.1-579.4 TFLOP/s, 1.19-1.25x v5 and 1.21-1.22x t51 "
-                   "rounded up to 128 (1.02-1.10x cuDNN); D 80 1.12-1.14x v5 (one run)",
-                   log("t52_d96.log", kRun1206)),
-      on(Op::Fwd, "07/t52_wide_kv_tiles_persistent")
-          .hopper()
-          .dims({96})
-          .causal()
-          .keys(4096, kAny)
-          .because("D 96 at an instance of its own, and 72-88 rounded up to it, long causal "
-                   "rows: D 96 N 8192 466.8 TFLOP/s, 1.29x v5 rounded up to 128 (1.00x cuDNN); "
-                   "D 80 1.09x (one run)",
-                   log("t52_d96.log", kRun1206)),
+                   "up to it: D 96 374.1-545.7 TFLOP/s, 1.04-1.18x v5 rounded up to 128 "
+                   "(0.94-1.11x cuDNN), D 80 1.07-1.16x v5, full and causal at N 2048 and 8192 "
+                   "(three alternating rounds)",
+                   log("t52_d96_rounds.log", kRun1206)),
       on(Op::Fwd, "07/t52_wide_kv_tiles_persistent")
           .hopper()
           .rounded()
@@ -237,10 +228,9 @@ const std::vector<Rule>& dispatch_table() {
           .hopper()
           .rounded()
           .because("the other head dims between the instances 64, 128 and 256 (multiples of "
-                   "8) rounded up inside v5: below 64, and 72-120 on causal rows below 4096 keys "
-                   "(against t52 at N 2048: 1.01-1.10x it rounded up to 128 at D 80 and 96 on the "
-                   "H200; 1.11x it at its instance 96 at D 96, 0.93x at D 80, one run on an "
-                   "H100). Before the wide tiles: D 96 401-470 "
+                   "8) rounded up inside v5: below 64, and 104-120 on causal rows below 4096 keys "
+                   "(1.01-1.10x t52 rounded up to 128, measured at D 80 and 96, N 2048). Before "
+                   "the wide tiles: D 96 401-470 "
                    "TFLOP/s, 1.51-1.77x 05/v4; D 80 312-402 and D 192 390-486 (0.69-0.94x cuDNN, "
                    "1.41-1.65x FlashAttention-2), TFLOP/s counted on the real head dim",
                    log("head_dims_between.log", kRun1203)),
@@ -473,12 +463,20 @@ const std::vector<Rule>& dispatch_table() {
                    log("bwd_v4_v2_v1.log", kRun1202)),
       on(Op::Bwd, "07/bwd_t53_d256_halves")
           .hopper()
+          .dims({192})
+          .because("D 192 at an instance of its own (96 columns a warpgroup), and 136-184 "
+                   "rounded up to it: 226.0-289.0 TFLOP/s, 1.18-1.30x bwd_v1 rounded up to 256 "
+                   "(0.88-0.94x cuDNN; three alternating rounds; not deterministic: deterministic "
+                   "requests go to bwd_v1)",
+                   log("t53_d192_rounds.log", kRun1206)),
+      on(Op::Bwd, "07/bwd_t53_d256_halves")
+          .hopper()
           .rounded()
           .dims({256})
-          .because("head dims between 128 and 256 (multiples of 8) rounded up inside the fastest "
-                   "D 256 backward: D 192 215.8-263.8 TFLOP/s, 1.12-1.17x bwd_v1 (the kernel "
-                   "that ran them before), 0.78-0.87x cuDNN (one run; not deterministic: "
-                   "deterministic requests go to bwd_v1)",
+          .because("head dims 200-248 (multiples of 8) rounded up inside the fastest D 256 "
+                   "backward (measured at D 192 before it had an instance: 215.8-263.8 TFLOP/s, "
+                   "1.12-1.17x bwd_v1, the kernel that ran them before, 0.78-0.87x cuDNN; one "
+                   "run; not deterministic: deterministic requests go to bwd_v1)",
                    log("bwd_t53_d192.log", kRun1203)),
       on(Op::Bwd, "07/bwd_t53_d256_halves")
           .hopper()

@@ -268,8 +268,8 @@ TEST(Dispatch, HeadDimsAFinalRungLacksGoToTheRungBefore) {
 // rounded up inside its kernels, by the rows for them: the forward at the next instance in 07/v5
 // (up to 64) or the wide tiles of 07/t52 (above 64, at 4096 causal keys; t52 has instances at
 // 96 and 192, where 72-96 and 136-192 run), the backward in
-// the fastest rung of that instance (bwd_t48 up to 64, bwd_v6 up to 128, bwd_t53 up to 256; a
-// deterministic request bwd_v1). A
+// the fastest rung of that instance (bwd_t48 up to 64, bwd_v6 up to 128, bwd_t53 up to 256, at
+// its instance 192 for 136-192; a deterministic request bwd_v1). A
 // head dim off the step of 8 goes to chapter 05's t15 and 06's t17 (rows copied element by element).
 TEST(Dispatch, HeadDimsBetweenInstancesRoundUpOnHopper) {
   if (!have_hopper_kernels()) GTEST_SKIP() << "this build targets no sm_90: no chapter 07 kernels";
@@ -280,20 +280,21 @@ TEST(Dispatch, HeadDimsBetweenInstancesRoundUpOnHopper) {
       EXPECT_EQ(f.kernel, d <= 64 ? "07/v5_persistent" : "07/t52_wide_kv_tiles_persistent");
       // 136-192 run at t52's own D 192 instance (rounded up to it below 192), 72-96 at its D 96.
       const char* row = d == 160 || d == 192 ? "D 192)"
-                        : d == 80 || d == 96 ? "D 96, causal"
+                        : d == 80 || d == 96 ? "D 96)"
                                              : "rounded up";
       EXPECT_NE(f.explain(true).find(row), std::string::npos) << f.explain();
     }
-    if (d == 80 || d == 96) {  // full rows too; causal rows below 4096 keys stay on v5 rounded up
-      const fa::Pick full = fa::pick(fwd(DType::BF16, d, 2048, false), 90);
-      EXPECT_EQ(full.kernel, "07/t52_wide_kv_tiles_persistent");
-      EXPECT_NE(full.explain(true).find("D 96, full"), std::string::npos) << full.explain();
-      EXPECT_EQ(fa::pick(fwd(DType::BF16, d, 2048, true), 90).kernel, "07/v5_persistent");
-    }
+    if (d == 80 || d == 96)  // at its instance 96 on short causal rows too (where 128 did not pay)
+      EXPECT_EQ(fa::pick(fwd(DType::BF16, d, 2048, true), 90).kernel,
+                "07/t52_wide_kv_tiles_persistent");
     const fa::Pick b = fa::pick(bwd(DType::F16, d, 4096, false), 90);
     EXPECT_EQ(b.kernel, d <= 64    ? "07/bwd_t48_dq_in_turns"
                         : d <= 128 ? "07/bwd_v6_head_groups"
                                    : "07/bwd_t53_d256_halves");
+    // 136-192 at bwd_t53's own D 192 instance, 200-248 rounded up to 256.
+    if (d > 128)
+      EXPECT_NE(b.explain(true).find(d <= 192 ? "D 192)" : "rounded up"), std::string::npos)
+          << b.explain();
     fa::Problem det = bwd(DType::BF16, d, 4096, true);
     det.deterministic = true;
     EXPECT_EQ(fa::pick(det, 90).kernel, "07/bwd_v1_tma_wgmma");

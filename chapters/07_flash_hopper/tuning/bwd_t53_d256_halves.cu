@@ -1,6 +1,7 @@
 // 07/bwd_t53_d256_halves: a tuning step after bwd_v6: the single pass at D 256, where the
 // warpgroups split each tile's work in halves (queries for S^T and dP^T, columns for dV, dK and
-// dQ_tile) and meet once a tile in shared memory. Not deterministic, as bwd_v6.
+// dQ_tile) and meet once a tile in shared memory (and at D 192, an instance of its own: below).
+// Not deterministic, as bwd_v6.
 // Copied from 07/bwd_v6_head_groups (../sm90a/bwd_v6_head_groups.cu; bwd_v5 and bwd_v4 before
 // it: the producer warpgroup, the ring, the launch order, dQ by TMA reduce-adds are theirs); one
 // idea changed: how the two consumer warpgroups share a tile at D 256.
@@ -65,6 +66,26 @@
 // the reduce-adds) that the two warpgroups walk side by side, meeting at the barrier. The fp32
 // reduce-adds into L2 are twice D 128's bytes per FLOP (64 KiB a tile of 64 keys) at 46% of the
 // L2's throughput. The chapter's tuning appendix has the next step.
+//
+// D 192, an instance of its own (FlashAttention-3 has one; head dims 136-184 round up to it, 200-248
+// to 256, and before it 136-192 all ran at 256, a quarter of the work on zero columns). The same
+// loop with 3 strips a row: S^T and dP^T contract over 12 k16 steps instead of 16, and each
+// warpgroup owns 96 columns of dV, dK and dQ_tile (48 + 48 + 48 accumulators a thread, against
+// 64 + 64 + 64). Warpgroup 0's columns, strip 0 and the first half of strip 1, are one wgmma of
+// N 96 (the operand spans one and a half swizzle atoms, as t52's P V at D 96). Warpgroup 1's begin
+// in the middle of strip 1: a wgmma of N 32 from 64 bytes into the strip's rows, then one of N 64
+// on strip 2 (wgmma_cols). The staging boxes cannot lie in the stage, since both warpgroups read
+// strip 1 of Q and dO; at D 192 they fit beside it (6 boxes, 48 KiB: 226 KiB in all), and keep the
+// same protocol (a box is rewritten one tile later, after its reduce-adds were read).
+// Prediction, against this kernel at D 256 (t53 rounded up, which ran 1.12-1.17x bwd_v1 rounded up
+// on the H200, bwd_t53_d192.log): 1.15-1.30x. The tensor work falls to 3/4 and the chain each
+// warpgroup walks shortens with it, less the N 32 product, which rereads its A operand for a
+// third of warpgroup 1's columns; so 1.3-1.5x bwd_v1 rounded up in the same run.
+// Measured (NVIDIA H100 80GB HBM3, 2026-12-06, three alternating rounds, medians;
+// notes/measured/h100-2026-12-06/t53_d192_rounds.log): 226.0-289.0 TFLOP/s, 1.18-1.30x bwd_v1
+// (1.25-1.30x at N 8192, 1.18-1.21x at 2048), 0.88-0.94x cuDNN. Against t53 rounded up, about
+// 1.03-1.11x (through bwd_v1, across two GPUs): below the prediction, the chain shortening less than
+// the products (../tuning/README.md, "D 192, an instance of its own").
 #include <cuda.h>
 
 #include <algorithm>
@@ -76,7 +97,6 @@ namespace fa::ch07 {
 namespace {
 
 constexpr const char* kName = "07/bwd_t53_d256_halves";
-constexpr int kD = 256;                                 // the one instance (head dims rounded up)
 constexpr int kWarpgroups = 2;                          // consumers: the warpgroups that compute
 constexpr int kThreads = 128 * (1 + kWarpgroups);       // + the producer warpgroup
 constexpr int kProducerRegs = 24, kConsumerRegs = 240;  // 24 + 2 x 240 = 3 x 168 (07/v2's)
@@ -84,13 +104,21 @@ constexpr int kStages = 2;
 constexpr int kBc = kRowsPerWarpgroup;         // 64 keys per block: wgmma M, both warpgroups
 constexpr int kBr = 64;                        // queries per streamed tile
 constexpr int kHalfQ = kBr / kWarpgroups;      // queries of S^T and dP^T per warpgroup: 32 (N)
-constexpr int kCols = kD / kWarpgroups;        // columns of dK, dV, dQ_tile per warpgroup: 128
-constexpr int kStrips = kD / kSwizzleCols;     // 64-column strips of a row: 4
 constexpr int kStripBytes = kBr * 128;         // one strip of a Q (dO) stage: 8 KiB
 constexpr int kBoxCols = 32;                   // fp32 columns per 128-byte swizzled row of a box
-constexpr int kBoxes = kCols / kBoxCols;       // reduce-adds per warpgroup and tile: 4
 constexpr int kBoxBytes = kBr * kBoxCols * 4;  // 64 rows x 128 bytes = 8 KiB, one strip
-constexpr int kPBuffers = 2;                   // P^T (and dS^T) tiles, used by tiles j % 2
+// The instances: D 256, and D 192 (header, "D 192"), where 136-192 run.
+template <int D>
+struct Halves {
+  static_assert(D == 192 || D == 256, "instances 192 and 256");
+  static constexpr int kCols = D / kWarpgroups;  // columns of dK, dV, dQ_tile a warpgroup: 128 | 96
+  static constexpr int kStrips = D / kSwizzleCols;  // 64-column strips of a row: 4 | 3
+  static constexpr int kBoxes = kCols / kBoxCols;   // reduce-adds per warpgroup and tile: 4 | 3
+  // D 256: the staging boxes lie in the warpgroup's own strips of the stage (header); at D 192
+  // no strip is one warpgroup's alone (both read strip 1), and the boxes fit beside the stage.
+  static constexpr bool kBoxesInStage = D == 256;
+};
+constexpr int kPBuffers = 2;  // P^T (and dS^T) tiles, used by tiles j % 2
 // Named barrier ids (0 is __syncthreads): both halves of P^T and dS^T are stored; warpgroup w's
 // staging boxes are written.
 constexpr int kPBar = 1;
@@ -106,7 +134,7 @@ struct BwdParams {
   void* dk;
   void* dv;
   int64_t seq_q, seq_k;
-  int d;                // the real head dim, the rows' length in global memory (kD rounds it up)
+  int d;                // the real head dim, the rows' length in global memory (D rounds it up)
   int64_t n_tiles;      // key tiles per (batch, head)
   int64_t n_units;      // (K/V head, part) units: the grid is n_units x n_tiles blocks
   int64_t group_units;  // units per group of the launch order (head_group_place)
@@ -120,18 +148,22 @@ struct BwdParams {
 };
 
 // ---- dK, dV and dQ_tile ----------------------------------------------------------------------------
+template <int D>
 struct Smem {
-  static constexpr int kKVBytes = kBc * kD * 2;  // K or V
-  static constexpr int kQBytes = kBr * kD * 2;   // Q or dO, one stage
+  static constexpr int kKVBytes = kBc * D * 2;   // K or V
+  static constexpr int kQBytes = kBr * D * 2;    // Q or dO, one stage
   static constexpr int kPBytes = kBc * kBr * 2;  // a P^T or dS^T tile: [64 keys][64 queries]
   static constexpr int kKOffset = 0;
   static constexpr int kVOffset = kKVBytes;
-  static constexpr int kQOffset = 2 * kKVBytes;                     // stage s at + s * kQBytes
-  static constexpr int kdOOffset = kQOffset + kStages * kQBytes;    // stage s at + s * kQBytes
-  static constexpr int kPOffset = kdOOffset + kStages * kQBytes;    // buffer b at + b * kPBytes
-  static constexpr int kdSOffset = kPOffset + kPBuffers * kPBytes;  // buffer b at + b * kPBytes
-  static constexpr int kLOffset = kdSOffset + kPBuffers * kPBytes;  // float [kStages][kBr]
-  static constexpr int kDOffset = kLOffset + kStages * kBr * 4;     // float [kStages][kBr]
+  static constexpr int kQOffset = 2 * kKVBytes;                       // stage s at + s * kQBytes
+  static constexpr int kdOOffset = kQOffset + kStages * kQBytes;      // stage s at + s * kQBytes
+  static constexpr int kPOffset = kdOOffset + kStages * kQBytes;      // buffer b at + b * kPBytes
+  static constexpr int kdSOffset = kPOffset + kPBuffers * kPBytes;    // buffer b at + b * kPBytes
+  static constexpr int kBoxOffset = kdSOffset + kPBuffers * kPBytes;  // D 192: warpgroup w's at
+  static constexpr int kBoxAreaBytes =                                // + w * kBoxes * kBoxBytes
+      Halves<D>::kBoxesInStage ? 0 : kWarpgroups * Halves<D>::kBoxes * kBoxBytes;
+  static constexpr int kLOffset = kBoxOffset + kBoxAreaBytes;    // float [kStages][kBr]
+  static constexpr int kDOffset = kLOffset + kStages * kBr * 4;  // float [kStages][kBr]
   static constexpr int kBarOffset = kDOffset + kStages * kBr * 4;
   static constexpr int kBytes = kBarOffset + (1 + 2 * kStages) * 8 + kAtomBytes;  // + alignment
   static_assert(kKVBytes % kAtomBytes == 0 && kQBytes % kAtomBytes == 0 &&
@@ -160,14 +192,41 @@ __device__ __forceinline__ void store_half(unsigned char* tile, const float (&ac
   }
 }
 
-template <class T>
+// acc (+)= A B over warpgroup wg's columns of a [ROWS x D] tile read MN-major (B = dO, Q or K:
+// dV, dK, dQ_tile). D 256: columns 128 wg .., one wgmma of N 128 from strip 2 wg. D 192: columns
+// 96 wg ..; warpgroup 0's are strip 0 and the first half of strip 1, one wgmma of N 96 (as t52's
+// P V at D 96); warpgroup 1's begin in the middle of strip 1, where no operand can start a swizzle
+// atom, so they take two: N 32 from 64 bytes into strip 1's rows (the 128-byte swizzle is a
+// function of the address, so the XOR pattern TMA wrote still holds there) and N 64 on strip 2.
+// The two accumulators, 16 + 32 registers, lie as the 48 of one N 96 would: columns 8i .. in
+// acc[4i ..].
+template <int D, int ROWS, class T, int kTransA>
+__device__ __forceinline__ void wgmma_cols(float (&acc)[D / 4], uint64_t desc_a,
+                                           const unsigned char* tile, int kk, int wg,
+                                           int accumulate) {
+  if constexpr (D == 256) {
+    hopper::wgmma_ss<128, T, 1, kTransA>(acc, desc_a, desc_mn_major<ROWS>(tile, kk, 128 * wg),
+                                         accumulate);
+  } else if (wg == 0) {
+    hopper::wgmma_ss<96, T, 1, kTransA>(acc, desc_a, desc_mn_major<ROWS>(tile, kk), accumulate);
+  } else {
+    const uint64_t half_strip = desc_mn_major<ROWS>(tile + 64, kk, 64);  // columns 96 .. 127
+    hopper::wgmma_ss<32, T, 1, kTransA>(*reinterpret_cast<float(*)[16]>(acc), desc_a, half_strip,
+                                        accumulate);
+    hopper::wgmma_ss<64, T, 1, kTransA>(*reinterpret_cast<float(*)[32]>(acc + 16), desc_a,
+                                        desc_mn_major<ROWS>(tile, kk, 128), accumulate);
+  }
+}
+
+template <class T, int D>
 __global__ void __launch_bounds__(kThreads, 1)
     dkdv_dq_kernel(const __grid_constant__ CUtensorMap tm_q,
                    const __grid_constant__ CUtensorMap tm_k,
                    const __grid_constant__ CUtensorMap tm_v,
                    const __grid_constant__ CUtensorMap tm_do,
                    const __grid_constant__ CUtensorMap tm_dq, const BwdParams p) {
-  using Sm = Smem;
+  using Sm = Smem<D>;
+  using H = Halves<D>;
   constexpr int kSAcc = kHalfQ / 2;  // S^T (and dP^T) accumulators per thread
   extern __shared__ unsigned char smem_raw[];
   const uint32_t raw = mma::smem_addr(smem_raw);
@@ -214,7 +273,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     hopper::mbar_fence_init();
     if (n_iter > 0) {
       hopper::mbar_arrive_expect_tx(kv_full, 2 * Sm::kKVBytes);
-      for (int c = 0; c < kStrips; ++c) {  // all columns: S^T and dP^T contract over them
+      for (int c = 0; c < H::kStrips; ++c) {  // all columns: S^T and dP^T contract over them
         hopper::tma_load_3d(sK + c * kBc * 128, &tm_k, kv_full, c * kSwizzleCols, int(k0),
                             int(kv_bh));
         hopper::tma_load_3d(sV + c * kBc * 128, &tm_v, kv_full, c * kSwizzleCols, int(k0),
@@ -238,7 +297,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (j >= kStages) hopper::mbar_wait(&q_empty[s], (j / kStages - 1) & 1);
         if (tid == 0) {
           hopper::mbar_arrive_expect_tx(&q_full[s], 2 * Sm::kQBytes);
-          for (int c = 0; c < kStrips; ++c) {
+          for (int c = 0; c < H::kStrips; ++c) {
             hopper::tma_load_3d(sQ(s) + c * kStripBytes, &tm_q, &q_full[s], c * kSwizzleCols,
                                 int(row), pl.head);
             hopper::tma_load_3d(sdO(s) + c * kStripBytes, &tm_do, &q_full[s], c * kSwizzleCols,
@@ -258,7 +317,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   hopper::setmaxnreg_inc<kConsumerRegs>();
   const int wg = tid / 128 - 1, t = tid % 128, q = t % 4;
   const int h0 = wg * kHalfQ;                            // this warpgroup's first query of a tile
-  const int col0 = wg * kCols;                           // and its first column
+  const int col0 = wg * H::kCols;                        // and its first column
   const int kr = 16 * (t / 32) + (t % 32) / 4;           // this thread's key rows kr and kr + 8
   const int64_t key0 = k0 + kr;                          // and key0 + 8
   const int64_t off = causal_last_key(0, seq_q, seq_k);  // query i sees keys j <= i + off
@@ -266,7 +325,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // and frees the stage for both, once they were read.
   const bool adder = t == 0;
 
-  float dk[kCols / 2], dv[kCols / 2];
+  float dk[H::kCols / 2], dv[H::kCols / 2];
   zero(dk);
   zero(dv);
 
@@ -284,12 +343,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     float st[kSAcc], dpt[kSAcc];
     hopper::wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk)
+    for (int kk = 0; kk < D / 16; ++kk)
       hopper::wgmma_ss<kHalfQ, T, 0>(st, desc_k_major<kBc>(sK, kk),
                                      desc_k_major<kBr>(sQ(s) + h0 * 128, kk), kk > 0);
     hopper::wgmma_commit();
 #pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk)
+    for (int kk = 0; kk < D / 16; ++kk)
       hopper::wgmma_ss<kHalfQ, T, 0>(dpt, desc_k_major<kBc>(sV, kk),
                                      desc_k_major<kBr>(sdO(s) + h0 * 128, kk), kk > 0);
     hopper::wgmma_commit();
@@ -336,48 +395,51 @@ __global__ void __launch_bounds__(kThreads, 1)
     hopper::named_bar_sync(kPBar, 256);  // both warpgroups' halves are in
 
     // ---- dV += P^T dO and dK += dS^T Q over this warpgroup's columns: k = the 64 queries, A =
-    // the P^T (dS^T) tile, K-major; B = dO (Q) MN-major from strip col0 / 64 on.
+    // the P^T (dS^T) tile, K-major; B = dO (Q) MN-major from column col0 on (wgmma_cols).
     hopper::fence_registers(dv);
     hopper::fence_registers(dk);
     hopper::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kBr / 16; ++kk)
-      hopper::wgmma_ss<kCols, T, 1>(dv, desc_k_major<kBc>(sP, kk),
-                                    desc_mn_major<kBr>(sdO(s), kk, col0), 1);
+      wgmma_cols<D, kBr, T, 0>(dv, desc_k_major<kBc>(sP, kk), sdO(s), kk, wg, 1);
     hopper::wgmma_commit();
 #pragma unroll
     for (int kk = 0; kk < kBr / 16; ++kk)
-      hopper::wgmma_ss<kCols, T, 1>(dk, desc_k_major<kBc>(sdS, kk),
-                                    desc_mn_major<kBr>(sQ(s), kk, col0), 1);
+      wgmma_cols<D, kBr, T, 0>(dk, desc_k_major<kBc>(sdS, kk), sQ(s), kk, wg, 1);
     hopper::wgmma_commit();
 
     // ---- dQ_tile = dS K over this warpgroup's columns: m = the 64 queries, A = dS read
-    // transposed from the dS^T tile (k16 step kk is keys 16 kk ..), B = K MN-major from strip
-    // col0 / 64 on.
-    float dq[kCols / 2];
+    // transposed from the dS^T tile (k16 step kk is keys 16 kk ..), B = K MN-major from column
+    // col0 on.
+    float dq[H::kCols / 2];
 #pragma unroll
     for (int kk = 0; kk < kBc / 16; ++kk)
-      hopper::wgmma_ss<kCols, T, 1, 1>(dq, desc_mn_major<kBc>(sdS, kk),
-                                       desc_mn_major<kBc>(sK, kk, col0), kk > 0);
+      wgmma_cols<D, kBc, T, 1>(dq, desc_mn_major<kBc>(sdS, kk), sK, kk, wg, kk > 0);
     hopper::wgmma_commit();
     hopper::wgmma_wait<0>();  // dV, dK and dQ_tile have landed
     hopper::fence_registers(dq);
     hopper::fence_registers(dk);
     hopper::fence_registers(dv);
 
-    // ---- dQ_tile -> staging boxes in this warpgroup's strips of the stage (header): box b
-    // (columns col0 + 32 b ..) is Q's strip 2 wg + b for b < 2, dO's strip 2 wg + b - 2 after.
+    // ---- dQ_tile -> staging boxes, box b holding columns col0 + 32 b ..: at D 256 in this
+    // warpgroup's strips of the stage (header), Q's strip 2 wg + b for b < 2, dO's strip
+    // 2 wg + b - 2 after; at D 192 beside the stage (Halves).
     // Thread t holds rows 16w + g and 16w + g + 8, columns 8i + 2q, +1 in dq[4i + 2h],
     // dq[4i + 2h + 1] (w = t / 32): column 8i + 2q is in box i / 4, 16-byte chunk 2 (i % 4) + q / 2,
     // at byte 8 (q % 2); the chunk is stored at chunk ^ g (row % 8 = g for both rows), which is
     // 2 (i % 4) ^ x with x = (q / 2) ^ g, since 2 (i % 4) is even.
-    auto box = [&](int b) { return (b < 2 ? sQ(s) : sdO(s)) + (2 * wg + b % 2) * kStripBytes; };
+    auto box = [&](int b) {
+      if constexpr (H::kBoxesInStage)
+        return (b < 2 ? sQ(s) : sdO(s)) + (2 * wg + b % 2) * kStripBytes;
+      else
+        return smem + Sm::kBoxOffset + (wg * H::kBoxes + b) * kBoxBytes;
+    };
     {
       const int w = t / 32, g = (t % 32) / 4, x = (q / 2) ^ g;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
 #pragma unroll
-        for (int i = 0; i < kCols / 8; ++i) {
+        for (int i = 0; i < H::kCols / 8; ++i) {
           unsigned char* row = box(i / 4) + (16 * w + g + 8 * h) * 128 + 8 * (q % 2);
           *reinterpret_cast<float2*>(row + (((2 * (i % 4)) ^ x) * 16)) =
               make_float2(dq[4 * i + 2 * h], dq[4 * i + 2 * h + 1]);
@@ -390,7 +452,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       // Rows q0 .. q0 + 63 of query head at.head, columns col0 + 32 b ..; rows past seq_q and
       // columns past d (a head dim rounded up) are clipped.
 #pragma unroll
-      for (int b = 0; b < kBoxes; ++b)
+      for (int b = 0; b < H::kBoxes; ++b)
         hopper::tma_reduce_add_3d(&tm_dq, mma::smem_addr(box(b)), col0 + b * kBoxCols, int(q0),
                                   at.head);
       hopper::bulk_commit_group();
@@ -406,20 +468,20 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int cols = p.d - col0;
   if (p.split > 1) {  // this part's fp32 sums; sum_parts_kernel adds the parts (header, GQA)
     const int64_t head = int64_t(part) * p.kv_bh + kv_bh, all = p.split * p.kv_bh;
-    store_acc_rows<float, kCols>(p.parts + head * seq_k * p.d + col0, dk, k0, seq_k, 1.0f, t, p.d,
-                                 cols);
-    store_acc_rows<float, kCols>(p.parts + (all + head) * seq_k * p.d + col0, dv, k0, seq_k, 1.0f,
-                                 t, p.d, cols);
+    store_acc_rows<float, H::kCols>(p.parts + head * seq_k * p.d + col0, dk, k0, seq_k, 1.0f, t,
+                                    p.d, cols);
+    store_acc_rows<float, H::kCols>(p.parts + (all + head) * seq_k * p.d + col0, dv, k0, seq_k,
+                                    1.0f, t, p.d, cols);
     return;
   }
-  store_acc_rows<T, kCols>(static_cast<T*>(p.dk) + kv_bh * seq_k * p.d + col0, dk, k0, seq_k,
-                           p.scale, t, p.d, cols);
-  store_acc_rows<T, kCols>(static_cast<T*>(p.dv) + kv_bh * seq_k * p.d + col0, dv, k0, seq_k, 1.0f,
-                           t, p.d, cols);
+  store_acc_rows<T, H::kCols>(static_cast<T*>(p.dk) + kv_bh * seq_k * p.d + col0, dk, k0, seq_k,
+                              p.scale, t, p.d, cols);
+  store_acc_rows<T, H::kCols>(static_cast<T*>(p.dv) + kv_bh * seq_k * p.d + col0, dv, k0, seq_k,
+                              1.0f, t, p.d, cols);
 }
 
 // ---- Launcher ------------------------------------------------------------------------------------
-template <class T>
+template <class T, int D>
 void launch(const AttentionBwdArgs& a, cudaStream_t stream) {
   const AttentionShape& s = a.shape;
   const int64_t n_kt = ceil_div(s.seq_k, kBc);
@@ -448,15 +510,16 @@ void launch(const AttentionBwdArgs& a, cudaStream_t stream) {
   // workspace holds dQ's sum (PartsBuffer): without it the block runs the whole group.
   // The launch order: groups of units under the causal mask, head by head (groups of 1) without.
   const BlockOrder order = s.causal ? BlockOrder::kHeadGroups : BlockOrder::kHeadMajor;
-  p.split = dkdv_split<dkdv_dq_kernel<T>, Smem::kBytes>(s, kThreads, kBc, kBr, order);
+  p.split = dkdv_split<dkdv_dq_kernel<T, D>, Smem<D>::kBytes>(s, kThreads, kBc, kBr, order);
   const PartsBuffer parts(s, p.split, stream);
   if (parts.ptr() == nullptr) p.split = 1;
   p.parts = parts.ptr();
   p.n_units = kv_bh * p.split;
   p.group_units =
-      s.causal ? head_group_units(n_kt, resident_slots<dkdv_dq_kernel<T>, Smem::kBytes>(kThreads),
-                                  p.n_units, p.group / p.split)
-               : 1;
+      s.causal
+          ? head_group_units(n_kt, resident_slots<dkdv_dq_kernel<T, D>, Smem<D>::kBytes>(kThreads),
+                             p.n_units, p.group / p.split)
+          : 1;
 
   // 2. dK, dV and dQ_tile: K/V boxes of kBc rows (kept), Q/dO boxes of 64 rows (streamed); every
   // box is 64 columns wide, one 128-byte swizzled strip.
@@ -465,10 +528,10 @@ void launch(const AttentionBwdArgs& a, cudaStream_t stream) {
   const CUtensorMap tm_k = make_tmap(a.k, kv_bh, s.seq_k, p.d, kBc, a.dtype);
   const CUtensorMap tm_v = make_tmap(a.v, kv_bh, s.seq_k, p.d, kBc, a.dtype);
   const CUtensorMap tm_dq = make_tmap_f32(a.workspace, s.bh(), s.seq_q, p.d, kBoxCols, kBr, kName);
-  constexpr int kSmem = Smem::kBytes;
-  set_smem_limit_once<dkdv_dq_kernel<T>, kSmem>();
-  dkdv_dq_kernel<T><<<unsigned(n_kt * kv_bh * p.split), kThreads, kSmem, stream>>>(tm_q, tm_k, tm_v,
-                                                                                   tm_do, tm_dq, p);
+  constexpr int kSmem = Smem<D>::kBytes;
+  set_smem_limit_once<dkdv_dq_kernel<T, D>, kSmem>();
+  dkdv_dq_kernel<T, D><<<unsigned(n_kt * kv_bh * p.split), kThreads, kSmem, stream>>>(
+      tm_q, tm_k, tm_v, tm_do, tm_dq, p);
   FA_CHECK_LAUNCH();
   if (p.split > 1) sum_parts<T>(p.parts, a, p.split, p.scale, stream);
 
@@ -481,12 +544,13 @@ void attention_bwd_t53(const AttentionBwdArgs& a, cudaStream_t stream) {
   FA_REQUIRE(s.seq_q >= 0 && s.seq_k >= 0 && s.bh() >= 0, "negative size");
   FA_UNSUPPORTED_IF(a.dtype != DType::BF16 && a.dtype != DType::F16,
                     std::string(kName) + " takes bf16 and fp16 only");
-  // Every head dim that is a multiple of 8 up to 256 runs as D 256 (the dispatch sends it only
-  // those above 128: below, bwd_v6 and bwd_t48 hold the whole row in fewer columns).
+  // Every head dim that is a multiple of 8 up to 256 runs as D 192 (up to 192) or D 256 (the
+  // dispatch sends it only those above 128: below, bwd_v6 and bwd_t48 hold the whole row in fewer
+  // columns).
   FA_UNSUPPORTED_IF(head_dim_instance(s.head_dim) == 0,
                     std::string(kName) +
-                        " is instantiated for head_dim 256 (the multiples of 8 up to 256 rounded "
-                        "up) only");
+                        " is instantiated for head_dim 192 and 256 (the multiples of 8 up to 256 "
+                        "rounded up) only");
   FA_UNSUPPORTED_IF(gpu_info().sm != 90,
                     std::string(kName) +
                         " uses sm_90a instructions (wgmma, TMA): it runs on compute capability "
@@ -501,10 +565,11 @@ void attention_bwd_t53(const AttentionBwdArgs& a, cudaStream_t stream) {
   if (!can_load) return run_fallback(a, stream);
   // 1. D = rowsum(dO o O), before the kernel that reads it (same stream).
   delta_preprocess_launch(a.o, a.dout, a.delta, s, a.dtype, stream);
+  const bool d192 = s.head_dim <= 192;
   if (a.dtype == DType::BF16)
-    launch<__nv_bfloat16>(a, stream);
+    d192 ? launch<__nv_bfloat16, 192>(a, stream) : launch<__nv_bfloat16, 256>(a, stream);
   else
-    launch<__half>(a, stream);
+    d192 ? launch<__half, 192>(a, stream) : launch<__half, 256>(a, stream);
 }
 
 }  // namespace
@@ -512,11 +577,11 @@ void attention_bwd_t53(const AttentionBwdArgs& a, cudaStream_t stream) {
 FA_REGISTER(AttentionBwdKernel,
             {kName,
              attention_bwd_t53,
-             "bwd_v6 at D 256: the warpgroups split S^T and dP^T by queries and dV, dK, dQ_tile "
-             "by columns, P^T and dS^T through shared memory, five products a tile; not "
+             "bwd_v6 at D 192 and 256: the warpgroups split S^T and dP^T by queries and dV, dK, "
+             "dQ_tile by columns, P^T and dS^T through shared memory, five products a tile; not "
              "deterministic",
              {DType::BF16, DType::F16},
-             {256},
+             {192, 256},
              90,
              /*deterministic=*/false,
              /*gqa=*/true,

@@ -22,8 +22,9 @@
 // Speed (NVIDIA H200, 2026-12-03, bf16, medians of three rounds): D 128 N 8192 causal 615.3 TFLOP/s
 // (v5 584.1, cuDNN 618.8); D 256 N 8192 causal 683.7 (v5 619.4, cuDNN 645.0)
 // (notes/measured/h200-2026-12-03/wide_kv_tiles_console.log; ../tuning/README.md). D 96 at its
-// instance (NVIDIA H100 80GB HBM3, 2026-12-06, one run): N 8192 full 579.4 TFLOP/s, causal 466.8
-// (v5 rounded up to 128: 464.1, 361.6; cuDNN 527.0, 468.5; notes/measured/h100-2026-12-06/t52_d96.log).
+// instance (NVIDIA H100 80GB HBM3, 2026-12-06, medians of three rounds): N 8192 full 545.7
+// TFLOP/s, causal 523.0 (v5 rounded up to 128: 476.9, 442.0; cuDNN 531.7, 470.0;
+// notes/measured/h100-2026-12-06/t52_d96_rounds.log).
 #include <cuda.h>
 
 #include <climits>
