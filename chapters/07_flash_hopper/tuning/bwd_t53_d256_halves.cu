@@ -85,7 +85,9 @@
 // notes/measured/h100-2026-12-06/t53_d192_rounds.log): 226.0-289.0 TFLOP/s, 1.18-1.30x bwd_v1
 // (1.25-1.30x at N 8192, 1.18-1.21x at 2048), 0.88-0.94x cuDNN. Against t53 rounded up, about
 // 1.03-1.11x (through bwd_v1, across two GPUs): below the prediction, the chain shortening less than
-// the products (../tuning/README.md, "D 192, an instance of its own").
+// the products (../tuning/README.md, "D 192, an instance of its own"), and ptxas serializing the
+// D 192 kernels' wgmmas ("... serialized due to program dependence on compiler-inserted WG.AR in
+// divergent path": wgmma_cols branches between the warpgroups).
 #include <cuda.h>
 
 #include <algorithm>
