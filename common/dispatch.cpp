@@ -464,11 +464,11 @@ const std::vector<Rule>& dispatch_table() {
       on(Op::Bwd, "07/bwd_t53_d256_halves")
           .hopper()
           .dims({192})
-          .because("D 192 at an instance of its own (96 columns a warpgroup), and 136-184 "
-                   "rounded up to it: 226.0-289.0 TFLOP/s, 1.18-1.30x bwd_v1 rounded up to 256 "
-                   "(0.88-0.94x cuDNN; three alternating rounds; not deterministic: deterministic "
-                   "requests go to bwd_v1)",
-                   log("t53_d192_rounds.log", kRun1206)),
+          .because("D 192 at an instance of its own (96 columns a warpgroup, as N 64 + N 32 "
+                   "in both), and 136-184 rounded up to it: 267.5-368.3 TFLOP/s, 1.38-1.62x "
+                   "bwd_v1 rounded up to 256 in the same runs (two; not deterministic: "
+                   "deterministic requests go to bwd_v1)",
+                   log("t53_d192_uniform.log", kRun1206)),
       on(Op::Bwd, "07/bwd_t53_d256_halves")
           .hopper()
           .rounded()

@@ -5,10 +5,10 @@ dQ_tile between its two warpgroups at its D 192 instance
 
 Top: one row of a [rows x 192] tile in shared memory (dO, Q or K) as TMA wrote it, three strips
 of 64 columns, each row of a strip 128 bytes in eight 16-byte chunks of 8 columns. Warpgroup 0
-owns columns 0-95: strip 0 and the first half of strip 1, one wgmma of N 96 whose descriptor
-starts on strip 0 and reaches strip 1 by its leading-dimension offset (the strip's size).
-Warpgroup 1 owns columns 96-191; they begin in the middle of strip 1, where no operand starts a
-swizzle atom, so it issues two: N 32 from 64 bytes into strip 1, then N 64 on strip 2.
+owns columns 0-95, warpgroup 1 columns 96-191. Both issue the same two wgmmas: N 64 on a whole
+strip (strip 0, or strip 2), then N 32 on a half of strip 1 (its first half from the strip's
+start, or its second half from 64 bytes into its rows). One N 96 would do for warpgroup 0, but
+then the warpgroups' paths would branch around their wgmmas, which ptxas serializes.
 
 Bottom: why the N 32 operand may start 64 bytes into the strip. TMA stored logical chunk c of row
 r at chunk c ^ r (the 128-byte swizzle, r the row within the atom's 8). The tensor core computes
@@ -72,11 +72,13 @@ def main(out_dir):
         s, within = col // 64, col % 64
         return x0 + s * (strip_w + gap) + within / 8 * CHUNK_W
 
-    bracket(col_x(0), col_x(96), y_row - 5.0, "warpgroup 0: one wgmma, N 96 (strip 0, then "
-            "strip 1 at the strip's offset)", WG_EDGE[0])
-    bracket(col_x(96), col_x(128) - gap, y_row - 10.5, "wg 1: N 32, start\n+64 bytes into "
+    bracket(col_x(0), col_x(56) + CHUNK_W, y_row - 5.0, "wg 0: first, N 64 on strip 0",
+            WG_EDGE[0])
+    bracket(col_x(64), col_x(96), y_row - 5.0, "wg 0: then N 32 from\nstrip 1's start",
+            WG_EDGE[0])
+    bracket(col_x(96), col_x(128) - gap, y_row - 10.5, "wg 1: then N 32, start\n+64 bytes into "
             "strip 1", WG_EDGE[1])
-    bracket(col_x(128), col_x(184) + CHUNK_W, y_row - 10.5, "wg 1: N 64 on strip 2",
+    bracket(col_x(128), col_x(184) + CHUNK_W, y_row - 10.5, "wg 1: first, N 64 on strip 2",
             WG_EDGE[1])
     fs.text(ax, 118, y_row + 2.5, "dV += P\u1d40 dO, dK += dS\u1d40 Q,\ndQ_tile = dS K: "
             "B is dO, Q or K\nread MN-major, its columns\nthe product's N", size=7)
@@ -122,6 +124,8 @@ def main(out_dir):
         "(framed in red). An operand may start mid-row; a",
         "wgmma of N 96 from column 96 could not, since its",
         "next 64 columns would run on into the next row.",
+        "Both warpgroups issue N 64 then N 32, with their own",
+        "descriptors: no branch around the wgmmas.",
     ]
     for i, line in enumerate(lines):
         fs.text(ax, tx, y_top - 1.0 - i * 2.9, line, size=7.2)

@@ -71,23 +71,28 @@
 // to 256, and before it 136-192 all ran at 256, a quarter of the work on zero columns). The same
 // loop with 3 strips a row: S^T and dP^T contract over 12 k16 steps instead of 16, and each
 // warpgroup owns 96 columns of dV, dK and dQ_tile (48 + 48 + 48 accumulators a thread, against
-// 64 + 64 + 64). Warpgroup 0's columns, strip 0 and the first half of strip 1, are one wgmma of
-// N 96 (the operand spans one and a half swizzle atoms, as t52's P V at D 96). Warpgroup 1's begin
-// in the middle of strip 1: a wgmma of N 32 from 64 bytes into the strip's rows, then one of N 64
-// on strip 2 (wgmma_cols). The staging boxes cannot lie in the stage, since both warpgroups read
-// strip 1 of Q and dO; at D 192 they fit beside it (6 boxes, 48 KiB: 226 KiB in all), and keep the
-// same protocol (a box is rewritten one tile later, after its reduce-adds were read).
+// 64 + 64 + 64). Each warpgroup's 96 columns are a whole strip and half of strip 1 (warpgroup 0:
+// strip 0 and columns 64-95; warpgroup 1: columns 96-127 and strip 2), two wgmmas issued alike by
+// both, N 64 then N 32 (wgmma_cols). Warpgroup 1's half strip begins 64 bytes into the strip's
+// rows: an operand may start there, but not run on past the row's end, so no single N 96 reaches
+// its columns. (Its first version gave warpgroup 0 one wgmma of N 96 and warpgroup 1 the two:
+// ptxas then serialized every wgmma of the loop, "wgmma.mma_async instructions are serialized due
+// to ... WG.AR in divergent path", since the warpgroups' paths branched around them.) The staging
+// boxes cannot lie in the stage, since both warpgroups read strip 1 of Q and dO; at D 192 they fit
+// beside it (6 boxes, 48 KiB: 226 KiB in all), and keep the same protocol (a box is rewritten one
+// tile later, after its reduce-adds were read). The D 256 kernel keeps its machine code.
 // Prediction, against this kernel at D 256 (t53 rounded up, which ran 1.12-1.17x bwd_v1 rounded up
 // on the H200, bwd_t53_d192.log): 1.15-1.30x. The tensor work falls to 3/4 and the chain each
-// warpgroup walks shortens with it, less the N 32 product, which rereads its A operand for a
-// third of warpgroup 1's columns; so 1.3-1.5x bwd_v1 rounded up in the same run.
-// Measured (NVIDIA H100 80GB HBM3, 2026-12-06, three alternating rounds, medians;
-// notes/measured/h100-2026-12-06/t53_d192_rounds.log): 226.0-289.0 TFLOP/s, 1.18-1.30x bwd_v1
-// (1.25-1.30x at N 8192, 1.18-1.21x at 2048), 0.88-0.94x cuDNN. Against t53 rounded up, about
-// 1.03-1.11x (through bwd_v1, across two GPUs): below the prediction, the chain shortening less than
-// the products (../tuning/README.md, "D 192, an instance of its own"), and ptxas serializing the
-// D 192 kernels' wgmmas ("... serialized due to program dependence on compiler-inserted WG.AR in
-// divergent path": wgmma_cols branches between the warpgroups).
+// warpgroup walks shortens with it, less the N 32 products, which reread their A operand for a
+// third of the columns; so 1.3-1.5x bwd_v1 rounded up in the same run.
+// Measured, the first version (NVIDIA H100 80GB HBM3, 2026-12-06, three alternating rounds,
+// medians; notes/measured/h100-2026-12-06/t53_d192_rounds.log): 226.0-289.0 TFLOP/s, 1.18-1.30x
+// bwd_v1 (1.25-1.30x at N 8192, 1.18-1.21x at 2048), 0.88-0.94x cuDNN. Against t53 rounded up,
+// about 1.03-1.11x (through bwd_v1, across two GPUs): below the prediction, with its wgmmas
+// serialized. This version, without the branch (predicted 1.05-1.15x the first; NVIDIA H100 80GB
+// HBM3, 2026-12-06, two runs beside bwd_v1; notes/measured/h100-2026-12-06/t53_d192_uniform.log):
+// 267.5-368.3 TFLOP/s, 1.38-1.62x bwd_v1 in the same runs, 1.07-1.27x the first version's medians
+// (1.20-1.27x at full and N 2048 causal, 1.07x at N 8192 causal).
 #include <cuda.h>
 
 #include <algorithm>
@@ -196,12 +201,10 @@ __device__ __forceinline__ void store_half(unsigned char* tile, const float (&ac
 
 // acc (+)= A B over warpgroup wg's columns of a [ROWS x D] tile read MN-major (B = dO, Q or K:
 // dV, dK, dQ_tile). D 256: columns 128 wg .., one wgmma of N 128 from strip 2 wg. D 192: columns
-// 96 wg ..; warpgroup 0's are strip 0 and the first half of strip 1, one wgmma of N 96 (as t52's
-// P V at D 96); warpgroup 1's begin in the middle of strip 1, where no operand can start a swizzle
-// atom, so they take two: N 32 from 64 bytes into strip 1's rows (the 128-byte swizzle is a
-// function of the address, so the XOR pattern TMA wrote still holds there) and N 64 on strip 2.
-// The two accumulators, 16 + 32 registers, lie as the 48 of one N 96 would: columns 8i .. in
-// acc[4i ..].
+// 96 wg .., in two wgmmas that both warpgroups issue alike: N 64 on strip 2 wg (a whole strip:
+// columns 0-63 or 128-191) into acc[0 .. 31], then N 32 on half of strip 1 (columns 64-95 from its
+// start, or 96-127 from 64 bytes into its rows: the 128-byte swizzle is a function of the address,
+// so the XOR pattern TMA wrote still holds there) into acc[32 .. 47]. Columns of acc: Cols192.
 template <int D, int ROWS, class T, int kTransA>
 __device__ __forceinline__ void wgmma_cols(float (&acc)[D / 4], uint64_t desc_a,
                                            const unsigned char* tile, int kk, int wg,
@@ -209,15 +212,35 @@ __device__ __forceinline__ void wgmma_cols(float (&acc)[D / 4], uint64_t desc_a,
   if constexpr (D == 256) {
     hopper::wgmma_ss<128, T, 1, kTransA>(acc, desc_a, desc_mn_major<ROWS>(tile, kk, 128 * wg),
                                          accumulate);
-  } else if (wg == 0) {
-    hopper::wgmma_ss<96, T, 1, kTransA>(acc, desc_a, desc_mn_major<ROWS>(tile, kk), accumulate);
   } else {
-    const uint64_t half_strip = desc_mn_major<ROWS>(tile + 64, kk, 64);  // columns 96 .. 127
-    hopper::wgmma_ss<32, T, 1, kTransA>(*reinterpret_cast<float(*)[16]>(acc), desc_a, half_strip,
-                                        accumulate);
-    hopper::wgmma_ss<64, T, 1, kTransA>(*reinterpret_cast<float(*)[32]>(acc + 16), desc_a,
-                                        desc_mn_major<ROWS>(tile, kk, 128), accumulate);
+    hopper::wgmma_ss<64, T, 1, kTransA>(*reinterpret_cast<float(*)[32]>(acc), desc_a,
+                                        desc_mn_major<ROWS>(tile, kk, 128 * wg), accumulate);
+    hopper::wgmma_ss<32, T, 1, kTransA>(*reinterpret_cast<float(*)[16]>(acc + 32), desc_a,
+                                        desc_mn_major<ROWS>(tile + 64 * wg, kk, 64), accumulate);
   }
+}
+
+// Where warpgroup wg's accumulators lie at D 192 (wgmma_cols): acc[0 .. 31] are columns
+// first_a .. + 63, acc[32 .. 47] columns first_b .. + 31; relative to the warpgroup's first column
+// 96 wg, accumulator chunk i (columns 8 (i % 4) .. of a 32-column box) is in box (i / 4 + wg) % 3.
+struct Cols192 {
+  int first_a, first_b;
+  __device__ explicit Cols192(int wg) : first_a(128 * wg), first_b(64 + 32 * wg) {}
+  __device__ static int box(int i, int wg) { return (i / 4 + wg) % 3; }
+};
+
+// Rows k0 .., warpgroup wg's columns of a row-major [seq x ld] gradient (out at column 0) at
+// D 192, the columns at or past d not stored (a head dim rounded up): store_acc_rows over the
+// accumulators' two runs of columns (Cols192).
+template <class T>
+__device__ __forceinline__ void store_cols_192(T* out, const float (&acc)[48], int64_t k0,
+                                               int64_t seq, float mul, int t, int ld, int d,
+                                               int wg) {
+  const Cols192 c(wg);
+  store_acc_rows<T, 64>(out + c.first_a, *reinterpret_cast<const float(*)[32]>(acc), k0, seq, mul,
+                        t, ld, d - c.first_a);
+  store_acc_rows<T, 32>(out + c.first_b, *reinterpret_cast<const float(*)[16]>(acc + 32), k0, seq,
+                        mul, t, ld, d - c.first_b);
 }
 
 template <class T, int D>
@@ -429,7 +452,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     // Thread t holds rows 16w + g and 16w + g + 8, columns 8i + 2q, +1 in dq[4i + 2h],
     // dq[4i + 2h + 1] (w = t / 32): column 8i + 2q is in box i / 4, 16-byte chunk 2 (i % 4) + q / 2,
     // at byte 8 (q % 2); the chunk is stored at chunk ^ g (row % 8 = g for both rows), which is
-    // 2 (i % 4) ^ x with x = (q / 2) ^ g, since 2 (i % 4) is even.
+    // 2 (i % 4) ^ x with x = (q / 2) ^ g, since 2 (i % 4) is even. At D 192 chunk i lies in box
+    // Cols192::box(i, wg) instead (wgmma_cols), at the same place within it.
     auto box = [&](int b) {
       if constexpr (H::kBoxesInStage)
         return (b < 2 ? sQ(s) : sdO(s)) + (2 * wg + b % 2) * kStripBytes;
@@ -442,7 +466,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int h = 0; h < 2; ++h) {
 #pragma unroll
         for (int i = 0; i < H::kCols / 8; ++i) {
-          unsigned char* row = box(i / 4) + (16 * w + g + 8 * h) * 128 + 8 * (q % 2);
+          const int b = H::kBoxesInStage ? i / 4 : Cols192::box(i, wg);
+          unsigned char* row = box(b) + (16 * w + g + 8 * h) * 128 + 8 * (q % 2);
           *reinterpret_cast<float2*>(row + (((2 * (i % 4)) ^ x) * 16)) =
               make_float2(dq[4 * i + 2 * h], dq[4 * i + 2 * h + 1]);
         }
@@ -467,6 +492,20 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Keys no query sees (causal) leave with dK = dV = 0, as they must. Rows k0 .. k0 + 63,
   // columns col0 .. of this K/V head's [seq_k x d] dK and dV, summed over its group; the columns
   // past d (a head dim rounded up) are not stored.
+  if constexpr (D == 192) {  // two runs of columns a warpgroup (Cols192)
+    if (p.split > 1) {
+      const int64_t head = int64_t(part) * p.kv_bh + kv_bh, all = p.split * p.kv_bh;
+      store_cols_192<float>(p.parts + head * seq_k * p.d, dk, k0, seq_k, 1.0f, t, p.d, p.d, wg);
+      store_cols_192<float>(p.parts + (all + head) * seq_k * p.d, dv, k0, seq_k, 1.0f, t, p.d, p.d,
+                            wg);
+      return;
+    }
+    store_cols_192<T>(static_cast<T*>(p.dk) + kv_bh * seq_k * p.d, dk, k0, seq_k, p.scale, t, p.d,
+                      p.d, wg);
+    store_cols_192<T>(static_cast<T*>(p.dv) + kv_bh * seq_k * p.d, dv, k0, seq_k, 1.0f, t, p.d, p.d,
+                      wg);
+    return;
+  }
   const int cols = p.d - col0;
   if (p.split > 1) {  // this part's fp32 sums; sum_parts_kernel adds the parts (header, GQA)
     const int64_t head = int64_t(part) * p.kv_bh + kv_bh, all = p.split * p.kv_bh;
