@@ -32,7 +32,10 @@
 // cores waiting, go under S^T and dP^T; less where the adder's wait for the reads is longer than
 // those two products).
 // ptxas (CUDA 13.0, sm_90a): 192 bytes of spill stores and 64 of spill loads at setmaxnreg 240
-// (t53: none): the 224 live accumulators and the loop's addresses do not quite fit.
+// (t53: none): the 224 live accumulators and the loop's addresses do not quite fit. It also
+// reports the loop's wgmmas serialized, "(C7514) ... non wgmma instructions reading accumulator
+// registers of a wgmma between start and end of the pipeline stage": the staging reads dQ_tile's
+// registers while S^T and dP^T are in flight (found after the measurement below).
 // Measured (NVIDIA H200, 2026-12-03, bf16, three alternating rounds beside bwd_t53, medians;
 // notes/measured/h200-2026-12-03/bwd_t54_rounds_d256.log): 0.82-0.91x bwd_t53 at every protocol
 // shape at D 256 (0.82-0.88x full, 0.82-0.91x causal), the gap growing with N. The opposite of
