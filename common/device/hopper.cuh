@@ -338,15 +338,6 @@ __device__ __forceinline__ void fence_registers(uint32_t (&r)[N]) {
       "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), \
       "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
 
-// The same with A from shared memory (07/bwd_t53's products over warpgroup 0's 96 columns at D 192).
-#define FA_WGMMA_SS_N96(TYPE)                                                        \
-  asm volatile(                                                                      \
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %50, 0;\n"                                   \
-      "wgmma.mma_async.sync.aligned.m64n96k16.f32." TYPE "." TYPE " {" FA_WG_ACC_N96 \
-      "}, %48, %49, p, 1, 1, %52, %51;\n}\n"                                         \
-      : FA_WG_OPS_N96                                                                \
-      : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB), "n"(kTransA))
-
 #define FA_WGMMA_RS_N96(TYPE)                                                        \
   asm volatile(                                                                      \
       "{\n.reg .pred p;\nsetp.ne.b32 p, %53, 0;\n"                                   \
@@ -550,9 +541,8 @@ __device__ __forceinline__ void fence_registers(uint32_t (&r)[N]) {
 template <int N, class T, int kTransB, int kTransA = 0>
 __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b,
                                          int accumulate) {
-  static_assert(
-      N == 32 || N == 64 || N == 80 || N == 96 || N == 112 || N == 128 || N == 176 || N == 256,
-      "wgmma_ss: N = 32, 64, 80, 96, 112, 128, 176 or 256");
+  static_assert(N == 32 || N == 64 || N == 80 || N == 112 || N == 128 || N == 176 || N == 256,
+                "wgmma_ss: N = 32, 64, 80, 112, 128, 176 or 256");
 #if FA_SM90A
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
   if constexpr (N == 32) {
@@ -570,11 +560,6 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], uint64_t desc_a, uin
       FA_WGMMA_SS_N80("bf16");
     else
       FA_WGMMA_SS_N80("f16");
-  } else if constexpr (N == 96) {
-    if constexpr (kBf16)
-      FA_WGMMA_SS_N96("bf16");
-    else
-      FA_WGMMA_SS_N96("f16");
   } else if constexpr (N == 112) {
     if constexpr (kBf16)
       FA_WGMMA_SS_N112("bf16");
@@ -647,7 +632,6 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[
 #undef FA_WGMMA_SS_N128
 #undef FA_WGMMA_SS_N256
 #undef FA_WGMMA_RS_N64
-#undef FA_WGMMA_SS_N96
 #undef FA_WGMMA_RS_N96
 #undef FA_WGMMA_RS_N128
 #undef FA_WGMMA_RS_N192
