@@ -252,9 +252,15 @@ void add_decode_shapes() {
 const std::vector<int64_t> kMixedLengths = {0,    1,    17,  127,  129,  1000, 4096,
                                             2048, 3000, 513, 2600, 1950, 400,  503};
 
-fa::VarlenShape varlen_batch(bool square, int d, bool causal) {
+// The long batch: bench/compare_serving.py's (seeded lengths of 1..5000 summing to 32768 tokens,
+// its default seed), 15 sequences of 260 to 4456 tokens: long, uneven sequences, where a
+// persistent kernel's static deal of units meets its most uneven costs.
+const std::vector<int64_t> kLongLengths = {3889, 3645, 260,  664,  2387, 2661, 1843, 2414,
+                                           853,  3344, 2827, 2019, 4456, 1052, 454};
+
+fa::VarlenShape varlen_batch(bool square, int d, bool causal, bool long_batch = false) {
   fa::VarlenShape s;
-  s.seqlens_q = kMixedLengths;
+  s.seqlens_q = long_batch ? kLongLengths : kMixedLengths;
   if (square) {
     int64_t total = 0;
     for (int64_t len : kMixedLengths) total += len;
@@ -267,15 +273,16 @@ fa::VarlenShape varlen_batch(bool square, int d, bool causal) {
   return s;
 }
 
-// attn_varlen/<kernel>/bf16/D<64|128|192|256|59|201>/<causal|full>/<mixed|square>: every varlen
-// forward that takes the head dim (D 59 and 201, no multiple of 8: chapter 09's v3 and v4), on
-// both batches, and the fixed-length forwards serving the mixed batch padded to its longest
-// sequence (mixed_padded) or called once per sequence (mixed_per_sequence).
+// attn_varlen/<kernel>/bf16/D<64|96|128|192|256|59|201>/<causal|full>/<mixed|square|long>: every
+// varlen forward that takes the head dim (D 59 and 201, no multiple of 8: chapter 09's v3 and v4),
+// on the three batches (long: the forwards only), and the fixed-length forwards serving the mixed
+// batch padded to its longest sequence (mixed_padded) or called once per sequence
+// (mixed_per_sequence).
 // TFLOP/s on the visible pairs of the varlen problem. attn_varlen_bwd/: the varlen backwards that
 // take the head dim (D 59: bwd_v3 and v4; 192, 201 and 256: bwd_v5) on the same batches.
 void add_varlen_shapes() {
   const fa::DType t = fa::DType::BF16;
-  for (int d : {64, 128, 192, 256, 59, 201})  // 192, 256: the Hopper kernels' wide instances
+  for (int d : {64, 96, 128, 192, 256, 59, 201})  // 96, 192, 256: the Hopper kernels' instances
     for (bool causal : {false, true}) {
       const std::string tail =
           std::string("/bf16/D") + std::to_string(d) + (causal ? "/causal/" : "/full/");
@@ -294,6 +301,14 @@ void add_varlen_shapes() {
             report(st, fa::run_varlen_bwd(*k, s, t, timing_only()));
           });
         }
+      }
+      // The long batch (kLongLengths), the forwards only.
+      const fa::VarlenShape long_batch = varlen_batch(false, d, causal, true);
+      for (const fa::VarlenFwdKernel* k : fa::entries_with_prefix<fa::VarlenFwdKernel>("")) {
+        if (!fa::supports(k->dtypes, t) || !fa::takes_head_dim(*k, d)) continue;
+        add("attn_varlen/" + k->name + tail + "long", [k, long_batch, t](benchmark::State& st) {
+          report(st, fa::run_varlen_fwd(*k, long_batch, t, timing_only()));
+        });
       }
       const fa::VarlenShape s = varlen_batch(false, d, causal);
       for (const char* name : {"05/v5_fewer_instructions", "07/v4_intra_overlap"}) {
@@ -466,8 +481,9 @@ void register_all() {
   add_head_dims_between<fa::AttentionBwdKernel>(
       "attn_bwd/", true,
       {"07/bwd_v6_head_groups", "07/bwd_t48_dq_in_turns", "07/bwd_t53_d256_halves",
-       "07/bwd_v1_tma_wgmma", "06/v5_warp_tiles", "06/v4_bc128_tuned", "06/t16_rounded_head_dims",
-       "06/t17_any_head_dim", "06/t19_d256_rounded", "06/t21_d256_any_head_dim"},
+       "07/bwd_t55_d96", "07/bwd_v1_tma_wgmma", "06/v5_warp_tiles", "06/v4_bc128_tuned",
+       "06/t16_rounded_head_dims", "06/t17_any_head_dim", "06/t19_d256_rounded",
+       "06/t21_d256_any_head_dim"},
       fa::run_attention_bwd);
   add_decode_shapes();
   add_grouped_heads<fa::AttentionFwdKernel>("attn_gqa/fwd/", fa::run_attention_fwd);

@@ -37,7 +37,7 @@ constexpr int stages() {
 template <int D>
 struct V4Smem {
   static constexpr int kStages = stages<D>();
-  static constexpr int kQBytes = kBr * D * 2;
+  static constexpr int kQBytes = kBr * Tiles<D>::kStrips * 128;  // whole strips (D 96: two)
   static constexpr int kKVBytes = Tiles<D>::kKVBytes;
   static constexpr int kKOffset = kQBytes;                       // K stage s at + s * kKVBytes
   static constexpr int kVOffset = kQBytes + kStages * kKVBytes;  // V stage s at + s * kKVBytes

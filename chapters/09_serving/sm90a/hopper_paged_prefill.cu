@@ -48,7 +48,7 @@
 //   the grid (Q tiles x batch x heads) does not depend on it, and a sequence with no key writes
 //   O = 0 and L = -inf (07's epilogue for a row that saw no key). Grouped-query attention costs
 //   one division (07/v4 took none): query head h reads K/V head h / (heads / heads_kv).
-//   Head dims 64, 128, 256 as 07/v4, 192 as 07/t52 (136-192 run there), and the multiples of 8
+//   Head dims 64, 128, 256 as 07/v4, 96 and 192 as 07/t52 (72-96 and 136-192 run there), and the multiples of 8
 //   between them rounded up as 07 does
 //   (head_dim_instance, hopper_attention.cuh): the pools' rows are d long, TMA zero-fills the
 //   columns past d. Page sizes: powers of two from 16 up.
@@ -246,8 +246,8 @@ void launch(const PagedFwdArgs& a, cudaStream_t stream) {
 
 template <class T>
 void dispatch_head_dim(const PagedFwdArgs& a, cudaStream_t stream) {
-  launch_head_dim_instance<true>(kName, a.shape.head_dim,
-                                 [&](auto d) { launch<T, decltype(d)::value>(a, stream); });
+  launch_head_dim_instance<true, true>(kName, a.shape.head_dim,
+                                       [&](auto d) { launch<T, decltype(d)::value>(a, stream); });
 }
 
 // 09/paged_v2_prefill's refusals, and TMA's (hopper_attention.cuh, tma_can_load): no fallback,
@@ -295,7 +295,7 @@ FA_REGISTER(PagedFwdKernel,
              "boxes through the block table (one per page a tile spans), the last tile's unwritten "
              "V rows zeroed, each sequence its own length, GQA",
              {DType::BF16, DType::F16},
-             {64, 128, 192, 256},
+             {64, 96, 128, 192, 256},
              {16, 64, 256},
              /*min_sm=*/90,
              /*decoding=*/false,

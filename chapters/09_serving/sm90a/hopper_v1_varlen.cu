@@ -45,8 +45,9 @@
 //   box starting at a sequence's last tile (offset + up to 128 rows) still fits.
 //
 //   Grouped-query attention costs one division: query head h reads K/V head h / (heads /
-//   heads_kv), the third TMA coordinate. Head dims 64, 128, 256 as 07/v4, 192 as 07/t52 (an
-//   instance of its own, where 136-192 run: a quarter less work than at 256), and the multiples of 8
+//   heads_kv), the third TMA coordinate. Head dims 64, 128, 256 as 07/v4, 96 and 192 as 07/t52
+//   (instances of their own, where 72-96 and 136-192 run: a quarter less work than at 128 and
+//   256; at 96 a row fills one strip and half of the next, P V is a wgmma of N 96), and the multiples of 8
 //   between them rounded up to the next as 07 does (head_dim_instance, hopper_attention.cuh: the
 //   maps' rows are d long, TMA zero-fills the columns past d, O stores d of them); the few extra
 //   registers (the offsets, read once, and the epilogue's base) leave every instantiation within
@@ -214,8 +215,8 @@ void launch(const VarlenFwdArgs& a, cudaStream_t stream) {
 
 template <class T>
 void dispatch_head_dim(const VarlenFwdArgs& a, cudaStream_t stream) {
-  launch_head_dim_instance<true>(kName, a.shape.head_dim,
-                                 [&](auto d) { launch<T, decltype(d)::value>(a, stream); });
+  launch_head_dim_instance<true, true>(kName, a.shape.head_dim,
+                                       [&](auto d) { launch<T, decltype(d)::value>(a, stream); });
 }
 
 // 07's refusals (run_fwd_rung), less its fallback: a misaligned tensor is refused, not rerouted
@@ -258,7 +259,7 @@ FA_REGISTER(VarlenFwdKernel,
              "07/v4 on a packed variable-length batch: an offset table (cu_seqlens) in front of "
              "the tile loop, TMA boxes at packed rows, keys past seq_k masked, O stored per row",
              {DType::F16, DType::BF16},
-             {64, 128, 192, 256},
+             {64, 96, 128, 192, 256},
              /*min_sm=*/90,
              /*gqa=*/true,
              /*window=*/false,

@@ -44,9 +44,9 @@
 //
 // Map of the kernel (as v1 and 07/v4)
 //   block       3 warpgroups (384 threads): producer + 2 consumers; Br = 128
-//   tiles       Bc = 128 for D = 64, 128; 64 for D = 192, 256
-//   pipeline    kStages K slots and kStages V slots (4 / 2 / 2 / 2 for D = 64 / 128 / 192 / 256)
-//   smem        D 64: 144 KiB, D 128: 160 KiB, D 192: 144 KiB, D 256: 192 KiB
+//   tiles       Bc = 128 for D = 64, 96, 128; 64 for D = 192, 256
+//   pipeline    kStages K slots and kStages V slots (4 / 2 / 2 / 2 / 2 for D = 64 / 96 / 128 / 192 / 256)
+//   smem        D 64: 144 KiB, D 96 and 128: 160 KiB (96 in two whole strips), D 192: 144 KiB, D 256: 192 KiB
 //   registers   producer 24, consumers 240 after setmaxnreg (compiled at 168), no spills
 // Speed: measured in chapters/09_serving/README.md
 #include <cuda.h>
@@ -244,8 +244,8 @@ void launch(const VarlenFwdArgs& a, cudaStream_t stream) {
 
 template <class T>
 void dispatch_head_dim(const VarlenFwdArgs& a, cudaStream_t stream) {
-  launch_head_dim_instance<true>(kName, a.shape.head_dim,
-                                 [&](auto d) { launch<T, decltype(d)::value>(a, stream); });
+  launch_head_dim_instance<true, true>(kName, a.shape.head_dim,
+                                       [&](auto d) { launch<T, decltype(d)::value>(a, stream); });
 }
 
 // 07's refusals (run_fwd_rung), less its fallback: a misaligned tensor is refused, not rerouted
@@ -286,7 +286,7 @@ FA_REGISTER(VarlenFwdKernel,
              "v1 + a sliding window: the Q tile visits the band's key tiles (ch09_band.h), both "
              "of the band's edges masked, tiles outside it skipped",
              {DType::F16, DType::BF16},
-             {64, 128, 192, 256},
+             {64, 96, 128, 192, 256},
              /*min_sm=*/90,
              /*gqa=*/true,
              /*window=*/true,
