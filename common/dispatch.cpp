@@ -430,6 +430,32 @@ const std::vector<Rule>& dispatch_table() {
                    "backward: D 32 163-205 TFLOP/s, 1.19-1.30x 06/v4 (the kernel that ran it "
                    "before; not deterministic)",
                    log("head_dims_between.log", kRun1203)),
+      on(Op::Bwd, "07/bwd_t48_dq_in_turns")
+          .hopper()
+          .dims({64})
+          .because("bwd_v6 with each tile's dQ_tile computed whole by one warpgroup, the two in "
+                   "turns: at D 64 1.04-1.21x bwd_v4 and 1.04-1.19x bwd_v6, every protocol shape "
+                   "(three alternating rounds), 0.89-1.07x cuDNN; at D 128 0.99-1.03x bwd_v6, "
+                   "which stays (not deterministic)",
+                   log("bwd_t48_t49_rounds.md", kRun1202)),
+      on(Op::Bwd, "07/bwd_t55_d96")
+          .hopper()
+          .dims({96})
+          .full()
+          .because("D 96 full at an instance of its own (bwd_v6's loop; S^T and dP^T over 6 k16 "
+                   "steps, dV and dK as N 96), and 72-88 rounded up to it (not measured there): "
+                   "375.2 | 430.8 TFLOP/s at N 2048 | 8192, 1.08-1.09x bwd_v6 rounded up to 128 "
+                   "and 1.02-1.03x cuDNN (three alternating rounds; not deterministic)",
+                   log("t55_d96_rounds.md", kRun1206)),
+      on(Op::Bwd, "07/bwd_t55_d96")
+          .hopper()
+          .dims({96})
+          .causal()
+          .keys(0, 2048)
+          .because("D 96 causal up to 2048 keys at its instance: 304.0 TFLOP/s at N 2048, 1.07x "
+                   "bwd_v6 rounded up to 128 (1.13x cuDNN); at N 8192 0.93x bwd_v6, which keeps "
+                   "the longer causal rows (three alternating rounds; not deterministic)",
+                   log("t55_d96_rounds.md", kRun1206)),
       on(Op::Bwd, "07/bwd_v6_head_groups")
           .hopper()
           .rounded()
@@ -439,14 +465,6 @@ const std::vector<Rule>& dispatch_table() {
                    "it before; bwd_t48 within 2%); D 80 254-329, 0.92-1.04x cuDNN (not "
                    "deterministic)",
                    log("head_dims_between.log", kRun1203)),
-      on(Op::Bwd, "07/bwd_t48_dq_in_turns")
-          .hopper()
-          .dims({64})
-          .because("bwd_v6 with each tile's dQ_tile computed whole by one warpgroup, the two in "
-                   "turns: at D 64 1.04-1.21x bwd_v4 and 1.04-1.19x bwd_v6, every protocol shape "
-                   "(three alternating rounds), 0.89-1.07x cuDNN; at D 128 0.99-1.03x bwd_v6, "
-                   "which stays (not deterministic)",
-                   log("bwd_t48_t49_rounds.md", kRun1202)),
       on(Op::Bwd, "07/bwd_v6_head_groups")
           .hopper()
           .dims({128})
@@ -465,10 +483,11 @@ const std::vector<Rule>& dispatch_table() {
           .hopper()
           .dims({192})
           .because("D 192 at an instance of its own (96 columns a warpgroup, as N 64 + N 32 "
-                   "in both), and 136-184 rounded up to it: 267.5-368.3 TFLOP/s, 1.38-1.62x "
-                   "bwd_v1 rounded up to 256 in the same runs (two; not deterministic: "
-                   "deterministic requests go to bwd_v1)",
-                   log("t53_d192_uniform.log", kRun1206)),
+                   "in both), and 136-184 rounded up to it: 267.1-360.5 TFLOP/s, 1.38-1.63x "
+                   "bwd_v1 rounded up to 256 and 1.14-1.16x cuDNN, 0.95x at causal N 8192 "
+                   "(three alternating rounds; not deterministic: deterministic requests go to "
+                   "bwd_v1)",
+                   log("t53_d192_sdpa_rounds.md", kRun1206)),
       on(Op::Bwd, "07/bwd_t53_d256_halves")
           .hopper()
           .rounded()
@@ -601,9 +620,20 @@ const std::vector<Rule>& dispatch_table() {
                    "on packed batches without a window D 59 60.7-92.1 TFLOP/s, D 256 "
                    "156.2-202.7; at D 128 0.79-0.81x v2_window",
                    log("any_head_dim_serving_bench.log", kRun1205)),
+      on(Op::VarlenFwd, "09/hopper_v3_varlen_persistent")
+          .hopper()
+          .dims({64, 96, 192, 256})
+          .because("packed batches at the head dims whose instance is not 128 (up to 96, "
+                   "136-256): 07/t52's persistent blocks walking the batch, 1.02-1.25x "
+                   "09/hopper_v1_varlen on fa_bench's mixed and square batches, causal and full "
+                   "(two runs). At D 128 v1 stays: there v3 ran 1.03-1.18x v1 on fa_bench's "
+                   "batches but 0.93-0.98x on compare_serving.py's 15 long uneven sequences "
+                   "(three runs); the other head dims are not yet measured on that batch",
+                   log("varlen_v3_bench.log", kRun1206)),
       on(Op::VarlenFwd, "09/hopper_v1_varlen")
           .hopper()
-          .because("packed batches on wgmma: 422.8 against 09/v1_varlen's 279.5 TFLOP/s",
+          .because("packed batches on wgmma at D 128 (104-120 rounded up), where v3 does not run: "
+                   "422.8 against 09/v1_varlen's 279.5 TFLOP/s",
                    log("ch09_serving.log")),
       on(Op::VarlenFwd, "09/v1_varlen")
           .because("packed batches on mma.sync (05/v5 over cu_seqlens)", log("ch09_serving.log")),

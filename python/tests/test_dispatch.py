@@ -37,7 +37,10 @@ def test_head_dims_between_instances_round_up_on_hopper():
         f = fa.pick("fwd", "bf16", d, 4096, 4096, causal=True, sm=90)
         b = fa.pick("bwd", "bf16", d, 4096, 4096, causal=True, sm=90)
         assert f.kernel == "07/t52_wide_kv_tiles_persistent", f  # the wide K/V tiles
-        assert b.kernel == ("07/bwd_v6_head_groups" if d <= 128 else "07/bwd_t53_d256_halves"), b
+        # D 96's backward instance runs full rows and causal ones up to 2048 keys.
+        assert b.kernel == ("07/bwd_v6_head_groups" if d <= 96 else "07/bwd_t53_d256_halves"), b
+        full = fa.pick("bwd", "bf16", d, 4096, 4096, causal=False, sm=90)
+        assert full.kernel == ("07/bwd_t55_d96" if d <= 96 else "07/bwd_t53_d256_halves"), full
     b32 = fa.pick("bwd", "bf16", 32, 4096, 4096, causal=True, sm=90)
     assert b32.kernel == "07/bwd_t48_dq_in_turns", b32
     # Off the step of 8 (no TMA: rows not 16-byte aligned): chapter 05's and 06's element copies.

@@ -289,12 +289,18 @@ TEST(Dispatch, HeadDimsBetweenInstancesRoundUpOnHopper) {
                 "07/t52_wide_kv_tiles_persistent");
     const fa::Pick b = fa::pick(bwd(DType::F16, d, 4096, false), 90);
     EXPECT_EQ(b.kernel, d <= 64    ? "07/bwd_t48_dq_in_turns"
+                        : d <= 96  ? "07/bwd_t55_d96"
                         : d <= 128 ? "07/bwd_v6_head_groups"
                                    : "07/bwd_t53_d256_halves");
     // 136-192 at bwd_t53's own D 192 instance, 200-248 rounded up to 256.
     if (d > 128)
       EXPECT_NE(b.explain(true).find(d <= 192 ? "D 192)" : "rounded up"), std::string::npos)
           << b.explain();
+    // D 96's backward instance on causal rows up to 2048 keys; past them bwd_v6 rounded up.
+    if (d == 80 || d == 96) {
+      EXPECT_EQ(fa::pick(bwd(DType::BF16, d, 2048, true), 90).kernel, "07/bwd_t55_d96");
+      EXPECT_EQ(fa::pick(bwd(DType::BF16, d, 8192, true), 90).kernel, "07/bwd_v6_head_groups");
+    }
     fa::Problem det = bwd(DType::BF16, d, 4096, true);
     det.deterministic = true;
     EXPECT_EQ(fa::pick(det, 90).kernel, "07/bwd_v1_tma_wgmma");
@@ -309,9 +315,20 @@ TEST(Dispatch, HeadDimsBetweenInstancesRoundUpOnHopper) {
             std::string::npos);
   // Packed batches and the window: chapter 09's Hopper rungs round as well; before sm_90
   // 09/v3_varlen_any_head_dim runs D 80 (05/t17 over the packed batch).
+  // On Hopper the persistent rung (09/hopper_v3) runs every instance but 128, which stays on v1.
   fa::Problem packed = fwd(DType::BF16, 80, 1000, true);
   packed.op = Op::VarlenFwd;
-  EXPECT_EQ(fa::pick(packed, 90).kernel, "09/hopper_v1_varlen");
+  EXPECT_EQ(fa::pick(packed, 90).kernel, "09/hopper_v3_varlen_persistent");
+  for (int d : {40, 64, 96, 160, 192, 224, 256}) {
+    fa::Problem p = packed;
+    p.head_dim = d;
+    EXPECT_EQ(fa::pick(p, 90).kernel, "09/hopper_v3_varlen_persistent") << d;
+  }
+  for (int d : {104, 120, 128}) {
+    fa::Problem p = packed;
+    p.head_dim = d;
+    EXPECT_EQ(fa::pick(p, 90).kernel, "09/hopper_v1_varlen") << d;
+  }
   EXPECT_EQ(fa::pick(packed, 80).kernel, "09/v3_varlen_any_head_dim");
   packed.window = true;
   EXPECT_EQ(fa::pick(packed, 90).kernel, "09/hopper_v2_window");
