@@ -625,11 +625,11 @@ const std::vector<Rule>& dispatch_table() {
           .dims({64, 96, 192, 256})
           .because("packed batches at the head dims whose instance is not 128 (up to 96, "
                    "136-256): 07/t52's persistent blocks walking the batch, 1.02-1.25x "
-                   "09/hopper_v1_varlen on fa_bench's mixed and square batches, causal and full "
-                   "(two runs). At D 128 v1 stays: there v3 ran 1.03-1.18x v1 on fa_bench's "
-                   "batches but 0.93-0.98x on compare_serving.py's 15 long uneven sequences "
-                   "(three runs); the other head dims are not yet measured on that batch",
-                   log("varlen_v3_bench.log", kRun1206)),
+                   "09/hopper_v1_varlen on fa_bench's mixed and square batches (two runs) and "
+                   "1.02-1.14x on its long batch of 15 uneven sequences (three rounds), causal "
+                   "and full. At D 128 v1 stays: on the long batch the harnesses disagree "
+                   "(fa_bench 1.02x full, causal 0.92-1.07x; compare_serving.py 0.93-0.98x)",
+                   log("varlen_v3_long_batch.log", kRun1206)),
       on(Op::VarlenFwd, "09/hopper_v1_varlen")
           .hopper()
           .because("packed batches on wgmma at D 128 (104-120 rounded up), where v3 does not run: "

@@ -52,11 +52,11 @@
 // once per query tile (a sequence of 129 tokens is two blocks of 2 and 1 key tiles):
 // 1.05-1.20x, the most causal and at D 64, the least full at D 256; at D 192 and 96 more (t52's
 // instances take 112 and 176 keys a tile where v1_varlen's take 64 and 128).
-// Measured (NVIDIA H100 80GB HBM3, 2026-12-06, notes/measured/h100-2026-12-06/varlen_v3_bench.log):
-// 1.02-1.25x hopper_v1_varlen on those batches at D 64-256 (1.13-1.25x at D 64, 1.03-1.18x at
-// 128); but 0.93-0.98x on bench/compare_serving.py's 15 sequences of 260-4456 tokens at D 128
-// (varlen_v3_compare.md), where the static deal meets its most uneven units (chapter README,
-// "The steps as diffs"). The dispatch keeps hopper_v1_varlen at the 128 instance.
+// Measured (NVIDIA H100 80GB HBM3, 2026-12-06, notes/measured/h100-2026-12-06/varlen_v3_bench.log
+// and varlen_v3_long_batch.log): 1.02-1.25x hopper_v1_varlen on those batches at D 64-256, and
+// 1.02-1.14x on fa_bench's long batch (15 uneven sequences of 260-4456 tokens) at D 64, 96, 192,
+// 256; at D 128 on that batch within about 5% either way, by harness (chapter README, "The steps
+// as diffs"). The dispatch keeps hopper_v1_varlen at the 128 instance.
 //
 // Map of the kernel (as 07/t52)
 //   grid        min(work units, SMs) blocks, one per SM
