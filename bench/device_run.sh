@@ -19,7 +19,8 @@
 # autograde_gpu (the autograder's GPU path end to end: correct, wrong and not-compiling
 # submissions of a GPU exercise, after build), rung (one kernel version end to end: RUNG=name [BASE=name]),
 # rounds (RUNG and BASE against PyTorch SDPA, several alternating rounds, medians; ROUND_OP=bwd for
-# the backward), pack
+# the backward), varlen_rounds (two varlen forwards, RUNG and BASE, on fa_bench's packed batches,
+# several rounds, medians), pack
 # (fold the logs into one archive: the device returns at most 8 files).
 #
 # LIMIT=seconds gives the whole call a budget: each stage runs under `timeout` with what is left,
@@ -656,6 +657,29 @@ PY
       done
       python3 bench/rounds_summary.py $([ "$OP" = bwd ] && echo --bwd) "$OUT"/round*/ > "$OUT/rounds_D$D.md" 2>&1
       log "rounds summary rc=$?"; cat "$OUT/rounds_D$D.md"
+      ;;
+    varlen_rounds)
+      # Two varlen forwards (RUNG against BASE, e.g. RUNG=09/hopper_v3_varlen_persistent
+      # BASE=09/hopper_v1_varlen) on fa_bench's packed batches (attn_varlen: mixed, square and
+      # long; VARLEN_BATCHES narrows them) at VARLEN_DIMS (default 64|96|128|192|256), causal and
+      # full, ROUNDS rounds (default 3) of one fa_bench process timing both, then
+      # bench/pair_rounds.py: each kernel's median, the speedup and its spread over the rounds. Why
+      # rounds: on the long batch single runs have put them 5% apart either way
+      # (chapters/09_serving/README.md, "The steps as diffs").
+      # After `build`. Logs: varlen_round<r>.log and .json, varlen_rounds.md.
+      : "${RUNG:?set RUNG and BASE to two varlen forwards}" "${BASE:?set BASE}"
+      F="attn_varlen/(${RUNG}|${BASE})/bf16/D(${VARLEN_DIMS:-64|96|128|192|256})/.*/(${VARLEN_BATCHES:-mixed|square|long})/"
+      for r in $(seq 1 "${ROUNDS:-3}"); do
+        "$BUILD/bin/fa_bench" --benchmark_filter="$F" --benchmark_out="$OUT/varlen_round$r.json" \
+          --benchmark_out_format=json > "$OUT/varlen_round$r.log" 2>&1
+        log "varlen round $r: fa_bench rc=$?"
+      done
+      if compgen -G "$OUT/varlen_round*.json" > /dev/null; then
+        python3 bench/pair_rounds.py "$RUNG" "$BASE" "$OUT"/varlen_round*.json > "$OUT/varlen_rounds.md" 2>&1
+        log "varlen rounds summary rc=$?"; cat "$OUT/varlen_rounds.md"
+      else
+        log "varlen rounds: fa_bench wrote no JSON (varlen_round1.log says why)"
+      fi
       ;;
     serving)
       # Chapter 09 after `build`: the chapter program (its default run, then --full: the window
