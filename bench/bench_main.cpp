@@ -325,9 +325,11 @@ void add_varlen_shapes() {
     }
 }
 
-// attn_window/<kernel>/bf16/D128/N32768/<causal_W4096|causal>: one sequence of 32768 tokens,
+// attn_window/<kernel>/bf16/D<d>/N32768/<causal_W4096|causal>: one sequence of 32768 tokens,
 // H 16, causal, each query seeing its 4096 most recent keys (window_left 4095), and the same
-// kernel without the window; the fixed-length forwards on the full causal problem beside them.
+// kernel without the window; the fixed-length forwards on the full causal problem beside them
+// (05/v5, 07/v4, and 07/t52, the persistent forward 09/hopper_v3 to v5 are built on); the Hopper
+// window forwards also at D 64, 96, 192 and 256 (the window alone).
 // attn_window_bwd/: the window backwards, the same two problems.
 void add_window_shapes() {
   const fa::DType t = fa::DType::BF16;
@@ -356,7 +358,22 @@ void add_window_shapes() {
             report(st, fa::run_varlen_bwd(*k, s, t, timing_only()));
           });
   }
-  for (const char* name : {"05/v5_fewer_instructions", "07/v4_intra_overlap"}) {
+  // The Hopper window forwards at their other instances (the window only), for the dispatch.
+  for (const fa::VarlenFwdKernel* k : fa::entries_with_prefix<fa::VarlenFwdKernel>("")) {
+    if (!k->window || k->min_sm < 90 || !fa::supports(k->dtypes, t)) continue;
+    for (int dd : {64, 96, 192, 256}) {
+      if (!fa::supports(k->head_dims, dd)) continue;
+      fa::VarlenShape s = win;
+      s.head_dim = dd;
+      add("attn_window/" + k->name + "/bf16/D" + std::to_string(dd) + "/N" + std::to_string(n) +
+              "/causal_W4096",
+          [k, s, t](benchmark::State& st) {
+            report(st, fa::run_varlen_fwd(*k, s, t, timing_only()));
+          });
+    }
+  }
+  for (const char* name :
+       {"05/v5_fewer_instructions", "07/v4_intra_overlap", "07/t52_wide_kv_tiles_persistent"}) {
     const fa::AttentionFwdKernel* k = fa::find_entry<fa::AttentionFwdKernel>(name);
     if (k == nullptr || !fa::supports(k->dtypes, t) || !fa::supports(k->head_dims, int(d)))
       continue;

@@ -12,7 +12,9 @@
 //  * the same for 09/bwd_v4_window_any_head_dim (its tile is S^T: a thread's rows are keys, each
 //    key row's first and last query as 32-bit columns of the Q tile, clamped), and for the
 //    warp-tile backwards 09/bwd_v2_window and bwd_v5_window_d256 (S not transposed: each row's
-//    first and last key as 32-bit columns from a thread's first key, clamped).
+//    first and last key as 32-bit columns from a thread's first key, clamped);
+//  * the same for 09/hopper_v4_window_persistent (t52's key tiles, one first key per thread for
+//    both of its rows, the comparisons against compile-time columns).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -381,6 +383,95 @@ TEST(Ch09BandModel, WarpTileBackwardRowArithmeticMatchesTheBand) {
               }
             }
           }
+}
+
+// ---- 09/hopper_v4_window_persistent's per-thread arithmetic (hopper_v4_window_persistent.cu) ---
+// A work tile of Br = 128 query rows from q0 visits key tiles [begin, end) of key_tiles; turn j
+// loads key tile begin + j, and masks it unless j is in [free_first, free_end). Consumer thread t
+// (0..255 over both consumer warpgroups) holds rows r = q0 + 16 (t / 32) + (t % 32) / 4 and r + 8
+// and, of a tile, columns 8 n + 2 q + c (q = t % 4, c < 2). Its bounds, counted from the first
+// key tile: one first key (the first row's diagonal less the window, unclipped, clamped at -8),
+// the second row's taken as 8 more, and two last keys clamped at -1; the comparisons put the
+// column's compile-time part (8 n + c) alone. t52's key tile widths: 128 (D 64), 176 (D 96, 128),
+// 112 (D 192), 80 (D 256).
+struct PersistentWindowThread {
+  int first_key, last_key[2];
+};
+
+PersistentWindowThread persistent_window_thread(const Band& band, int64_t row0, int64_t k_base) {
+  PersistentWindowThread th;
+  const int64_t first = band.diagonal(row0) - band.left - k_base;
+  th.first_key = int(first < -8 ? -8 : first);
+  for (int e = 0; e < 2; ++e) {
+    const int64_t last = band.last_key(row0 + 8 * e) - k_base;
+    th.last_key[e] = int(last < -1 ? -1 : last);
+  }
+  return th;
+}
+
+bool persistent_window_hides(const PersistentWindowThread& th, int k0, int q, int h, int col) {
+  const int lo = th.first_key - k0 - 2 * q, hi = th.last_key[h] - k0 - 2 * q;
+  return col - 8 * h < lo || col > hi;
+}
+
+TEST(Ch09BandModel, PersistentWindowThreadArithmeticMatchesTheBand) {
+  constexpr int64_t kBr = 128;
+  const std::vector<int64_t> lengths = {1, 129, 300, 1000};
+  std::vector<Window> windows = kWindows;
+  windows.push_back({500, -1});  // wide enough for unmasked tiles between the edges
+  windows.push_back({300, 200});
+  int64_t free_tiles = 0;  // tiles the kernel leaves unmasked, over every shape: some must be
+  for (int64_t bc : {128, 176, 112, 80})
+    for (int64_t seq_q : lengths)
+      for (int64_t seq_k : lengths)
+        for (bool causal : {false, true})
+          for (Window w : windows) {
+            const Band band = Band::make(seq_q, seq_k, causal, w.left, w.right);
+            SCOPED_TRACE(name_of(shape_of(seq_q, seq_k, causal, w, 16), kBr, bc));
+            for (int64_t q0 = 0; q0 < seq_q; q0 += kBr) {
+              const TileRange range = fa::ch09::key_tiles(band, q0, q0 + kBr, bc);
+              const int64_t q1 = std::min(q0 + kBr, seq_q);
+              const int64_t free_first_key = band.first_key(q1 - 1);
+              const int64_t free_last_key = band.last_key(q0);
+              const int64_t n_tiles = std::max<int64_t>(range.end - range.begin, 0);
+              const int free_first = int((free_first_key + bc - 1) / bc - range.begin);
+              const int free_end =
+                  std::max(int((free_last_key + 1) / bc - range.begin), free_first);
+              // Keys outside the range are seen by no real row of the tile.
+              for (int64_t i = q0; i < q1; ++i)
+                for (int64_t key = 0; key < seq_k; ++key)
+                  if (key / bc < range.begin || key / bc >= range.begin + n_tiles)
+                    ASSERT_FALSE(band.visible(i, key)) << "row " << i << " key " << key;
+              const int64_t k_base = range.begin * bc;
+              for (int j = 0; j < int(n_tiles); ++j) {
+                const int k0 = int(j * bc);
+                const bool masked = j < free_first || j >= free_end;
+                free_tiles += masked ? 0 : 1;
+                ASSERT_EQ(masked,
+                          fa::ch09::tile_needs_mask(band, q0, q1, k_base + k0, k_base + k0 + bc))
+                    << "tile " << j;
+                for (int t = 0; t < 256; ++t) {
+                  const int64_t row0 = q0 + 16 * (t / 32) + (t % 32) / 4;
+                  const PersistentWindowThread th = persistent_window_thread(band, row0, k_base);
+                  const int q = t % 4;
+                  for (int h = 0; h < 2; ++h) {
+                    const int64_t i = row0 + 8 * h;
+                    if (i >= seq_q) continue;  // the next sequence's row: never stored
+                    for (int col = 0; col < bc; col += (col % 2 == 0 ? 1 : 7)) {
+                      const int64_t key = k_base + k0 + col + 2 * q;
+                      const bool hidden = !band.visible(i, key);
+                      if (masked)
+                        ASSERT_EQ(persistent_window_hides(th, k0, q, h, col), hidden)
+                            << "row " << i << " key " << key;
+                      else
+                        ASSERT_FALSE(hidden) << "unmasked tile, row " << i << " key " << key;
+                    }
+                  }
+                }
+              }
+            }
+          }
+  EXPECT_GT(free_tiles, 0) << "no shape left a tile unmasked: the test misses the free interval";
 }
 
 }  // namespace

@@ -110,6 +110,24 @@ TEST_P(VarlenFwdKernels, SlidingWindows) {
       }
 }
 
+// Windows many key tiles wide: a query tile then visits tiles masked at both of the band's edges
+// and unmasked ones between them (kWindows' fit in one or two tiles), in sequences long enough
+// that the band leaves whole tiles out on the left. Every head dim (each has its own key tile
+// width), one dtype, grouped K/V heads where the kernel takes them.
+TEST_P(VarlenFwdKernels, WideWindowsWithUnmaskedTiles) {
+  FA_SKIP_WITHOUT_GPU(kernel().min_sm);
+  if (!kernel().window) GTEST_SKIP() << kernel().name << " takes no window (SlidingWindows)";
+  const DType t = kernel().dtypes.front();
+  for (int d : kernel().head_dims)
+    for (const Window& w :
+         {Window{800, -1, true}, Window{600, 400, false}, Window{-1, 700, false}}) {
+      const VarlenShape s = varlen({2500, 1, 1200, 777}, {2500, 1, 1500, 777}, 4, d, w.causal,
+                                   w.left, w.right, kernel().gqa ? 2 : 0);
+      SCOPED_TRACE(s.str() + " " + fa::dtype_name(t));
+      FA_EXPECT_PASS(fa::run_varlen_fwd(kernel(), s, t, check_only(d + w.left, 2)));
+    }
+}
+
 TEST_P(VarlenFwdKernels, GroupedKvHeads) {
   FA_SKIP_WITHOUT_GPU(kernel().min_sm);
   for (auto [t, d] : variants(kernel()))
