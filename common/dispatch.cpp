@@ -131,6 +131,14 @@ const std::vector<Rule>& dispatch_table() {
                    "3.5-47x at the other two decode shapes; at D 80 level with t07, which keeps "
                    "the multiples of 8",
                    log("group_split_bench.log", kRun1205)),
+      on(Op::Fwd, "09/hopper_v5_window_single_units")
+          .hopper()
+          .window()
+          .because("a sliding window on Hopper: 07/t52's persistent blocks with the band, one "
+                   "query tile a work unit. W 4096, N 32768, causal (H100, three rounds): "
+                   "1.02-1.19x 09/hopper_v2_window at D 64, 96, 128, 192, 256 (D 128: 643.1 "
+                   "TFLOP/s per visible pair against 629.5)",
+                   log("window_dims_rounds.log", kRun1206)),
       on(Op::Fwd, "09/hopper_v2_window")
           .hopper()
           .window()
@@ -607,6 +615,14 @@ const std::vector<Rule>& dispatch_table() {
           .because("fp32: 11-14 TFLOP/s, twice 06/v1_fp32_atomic_dq's 6-7", log("fp32_bwd.log")),
 
       // ---- chapter 09: packed batches ----------------------------------------------------------
+      on(Op::VarlenFwd, "09/hopper_v5_window_single_units")
+          .hopper()
+          .window()
+          .because("a sliding window on Hopper: 07/t52's persistent blocks with the band, one "
+                   "query tile a work unit. W 4096, N 32768, causal (H100, three rounds): "
+                   "1.02-1.19x 09/hopper_v2_window at D 64, 96, 128, 192, 256 (D 128: 643.1 "
+                   "TFLOP/s per visible pair against 629.5)",
+                   log("window_dims_rounds.log", kRun1206)),
       on(Op::VarlenFwd, "09/hopper_v2_window")
           .hopper()
           .window()

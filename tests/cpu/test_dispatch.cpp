@@ -331,10 +331,10 @@ TEST(Dispatch, HeadDimsBetweenInstancesRoundUpOnHopper) {
   }
   EXPECT_EQ(fa::pick(packed, 80).kernel, "09/v3_varlen_any_head_dim");
   packed.window = true;
-  EXPECT_EQ(fa::pick(packed, 90).kernel, "09/hopper_v2_window");
+  EXPECT_EQ(fa::pick(packed, 90).kernel, "09/hopper_v5_window_single_units");
   fa::Problem window = fwd(DType::BF16, 160, 4096, true);
   window.window = true;
-  EXPECT_EQ(fa::pick(window, 90).kernel, "09/hopper_v2_window");
+  EXPECT_EQ(fa::pick(window, 90).kernel, "09/hopper_v5_window_single_units");
   packed.op = Op::VarlenBwd;
   packed.head_dim = 224;
   EXPECT_EQ(fa::pick(packed, 90).kernel, "09/hopper_bwd_v2_window");
@@ -506,7 +506,7 @@ TEST(Dispatch, EachKindOfProblemGoesWhereItsRowSays) {
   if (have_hopper_kernels()) {
     EXPECT_EQ(fa::pick(gqa, 90).kernel, "07/v5_persistent");
     EXPECT_EQ(fa::pick(gqa, 90).kind, "fwd");
-    EXPECT_EQ(fa::pick(window, 90).kernel, "09/hopper_v2_window");
+    EXPECT_EQ(fa::pick(window, 90).kernel, "09/hopper_v5_window_single_units");
   }
   EXPECT_EQ(fa::pick(gqa, 80).kernel, "09/v1_varlen");
   EXPECT_EQ(fa::pick(window, 80).kernel, "09/v2_window");
