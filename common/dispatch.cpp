@@ -643,13 +643,20 @@ const std::vector<Rule>& dispatch_table() {
                    "136-256): 07/t52's persistent blocks walking the batch, 1.02-1.25x "
                    "09/hopper_v1_varlen on fa_bench's mixed and square batches (two runs) and "
                    "1.02-1.14x on its long batch of 15 uneven sequences (three rounds), causal "
-                   "and full. At D 128 v1 stays: on the long batch the harnesses disagree "
-                   "(fa_bench 1.02x full, causal 0.92-1.07x; compare_serving.py 0.93-0.98x)",
+                   "and full",
                    log("varlen_v3_long_batch.log", kRun1206)),
+      on(Op::VarlenFwd, "09/hopper_v3_varlen_persistent")
+          .hopper()
+          .because("packed batches at D 128 (104-128): v3 again, 1.08-1.16x hopper_v1_varlen on "
+                   "fa_bench's mixed and square batches, 0.96x (full) and 0.99x (causal) on the "
+                   "long batch of 15 uneven sequences (H100, three rounds; earlier runs: "
+                   "1.03-1.18x, and 0.92-1.07x on the long batch, 0.93-0.98x through "
+                   "compare_serving.py)",
+                   log("varlen_d128_rounds.md", kRun1206)),
       on(Op::VarlenFwd, "09/hopper_v1_varlen")
           .hopper()
-          .because("packed batches on wgmma at D 128 (104-120 rounded up), where v3 does not run: "
-                   "422.8 against 09/v1_varlen's 279.5 TFLOP/s",
+          .because("packed batches on wgmma where v3 does not run: 422.8 against 09/v1_varlen's "
+                   "279.5 TFLOP/s",
                    log("ch09_serving.log")),
       on(Op::VarlenFwd, "09/v1_varlen")
           .because("packed batches on mma.sync (05/v5 over cu_seqlens)", log("ch09_serving.log")),

@@ -315,19 +315,14 @@ TEST(Dispatch, HeadDimsBetweenInstancesRoundUpOnHopper) {
             std::string::npos);
   // Packed batches and the window: chapter 09's Hopper rungs round as well; before sm_90
   // 09/v3_varlen_any_head_dim runs D 80 (05/t17 over the packed batch).
-  // On Hopper the persistent rung (09/hopper_v3) runs every instance but 128, which stays on v1.
+  // On Hopper the persistent rung (09/hopper_v3) runs every instance.
   fa::Problem packed = fwd(DType::BF16, 80, 1000, true);
   packed.op = Op::VarlenFwd;
   EXPECT_EQ(fa::pick(packed, 90).kernel, "09/hopper_v3_varlen_persistent");
-  for (int d : {40, 64, 96, 160, 192, 224, 256}) {
+  for (int d : {40, 64, 96, 104, 120, 128, 160, 192, 224, 256}) {
     fa::Problem p = packed;
     p.head_dim = d;
     EXPECT_EQ(fa::pick(p, 90).kernel, "09/hopper_v3_varlen_persistent") << d;
-  }
-  for (int d : {104, 120, 128}) {
-    fa::Problem p = packed;
-    p.head_dim = d;
-    EXPECT_EQ(fa::pick(p, 90).kernel, "09/hopper_v1_varlen") << d;
   }
   EXPECT_EQ(fa::pick(packed, 80).kernel, "09/v3_varlen_any_head_dim");
   packed.window = true;

@@ -60,7 +60,9 @@
 // and varlen_v3_long_batch.log): 1.02-1.25x hopper_v1_varlen on those batches at D 64-256, and
 // 1.02-1.14x on fa_bench's long batch (15 uneven sequences of 260-4456 tokens) at D 64, 96, 192,
 // 256; at D 128 on that batch within about 5% either way, by harness (chapter README, "The steps
-// as diffs"). The dispatch keeps hopper_v1_varlen at the 128 instance.
+// as diffs"); three later rounds at D 128 (varlen_d128_rounds.md): 1.08-1.16x on the mixed and
+// square batches, 0.96x (full) and 0.99x (causal) on the long one. The dispatch's packed forward on
+// Hopper at every instance.
 //
 // Map of the kernel (as 07/t52)
 //   grid        min(work units, SMs) blocks, one per SM

@@ -266,7 +266,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             hopper::mbar_arrive_expect_tx(&full_k[s], Sm::kKVBytes);
             for (int c = 0; c < Tl::kStrips; ++c)
               hopper::tma_load_3d(sK(s) + c * kBc * 128, &tm_k, &full_k[s], c * kSwizzleCols,
-                                  cur.k_start + (first_tile + j) * kBc, h_kv);  // window
+                                  cur.k_start + (first_tile + j) * kBc, h_kv);   // window
             if (use > 0) hopper::mbar_wait(&empty_v[s], uint32_t(use - 1) & 1);  // a turn after K
             hopper::mbar_arrive_expect_tx(&full_v[s], Sm::kKVBytes);
             for (int c = 0; c < Tl::kStrips; ++c)
