@@ -14,7 +14,8 @@
 //   sequence of 32768 tokens, H 16: 2048 pairs on 132 SMs are 16 units for 68 blocks and 15 for
 //   64, the busiest block 3% above the average from the last round alone and, with the first
 //   tiles' light pairs where they fall, 10% in a list-scheduling model of v4's deal (one
-//   unit's cost: its key tiles plus one); 4096 single tiles, heaviest first (unit r of a head is
+//   unit's cost: its key tiles plus one; notes/figures/fig_window_deal.py, drawn in
+//   fig_window_deal.svg); 4096 single tiles, heaviest first (unit r of a head is
 //   query tile n - 1 - r, as t52's non-causal units), leave the light tiles of the last head for
 //   the last round: 3% in the same model, and 07/v4's hardware-scheduled grid (hopper_v2_window,
 //   the same order) 1%.
