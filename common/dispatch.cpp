@@ -139,11 +139,6 @@ const std::vector<Rule>& dispatch_table() {
                    "1.02-1.19x 09/hopper_v2_window at D 64, 96, 128, 192, 256 (D 128: 643.1 "
                    "TFLOP/s per visible pair against 629.5)",
                    log("window_dims_rounds.log", kRun1206)),
-      on(Op::Fwd, "09/hopper_v2_window")
-          .hopper()
-          .window()
-          .because("a sliding window skips whole tiles; on wgmma 1.59x 09/v2_window (mixed batch)",
-                   log("ch09_serving.log")),
       on(Op::Fwd, "09/v2_window")
           .window()
           .because("the window's mma.sync kernel (before sm_90)", log("ch09_serving.log")),
@@ -623,10 +618,6 @@ const std::vector<Rule>& dispatch_table() {
                    "1.02-1.19x 09/hopper_v2_window at D 64, 96, 128, 192, 256 (D 128: 643.1 "
                    "TFLOP/s per visible pair against 629.5)",
                    log("window_dims_rounds.log", kRun1206)),
-      on(Op::VarlenFwd, "09/hopper_v2_window")
-          .hopper()
-          .window()
-          .because("the window on wgmma: 1.59x 09/v2_window", log("ch09_serving.log")),
       on(Op::VarlenFwd, "09/v2_window")
           .window()
           .because("the window on mma.sync", log("ch09_serving.log")),
@@ -636,28 +627,24 @@ const std::vector<Rule>& dispatch_table() {
                    "on packed batches without a window D 59 60.7-92.1 TFLOP/s, D 256 "
                    "156.2-202.7; at D 128 0.79-0.81x v2_window",
                    log("any_head_dim_serving_bench.log", kRun1205)),
+      on(Op::VarlenFwd, "09/hopper_v6_varlen_heaviest_first")
+          .hopper()
+          .dims({128, 192, 256})
+          .because("packed batches at D 104-256: v3 with its units dealt heaviest first (the "
+                   "sequences in order of their units' cost, rounds in alternating directions). "
+                   "H100, three rounds on fa_bench's mixed, square and long batches: 1.00-1.05x "
+                   "v3 at D 128, 1.00-1.13x at 192, 1.00-1.04x at 256; the busiest SM 6.7% above "
+                   "the mean on the long batch causal where v3's was 12.7% (Nsight Compute)",
+                   log("varlen_v6_rounds.md", kRun1206)),
       on(Op::VarlenFwd, "09/hopper_v3_varlen_persistent")
           .hopper()
-          .dims({64, 96, 192, 256})
-          .because("packed batches at the head dims whose instance is not 128 (up to 96, "
-                   "136-256): 07/t52's persistent blocks walking the batch, 1.02-1.25x "
-                   "09/hopper_v1_varlen on fa_bench's mixed and square batches (two runs) and "
-                   "1.02-1.14x on its long batch of 15 uneven sequences (three rounds), causal "
-                   "and full",
+          .dims({64, 96})
+          .because("packed batches up to D 96: 07/t52's persistent blocks walking the batch, "
+                   "1.02-1.25x 09/hopper_v1_varlen on fa_bench's mixed and square batches (two "
+                   "runs) and 1.02-1.14x on its long batch of 15 uneven sequences (three rounds), "
+                   "causal and full; v6's deal measured 0.98-1.02x v3 at D 64 and 0.97-1.04x at "
+                   "96 (three rounds, varlen_v6_rounds.md)",
                    log("varlen_v3_long_batch.log", kRun1206)),
-      on(Op::VarlenFwd, "09/hopper_v3_varlen_persistent")
-          .hopper()
-          .because("packed batches at D 128 (104-128): v3 again, 1.08-1.16x hopper_v1_varlen on "
-                   "fa_bench's mixed and square batches, 0.96x (full) and 0.99x (causal) on the "
-                   "long batch of 15 uneven sequences (H100, three rounds; earlier runs: "
-                   "1.03-1.18x, and 0.92-1.07x on the long batch, 0.93-0.98x through "
-                   "compare_serving.py)",
-                   log("varlen_d128_rounds.md", kRun1206)),
-      on(Op::VarlenFwd, "09/hopper_v1_varlen")
-          .hopper()
-          .because("packed batches on wgmma where v3 does not run: 422.8 against 09/v1_varlen's "
-                   "279.5 TFLOP/s",
-                   log("ch09_serving.log")),
       on(Op::VarlenFwd, "09/v1_varlen")
           .because("packed batches on mma.sync (05/v5 over cu_seqlens)", log("ch09_serving.log")),
       on(Op::VarlenFwd, "09/v3_varlen_any_head_dim")

@@ -18,7 +18,7 @@ VARLEN_FWD = "09/v1_varlen"          # varlen forward, grouped K/V heads, no win
 VARLEN_WINDOW_FWD = "09/v2_window"   # varlen forward with a sliding window, grouped K/V heads
 VARLEN_BWD = "09/bwd_v1_varlen"      # varlen backward, heads_kv == heads, no window
 VARLEN_WINDOW_BWD = "09/bwd_v2_window"  # varlen backward with a sliding window
-HOPPER_VARLEN_FWD = "09/hopper_v1_varlen"  # varlen forward on wgmma + TMA (sm_90a builds)
+HOPPER_VARLEN_FWD = "09/hopper_v3_varlen_persistent"  # varlen forward on wgmma + TMA, GQA (sm_90a)
 PAGED_DECODE = "09/paged_v1_decode"  # paged forward written for decoding (seq_q <= 16)
 PAGED_PREFILL = "09/paged_v2_prefill"  # paged forward for chunks of queries
 HOPPER_PAGED_PREFILL = "09/hopper_paged_prefill"  # chunks on wgmma + TMA, D up to 256 (sm_90a)

@@ -49,15 +49,14 @@ def test_head_dims_between_instances_round_up_on_hopper():
 
 
 def test_packed_batches_on_hopper():
-    """Packed batches on Hopper: chapter 09's persistent rung (07/t52 walking the batch) at every
-    instance; a window goes to the persistent rung with the window."""
+    """Packed batches on Hopper: chapter 09's persistent rungs (07/t52 walking the batch; from
+    D 104 with its units dealt heaviest first); a window goes to the persistent rung with the
+    window."""
     library_or_skip()
     if not hopper_kernels_built():
         pytest.skip("this build targets no sm_90: no chapter 07 or 09 Hopper kernels")
-    for d, want in ((40, "09/hopper_v3_varlen_persistent"), (80, "09/hopper_v3_varlen_persistent"),
-                    (96, "09/hopper_v3_varlen_persistent"), (160, "09/hopper_v3_varlen_persistent"),
-                    (256, "09/hopper_v3_varlen_persistent"), (104, "09/hopper_v3_varlen_persistent"),
-                    (128, "09/hopper_v3_varlen_persistent")):
+    v3, v6 = "09/hopper_v3_varlen_persistent", "09/hopper_v6_varlen_heaviest_first"
+    for d, want in ((40, v3), (80, v3), (96, v3), (160, v6), (256, v6), (104, v6), (128, v6)):
         for causal in (False, True):
             p = fa.pick("varlen_fwd", "bf16", d, 4096, 4096, causal=causal, sm=90)
             assert p.kernel == want, (d, causal, p)

@@ -797,8 +797,7 @@ def test_fixed_length_gqa_through_packed_backwards(bwd, d):
 
 
 @pytest.mark.parametrize("fwd,bwd,window", [
-    ("09/hopper_v1_varlen", "09/hopper_bwd_v1_varlen", (-1, -1)),
-    ("09/hopper_v2_window", "09/hopper_bwd_v2_window", (255, 0)),
+    ("09/hopper_v3_varlen_persistent", "09/hopper_bwd_v1_varlen", (-1, -1)),
     ("09/hopper_v5_window_single_units", "09/hopper_bwd_v2_window", (255, 0))])
 def test_varlen_gqa_in_chapter09_kernels(fwd, bwd, window):
     """Grouped and multi-query heads through chapter 09's Hopper backwards, which sum dK, dV over

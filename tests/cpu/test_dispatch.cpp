@@ -315,14 +315,17 @@ TEST(Dispatch, HeadDimsBetweenInstancesRoundUpOnHopper) {
             std::string::npos);
   // Packed batches and the window: chapter 09's Hopper rungs round as well; before sm_90
   // 09/v3_varlen_any_head_dim runs D 80 (05/t17 over the packed batch).
-  // On Hopper the persistent rung (09/hopper_v3) runs every instance.
+  // On Hopper the persistent rungs: 09/hopper_v3 up to D 96, from D 104 09/hopper_v6 (v3 dealing
+  // its units heaviest first).
   fa::Problem packed = fwd(DType::BF16, 80, 1000, true);
   packed.op = Op::VarlenFwd;
   EXPECT_EQ(fa::pick(packed, 90).kernel, "09/hopper_v3_varlen_persistent");
   for (int d : {40, 64, 96, 104, 120, 128, 160, 192, 224, 256}) {
     fa::Problem p = packed;
     p.head_dim = d;
-    EXPECT_EQ(fa::pick(p, 90).kernel, "09/hopper_v3_varlen_persistent") << d;
+    EXPECT_EQ(fa::pick(p, 90).kernel,
+              d <= 96 ? "09/hopper_v3_varlen_persistent" : "09/hopper_v6_varlen_heaviest_first")
+        << d;
   }
   EXPECT_EQ(fa::pick(packed, 80).kernel, "09/v3_varlen_any_head_dim");
   packed.window = true;

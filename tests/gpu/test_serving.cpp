@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <exception>
 
+#include "ch09_deal.h"  // kMaxOrdered
 #include "test_util.h"
 
 namespace {
@@ -145,6 +146,20 @@ TEST_P(VarlenFwdKernels, GroupedKvHeads) {
         FA_EXPECT_PASS(r);
       }
     }
+}
+
+// More sequences than 09/hopper_v6's deal order holds (kMaxOrdered: past it the kernel takes them
+// in batch order, as v3), short and uneven (0 to 250 tokens, empty ones among them).
+TEST_P(VarlenFwdKernels, ManyShortSequences) {
+  FA_SKIP_WITHOUT_GPU(kernel().min_sm);
+  auto [t, d] = variants(kernel()).front();
+  std::vector<int64_t> lengths(size_t(fa::ch09::kMaxOrdered) + 76);
+  for (size_t i = 0; i < lengths.size(); ++i) lengths[i] = int64_t((i * 37) % 251);
+  for (bool causal : {false, true}) {
+    const VarlenShape s = varlen(lengths, lengths, 2, d, causal);
+    SCOPED_TRACE(s.str() + " " + fa::dtype_name(t));
+    FA_EXPECT_PASS(fa::run_varlen_fwd(kernel(), s, t, check_only(81 + causal, 1)));
+  }
 }
 
 // More heads than a grid's y or z dimension holds (65535): the first, middle and last checked.

@@ -2,9 +2,9 @@
 // over key tiles and a dQ kernel over query tiles, no atomics) on a variable-length batch. Read
 // 07/bwd_v1 first (chapters/07_flash_hopper/sm90a/bwd_v1_tma_wgmma.cu): the two kernels, their
 // rings, products, masks and stores are its own, unchanged; only where a block's rows and keys
-// come from changed. O and L come from 09/hopper_v1_varlen. 07/bwd_v1's block (warpgroups,
-// stages, Split, the two kernels' shared-memory layouts) comes from
-// common/device/hopper_bwd_v1_block.cuh; 07/bwd_v1 carries its own copy.
+// come from changed. O and L come from 09/hopper_v3_varlen_persistent (the packed forward with
+// grouped heads). 07/bwd_v1's block (warpgroups, stages, Split, the two kernels' shared-memory
+// layouts) comes from common/device/hopper_bwd_v1_block.cuh; 07/bwd_v1 carries its own copy.
 //
 // What changed vs 07/bwd_v1, and why
 //   One idea: an offset table in front of both tile loops. The batch is packed without padding,
@@ -654,7 +654,7 @@ FA_REGISTER(VarlenBwdKernel,
              /*min_sm=*/90,
              /*window=*/false,
              /*deterministic=*/true,
-             /*forward=*/"09/hopper_v1_varlen",
+             /*forward=*/"09/hopper_v3_varlen_persistent",
              /*rounds_head_dim=*/true,
              /*gqa=*/true});
 

@@ -4,7 +4,8 @@
 // diagonal, -1 leaving a side unlimited; causal is window_right = 0. Read v1 first
 // (hopper_bwd_v1_varlen.cu): the offset table, the two kernels, their rings, products and stores
 // are its own, unchanged (07/bwd_v1's block and layouts from common/device/hopper_bwd_v1_block.cuh,
-// as in v1). O and L come from 09/hopper_v2_window.
+// as in v1). O and L come from 09/hopper_v5_window_single_units (the packed window forward with
+// grouped heads).
 //
 // What changed vs v1, and why
 //   One idea: the band of ch09_band.h in place of chapter 07's causal diagonal, in both kernels.
@@ -662,7 +663,7 @@ FA_REGISTER(VarlenBwdKernel,
              /*min_sm=*/90,
              /*window=*/true,
              /*deterministic=*/true,
-             /*forward=*/"09/hopper_v2_window",
+             /*forward=*/"09/hopper_v5_window_single_units",
              /*rounds_head_dim=*/true,
              /*gqa=*/true});
 

@@ -44,9 +44,9 @@
 //
 // Map of the kernel (as v1 and 07/v4)
 //   block       3 warpgroups (384 threads): producer + 2 consumers; Br = 128
-//   tiles       Bc = 128 for D = 64, 96, 128; 64 for D = 192, 256
-//   pipeline    kStages K slots and kStages V slots (4 / 2 / 2 / 2 / 2 for D = 64 / 96 / 128 / 192 / 256)
-//   smem        D 64: 144 KiB, D 96 and 128: 160 KiB (96 in two whole strips), D 192: 144 KiB, D 256: 192 KiB
+//   tiles       Bc = 128 for D = 64, 128; 64 for D = 256
+//   pipeline    kStages K slots and kStages V slots (4 / 2 / 2 for D = 64 / 128 / 256)
+//   smem        D 64: 144 KiB, D 128: 160 KiB, D 256: 192 KiB
 //   registers   producer 24, consumers 240 after setmaxnreg (compiled at 168), no spills
 // Speed: measured in chapters/09_serving/README.md
 #include <cuda.h>
@@ -72,10 +72,10 @@ struct VarlenParams {
   float* lse;
   const int32_t* cu_seqlens_q;  // batch + 1 offsets into the packed rows, on the device
   const int32_t* cu_seqlens_k;
-  int64_t total_q;   // rows of one head's slab of Q, O and L
-  int d;             // the real head dim, O's row length (D rounds it up)
-  int heads, group;  // query heads; query heads per K/V head
-  int num_q_tiles;   // ceil(max_seq_q / Br): Q tiles per (sequence, head)
+  int64_t total_q;  // rows of one head's slab of Q, O and L
+  int d;            // the real head dim, O's row length (D rounds it up)
+  int heads;        // query heads, each with its own K/V head
+  int num_q_tiles;  // ceil(max_seq_q / Br): Q tiles per (sequence, head)
   bool causal;
   int64_t window_left, window_right;  // -1: unlimited (shapes.h)
   float scale_log2;  // softmax_scale * log2(e); its absolute value is used (see negate_if)
@@ -114,7 +114,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // ---- The offset table: which sequence, head and Q tile this block is, and where they lie.
   const int64_t seq_head = blockIdx.x / p.num_q_tiles;  // sequence * heads + head
   const int q_tile = p.num_q_tiles - 1 - int(blockIdx.x % p.num_q_tiles);
-  const int b = int(seq_head / p.heads), h = int(seq_head % p.heads), h_kv = h / p.group;
+  const int b = int(seq_head / p.heads), h = int(seq_head % p.heads);
   const int q_start = p.cu_seqlens_q[b], k_start = p.cu_seqlens_k[b];  // first packed row
   const int64_t seq_q = p.cu_seqlens_q[b + 1] - q_start, seq_k = p.cu_seqlens_k[b + 1] - k_start;
   const int64_t q0 = int64_t(q_tile) * kBr;
@@ -148,12 +148,12 @@ __global__ void __launch_bounds__(kThreads, 1)
         hopper::mbar_arrive_expect_tx(&r.full_k[s], Sm::kKVBytes);
         for (int c = 0; c < Tl::kStrips; ++c)
           hopper::tma_load_3d(r.k(s) + c * kBc * 128, &tm_k, &r.full_k[s], c * kSwizzleCols,
-                              k_start + (first_tile + j) * kBc, h_kv);
+                              k_start + (first_tile + j) * kBc, h);
         if (use > 0) hopper::mbar_wait(&r.empty_v[s], (use - 1) & 1);  // freed a turn after K
         hopper::mbar_arrive_expect_tx(&r.full_v[s], Sm::kKVBytes);
         for (int c = 0; c < Tl::kStrips; ++c)
           hopper::tma_load_3d(r.v(s) + c * kBc * 128, &tm_v, &r.full_v[s], c * kSwizzleCols,
-                              k_start + (first_tile + j) * kBc, h_kv);
+                              k_start + (first_tile + j) * kBc, h);
       }
     }
     return;
@@ -221,8 +221,8 @@ void launch(const VarlenFwdArgs& a, cudaStream_t stream) {
   const CUtensorMap tm_q = make_tmap(a.q, s.heads, s.total_q(), d, kBr, a.dtype);
   CUtensorMap tm_k = tm_q, tm_v = tm_q;  // every K empty: no block loads a K/V tile (header)
   if (s.total_k() > 0) {
-    tm_k = make_tmap(a.k, s.kv_heads(), s.total_k(), d, Tiles<D>::kBc, a.dtype);
-    tm_v = make_tmap(a.v, s.kv_heads(), s.total_k(), d, Tiles<D>::kBc, a.dtype);
+    tm_k = make_tmap(a.k, s.heads, s.total_k(), d, Tiles<D>::kBc, a.dtype);
+    tm_v = make_tmap(a.v, s.heads, s.total_k(), d, Tiles<D>::kBc, a.dtype);
   }
   VarlenParams p;
   p.o = a.o;
@@ -232,7 +232,6 @@ void launch(const VarlenFwdArgs& a, cudaStream_t stream) {
   p.total_q = s.total_q();
   p.d = d;
   p.heads = int(s.heads);
-  p.group = int(s.heads / s.kv_heads());
   p.num_q_tiles = int(num_q_tiles);
   p.causal = s.causal;
   p.window_left = s.window_left;
@@ -244,8 +243,8 @@ void launch(const VarlenFwdArgs& a, cudaStream_t stream) {
 
 template <class T>
 void dispatch_head_dim(const VarlenFwdArgs& a, cudaStream_t stream) {
-  launch_head_dim_instance<true, true>(kName, a.shape.head_dim,
-                                       [&](auto d) { launch<T, decltype(d)::value>(a, stream); });
+  launch_head_dim_instance<false>(kName, a.shape.head_dim,
+                                  [&](auto d) { launch<T, decltype(d)::value>(a, stream); });
 }
 
 // 07's refusals (run_fwd_rung), less its fallback: a misaligned tensor is refused, not rerouted
@@ -258,7 +257,10 @@ void varlen_fwd(const VarlenFwdArgs& a, cudaStream_t stream) {
     FA_REQUIRE(s.seqlens_q[b] >= 0 && s.seqlens_k[b] >= 0, "negative sequence length");
   FA_UNSUPPORTED_IF(a.dtype != DType::BF16 && a.dtype != DType::F16,
                     std::string(kName) + " takes bf16 and fp16 only");
-  FA_REQUIRE(s.heads == 0 || s.heads % s.kv_heads() == 0, "heads must be a multiple of heads_kv");
+  FA_UNSUPPORTED_IF(s.kv_heads() != s.heads,
+                    std::string(kName) +
+                        ": one K/V head per query head (09/hopper_v5_window_single_units takes "
+                        "grouped heads)");
   FA_UNSUPPORTED_IF(gpu_info().sm != 90,
                     std::string(kName) +
                         " uses sm_90a instructions (wgmma, TMA): it runs on compute capability "
@@ -286,9 +288,9 @@ FA_REGISTER(VarlenFwdKernel,
              "v1 + a sliding window: the Q tile visits the band's key tiles (ch09_band.h), both "
              "of the band's edges masked, tiles outside it skipped",
              {DType::F16, DType::BF16},
-             {64, 96, 128, 192, 256},
+             {64, 128, 256},
              /*min_sm=*/90,
-             /*gqa=*/true,
+             /*gqa=*/false,
              /*window=*/true,
              /*rounds_head_dim=*/true});
 
