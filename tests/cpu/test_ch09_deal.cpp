@@ -123,10 +123,9 @@ TEST(Ch09Deal, HeaviestFirstBalancesTheLongBatch) {
     std::iota(natural.begin(), natural.end(), 0);
     const double v3 = busiest_over_mean(unit_costs(s, natural),
                                         [](uint32_t k, uint32_t b) { return k * kSms + b; });
-    const double v6 = busiest_over_mean(unit_costs(s, heaviest_first(s, kBr, kBc)),
-                                        [](uint32_t k, uint32_t b) {
-                                          return serpentine_unit(k, b, kSms);
-                                        });
+    const double v6 =
+        busiest_over_mean(unit_costs(s, heaviest_first(s, kBr, kBc)),
+                          [](uint32_t k, uint32_t b) { return serpentine_unit(k, b, kSms); });
     EXPECT_GT(v3, causal ? 1.12 : 1.06) << "v3's deal, the header's model";
     EXPECT_LT(v6, causal ? 1.07 : 1.02) << "v6's deal";
   }

@@ -337,7 +337,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (consumer == 1) hopper::named_bar_arrive(kTurnBar, kTurnThreads);
   SeqCursor cur;  // varlen: the sequence of the current unit, as the producer's
   for (uint32_t k = 0, u; (u = serpentine_unit(k, blockIdx.x, gridDim.x)) < sched.units; ++k) {
-    seek(cur, u, sched, p);                                         // varlen
+    seek(cur, u, sched, p);  // varlen
     const uint32_t unit = u - cur.first;
     const int h = int(unit / uint32_t(cur.per_head)), r = int(unit % uint32_t(cur.per_head));
     const int64_t seq_q = cur.seq_q, seq_k = cur.seq_k;
