@@ -62,7 +62,7 @@
 // 256; at D 128 on that batch within about 5% either way, by harness (chapter README, "The steps
 // as diffs"); three later rounds at D 128 (varlen_d128_rounds.md): 1.08-1.16x on the mixed and
 // square batches, 0.96x (full) and 0.99x (causal) on the long one. The dispatch's packed forward on
-// Hopper at every instance.
+// Hopper up to D 96 (from D 104 the next rung, hopper_v6_varlen_heaviest_first.cu).
 //
 // Map of the kernel (as 07/t52)
 //   grid        min(work units, SMs) blocks, one per SM
