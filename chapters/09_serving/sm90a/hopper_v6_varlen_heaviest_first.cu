@@ -46,9 +46,9 @@
 // D 96 0.97-1.04x (the long batch 0.97x both ways at D 96), so the dispatch keeps v3 up to D 96.
 // Nsight Compute on the long batch at D 128 (ncu_long_batch_v6.txt): the busiest SM 6.7% above
 // the mean causal (the model: 6.3%) and 1.1% full (1.0%), against v3's 12.7% and 6.8%, the mean
-// SM's active cycles unchanged; at the profiler's locked clocks the kernel ran 1.05x (causal)
-// and 1.07x (full) v3's time, where at the GPU's own clocks fa_bench finds the full batch level
-// (not explained; not profiled further). Through the library on the same batch
+// SM's active cycles unchanged; at the profiler's locked clocks the kernel was 1.05x (causal)
+// and 1.07x (full) faster than v3, where at the GPU's own clocks fa_bench finds the full batch
+// level (not explained; not profiled further). Through the library on the same batch
 // (compare_serving.py, varlen_v6_peers.log): 579.2 | 476.9 TFLOP/s full | causal, v3 556.6 |
 // 468.3, hopper_v1_varlen 592.1 | 514.2.
 //
