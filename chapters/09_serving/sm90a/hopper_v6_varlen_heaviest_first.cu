@@ -447,8 +447,9 @@ void varlen_fwd(const VarlenFwdArgs& a, cudaStream_t stream) {
     FA_REQUIRE(s.seqlens_q[b] >= 0 && s.seqlens_k[b] >= 0, "negative sequence length");
   FA_UNSUPPORTED_IF(a.dtype != DType::BF16 && a.dtype != DType::F16,
                     std::string(kName) + " takes bf16 and fp16 only");
-  FA_UNSUPPORTED_IF(s.has_window(),
-                    std::string(kName) + ": no sliding window (09/hopper_v2_window takes one)");
+  FA_UNSUPPORTED_IF(
+      s.has_window(),
+      std::string(kName) + ": no sliding window (09/hopper_v5_window_single_units takes one)");
   FA_REQUIRE(s.heads == 0 || s.heads % s.kv_heads() == 0, "heads must be a multiple of heads_kv");
   FA_UNSUPPORTED_IF(gpu_info().sm != 90,
                     std::string(kName) +
