@@ -15,7 +15,7 @@
 //     the block that drew the heaviest unit of one round draws the lightest of the next (dealt
 //     the same way each round, block 0 would draw the heaviest of every round).
 // A block's units still grow from one round to the next (the cursor over cu_seqlens only moves
-// forward), and every unit is dealt exactly once (tests/cpu/test_ch09_band_model.cpp).
+// forward), and every unit is dealt exactly once (tests/cpu/test_ch09_deal.cpp).
 #pragma once
 #include <algorithm>
 #include <cstdint>
