@@ -419,7 +419,7 @@ void add_paged_shapes() {
         // the block table (a column wider than needed).
         for (const fa::PagedFwdKernel* k : fa::entries_with_prefix<fa::PagedFwdKernel>("")) {
           if (!fa::supports(k->dtypes, t) || !fa::takes_head_dim(*k, d) ||
-              !fa::supports(k->page_sizes, page))
+              !fa::supports(k->page_sizes, page) || !k->gqa)  // the shape groups the heads
             continue;
           // A head dim its smallest instance computes at twice the work or more (D 128 and 80 in
           // 09/paged_v5_decode_d256, which the dispatch runs above 128 only): not timed.

@@ -68,6 +68,14 @@ struct Row {
     r.rounded = Rule::Tri::Yes;
     return *this;
   }
+  Row& exact() {  // the head dims the kernel lists, none it rounds up
+    r.rounded = Rule::Tri::No;
+    return *this;
+  }
+  Row& pages_from(int64_t keys) {
+    r.page_min = keys;
+    return *this;
+  }
   Row& decoding() {
     r.seq_q_max = kDecodeSeqQ;
     return *this;
@@ -766,16 +774,28 @@ const std::vector<Rule>& dispatch_table() {
                    "contiguous cache; 1.09-1.47x 09/hopper_paged_pack_gqa (what Hopper ran) and "
                    "3.8-5.7x 09/paged_v3_prefill_any_head_dim (what ran it before sm_90)",
                    log("paged_d256.log", kRun1206)),
-      on(Op::PagedFwd, "09/hopper_paged_prefill")
+      on(Op::PagedFwd, "09/hopper_paged_pack_gqa")
           .hopper()
-          .because("chunks of queries through a block table on wgmma (07/v4 with the table in its "
-                   "producer), every head dim up to 256 (multiples of 8 rounded up inside): at "
-                   "D 128 532-581 TFLOP/s over pages 16-256, 1.45-1.61x 09/paged_v2_prefill and "
-                   "0.96-1.05x 07/v5_persistent on the contiguous cache; D 80 357-407, 3.9-4.9x "
-                   "the decode kernel that ran it before; D 256 548-605, where no paged kernel ran "
-                   "before (three rounds); 09/hopper_paged_pack_gqa ran level with it on these "
-                   "chunks in a later run (paged_pack.log)",
-                   log("paged_hopper.log", kRun1203)),
+          .dims({256})
+          .exact()
+          .pages_from(256)
+          .because("chunks of queries at D 256 through pages of 256 keys: 07/v4's 64-key tile, one "
+                   "TMA box a strip, with the group's query heads in one Q tile: 1.07x "
+                   "09/hopper_paged_prefill_persistent, whose 80-key tile takes 3 to 5 boxes a "
+                   "strip (H100, B 8, H 32, H_kv 8, 512 queries over 32768 keys, three rounds); "
+                   "level with it at pages of 16 and 64 (0.99-1.00x)",
+                   log("paged_persistent_vs_pack.md", kRun1206)),
+      on(Op::PagedFwd, "09/hopper_paged_prefill_persistent")
+          .hopper()
+          .because("chunks of queries through a block table on wgmma (07/t52 with the table in its "
+                   "producer: persistent, FlashAttention-3's K/V tiles, instances at 96 and 192), "
+                   "every head dim up to 256 (multiples of 8 rounded up inside), grouped heads. "
+                   "H100, B 8, H 32, H_kv 8, 512 queries over 32768 keys, pages 16-256, three "
+                   "rounds, against the kernel that ran them before (09/hopper_paged_prefill with "
+                   "grouped heads and its own 96 and 192): D 128 0.98-1.02x, D 80 1.01-1.04x, "
+                   "D 192 1.07-1.12x, D 256 0.96-1.01x; against 09/hopper_paged_pack_gqa "
+                   "0.99-1.05x at D 128, 1.08-1.32x at D 80 and 192, D 256 in the row above",
+                   log("paged_persistent_rounds.md", kRun1206)),
       on(Op::PagedFwd, "09/paged_v2_prefill")
           .because("chunks of queries through a block table before sm_90 (mma.sync): 367-378 "
                    "TFLOP/s against the decode kernel's 138-156",
@@ -862,6 +882,8 @@ std::string Rule::conditions() const {
   if (window == Tri::Yes) os << ", window";
   if (gqa == Tri::Yes) os << ", grouped K/V heads";
   if (rounded == Tri::Yes) os << ", head dims rounded up";
+  if (rounded == Tri::No) os << ", head dims as listed";
+  if (page_min > 0) os << ", pages of " << page_min << "+ keys";
   if (seq_q_max >= 0) os << ", seq_q <= " << seq_q_max;
   if (seq_k_min > 0 && seq_k_max >= 0)
     os << ", " << seq_k_min << " <= seq_k <= " << seq_k_max;
@@ -918,6 +940,7 @@ bool row_holds(const Rule& r, const Problem& p, int sm) {
     return false;
   if (r.seq_q_max >= 0 && p.seq_q > r.seq_q_max) return false;
   if (p.seq_k < r.seq_k_min || (r.seq_k_max >= 0 && p.seq_k > r.seq_k_max)) return false;
+  if (r.page_min > 0 && p.page_size < r.page_min) return false;  // 0: the page size is not known
   return true;
 }
 
@@ -985,6 +1008,7 @@ std::string cannot_run_at_all(const std::string& name, const Problem& p, int sm,
     if (const PagedFwdKernel* k = find_entry<PagedFwdKernel>(name)) {
       *kind = "paged_fwd";
       if (k->min_sm > sm) return need_sm(k->min_sm);
+      if (p.gqa && !k->gqa) return "takes no grouped K/V heads";
       if (p.window) return "takes no sliding window";
       if (p.page_size > 0 && !supports(k->page_sizes, p.page_size))
         return "no version for pages of " + std::to_string(p.page_size) + " keys";

@@ -66,6 +66,7 @@ struct Rule {
   Tri rounded = Tri::Any;  // Yes: head dims the kernel does not list but rounds up to one it does
   int64_t seq_q_max = -1;  // -1: no limit
   int64_t seq_k_min = 0, seq_k_max = -1;  // keys per sequence; -1: no limit
+  int64_t page_min = 0;                   // PagedFwd: pages of at least this many keys; 0: any
   std::string why;                        // what the measurement showed, in a line
   std::string measured;  // the log it showed it in, relative to the repository root
 

@@ -994,7 +994,7 @@ RunResult run_paged_fwd(const PagedFwdKernel& k, const PagedShape& s, DType t,
   if (r.message.empty() &&
       std::find(k.page_sizes.begin(), k.page_sizes.end(), p.page_size) == k.page_sizes.end())
     r.message = "this kernel takes no page size " + std::to_string(p.page_size);
-  if (r.message.empty()) r.message = grouped_heads_refusal(p.sequence(0), true);
+  if (r.message.empty()) r.message = grouped_heads_refusal(p.sequence(0), k.gqa);
   if (!r.message.empty()) {
     r.status = Status::Unsupported;
     return r;

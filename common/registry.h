@@ -271,6 +271,7 @@ struct PagedFwdKernel {
   std::vector<int> head_dims = {64, 128};
   std::vector<int> page_sizes = {16, 64, 256};
   int min_sm = 80;
+  bool gqa = false;       // takes heads_kv < heads
   bool decoding = false;  // written for seq_q <= kDecodeSeqQ (harness.h); correct for every seq_q
   bool rounds_head_dim = false;      // as AttentionFwdKernel's
   int head_dim_step = kHeadDimStep;  // as AttentionFwdKernel's

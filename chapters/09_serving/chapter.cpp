@@ -576,6 +576,7 @@ int run(const std::vector<std::string>& args) {
     // A ragged batch too: the empty and one-key sequences, tails that end mid-page.
     PagedShape ragged = decode;
     const std::vector<int64_t> mix = {0, 1, 17, 129, 1000, seq_k / 2 + 3, seq_k - 1, seq_k};
+    const bool grouped = decode.kv_heads() != decode.heads;  // a kernel without GQA sits it out
     for (int64_t b = 0; b < batch; ++b) ragged.seqlens_k[b] = std::min(seq_k, mix[b % mix.size()]);
     for (DType t : dtypes) {
       for (int64_t chunk_len : {int64_t(1), chunk}) {
@@ -588,7 +589,8 @@ int run(const std::vector<std::string>& args) {
           s.page_size = page;  // num_pages, max_pages left 0: the harness sizes the pool
           if (wants(parts, "paged"))
             for (const PagedFwdKernel* k : kernels.paged)
-              if (takes(*k, t, head_dim) && fa::supports(k->page_sizes, int(page)))
+              if (takes(*k, t, head_dim) && fa::supports(k->page_sizes, int(page)) &&
+                  (k->gqa || !grouped))
                 rows.push_back(fa::run_paged_fwd(*k, s, t, opt));
           if (wants(parts, "append"))
             for (const PagedAppendKernel* k : kernels.append)
@@ -604,7 +606,8 @@ int run(const std::vector<std::string>& args) {
       if (wants(parts, "paged") && !page_sizes.empty()) {
         ragged.page_size = page_sizes.front();
         for (const PagedFwdKernel* k : kernels.paged)
-          if (takes(*k, t, head_dim) && fa::supports(k->page_sizes, int(ragged.page_size)))
+          if (takes(*k, t, head_dim) && fa::supports(k->page_sizes, int(ragged.page_size)) &&
+              (k->gqa || !grouped))
             rows.push_back(fa::run_paged_fwd(*k, ragged, t, opt));
       }
     }

@@ -435,5 +435,6 @@ FA_REGISTER(PagedFwdKernel,
              {64, 128},
              {16, 64, 256},
              /*min_sm=*/80,
+             /*gqa=*/true,
              /*decoding=*/true,
              /*rounds_head_dim=*/true});

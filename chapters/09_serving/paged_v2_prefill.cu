@@ -567,6 +567,7 @@ FA_REGISTER(PagedFwdKernel,
              {64, 128},
              {16, 64, 256},
              /*min_sm=*/80,
+             /*gqa=*/true,
              /*decoding=*/false});
 FA_REGISTER_SMEM(fa::kName, [](int d) {
   return fa::smem_at<64, 128>(d, [](auto D) { return fa::SmemLayout<decltype(D)::value>::kBytes; });

@@ -466,6 +466,7 @@ FA_REGISTER(PagedFwdKernel,
              {32, 64, 96, 128, 256},
              {16, 64, 256},
              /*min_sm=*/80,
+             /*gqa=*/true,
              /*decoding=*/false,
              /*rounds_head_dim=*/true,
              /*head_dim_step=*/1});

@@ -415,6 +415,7 @@ FA_REGISTER(PagedFwdKernel,
              {256},
              {16, 64, 256},
              /*min_sm=*/80,
+             /*gqa=*/true,
              /*decoding=*/true,
              /*rounds_head_dim=*/true});
 // Its ring needs 128 KiB a block: the dispatch passes it over on a GPU that gives a block less.

@@ -473,7 +473,7 @@ const char* fa_py_list_serving_kernels(void) {
     for (const fa::PagedFwdKernel* k : fa::entries_with_prefix<fa::PagedFwdKernel>(""))
       os << "paged_fwd\t" << k->name << "\t" << fa::dtype_list(k->dtypes) << "\t"
          << head_dims_list(k->head_dims) << "\t" << k->min_sm << "\t"
-         << serving_flags(true, false, k->decoding, true) << "\t" << head_dims_list(k->page_sizes)
+         << serving_flags(k->gqa, false, k->decoding, true) << "\t" << head_dims_list(k->page_sizes)
          << "\t\t" << k->about << "\n";
     for (const fa::PagedAppendKernel* k : fa::entries_with_prefix<fa::PagedAppendKernel>(""))
       os << "append\t" << k->name << "\t" << fa::dtype_list(k->dtypes) << "\t\t" << k->min_sm
@@ -512,6 +512,7 @@ int fa_py_supported_ex(const char* kind, const char* name, const char* dtype, in
     } else if (k == "paged_fwd") {
       const auto& kernel = find_kernel<fa::PagedFwdKernel>(name);
       require_runnable(kernel, t(), head_dim);
+      if (gqa && !kernel.gqa) throw fa::Unsupported(kNoGqa);
       if (window) throw fa::Unsupported(kNoWindow);
       if (page_size != 0) require_page_size(kernel, page_size);
     } else if (k == "append") {
@@ -649,6 +650,7 @@ int fa_py_paged_fwd(const char* name, const void* q, const void* k_pages, const 
     require_pointer(seqlens_k, "seqlens_k");
     require_runnable(kernel, t, head_dim);
     require_page_size(kernel, page_size);
+    if (a.shape.kv_heads() != a.shape.heads && !kernel.gqa) throw fa::Unsupported(kNoGqa);
     a.q = q;
     a.k_pages = k_pages;
     a.v_pages = v_pages;

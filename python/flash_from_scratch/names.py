@@ -21,7 +21,7 @@ VARLEN_WINDOW_BWD = "09/bwd_v2_window"  # varlen backward with a sliding window
 HOPPER_VARLEN_FWD = "09/hopper_v3_varlen_persistent"  # varlen forward on wgmma + TMA, GQA (sm_90a)
 PAGED_DECODE = "09/paged_v1_decode"  # paged forward written for decoding (seq_q <= 16)
 PAGED_PREFILL = "09/paged_v2_prefill"  # paged forward for chunks of queries
-HOPPER_PAGED_PREFILL = "09/hopper_paged_prefill"  # chunks on wgmma + TMA, D up to 256 (sm_90a)
+HOPPER_PAGED_PREFILL = "09/hopper_paged_prefill_persistent"  # chunks on 07/t52, D up to 256 (sm_90a)
 APPEND_KV = "09/append_kv"           # new keys and values into the pages
 
 DECODE_SEQ_Q = 16  # kDecodeSeqQ (common/harness.h): the paged decode kernel's seq_q range

@@ -336,7 +336,8 @@ def paged_attention(q, k_pages, v_pages, block_table, seqlens_k, causal=False, s
     masks bottom-right). Entries past a sequence's last page are not read (-1 by convention).
     kernel="auto": the dispatch's choice (09/paged_v1_decode for seq_q <= 16 at head dims up
     to 128, multiples of 8, and 09/paged_v5_decode_d256 above 128; longer chunks on
-    Hopper 09/hopper_paged_prefill, every multiple of 8 up to 256, and before sm_90
+    Hopper 09/hopper_paged_prefill_persistent, every multiple of 8 up to 256 (D 256 with
+    pages of 256: 09/hopper_paged_pack_gqa), and before sm_90
     09/paged_v2_prefill at D 64 and 128, 09/paged_v1_decode at the other head dims up to 128). Forward only: returns O [B, H, seq_q, D] (and L fp32 [B, H, seq_q]
     with return_lse=True).
     """

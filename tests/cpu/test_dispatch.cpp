@@ -593,13 +593,13 @@ TEST(Dispatch, EachKindOfProblemGoesWhereItsRowSays) {
   paged.page_size = 64;
   EXPECT_EQ(fa::pick(paged, 90).kernel, "09/paged_v1_decode");
   paged.seq_q = 512;
-  EXPECT_EQ(fa::pick(paged, 90).kernel, "09/hopper_paged_prefill");
+  EXPECT_EQ(fa::pick(paged, 90).kernel, "09/hopper_paged_prefill_persistent");
   EXPECT_EQ(fa::pick(paged, 80).kernel, "09/paged_v2_prefill");
   // Head dims between the instances: decoding on the decoding kernel, which rounds them up, on
   // every GPU; chunks of queries on the Hopper kernel, which rounds them too, and before sm_90 on
   // 09/paged_v3 (05/t17 through the table; paged_v2_prefill takes 64 and 128 only).
   paged.head_dim = 80;
-  EXPECT_EQ(fa::pick(paged, 90).kernel, "09/hopper_paged_prefill");
+  EXPECT_EQ(fa::pick(paged, 90).kernel, "09/hopper_paged_prefill_persistent");
   EXPECT_EQ(fa::pick(paged, 80).kernel, "09/paged_v3_prefill_any_head_dim");
   paged.seq_q = 1;
   for (int sm : {80, 90}) EXPECT_EQ(fa::pick(paged, sm).kernel, "09/paged_v1_decode") << sm;
@@ -608,22 +608,42 @@ TEST(Dispatch, EachKindOfProblemGoesWhereItsRowSays) {
   for (int sm : {80, 90})
     EXPECT_EQ(fa::pick(paged, sm).kernel, "09/paged_v4_decode_any_head_dim") << sm;
   // Past 128, decoding on every GPU in 09/paged_v5 (paged_v1 at D 256, ahead of the Hopper
-  // kernel that packs the group into one Q tile); chunks in hopper_paged_prefill on Hopper, before
-  // sm_90 in 09/paged_v3 (05/t17 through the table).
+  // kernel that packs the group into one Q tile); chunks in hopper_paged_prefill_persistent on
+  // Hopper, before sm_90 in 09/paged_v3 (05/t17 through the table).
   for (int d : {192, 256}) {
     paged.head_dim = d;
     for (int64_t seq_q : {1, 512}) {
       paged.seq_q = seq_q;
       EXPECT_EQ(fa::pick(paged, 90).kernel,
-                seq_q == 1 ? "09/paged_v5_decode_d256" : "09/hopper_paged_prefill")
+                seq_q == 1 ? "09/paged_v5_decode_d256" : "09/hopper_paged_prefill_persistent")
           << d << " " << seq_q;
       EXPECT_EQ(fa::pick(paged, 80).kernel,
                 seq_q == 1 ? "09/paged_v5_decode_d256" : "09/paged_v3_prefill_any_head_dim")
           << d << " " << seq_q;
     }
   }
+  // D 256 exactly, pages of 256: 07/v4's one box a strip (hopper_paged_pack_gqa) beats t52's 80-key
+  // tile; at smaller pages, at D 200 (computed at 256) or with the page size unknown, t52's.
   paged.seq_q = 512;
+  paged.head_dim = 256;
+  paged.page_size = 256;
+  EXPECT_EQ(fa::pick(paged, 90).kernel, "09/hopper_paged_pack_gqa");
+  paged.gqa = true;
+  EXPECT_EQ(fa::pick(paged, 90).kernel, "09/hopper_paged_pack_gqa");
+  for (int64_t page : {0, 16, 64}) {
+    paged.page_size = int(page);
+    EXPECT_EQ(fa::pick(paged, 90).kernel, "09/hopper_paged_prefill_persistent") << page;
+  }
+  paged.head_dim = 200;
+  paged.page_size = 256;
+  EXPECT_EQ(fa::pick(paged, 90).kernel, "09/hopper_paged_prefill_persistent");
+  // Grouped heads at D 128: never 09/hopper_paged_prefill (one K/V head per query head).
   paged.head_dim = 128;
+  for (int page : {16, 64, 256}) {
+    paged.page_size = page;
+    EXPECT_EQ(fa::pick(paged, 90).kernel, "09/hopper_paged_prefill_persistent") << page;
+  }
+  paged.gqa = false;
   paged.page_size = 7;
   EXPECT_FALSE(fa::pick(paged, 90));
 }

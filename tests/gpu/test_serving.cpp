@@ -392,6 +392,9 @@ class PagedFwdKernels : public VariantTest {
         out.push_back(p);
     return out;
   }
+  // heads_kv for a test that groups the heads: hkv where the kernel takes grouped K/V heads,
+  // else one K/V head per query head (09/hopper_paged_prefill; the refusal has its own test).
+  int64_t kv(int64_t hkv, int64_t heads) { return kernel().gqa ? hkv : heads; }
 };
 
 TEST_P(PagedFwdKernels, DecodingOverShuffledPages) {
@@ -401,6 +404,7 @@ TEST_P(PagedFwdKernels, DecodingOverShuffledPages) {
       for (int64_t hkv : {2, 8})
         for (int64_t nq : {1, 4})
           for (bool causal : {false, true}) {
+            if (kv(hkv, 8) != hkv) continue;  // grouped: only where the kernel takes it
             const PagedShape s = paged(kCache, 8, hkv, d, nq, page, causal);
             SCOPED_TRACE(s.str() + " " + fa::dtype_name(t));
             FA_EXPECT_PASS(fa::run_paged_fwd(kernel(), s, t, check_only(page + nq * 3 + hkv)));
@@ -443,7 +447,7 @@ TEST_P(PagedFwdKernels, Cache131072Keys) {
     if (x <= 128) d = x;
   for (int64_t nq : {int64_t(1), int64_t(fa::kDecodeSeqQ + 1)})
     for (bool causal : {false, true}) {
-      const PagedShape s = paged({131072, 1000}, 16, 4, d, nq, page_sizes().back(), causal);
+      const PagedShape s = paged({131072, 1000}, 16, kv(4, 16), d, nq, page_sizes().back(), causal);
       SCOPED_TRACE(s.str() + " " + fa::dtype_name(t));
       FA_EXPECT_PASS(fa::run_paged_fwd(k, s, t, check_only(uint64_t(nq + causal), 2)));
     }
@@ -458,7 +462,7 @@ TEST_P(PagedFwdKernels, ChunkOfQueries) {
   for (auto [t, d] : variants(kernel()))
     for (int64_t page : page_sizes())
       for (bool causal : {false, true}) {
-        const PagedShape s = paged(kCache, 8, 2, d, chunk, page, causal);
+        const PagedShape s = paged(kCache, 8, kv(2, 8), d, chunk, page, causal);
         SCOPED_TRACE(s.str() + " " + fa::dtype_name(t));
         // Four of the eight heads, two per K/V head: the reference of 200 rows x 5243 keys x 8
         // heads would be most of the test's time.
@@ -488,9 +492,10 @@ TEST_P(PagedFwdKernels, RoundedHeadDims) {
     for (int d : dims)
       for (int64_t page : page_sizes())
         for (bool causal : {false, true}) {
-          const std::vector<PagedShape> shapes = {paged(kCache, 8, 2, d, 1, page, causal),
-                                                  paged(kCache, 8, 8, d, 1, page, causal),
-                                                  paged(kCache, 8, 2, d, chunk, page, causal)};
+          const std::vector<PagedShape> shapes = {
+              paged(kCache, 8, kv(2, 8), d, 1, page, causal),
+              paged(kCache, 8, 8, d, 1, page, causal),
+              paged(kCache, 8, kv(2, 8), d, chunk, page, causal)};
           for (const PagedShape& s : shapes) {
             SCOPED_TRACE(s.str() + " " + fa::dtype_name(t));
             FA_EXPECT_PASS(fa::run_paged_fwd(k, s, t, check_only(uint64_t(d + page + causal), 4)));
@@ -505,17 +510,29 @@ TEST_P(PagedFwdKernels, RoundedHeadDims) {
       FA_EXPECT_PASS(fa::run_paged_fwd(k, s, k.dtypes.back(), check_only(59 + s.heads, 2)));
     }
     const fa::RunResult r = fa::run_paged_fwd(
-        k, paged({33, 5}, 4, 2, k.head_dims.back() + 1, 1, page_sizes().front(), true),
+        k, paged({33, 5}, 4, kv(2, 4), k.head_dims.back() + 1, 1, page_sizes().front(), true),
         k.dtypes.front(), check_only(3));
     EXPECT_EQ(r.status, fa::Status::Unsupported) << r.report();
     return;
   }
   for (int d : {59, 111}) {
-    const fa::RunResult r = fa::run_paged_fwd(
-        k, paged({33, 5}, 4, 2, d, 1, page_sizes().front(), true), k.dtypes.front(), check_only(3));
+    const fa::RunResult r =
+        fa::run_paged_fwd(k, paged({33, 5}, 4, kv(2, 4), d, 1, page_sizes().front(), true),
+                          k.dtypes.front(), check_only(3));
     EXPECT_EQ(r.status, fa::Status::Unsupported) << r.report();
     EXPECT_NE(r.message.find("multiples of 8"), std::string::npos) << r.message;
   }
+}
+
+// A kernel that does not declare grouped K/V heads refuses them, naming why, and never runs.
+TEST_P(PagedFwdKernels, GroupedHeadsRefusedUnlessDeclared) {
+  FA_SKIP_WITHOUT_GPU(kernel().min_sm);
+  if (kernel().gqa) GTEST_SKIP() << kernel().name << " takes grouped K/V heads (tested above)";
+  auto [t, d] = variants(kernel()).front();
+  const fa::RunResult r = fa::run_paged_fwd(
+      kernel(), paged({100, 7}, 4, 2, d, 3, page_sizes().front(), true), t, check_only(73));
+  EXPECT_EQ(r.status, fa::Status::Unsupported) << r.report();
+  EXPECT_NE(r.message.find("grouped"), std::string::npos) << r.message;
 }
 
 TEST_P(PagedFwdKernels, UnlistedPageSizeIsRefused) {
@@ -657,7 +674,8 @@ TEST(SanitizeSmallServing, PagedKernels) {
       continue;
     for (DType t : k->dtypes)
       for (int d : sanitized_dims(*k)) {
-        const PagedShape s = paged({17, 0, 33}, 4, 2, d, 2, k->page_sizes.front(), true);
+        const PagedShape s =
+            paged({17, 0, 33}, 4, k->gqa ? 2 : 4, d, 2, k->page_sizes.front(), true);
         sanitize_case(k->name + " " + s.str(),
                       [&] { return fa::run_paged_fwd(*k, s, t, check_only(3)); });
       }

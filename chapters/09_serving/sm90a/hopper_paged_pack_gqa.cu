@@ -224,8 +224,8 @@ void launch(const PagedFwdArgs& a, cudaStream_t stream) {
 
 template <class T>
 void dispatch_head_dim(const PagedFwdArgs& a, cudaStream_t stream) {
-  launch_head_dim_instance<true, true>(kName, a.shape.head_dim,
-                                       [&](auto d) { launch<T, decltype(d)::value>(a, stream); });
+  launch_head_dim_instance<false>(kName, a.shape.head_dim,
+                                  [&](auto d) { launch<T, decltype(d)::value>(a, stream); });
 }
 
 // hopper_paged_prefill's refusals (a group's packed rows within int32 TMA coordinates).
@@ -273,9 +273,10 @@ FA_REGISTER(PagedFwdKernel,
              "(FlashAttention-3's pack GQA): Q, O and L as [batch * heads_kv, group * seq_q, d], "
              "each K/V tile loaded once per group; causal masks by a row's position r % seq_q",
              {DType::BF16, DType::F16},
-             {64, 96, 128, 192, 256},
+             {64, 128, 256},
              {16, 64, 256},
              /*min_sm=*/90,
+             /*gqa=*/true,
              /*decoding=*/false,
              /*rounds_head_dim=*/true});
 

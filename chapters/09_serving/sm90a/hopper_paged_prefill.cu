@@ -8,14 +8,14 @@
 //
 // The problem is 09/paged_v2_prefill's (shapes.h, PagedShape): sequence b brings seq_q new
 // queries (Q, O [batch, heads, seq_q, d], as in chapter 07) and attends to its cache of
-// seqlens_k[b] keys, causal bottom-right; K and V are pools of pages [num_pages, heads_kv,
+// seqlens_k[b] keys, causal bottom-right; K and V are pools of pages [num_pages, heads,
 // page_size, d], key j of sequence b being row j % page_size of page
 // block_table[b * max_pages + j / page_size].
 //
 // What changed vs 07/v4, and why
 //   One idea: the producer finds each K/V tile through the block table. 07's K and V maps are
 //   [batch * heads][seq_k][d] and a tile is one box per 64-column strip at row j Bc. Here the maps
-//   describe the pools as [num_pages * heads_kv][page_size][d] (make_tmap, unchanged: a page's
+//   describe the pools as [num_pages * heads][page_size][d] (make_tmap, unchanged: a page's
 //   rows of one K/V head are contiguous, one "head" of the map), and a tile's Bc keys are cut into
 //   boxes of min(Bc, page_size) rows, each inside one page (both are powers of two): one box per
 //   strip when a page holds a whole tile (page 256, or 128 at Bc 128), Bc / page_size boxes when
@@ -24,8 +24,7 @@
 //   block_table[(j Bc + u rows) / page_size]; it lands u rows further down each strip. Every box
 //   is rows x 128 bytes with rows >= 16, a whole number of 1024-byte swizzle atoms, so the boxes
 //   of one strip together are exactly 07's tile, swizzled the same way, and the consumers read
-//   it with 07's descriptors. The K/V head is page * heads_kv + h / group, the map's third
-//   coordinate. The producer is a warp instead of 07's one thread: lane u reads box u's entry
+//   it with 07's descriptors. The K/V head is page * heads + h, the map's third coordinate. The producer is a warp instead of 07's one thread: lane u reads box u's entry
 //   and issues box u, so a tile's entries (up to 8) are one load, not one dependent load per box
 //   before each issue; with one thread, pages of 16 ran 0.61x pages of 64 (H200, D 128).
 //
@@ -46,20 +45,20 @@
 //
 //   Per sequence: seqlens_k[b] is read on the device, and kv_tiles gets this sequence's seq_k;
 //   the grid (Q tiles x batch x heads) does not depend on it, and a sequence with no key writes
-//   O = 0 and L = -inf (07's epilogue for a row that saw no key). Grouped-query attention costs
-//   one division (07/v4 took none): query head h reads K/V head h / (heads / heads_kv).
-//   Head dims 64, 128, 256 as 07/v4, 96 and 192 as 07/t52 (72-96 and 136-192 run there), and the multiples of 8
-//   between them rounded up as 07 does
-//   (head_dim_instance, hopper_attention.cuh): the pools' rows are d long, TMA zero-fills the
-//   columns past d. Page sizes: powers of two from 16 up.
+//   O = 0 and L = -inf (07's epilogue for a row that saw no key).
+//   07/v4's head dims (64, 128, 256, and the multiples of 8 between them rounded up as 07 does:
+//   head_dim_instance, hopper_attention.cuh; the pools' rows are d long, TMA zero-fills the
+//   columns past d) and one K/V head per query head, as 07/v4: grouped heads and the instances at
+//   96 and 192 are 07/t52's, and 09/hopper_paged_prefill_persistent puts the table into t52.
+//   Page sizes: powers of two from 16 up.
 //
 //   07's timeline marks (FA_TL_*) are left out: only chapter 07's timeline program records them.
 //
 // Map of the kernel (as 07/v4)
 //   block       3 warpgroups (384 threads): producer + 2 consumers; Br = 128
-//   tiles       Bc = 128 for D = 64, 128; 64 for D = 192, 256; Bc / min(Bc, page_size) boxes a strip
-//   pipeline    kStages K slots and kStages V slots (4 / 2 / 2 / 2 for D = 64 / 128 / 192 / 256)
-//   smem        D 64: 144 KiB, D 128: 160 KiB, D 192: 144 KiB, D 256: 192 KiB
+//   tiles       Bc = 128 for D = 64, 128; 64 for D = 256; Bc / min(Bc, page_size) boxes a strip
+//   pipeline    kStages K slots and kStages V slots (4 / 2 / 2 for D = 64 / 128 / 256)
+//   smem        D 64: 144 KiB, D 128: 160 KiB, D 256: 192 KiB
 //   registers   producer 24, consumers 240 after setmaxnreg (compiled at 168), no spills
 // Speed: measured in chapters/09_serving/README.md
 #include <cuda.h>
@@ -88,10 +87,9 @@ struct PagedParams {
   int64_t seq_q;
   int64_t max_pages;  // the table's width
   int d;              // the real head dim, O's row length (D rounds it up)
-  int heads, group;   // query heads; query heads per K/V head
-  int heads_kv;
-  int page_shift;  // log2(page_size)
-  int box_shift;   // log2(rows of one box): min(log2 Bc, page_shift)
+  int heads;          // query heads, and K/V heads (one each)
+  int page_shift;     // log2(page_size)
+  int box_shift;      // log2(rows of one box): min(log2 Bc, page_shift)
   int num_q_tiles;
   bool causal;
   float scale_log2;  // softmax_scale * log2(e); its absolute value is used (see negate_if)
@@ -113,7 +111,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int q_tile = p.num_q_tiles - 1 - int(blockIdx.x % p.num_q_tiles);
   const int64_t q0 = int64_t(q_tile) * kBr;
   const int64_t b = bh / p.heads;
-  const int h_kv = int(bh % p.heads) / p.group;
+  const int h = int(bh % p.heads);
   const int seq_k = p.seqlens_k[b];
   const KvTiles range = kv_tiles(q0, kBr, p.seq_q, seq_k, kBc, p.causal);
   const int n_tiles = int(range.visit), n_unmasked = int(range.unmasked);
@@ -137,7 +135,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int page = __ldg(table + (min(key, seq_k - 1) >> p.page_shift));
         for (int c = 0; c < Tl::kStrips; ++c)
           hopper::tma_load_3d(slot + c * kBc * 128 + row * 128, tm, full, c * kSwizzleCols,
-                              key & in_page, page * p.heads_kv + h_kv);
+                              key & in_page, page * p.heads + h);
       }
     };
     if (t < 32) {
@@ -214,15 +212,15 @@ void launch(const PagedFwdArgs& a, cudaStream_t stream) {
   const int64_t blocks = num_q_tiles * s.batch() * s.heads;
   FA_UNSUPPORTED_IF(blocks > INT_MAX, std::string(kName) + ": more than 2^31-1 thread blocks");
   set_smem_limit_once<kKernel, kSmemBytes>();
-  // Q as 07's [batch * heads][seq_q][d]; the pools as [num_pages * heads_kv][page_size][d], read
+  // Q as 07's [batch * heads][seq_q][d]; the pools as [num_pages * heads][page_size][d], read
   // in boxes of min(Bc, page_size) rows. d <= D: the boxes' columns past it arrive as zeros.
   const int d = int(s.head_dim);
   const int box_rows = int(std::min<int64_t>(kBc, s.page_size));
   const CUtensorMap tm_q = make_tmap(a.q, s.batch() * s.heads, s.seq_q, d, kBr, a.dtype);
   CUtensorMap tm_k = tm_q, tm_v = tm_q;  // no page: no sequence has a key, nothing reads K or V
   if (s.num_pages > 0) {
-    tm_k = make_tmap(a.k_pages, s.num_pages * s.kv_heads(), s.page_size, d, box_rows, a.dtype);
-    tm_v = make_tmap(a.v_pages, s.num_pages * s.kv_heads(), s.page_size, d, box_rows, a.dtype);
+    tm_k = make_tmap(a.k_pages, s.num_pages * s.heads, s.page_size, d, box_rows, a.dtype);
+    tm_v = make_tmap(a.v_pages, s.num_pages * s.heads, s.page_size, d, box_rows, a.dtype);
   }
   PagedParams p;
   p.o = a.o;
@@ -233,8 +231,6 @@ void launch(const PagedFwdArgs& a, cudaStream_t stream) {
   p.max_pages = s.max_pages;
   p.d = d;
   p.heads = int(s.heads);
-  p.group = int(s.heads / s.kv_heads());
-  p.heads_kv = int(s.kv_heads());
   p.page_shift = log2_of(s.page_size);
   p.box_shift = log2_of(box_rows);
   p.num_q_tiles = int(num_q_tiles);
@@ -246,8 +242,8 @@ void launch(const PagedFwdArgs& a, cudaStream_t stream) {
 
 template <class T>
 void dispatch_head_dim(const PagedFwdArgs& a, cudaStream_t stream) {
-  launch_head_dim_instance<true, true>(kName, a.shape.head_dim,
-                                       [&](auto d) { launch<T, decltype(d)::value>(a, stream); });
+  launch_head_dim_instance<false>(kName, a.shape.head_dim,
+                                  [&](auto d) { launch<T, decltype(d)::value>(a, stream); });
 }
 
 // 09/paged_v2_prefill's refusals, and TMA's (hopper_attention.cuh, tma_can_load): no fallback,
@@ -263,6 +259,10 @@ void paged_prefill(const PagedFwdArgs& a, cudaStream_t stream) {
                         "9.0 (H100, H200) only");
   if (s.seq_q == 0 || s.batch() == 0 || s.heads == 0) return;  // nothing to write
   FA_UNSUPPORTED_IF(s.heads % s.kv_heads() != 0, "heads must be a multiple of heads_kv");
+  FA_UNSUPPORTED_IF(s.kv_heads() != s.heads,
+                    std::string(kName) +
+                        ": one K/V head per query head (09/hopper_paged_prefill_persistent takes "
+                        "grouped heads)");
   FA_UNSUPPORTED_IF(s.page_size < kMinPage || (s.page_size & (s.page_size - 1)) != 0,
                     std::string(kName) + ": page sizes are powers of two from " +
                         std::to_string(kMinPage) + " up, not " + std::to_string(s.page_size));
@@ -276,9 +276,9 @@ void paged_prefill(const PagedFwdArgs& a, cudaStream_t stream) {
   // int32 TMA coordinates and key indices (a tile's last key is j Bc + Bc - 1).
   constexpr int64_t kMargin = 512;
   FA_UNSUPPORTED_IF(s.seq_q > INT_MAX - kMargin || s.max_seq_k() > INT_MAX - kMargin ||
-                        s.num_pages * s.kv_heads() > INT_MAX || s.batch() * s.heads > INT_MAX,
+                        s.num_pages * s.heads > INT_MAX || s.batch() * s.heads > INT_MAX,
                     std::string(kName) +
-                        ": lengths, pages x heads_kv and batch x heads must fit int32 TMA "
+                        ": lengths, pages x heads and batch x heads must fit int32 TMA "
                         "coordinates");
   if (a.dtype == DType::BF16)
     dispatch_head_dim<__nv_bfloat16>(a, stream);
@@ -293,11 +293,12 @@ FA_REGISTER(PagedFwdKernel,
              paged_prefill,
              "07/v4 over a paged cache (chunked prefill on wgmma): each K/V tile loaded as TMA "
              "boxes through the block table (one per page a tile spans), the last tile's unwritten "
-             "V rows zeroed, each sequence its own length, GQA",
+             "V rows zeroed, each sequence its own length",
              {DType::BF16, DType::F16},
-             {64, 96, 128, 192, 256},
+             {64, 128, 256},
              {16, 64, 256},
              /*min_sm=*/90,
+             /*gqa=*/false,
              /*decoding=*/false,
              /*rounds_head_dim=*/true});
 
