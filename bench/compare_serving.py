@@ -2,7 +2,7 @@
 """Chapter 09's serving shapes: our kernels next to PyTorch's, timed in one run on one GPU.
 
     FA_LIBRARY=build/lib/libfa_python.so PYTHONPATH=python python3 bench/compare_serving.py \
-        --out OUT   [--parts varlen,window,paged,prefill] [--reps 30]
+        --out OUT   [--parts varlen,window,paged,prefill] [--reps 30] [--reverse]
 
 Run it on the GPU machine after fa_bench (whose attn_varlen / attn_window / attn_paged rows time
 the same kernels through the harness). It times, with CUDA events around each call only, 3
@@ -59,6 +59,14 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
 
 ROWS = []  # dicts: part, shape, impl, direction, ms, tflops, gbps, note
+
+
+def ours(fa, args):
+    """Our serving kernels in the order they are timed: the registry's, or with --reverse its
+    reverse (a kernel timed first may find the GPU cooler than the ones after it: two runs, one
+    each way, tell whether the order moves a comparison)."""
+    kernels = fa.list_serving_kernels()
+    return kernels[::-1] if args.reverse else kernels
 
 
 def say(msg):
@@ -209,7 +217,7 @@ def part_varlen(torch, fa, serving, timer, args):
         shape = "varlen %d seqs T%d (max %d) H%d D%d bf16 %s" % (
             B, T, maxlen, H, D, "causal" if causal else "full")
         flops = 4.0 * H * D * sum(visible_pairs(n, n, causal) for n in lens)
-        for kern in fa.list_serving_kernels():
+        for kern in ours(fa, args):
             if kern.kind != "varlen_fwd":
                 continue
             err = fa.supported("varlen_fwd", kern.name, "bf16", D)
@@ -276,7 +284,7 @@ def part_window(torch, fa, serving, timer, args):
     win_flops = 4.0 * H * D * visible_pairs(N, N, True, window)
     full_flops = 4.0 * H * D * visible_pairs(N, N, True)
     say("(b) window: %s (%.1f%% of the causal pairs)" % (shape, 100.0 * win_flops / full_flops))
-    kernels = fa.list_serving_kernels()
+    kernels = ours(fa, args)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     delta = torch.empty_like(lse)
     ws = torch.zeros(q.numel(), device="cuda", dtype=torch.float32)
@@ -420,7 +428,7 @@ def part_paged(torch, fa, serving, timer, args):
         lengths = serving.PagedLengths([N] * B, "cuda")
         o = torch.empty_like(q)
         pshape = shape + " page %d" % page
-        for kern in fa.list_serving_kernels():
+        for kern in ours(fa, args):
             if kern.kind != "paged_fwd":
                 continue
             err = fa.supported("paged_fwd", kern.name, "bf16", D, gqa=True, page_size=page)
@@ -505,7 +513,7 @@ def part_prefill(torch, fa, serving, timer, args):
         for page in (16, 64, 256):
             kp, vp, table = scatter_pages(torch, kc, vc, page, args.seed + page)
             pshape = shape + " page %d" % page
-            for kern in fa.list_serving_kernels():
+            for kern in ours(fa, args):
                 if kern.kind != "paged_fwd" or kern.decoding:
                     continue
                 err = fa.supported("paged_fwd", kern.name, "bf16", D, gqa=True, page_size=page)
@@ -587,6 +595,8 @@ def main():
                     help="comma list of varlen, window, paged, prefill")
     ap.add_argument("--reps", type=int, default=30, help="timed calls per row (the median)")
     ap.add_argument("--seed", type=int, default=20261126)
+    ap.add_argument("--reverse", action="store_true",
+                    help="time our kernels in the reverse of the registry's order")
     args = ap.parse_args()
     parts = [p for p in args.parts.split(",") if p]
     unknown = set(parts) - {"varlen", "window", "paged", "prefill"}
