@@ -46,7 +46,7 @@
 //   boxes       min(page_size, 64) rows (D 64: 128) where one fits in the tile, else 16 rows
 //   pipeline    kStages K slots and kStages V slots (4 at D 64, else 2)
 //   smem        as t52: D 128 208 KiB, D 256 224 KiB
-//   registers   producer 24, consumers 240 after setmaxnreg (compiled at 168)
+//   registers   producer 24, consumers 240 after setmaxnreg (compiled at 168), no spills
 // Speed: measured in chapters/09_serving/README.md
 #include <cuda.h>
 
@@ -481,9 +481,9 @@ FA_REGISTER(PagedFwdKernel,
             {kName,
              paged_prefill,
              "07/t52 over a paged cache (chunked prefill, persistent, FlashAttention-3's K/V "
-             "tiles): each K/V tile loaded as TMA boxes through the block table (16 rows each at "
-             "the wide tiles), the last tile's unwritten V rows zeroed, each sequence its own "
-             "length, GQA",
+             "tiles): each K/V tile loaded as TMA boxes through the block table (min(page, 64) "
+             "rows where one fits in the tile, 16 around them), the last tile's unwritten V rows "
+             "zeroed, each sequence its own length, GQA",
              {DType::BF16, DType::F16},
              {64, 96, 128, 192, 256},
              {16, 64, 256},
