@@ -32,7 +32,7 @@
 //   at them, or nothing if a big box another lane issues holds them, or their own 16-row box.
 //   Every row is loaded once (the tile's bytes are what lane 0 announced), each box inside one
 //   page. At D 128 a strip takes 5 boxes at pages of 64 and more, 11 at 16; at D 192 4 and 7;
-//   at D 256 3 to 5, and 5.
+//   at D 256 3 to 5, and 5 (notes/figures/fig_paged_boxes.svg draws both rules for four tiles).
 //
 //   Per unit: its sequence is bh / heads, its K/V head (bh % heads) / group within that
 //   sequence's pages, and seqlens_k[b] read on the device gives kv_tiles its seq_k, for the
