@@ -29,9 +29,10 @@
 //   group times fewer: the same useful work in a quarter of the tensor-core work and K/V loads.
 //   A chunk of 128 queries or more per sequence fills whole tiles either way (a tile is one
 //   head's rows when 128 divides seq_q): the same blocks, in another order.
-//   Decoding at head dims up to 128 runs chapter 09's split-KV kernel (09/paged_v1_decode), which
-//   packs the group too and splits the keys over blocks; this rung is what the dispatch can run
-//   for head dims 136 to 256 and for short chunks.
+//   Decoding runs chapter 09's split-KV kernels (09/paged_v1_decode, up to D 128, and
+//   09/paged_v5_decode_d256), which pack the group too and split the keys over blocks; the
+//   dispatch runs this rung for chunks of queries at D 256 with pages of 256 keys, where its
+//   64-key tile is one TMA box a strip (09/hopper_paged_prefill_persistent's 80-key tile: 3 to 5).
 //
 // Map of the kernel: 09/hopper_paged_prefill's, blocks (Q tile of the group's rows, sequence, K/V
 // head).
