@@ -100,9 +100,10 @@ def test_refusals_are_exceptions_not_answers(torch_cuda):
         pytest.skip("the default forward kernel takes fp32 here")
     with pytest.raises(fa.UnsupportedError, match="this kernel has no fp32 D=64 version"):
         fa.attention(q.float(), q.float(), q.float(), kernel=fa.DEFAULT_FWD, kernel_bwd=None)
-    # With no kernel named, the dispatch refuses what no kernel takes, naming every row it tried.
-    with pytest.raises(fa.UnsupportedError, match="no registered kernel runs fwd bf16 D48"):
-        x = torch.randn(1, 2, 17, 48, device="cuda", dtype=torch.bfloat16)
+    # With no kernel named, the dispatch refuses what no kernel takes (a head dim past 256: every
+    # one up to 256 is served, rounded up inside where no instance is), naming every row it tried.
+    with pytest.raises(fa.UnsupportedError, match="no registered kernel runs fwd bf16 D264"):
+        x = torch.randn(1, 2, 17, 264, device="cuda", dtype=torch.bfloat16)
         fa.attention(x, x, x)
     with pytest.raises(ValueError, match="CUDA tensors"):
         fa.attention(q.cpu(), q, q)
