@@ -2,7 +2,7 @@
 """Chapter 09's serving shapes: our kernels next to PyTorch's, timed in one run on one GPU.
 
     FA_LIBRARY=build/lib/libfa_python.so PYTHONPATH=python python3 bench/compare_serving.py \
-        --out OUT   [--parts varlen,window,paged,prefill] [--reps 30] [--reverse]
+        --out OUT   [--parts varlen,window,paged,prefill] [--reps 30] [--reverse] [--rounds 1]
 
 Run it on the GPU machine after fa_bench (whose attn_varlen / attn_window / attn_paged rows time
 the same kernels through the harness). It times, with CUDA events around each call only, 3
@@ -46,12 +46,19 @@ Writes serving_compare.csv and serving_compare.md to --out. Without torch, a GPU
 it says so and exits 1, as compare_sdpa.py does: nothing was compared, and a script that runs it
 (bench/device_run.sh) must not read that as a comparison made. It exits 1 as well when not one
 of our kernels was timed (every row "-"), after writing the tables that say why.
+
+The order matters: one timing per row, each kernel timed once after the other in one process, puts
+the first Hopper kernel of a shape 2-15% ahead of one timed later (chapter 09's README, "Why
+compare_serving.py keeps hopper_v1_varlen ahead"). --rounds R runs the chosen parts R times, our
+kernels in the registry's order and its reverse by turns (--reverse starts with the reverse), and
+gives each row the median of its R rounds, the rounds in its note.
 """
 import argparse
 import csv
 import inspect
 import os
 import random
+import statistics
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -79,14 +86,47 @@ def skip(part, impl, why):
 
 def record(part, shape, impl, direction, ms, flops=None, nbytes=None, note=""):
     row = {"part": part, "shape": shape, "impl": impl, "direction": direction,
-           "ms": ms, "tflops": None, "gbps": None, "note": note}
-    if ms is not None and ms > 0:
-        if flops:
-            row["tflops"] = flops / (ms * 1e-3) / 1e12
-        if nbytes:
-            row["gbps"] = nbytes / (ms * 1e-3) / 1e9
+           "ms": ms, "tflops": None, "gbps": None, "note": note, "flops": flops,
+           "nbytes": nbytes}
+    rates(row)
     ROWS.append(row)
     return row
+
+
+def rates(row):
+    """TFLOP/s and GB/s of a row from its ms and the work it states."""
+    ms = row["ms"]
+    row["tflops"] = row["gbps"] = None
+    if ms is not None and ms > 0:
+        if row["flops"]:
+            row["tflops"] = row["flops"] / (ms * 1e-3) / 1e12
+        if row["nbytes"]:
+            row["gbps"] = row["nbytes"] / (ms * 1e-3) / 1e9
+
+
+def merge_rounds(rounds):
+    """One row per (part, shape, impl, direction) from the rows of several rounds (lists of
+    record()'s rows), in the order the first round met them: its ms the median of the rounds
+    that timed it (None if none did), its rates recomputed, the first round's note followed by
+    each round's ms. A single round comes back as it is."""
+    if len(rounds) == 1:
+        return list(rounds[0])
+    merged, samples = [], {}
+    for rows in rounds:
+        for r in rows:
+            key = (r["part"], r["shape"], r["impl"], r["direction"])
+            if key not in samples:
+                samples[key] = []
+                merged.append(dict(r))
+            samples[key].append(r["ms"])
+    for m in merged:
+        got = samples[(m["part"], m["shape"], m["impl"], m["direction"])]
+        timed_ms = [x for x in got if x is not None]
+        m["ms"] = statistics.median(timed_ms) if timed_ms else None
+        rates(m)
+        each = "rounds: " + ", ".join("-" if x is None else "%.4f" % x for x in got)
+        m["note"] = "%s; %s" % (m["note"], each) if m["note"] else each
+    return merged
 
 
 def timed(timer, part, shape, impl, direction, fn, flops=None, nbytes=None, note=""):
@@ -597,7 +637,12 @@ def main():
     ap.add_argument("--seed", type=int, default=20261126)
     ap.add_argument("--reverse", action="store_true",
                     help="time our kernels in the reverse of the registry's order")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="run the parts this many times, our kernels' order reversed every "
+                         "other round; each row the median of its rounds")
     args = ap.parse_args()
+    if args.rounds < 1:
+        ap.error("--rounds must be at least 1")
     parts = [p for p in args.parts.split(",") if p]
     unknown = set(parts) - {"varlen", "window", "paged", "prefill"}
     if unknown:
@@ -622,15 +667,26 @@ def main():
     gpu = torch.cuda.get_device_name()
     say("GPU %s, PyTorch %s, library %s" % (gpu, torch.__version__, fa.find_library()))
     timer = Timer(torch, args.reps)
-    for part, fn in (("varlen", part_varlen), ("window", part_window), ("paged", part_paged),
-                     ("prefill", part_prefill)):
-        if part not in parts:
-            continue
-        try:
-            fn(torch, fa, serving, timer, args)
-        except Exception as e:  # a part that breaks leaves the others' rows
-            skip(part, "the whole part", "%s: %s" % (type(e).__name__, e))
-        torch.cuda.empty_cache()
+    rounds = []
+    for r in range(args.rounds):
+        # Every other round in the other order: a row's median then comes from both places.
+        args_r = argparse.Namespace(**vars(args))
+        args_r.reverse = args.reverse != (r % 2 == 1)
+        if args.rounds > 1:
+            say("round %d of %d (our kernels in %s order)" % (
+                r + 1, args.rounds, "reverse" if args_r.reverse else "the registry's"))
+        del ROWS[:]
+        for part, fn in (("varlen", part_varlen), ("window", part_window),
+                         ("paged", part_paged), ("prefill", part_prefill)):
+            if part not in parts:
+                continue
+            try:
+                fn(torch, fa, serving, timer, args_r)
+            except Exception as e:  # a part that breaks leaves the others' rows
+                skip(part, "the whole part", "%s: %s" % (type(e).__name__, e))
+            torch.cuda.empty_cache()
+        rounds.append(list(ROWS))
+    ROWS[:] = merge_rounds(rounds)
     write_outputs(args.out, gpu, torch.__version__)
     if not any(r["ms"] is not None and r["impl"].startswith("ours ") for r in ROWS):
         sys.exit("compare_serving: not one of our kernels was timed (the [skip] lines above say "
