@@ -48,8 +48,8 @@ it says so and exits 1, as compare_sdpa.py does: nothing was compared, and a scr
 of our kernels was timed (every row "-"), after writing the tables that say why.
 
 The order matters: one timing per row, each kernel timed once after the other in one process, puts
-the first Hopper kernel of a shape 2-15% ahead of one timed later (chapter 09's README, "Why
-compare_serving.py keeps hopper_v1_varlen ahead"). --rounds R runs the chosen parts R times, our
+the first Hopper kernel of a shape 2-15% ahead of one timed later (chapter 09's README: the
+paragraph on the order, beside hopper_v6's tables). --rounds R runs the chosen parts R times, our
 kernels in the registry's order and its reverse by turns (--reverse starts with the reverse), and
 gives each row the median of its R rounds, the rounds in its note.
 """
