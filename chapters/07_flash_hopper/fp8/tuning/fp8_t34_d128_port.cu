@@ -70,8 +70,8 @@ constexpr int kTurnBar = 1;            // named barriers 1, 2: consumer 0's, 1's
 constexpr int kTurnThreads = 2 * 128;  // the giver's arrive + the taker's sync
 constexpr int kOwnBar = 3;             // named barriers 3, 4: consumer 0's, 1's own threads
 constexpr int kD = 128;
-constexpr int kBc = 128;  // keys per tile: also K's and V's quantisation block
-constexpr int kStages = 4;  // (header)
+constexpr int kBc = 128;            // keys per tile: also K's and V's quantisation block
+constexpr int kStages = 4;          // (header)
 constexpr int kPBuffers = 2;        // per consumer: P_j in buffer j % 2 (header)
 constexpr int kAcc = 64;            // one m64n128 accumulator: S, or one column half of P V
 constexpr int kOAcc = kD / 2;       // O accumulators per thread (one kAcc at D = 128)
@@ -250,8 +250,8 @@ __device__ __forceinline__ void promote(float (&o)[kOAcc], unsigned char* base_t
 
 __global__ void __launch_bounds__(kThreads, 1)
     flash_fwd_fp8_t34_kernel(const __grid_constant__ CUtensorMap tm_q,
-                            const __grid_constant__ CUtensorMap tm_k,
-                            const __grid_constant__ CUtensorMap tm_vt, const Fp8Params p) {
+                             const __grid_constant__ CUtensorMap tm_k,
+                             const __grid_constant__ CUtensorMap tm_vt, const Fp8Params p) {
   using Sm = Fp8T34Smem;
   extern __shared__ unsigned char smem_raw[];
   // The 128-byte swizzle repeats every 1024 bytes and the descriptors assume atoms start there.
@@ -484,7 +484,7 @@ void attention_fwd_fp8_t34(const AttentionFwdFp8Args& a, cudaStream_t stream) {
   if (!prepare_fp8_launch(a, kName, kD, kBr, kRowsPerWarpgroup, kBc, l)) return;
   set_smem_limit_once<flash_fwd_fp8_t34_kernel, Fp8T34Smem::kBytes>();
   flash_fwd_fp8_t34_kernel<<<l.blocks, kThreads, Fp8T34Smem::kBytes, stream>>>(l.tm_q, l.tm_k,
-                                                                             l.tm_vt, l.p);
+                                                                               l.tm_vt, l.p);
   FA_CHECK_LAUNCH();
 }
 
