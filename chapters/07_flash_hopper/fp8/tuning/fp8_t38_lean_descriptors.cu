@@ -44,8 +44,8 @@ constexpr int kTurnBar = 1;            // named barriers 1, 2: consumer 0's, 1's
 constexpr int kTurnThreads = 2 * 128;  // the giver's arrive + the taker's sync
 constexpr int kOwnBar = 3;             // named barriers 3, 4: consumer 0's, 1's own threads
 constexpr int kD = 128;
-constexpr int kBc = 128;  // keys per tile: also K's and V's quantisation block
-constexpr int kStages = 4;  // (header)
+constexpr int kBc = 128;            // keys per tile: also K's and V's quantisation block
+constexpr int kStages = 4;          // (header)
 constexpr int kAcc = 64;            // one m64n128 accumulator: S, or one column half of P V
 constexpr int kOAcc = kD / 2;       // O accumulators per thread (one kAcc at D = 128)
 constexpr int kHalves = kD / 128;   // column halves of P V
@@ -58,10 +58,10 @@ constexpr int kBaseChunks = kOAcc / 16;  // 16-byte chunks of one thread's base 
 constexpr int kPermuteThreads = 96;      // the producer's warps 1-3 put V^T's keys in P's order
 
 struct Fp8T38Smem {
-  static constexpr int kQBytes = kBr * kD;                 // kStrips strips of [Br rows][128 B]
-  static constexpr int kKBytes = kBc * kD;                 // kStrips strips of [Bc keys][128 B]
-  static constexpr int kVtBytes = kD * kBc;                // V^T tile [D][Bc keys]
-  static constexpr int kKOffset = kQBytes;                 // K stage s at + s * kKBytes
+  static constexpr int kQBytes = kBr * kD;   // kStrips strips of [Br rows][128 B]
+  static constexpr int kKBytes = kBc * kD;   // kStrips strips of [Bc keys][128 B]
+  static constexpr int kVtBytes = kD * kBc;  // V^T tile [D][Bc keys]
+  static constexpr int kKOffset = kQBytes;   // K stage s at + s * kKBytes
   static constexpr int kVtOffset = kKOffset + kStages * kKBytes;  // V^T stage s at + s * kVtBytes
   // Consumer c's base (header): its 128 threads' O codes, 128 bytes each, at + c * kBaseBytes.
   static constexpr int kBaseBytes = 128 * kOAcc;
@@ -246,24 +246,25 @@ __device__ __forceinline__ void promote(float (&o)[kOAcc], unsigned char* base_t
 // order of the header, A's k = 16h + 4q + i is key 16h + {2q, 2q + 1, 2q + 8, 2q + 9}[i] of the
 // step's 32, and those four are this thread's: elements 16kk + 8h + {0, 1, 4, 5} (row g) and
 // + 2 (row g + 8). Byte i of a word is A's k = 4q + i (cuda_fp8.h puts x in the low byte).
-__device__ __forceinline__ void pack_p_fragments(const float (&s)[kAcc], uint32_t (&pf)[kPVSteps][4]) {
+__device__ __forceinline__ void pack_p_fragments(const float (&s)[kAcc],
+                                                 uint32_t (&pf)[kPVSteps][4]) {
 #pragma unroll
   for (int kk = 0; kk < kPVSteps; ++kk)
 #pragma unroll
     for (int r = 0; r < 4; ++r) {  // a[0] row g, a[1] row g + 8, a[2], a[3] the next 16 k
       const int i = 16 * kk + 8 * (r / 2) + 2 * (r % 2);
-      const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(s[i], s[i + 1]), __NV_SATFINITE,
-                                                   __NV_E4M3);
-      const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(s[i + 4], s[i + 5]),
-                                                   __NV_SATFINITE, __NV_E4M3);
+      const uint32_t lo =
+          __nv_cvt_float2_to_fp8x2(make_float2(s[i], s[i + 1]), __NV_SATFINITE, __NV_E4M3);
+      const uint32_t hi =
+          __nv_cvt_float2_to_fp8x2(make_float2(s[i + 4], s[i + 5]), __NV_SATFINITE, __NV_E4M3);
       pf[kk][r] = lo | (hi << 16);
     }
 }
 
 __global__ void __launch_bounds__(kThreads, 1)
     flash_fwd_fp8_t38_kernel(const __grid_constant__ CUtensorMap tm_q,
-                            const __grid_constant__ CUtensorMap tm_k,
-                            const __grid_constant__ CUtensorMap tm_vt, const Fp8Params p) {
+                             const __grid_constant__ CUtensorMap tm_k,
+                             const __grid_constant__ CUtensorMap tm_vt, const Fp8Params p) {
   using Sm = Fp8T38Smem;
   extern __shared__ unsigned char smem_raw[];
   // The 128-byte swizzle repeats every 1024 bytes and the descriptors assume atoms start there.
@@ -403,7 +404,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto turn = [&](int j, auto k_s, auto k_pv) {
     constexpr bool kS = decltype(k_s)::value, kPV = decltype(k_pv)::value;
     const int s = j % kStages, sp = (j + kStages - 1) % kStages;  // stages of tile j and j - 1
-    float acc[kAcc];  // S_j
+    float acc[kAcc];                                              // S_j
 
     if constexpr (kPV) {
       // O' holds tiles 0 .. j - 2; every kPromoteTiles of them, it moves to the base (header).
@@ -436,7 +437,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int kk = 0; kk < kPVSteps; ++kk)
           wgmma_e4m3_rs_m64n128k32(
               o_half(h), pf[kk],
-              hopper::smem_desc_advance(desc_vt0, sp * Sm::kVtBytes + h * 128 * kStripCols + kk * 32),
+              hopper::smem_desc_advance(desc_vt0,
+                                        sp * Sm::kVtBytes + h * 128 * kStripCols + kk * 32),
               1);
       hopper::wgmma_commit();
     }
@@ -527,7 +529,7 @@ void attention_fwd_fp8_t38(const AttentionFwdFp8Args& a, cudaStream_t stream) {
   if (!prepare_fp8_launch(a, kName, kD, kBr, kRowsPerWarpgroup, kBc, l)) return;
   set_smem_limit_once<flash_fwd_fp8_t38_kernel, Fp8T38Smem::kBytes>();
   flash_fwd_fp8_t38_kernel<<<l.blocks, kThreads, Fp8T38Smem::kBytes, stream>>>(l.tm_q, l.tm_k,
-                                                                             l.tm_vt, l.p);
+                                                                               l.tm_vt, l.p);
   FA_CHECK_LAUNCH();
 }
 
