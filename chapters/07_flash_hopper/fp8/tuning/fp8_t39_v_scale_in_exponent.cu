@@ -112,8 +112,8 @@ constexpr int kChains = 4;  // independent chains of the row max and the row sum
 
 template <int N>
 __device__ __forceinline__ void online_softmax_fp8(float (&s)[N], float (&m)[2], float (&l)[2],
-                                                   float c, float dequant, float lp,
-                                                   float inv_r, float (&alpha)[2]) {
+                                                   float c, float dequant, float lp, float inv_r,
+                                                   float (&alpha)[2]) {
   // The row max as kChains independent chains (header), then combined.
   float mxc[2][kChains];
 #pragma unroll
@@ -164,7 +164,8 @@ __device__ __forceinline__ void online_softmax_fp8(float (&s)[N], float (&m)[2],
     lc[1][u] += s[i + 2] + s[i + 3];
   }
 #pragma unroll
-  for (int h = 0; h < 2; ++h) l[h] = fmaf((lc[h][0] + lc[h][1]) + (lc[h][2] + lc[h][3]), inv_r, l[h]);
+  for (int h = 0; h < 2; ++h)
+    l[h] = fmaf((lc[h][0] + lc[h][1]) + (lc[h][2] + lc[h][3]), inv_r, l[h]);
 }
 
 // ---- The promotion (header) ------------------------------------------------------------------
