@@ -100,7 +100,7 @@ struct Fp8T41Smem {
 //     P' / r_j = P~ p_scale, the tile's sum times inv_r = 1 / r_j (the caller multiplies l by
 //     1 / p_scale before the epilogue). alpha and m are as online_softmax's.
 // Masked entries are -inf and stay -inf through the positive factors: 2^-inf = 0.
-constexpr int kChains = 4;  // independent chains of the row max and the row sum (header)
+constexpr int kChains = 4;    // independent chains of the row max and the row sum (header)
 constexpr int kFmaEvery = 4;  // every 4th group of 4 exponentials goes to the FMA pipe (header)
 
 // 2^x without the MUFU (header). x = n + f: t = x + 1.5 * 2^23 rounds x to the nearest integer n
@@ -582,15 +582,14 @@ void attention_fwd_fp8_t41(const AttentionFwdFp8Args& a, cudaStream_t stream) {
 
 }  // namespace
 
-FA_REGISTER(
-    AttentionFwdFp8Kernel,
-    {kName,
-     attention_fwd_fp8_t41,
-     "Hopper FP8 (e4m3) at D = 128, tuning step: fp8_t40 with a quarter of the softmax's "
-     "exponentials on the FMA pipe (a degree-4 polynomial) instead of the MUFU",
-     {128},
-     90,
-     kRowsPerWarpgroup,
-     kBc});
+FA_REGISTER(AttentionFwdFp8Kernel,
+            {kName,
+             attention_fwd_fp8_t41,
+             "Hopper FP8 (e4m3) at D = 128, tuning step: fp8_t40 with a quarter of the softmax's "
+             "exponentials on the FMA pipe (a degree-4 polynomial) instead of the MUFU",
+             {128},
+             90,
+             kRowsPerWarpgroup,
+             kBc});
 
 }  // namespace fa::ch07
