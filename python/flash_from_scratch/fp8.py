@@ -28,10 +28,12 @@ from collections import namedtuple
 from . import _lib
 
 # The kernel attention_fp8 runs when none is named, per head dim: chapter 07's fastest FP8 forward
-# for it (H100, 2026-11-26: fp8_v2 676.6 TFLOP/s at D 128, N 8192, where fp8_v1 ran 579.5;
-# fp8_v4 1029.3-1031.5 at D 256, B 2, H 8, where fp8_v3 ran 999.1-1000.5 in the same rounds).
-# Both pass the FP8 rule.
-DEFAULT_FP8_FWD = {128: "07/fp8_v2", 256: "07/fp8_v4"}
+# for it (H100: at D 128, B 2, H 16, N 8192, the tuning step fp8_t40_wide_key_tiles 748.5-754.3
+# TFLOP/s full and 673.7-679.2 causal where fp8_v2 ran 649.7-655.8 and 600.1-605.0 in the same
+# rounds, 2026-12-06; at D 256, B 2, H 8, fp8_v4 1029.3-1031.5 where fp8_v3 ran 999.1-1000.5,
+# 2026-11-26). Both pass the FP8 rule. Each quantises with its own blocks (list_fp8_kernels():
+# fp8_t40 one K and V scale per 224 keys, fp8_v4 per 128).
+DEFAULT_FP8_FWD = {128: "07/fp8_t40_wide_key_tiles", 256: "07/fp8_v4"}
 
 E4M3_MAX = 448.0  # fp8.h kE4M3Max: the largest finite e4m3 value
 P_SCALE = 256.0  # fp8.h kFp8PScale: P is stored as e4m3(P~ * 256); the C ABI passes it
@@ -258,8 +260,8 @@ def attention_fp8(q, k, v, *, causal=False, scale=None, kernel=None, q_scale=Non
       - torch.float8_e4m3fn codes with their fp32 scales q_scale [B, H, ceil(Nq / block_rows_q)],
         k_scale and v_scale [B, H, ceil(Nk / block_rows_kv)] (quantize_fp8's output; the block
         sizes are the kernel's: list_fp8_kernels()).
-    kernel: a registered FP8 forward; by default the fastest for D (default_fp8_kernel: 07/fp8_v2
-    at D 128, 07/fp8_v4 at D 256). scale: 1/sqrt(D) by default.
+    kernel: a registered FP8 forward; by default the fastest for D (default_fp8_kernel:
+    07/fp8_t40_wide_key_tiles at D 128, 07/fp8_v4 at D 256). scale: 1/sqrt(D) by default.
     No grouped K/V heads, no window. Non-contiguous inputs are copied.
 
     Returns (O, L): O bf16 [B, H, Nq, D], L fp32 [B, H, Nq] (natural-log logsumexp of each row

@@ -73,7 +73,8 @@ def test_list_fp8_kernels():
 
 
 def test_default_fp8_kernel():
-    assert fa.default_fp8_kernel(128) == "07/fp8_v2" and fa.default_fp8_kernel(256) == "07/fp8_v4"
+    assert fa.default_fp8_kernel(128) == "07/fp8_t40_wide_key_tiles"
+    assert fa.default_fp8_kernel(256) == "07/fp8_v4"
     with pytest.raises(fa.UnsupportedError, match="no FP8 forward for head dim 64.*D = 128, 256"):
         fa.default_fp8_kernel(64)
 
@@ -288,7 +289,8 @@ class EmulatedFp8Library:
         return b"emulated"
 
     def fa_py_list_fp8_kernels(self):
-        return ("07/fp8_v2\t128\t90\t%d\t%d\tx\n" % (self.brq, self.brkv)).encode()
+        name = fa.default_fp8_kernel(128)  # the emulation stands in for it, with its own blocks
+        return ("%s\t128\t90\t%d\t%d\tx\n" % (name, self.brq, self.brkv)).encode()
 
     def fa_py_supported_fp8(self, name, head_dim):
         return 0
@@ -335,7 +337,7 @@ def test_python_layer(emulated, shape, causal):
     q, k, v = inputs(torch, shape, "cpu", torch.float32)
     o, L = fa.attention_fp8(q, k, v, causal=causal)
     assert o.dtype == torch.bfloat16 and o.shape == q.shape and L.shape == q.shape[:3]
-    assert emu.calls[-1] == ("07/fp8_v2", 0.0, int(causal))  # default_fp8_kernel(128)
+    assert emu.calls[-1] == (fa.default_fp8_kernel(128), 0.0, int(causal))
     (qc, qs), (kc, ks), (vc, vs) = (fa.quantize_fp8(t, n) for t, n in ((q, 16), (k, 32), (v, 32)))
     sc = softmax_scale(torch, D)
     want_o, want_l = naive_fp8(torch, qc, kc, vc, qs, ks, vs, 16, 32, causal, sc)
