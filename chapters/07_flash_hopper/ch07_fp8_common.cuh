@@ -1,5 +1,7 @@
-// ch07_fp8_common.cuh: what the FP8 (e4m3) forwards of this chapter share (07/fp8_v1 to 07/fp8_v4):
-//   * the FP8 wgmma (m64n128k32, e4m3 x e4m3 -> fp32, both operands K-major in shared memory);
+// ch07_fp8_common.cuh: what the FP8 (e4m3) forwards of this chapter share (07/fp8_v1 to 07/fp8_v4
+// and the tuning steps):
+//   * the FP8 wgmma (m64n128k32, e4m3 x e4m3 -> fp32, both operands K-major in shared memory; the
+//     same at n224 for a 224-key S tile, and at n128 with A, P, in registers);
 //   * P (fp32 accumulators) quantised to e4m3 and stored in the 128-byte swizzled K-major layout
 //     the P V wgmma reads, and the proxy fence that makes those stores visible to it;
 //   * the kernel parameters (scales, lengths, the P scale) and the host's TMA map of a byte tensor.
