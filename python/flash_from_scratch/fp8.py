@@ -32,7 +32,9 @@ from . import _lib
 # TFLOP/s full and 673.7-679.2 causal where fp8_v2 ran 649.7-655.8 and 600.1-605.0 in the same
 # rounds, 2026-12-06; at D 256, B 2, H 8, fp8_v4 1029.3-1031.5 where fp8_v3 ran 999.1-1000.5,
 # 2026-11-26). Both pass the FP8 rule. Each quantises with its own blocks (list_fp8_kernels():
-# fp8_t40 one K and V scale per 224 keys, fp8_v4 per 128).
+# fp8_t40 one K and V scale per 224 keys, fp8_v4 per 128). The logs that chose them:
+# notes/measured/h100-2026-12-06/fp8_d128_steps_timed.log (D 128) and
+# notes/measured/h100-2026-11-26g/timed_fp8_v3_r1.log to _r3.log (D 256).
 DEFAULT_FP8_FWD = {128: "07/fp8_t40_wide_key_tiles", 256: "07/fp8_v4"}
 
 E4M3_MAX = 448.0  # fp8.h kE4M3Max: the largest finite e4m3 value
