@@ -20,8 +20,7 @@ lane, which is why the kernels go through shared memory rather than permute byte
 """
 import figstyle as fs
 
-Q_COLOURS = [fs.tint(fs.SKY, 0.55), fs.tint(fs.ORANGE, 0.5), fs.tint(fs.GREEN, 0.45),
-             fs.tint(fs.PURPLE, 0.45)]
+Q_COLOURS = fs.QUAD_COLOURS
 HIGHLIGHT_LANE = 5  # g = 1, q = 1
 K_ARROW = fs.VERMILLION
 

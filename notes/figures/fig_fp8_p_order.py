@@ -15,8 +15,7 @@ t40 the producer's warps 1-3 put every V^T tile into that order in shared memory
 """
 import figstyle as fs
 
-LANE_COLOURS = [fs.tint(fs.SKY, 0.55), fs.tint(fs.ORANGE, 0.5), fs.tint(fs.GREEN, 0.45),
-                fs.tint(fs.PURPLE, 0.45)]
+LANE_COLOURS = fs.QUAD_COLOURS
 KEYS = 16
 CELL = 7.0
 

@@ -53,6 +53,10 @@ def tint(hex_colour, amount):
     return "#%02X%02X%02X" % tuple(mix)
 
 
+
+# The four lanes 4g + q (q = 0..3) of a quad, which share a fragment row (the FP8 figures).
+QUAD_COLOURS = [tint(SKY, 0.55), tint(ORANGE, 0.5), tint(GREEN, 0.45), tint(PURPLE, 0.45)]
+
 def apply():
     """The rcParams of every figure (make_figures.py calls it before each script)."""
     matplotlib.rcdefaults()
