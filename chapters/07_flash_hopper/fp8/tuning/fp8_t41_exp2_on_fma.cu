@@ -30,9 +30,9 @@
 // warp a tile and the issue ~550 instructions in the phase: the phase ~25% shorter where the MUFU
 // bounded it, ~7% of the time: +3 to +7% over fp8_t40.
 // Measured (H100 80GB HBM3, 2026-12-07, one round, fp8_t40 in the same call): 739.5 TFLOP/s full,
-// 663.7 causal; fp8_t40 745.8 and 675.9: 0.99x full, 0.98x causal. Lost: the polynomial's 9
-// instructions an exponential cost the turn's issue slots more than the MUFU's queue cost its warps,
-// as at D = 256 (tuning/README.md, "What t41 to t44 say").
+// 663.7 causal; fp8_t40 745.8 and 675.9: 0.99x full, 0.98x causal. Lost, as at D = 256; not
+// profiled, likely because the polynomial's 9 instructions an exponential cost the turn's issue
+// slots more than the MUFU's queue cost its warps (tuning/README.md, "What t41 to t44 say").
 #include <cuda.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>

@@ -27,8 +27,9 @@
 // back where the other consumer's products do not fill them): +3 to +8% over fp8_t40.
 // Measured (H100 80GB HBM3, 2026-12-07, one round, fp8_t40 in the same call): 732.5 TFLOP/s full,
 // 667.5 causal; fp8_t40 745.8 and 675.9: 0.98x full, 0.99x causal. Lost, as t35 lost with P in
-// shared memory: the other consumer's products already fill the wait this order takes out, and the
-// second commit group and its wait add to an instruction-bound turn (tuning/README.md).
+// shared memory; not profiled, likely because the other consumer's products already fill the wait
+// this order takes out and the second commit group and its wait add to an instruction-bound turn
+// (tuning/README.md).
 #include <cuda.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
