@@ -227,13 +227,17 @@ void attention_forward_fp8_naive_head(const Fp8Head& h, float* O, float* L) {
 }
 
 // ---- the device layout of V --------------------------------------------------------------------
-void fp8_transpose_v(const uint8_t* v, int64_t seq_k, int64_t d, uint8_t* vt) {
+void fp8_transpose_v(const uint8_t* v, int64_t seq_k, int64_t d, uint8_t* vt, bool p_order) {
   FA_REQUIRE(seq_k >= 0 && d >= 1, "fp8_transpose_v: seq_k >= 0, d >= 1");
   const int64_t stride = fp8_vt_stride(seq_k);
+  static_assert(kFp8VtAlignBytes % kFp8VtGroup == 0, "a group of 16 keys never spans two rows");
   for (int64_t c = 0; c < d; ++c) {
     uint8_t* row = vt + c * stride;
-    for (int64_t j = 0; j < seq_k; ++j) row[j] = v[j * d + c];
-    for (int64_t j = seq_k; j < stride; ++j) row[j] = 0;
+    for (int64_t slot = 0; slot < stride; ++slot) {
+      const int64_t group = slot / kFp8VtGroup * kFp8VtGroup;
+      const int64_t j = p_order ? group + fp8_vt_key_at(int(slot - group)) : slot;
+      row[slot] = j < seq_k ? v[j * d + c] : 0;
+    }
   }
 }
 

@@ -158,7 +158,26 @@ constexpr int64_t kFp8VtAlignBytes = 16;
 inline int64_t fp8_vt_stride(int64_t seq_k) {
   return (seq_k + kFp8VtAlignBytes - 1) / kFp8VtAlignBytes * kFp8VtAlignBytes;
 }
-// v: [seq_k, d] codes of one head; vt: d * fp8_vt_stride(seq_k) bytes, written entirely.
-void fp8_transpose_v(const uint8_t* v, int64_t seq_k, int64_t d, uint8_t* vt);
+// A kernel that keeps P in registers as the A operand of P V has, of each 16 keys, a thread's
+// accumulator columns {2q, 2q + 1, 2q + 8, 2q + 9} where the e4m3 wgmma wants 4 consecutive k
+// (chapter 07's fp8_t36 and later): V^T's keys in that order make the two agree. P order: slot s of
+// every aligned 16 holds key fp8_vt_key_at(s) of those 16, i.e. 0 1 8 9 2 3 10 11 4 5 12 13 6 7 14
+// 15. The stride is a multiple of 16, so every group of 16 lies in its row; keys past seq_k are
+// zero codes wherever they land.
+constexpr int kFp8VtGroup = 16;
+constexpr int fp8_vt_key_at(int slot) {
+  return 2 * ((slot / 4) % 4) + (slot / 2) % 2 * 8 + slot % 2;
+}
+// How many slots of a V^T row a kernel's TMA map must cover (TMA reads zeros past a map's
+// extent). In key order seq_k: the slots past it hold keys past seq_k. In P order the whole
+// stride: a partial last group of 16 puts some of its keys in slots past seq_k (seq_k = 1000: key
+// 999 is slot 7 of its group, which P order stores at 992 + 13 = 1005) and keys past seq_k, zeros,
+// in slots before it.
+inline int64_t fp8_vt_map_keys(int64_t seq_k, bool p_order) {
+  return p_order ? fp8_vt_stride(seq_k) : seq_k;
+}
+// v: [seq_k, d] codes of one head; vt: d * fp8_vt_stride(seq_k) bytes, written entirely, keys in
+// their order or (p_order) in P order.
+void fp8_transpose_v(const uint8_t* v, int64_t seq_k, int64_t d, uint8_t* vt, bool p_order = false);
 
 }  // namespace fa

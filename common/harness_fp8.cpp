@@ -73,7 +73,7 @@ Fp8Inputs quantize_problem(const AttentionShape& s, const AttentionFwdFp8Kernel&
         quantize_head(h, kern.block_rows_q, kern.block_rows_kv, opt.rotate, opt.rotation_seed);
     std::copy(f.q.codes.begin(), f.q.codes.end(), in.q.begin() + bh * s.seq_q * D);
     std::copy(f.k.codes.begin(), f.k.codes.end(), in.k.begin() + bh * s.seq_k * D);
-    fp8_transpose_v(f.v.codes.data(), s.seq_k, D, in.vt.data() + bh * D * stride);
+    fp8_transpose_v(f.v.codes.data(), s.seq_k, D, in.vt.data() + bh * D * stride, kern.vt_p_order);
     std::copy(f.q.scales.begin(), f.q.scales.end(), in.q_scale.begin() + bh * q_blocks);
     std::copy(f.k.scales.begin(), f.k.scales.end(), in.k_scale.begin() + bh * kv_blocks);
     std::copy(f.v.scales.begin(), f.v.scales.end(), in.v_scale.begin() + bh * kv_blocks);

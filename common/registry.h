@@ -102,7 +102,9 @@ struct AttentionFwdKernel {
 //   vt     V transposed per head, [B, H, D, fp8_vt_stride(seq_k)] codes: row c of a head holds
 //          V[0..seq_k-1][c] and then zeros up to the stride (seq_k rounded up to 16 bytes). The FP8
 //          wgmma takes K-major operands only, so the B operand of O += P V (reduced over keys) must
-//          have the keys innermost; the 16-byte rounding is TMA's rule for a row stride.
+//          have the keys innermost; the 16-byte rounding is TMA's rule for a row stride. A kernel
+//          that declares vt_p_order (below) takes each 16 keys of a row in the order its P
+//          registers hold them (fp8.h, fp8_vt_key_at) instead.
 //          v_scale [B * H, ceil(seq_k / block_rows_kv)]: V's blocks are K's blocks of keys.
 //   p_scale  P is quantised as e4m3(P~ * p_scale) (fp8.h's kFp8PScale), 1/p_scale goes into 1/l.
 //   o      bf16 [B, H, seq_q, D];  lse fp32 [B, H, seq_q], as AttentionFwdArgs.
@@ -130,6 +132,9 @@ struct AttentionFwdFp8Kernel {
   // The quantisation blocks the kernel reads its scales in (one scale per tile of Q rows and per
   // tile of keys is what a tiled kernel can apply outside its MMAs).
   int64_t block_rows_q = 64, block_rows_kv = 128;
+  // V^T's keys within every 16 of a row in P's register order (fp8.h, fp8_vt_key_at): the kernel
+  // then needs no permutation of its own. The harness and attention_fp8 lay V^T out so.
+  bool vt_p_order = false;
 };
 
 // ---- Attention backward (chapter 06). ----------------------------------------------------------

@@ -190,14 +190,15 @@ inline CUtensorMap make_tmap_u8(const std::string& name, const void* base, int64
 // what the kernel has no version of), the parameters and the TMA maps of Q and K ([bh][rows][D]
 // bytes, boxes of br and bc rows) and of V^T ([bh][D][fp8_vt_stride(seq_k)], boxes of D x 128
 // keys). br: query rows per block; q_block: rows per Q scale; bc: keys per tile (and per K and V
-// scale). Returns false when there is nothing to write (seq_q = 0 or no head).
+// scale); vt_p_order: V^T's keys are in P order (registry.h), so its map covers the whole row
+// (fp8.h, fp8_vt_map_keys). Returns false when there is nothing to write (seq_q = 0 or no head).
 struct Fp8Launch {
   CUtensorMap tm_q, tm_k, tm_vt;
   Fp8Params p;
   unsigned blocks;
 };
 inline bool prepare_fp8_launch(const AttentionFwdFp8Args& a, const std::string& name, int d, int br,
-                               int q_block, int bc, Fp8Launch& out) {
+                               int q_block, int bc, Fp8Launch& out, bool vt_p_order = false) {
   const AttentionShape& s = a.shape;
   FA_REQUIRE(s.seq_q >= 0 && s.seq_k >= 0 && s.bh() >= 0, "negative size");
   FA_UNSUPPORTED_IF(gpu_info().sm != 90, name +
@@ -225,7 +226,8 @@ inline bool prepare_fp8_launch(const AttentionFwdFp8Args& a, const std::string& 
   const int64_t nk = s.seq_k > 0 ? s.seq_k : 1;
   out.tm_q = make_tmap_u8(name, a.q, s.bh(), s.seq_q, d, d, br);
   out.tm_k = make_tmap_u8(name, a.k, s.bh(), nk, d, d, bc);
-  out.tm_vt = make_tmap_u8(name, a.vt, s.bh(), d, nk, fp8_vt_stride(nk), d);
+  out.tm_vt =
+      make_tmap_u8(name, a.vt, s.bh(), d, fp8_vt_map_keys(nk, vt_p_order), fp8_vt_stride(nk), d);
   Fp8Params& p = out.p;
   p.o = a.o;
   p.lse = a.lse;

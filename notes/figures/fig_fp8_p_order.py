@@ -9,9 +9,9 @@ from them, in that order (pack_p_fragments). Row 3: what the e4m3 wgmma with A i
 those bytes as: lane q's bytes are k = 4q .. 4q + 3 of the 16 (the 8-bit A fragment, as
 mma.m16n8k32's). So the product pairs P's key 2q + 8 with V^T's k = 4q + 2, and so on: row 4, V^T's
 row d must hold at slot k the key lane q packed there, the order 0 1 8 9 2 3 10 11 4 5 12 13 6 7 14
-15 (the header of chapters/07_flash_hopper/fp8/tuning/fp8_t36_p_in_registers.cu). In fp8_t36 to
-t40 the producer's warps 1-3 put every V^T tile into that order in shared memory after it lands
-(four PRMTs per 16-byte chunk); the host could lay V^T out so instead.
+15 (common/fp8.h, fp8_vt_key_at). In fp8_t36 to t44 the producer's warps 1-3 put every V^T tile
+into that order in shared memory after it lands (four PRMTs per 16-byte chunk); from fp8_t45 the
+host lays V^T out so (registry.h's vt_p_order, fp8_transpose_v).
 """
 import figstyle as fs
 
@@ -21,7 +21,7 @@ CELL = 7.0
 
 
 def key_at(slot):
-    """The key V^T's slot `slot` of every 16 holds in P order."""
+    """fp8.h's fp8_vt_key_at: the key V^T's slot `slot` of every 16 holds in P order."""
     return 2 * ((slot // 4) % 4) + (slot // 2) % 2 * 8 + slot % 2
 
 

@@ -710,7 +710,8 @@ const char* fa_py_list_fp8_kernels(void) {
     for (const fa::AttentionFwdFp8Kernel* k :
          fa::entries_with_prefix<fa::AttentionFwdFp8Kernel>(""))
       os << k->name << "\t" << head_dims_list(k->head_dims) << "\t" << k->min_sm << "\t"
-         << k->block_rows_q << "\t" << k->block_rows_kv << "\t" << k->about << "\n";
+         << k->block_rows_q << "\t" << k->block_rows_kv << "\t"
+         << (k->vt_p_order ? "p_order" : "keys") << "\t" << k->about << "\n";
     return os.str();
   }();
   return table.c_str();

@@ -147,9 +147,11 @@ int fa_py_paged_append(const char* name, const void* k_new, const void* v_new, v
 
 // ---- Chapter 07: the FP8 (e4m3) forward (common/registry.h, AttentionFwdFp8Args) ---------------
 // The FP8 forward kernels, one per line, fields separated by tabs:
-//   name  head dims ("128")  min_sm  block_rows_q  block_rows_kv  about
+//   name  head dims ("128")  min_sm  block_rows_q  block_rows_kv  vt order  about
 // block_rows_q / block_rows_kv are the kernel's quantisation blocks: its inputs carry one fp32
-// scale per block of that many query rows / keys of one head (common/fp8.h, quantize_head).
+// scale per block of that many query rows / keys of one head (common/fp8.h, quantize_head). The
+// vt order is "keys" (V^T's row c holds V[0..seq_k-1][c]) or "p_order" (each 16 of those keys in
+// P's register order: common/fp8.h, fp8_vt_key_at; registry.h, vt_p_order).
 const char* fa_py_list_fp8_kernels(void);
 
 // Whether FP8 kernel `name` runs head dim `head_dim` here, without launching anything: FA_PY_OK,

@@ -14,7 +14,8 @@ what common/harness_fp8.cpp does on the host, on the GPU with torch:
                                rounded once to fp32 (rotate_rows);
   attention_fp8(q, k, v, ...)  quantises (or takes codes and scales), lays V out as the kernels
                                read it, V^T per head padded with zero codes to a multiple of 16
-                               keys (fp8_vt_stride), and runs the kernel: O bf16, L fp32.
+                               keys (fp8_vt_stride; each 16 in P order for a kernel that says
+                               vt_p_order), and runs the kernel: O bf16, L fp32.
 
 There is no backward: attention_fp8 refuses inputs that require grad (while grad mode is on)
 rather than return an O that gradients would silently not flow through.
@@ -42,10 +43,12 @@ P_SCALE = 256.0  # fp8.h kFp8PScale: P is stored as e4m3(P~ * 256); the C ABI pa
 VT_ALIGN = 16  # fp8.h kFp8VtAlignBytes: TMA's rule for a row stride, in bytes (= keys)
 ACCUMULATOR_REL = 1.0 / 1024.0  # fp8.h kFp8AccumulatorRel (the accuracy rule's floor)
 
-Fp8Kernel = namedtuple("Fp8Kernel", "name head_dims min_sm block_rows_q block_rows_kv about")
+Fp8Kernel = namedtuple("Fp8Kernel",
+                       "name head_dims min_sm block_rows_q block_rows_kv vt_p_order about")
 Fp8Kernel.__doc__ = ("A registered FP8 forward kernel: head_dims like (128,), min_sm 90 for "
-                     "sm_90, and the quantisation blocks its scales are read in: one scale per "
-                     "block_rows_q query rows and per block_rows_kv keys of one head.")
+                     "sm_90, the quantisation blocks its scales are read in (one scale per "
+                     "block_rows_q query rows and per block_rows_kv keys of one head), and "
+                     "vt_p_order: whether it takes V^T's keys in P order (transpose_v).")
 
 
 def _handle():
@@ -71,9 +74,13 @@ def list_fp8_kernels():
     sm_90a code, built only when the CUDA architectures include 90)."""
     out = []
     for line in _handle().fa_py_list_fp8_kernels().decode("utf-8").splitlines():
-        name, dims, min_sm, brq, brkv, about = line.split("\t", 5)
+        name, dims, min_sm, brq, brkv, vt_order, about = line.split("\t", 6)
+        if vt_order not in ("keys", "p_order"):
+            raise RuntimeError("the library lists FP8 kernel %s with V^T order '%s' (this module "
+                               "knows keys and p_order): rebuild it with this source" %
+                               (name, vt_order))
         out.append(Fp8Kernel(name, tuple(int(d) for d in dims.split(",") if d), int(min_sm),
-                             int(brq), int(brkv), about))
+                             int(brq), int(brkv), vt_order == "p_order", about))
     return out
 
 
@@ -225,13 +232,25 @@ def hadamard_rotate(x, seed=0):
     return (y * torch.full_like(y, inv_sqrt_d)).to(torch.float32)
 
 
-def transpose_v(v_codes):
+# P order (fp8.h, fp8_vt_key_at): slot s of every 16 keys of a V^T row holds key VT_P_ORDER[s].
+VT_P_ORDER = (0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15)
+
+
+def transpose_v(v_codes, p_order=False):
     """V^T per head as the kernels read it: [B, H, D, fp8_vt_stride(N)] uint8 codes, row c of a
-    head holding V[0..N-1][c] and then zero codes (fp8.h's fp8_transpose_v)."""
+    head holding V[0..N-1][c] and then zero codes (fp8.h's fp8_transpose_v); with p_order, each
+    16 of a row's slots hold their keys in P order (VT_P_ORDER), for a kernel whose vt_p_order
+    is set."""
     torch = _torch()
     b, h, n, d = v_codes.shape
-    vt = torch.zeros((b, h, d, fp8_vt_stride(n)), dtype=torch.uint8, device=v_codes.device)
+    stride = fp8_vt_stride(n)
+    vt = torch.zeros((b, h, d, stride), dtype=torch.uint8, device=v_codes.device)
     vt[:, :, :, :n] = v_codes.view(torch.uint8).transpose(2, 3)
+    if p_order:  # the stride is a multiple of 16: whole groups, padding included
+        order = torch.tensor(VT_P_ORDER, dtype=torch.long, device=vt.device)
+        groups = torch.arange(0, stride, len(VT_P_ORDER), device=vt.device)
+        keys = (groups.unsqueeze(1) + order).flatten()
+        vt = vt.index_select(3, keys).contiguous()
     return vt
 
 
@@ -335,7 +354,7 @@ def attention_fp8(q, k, v, *, causal=False, scale=None, kernel=None, q_scale=Non
         vc, v_scale = quantize_fp8(v, brkv)
     # The codes as bytes, contiguous and 16-byte aligned (TMA's rule for a base address).
     qb, kb = _dense(qc.view(torch.uint8)), _dense(kc.view(torch.uint8))
-    vt = transpose_v(vc)
+    vt = transpose_v(vc, info.vt_p_order)
     o = torch.empty((b, h, nq, d), dtype=torch.bfloat16, device=q.device)
     lse = torch.empty((b, h, nq), dtype=torch.float32, device=q.device)
     code = _handle().fa_py_attention_fwd_fp8(

@@ -268,6 +268,24 @@ def test_rotation_is_fp8_h_s():
         fa.hadamard_rotate(torch.zeros(1, 1, 1, 12))
 
 
+def test_transpose_v_orders():
+    torch = torch_fp8_or_skip()
+    for n in (1, 17, 129):
+        codes = (torch.arange(2 * n * 3) % 120 + 1).to(torch.uint8).view(1, 2, n, 3)
+        v = codes.view(torch.float8_e4m3fn)
+        stride = fa.fp8.fp8_vt_stride(n)
+        keys = fa.fp8.transpose_v(v)
+        assert keys.shape == (1, 2, 3, stride) and not keys[..., n:].any()
+        assert torch.equal(keys[..., :n], codes.transpose(2, 3))
+        # P order: slot s of each 16 holds key (0 1 8 9 2 3 10 11 4 5 12 13 6 7 14 15)[s]
+        # (fp8.h's fp8_vt_key_at), padding zero wherever it lands.
+        assert fa.fp8.VT_P_ORDER == (0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15)
+        p = fa.fp8.transpose_v(v, p_order=True)
+        for slot in range(stride):
+            j = slot // 16 * 16 + fa.fp8.VT_P_ORDER[slot % 16]
+            assert torch.equal(p[..., slot], keys[..., j]), (n, slot)
+
+
 # ---- the Python layer: attention_fp8 on an emulation of the library (CPU) -----------------------
 
 class EmulatedFp8Library:
@@ -275,8 +293,8 @@ class EmulatedFp8Library:
     and the scales from the raw pointers in the layout fa_python.h gives, checks V^T's padding,
     and writes the naive FP8 forward's O (bf16) and L."""
 
-    def __init__(self, torch, brq, brkv):
-        self.torch, self.brq, self.brkv = torch, brq, brkv
+    def __init__(self, torch, brq, brkv, vt_p_order=False):
+        self.torch, self.brq, self.brkv, self.vt_p_order = torch, brq, brkv, vt_p_order
         self.calls = []
 
     def view(self, ptr, n, dtype):
@@ -290,7 +308,8 @@ class EmulatedFp8Library:
 
     def fa_py_list_fp8_kernels(self):
         name = fa.default_fp8_kernel(128)  # the emulation stands in for it, with its own blocks
-        return ("%s\t128\t90\t%d\t%d\tx\n" % (name, self.brq, self.brkv)).encode()
+        order = "p_order" if self.vt_p_order else "keys"
+        return ("%s\t128\t90\t%d\t%d\t%s\tx\n" % (name, self.brq, self.brkv, order)).encode()
 
     def fa_py_supported_fp8(self, name, head_dim):
         return 0
@@ -307,6 +326,9 @@ class EmulatedFp8Library:
         Q = self.view(q, b * h * nq * d, torch.uint8).view(b, h, nq, d).view(f8)
         K = self.view(k, b * h * nk * d, torch.uint8).view(b, h, nk, d).view(f8)
         VT = self.view(vt, b * h * d * stride, torch.uint8).view(b, h, d, stride)
+        if self.vt_p_order:  # slot s of each 16 holds key VT_P_ORDER[s]: put key j back at j
+            slot_of = [fa.fp8.VT_P_ORDER.index(j) for j in range(16)]
+            VT = VT[..., [g + slot_of[j] for g in range(0, stride, 16) for j in range(16)]]
         assert not VT[..., nk:].any(), "V^T's padding must be zero codes"
         V = VT[..., :nk].transpose(2, 3).contiguous().view(f8)
         nbq, nbk = -(-nq // self.brq), -(-nk // self.brkv)
@@ -320,11 +342,12 @@ class EmulatedFp8Library:
         return 0
 
 
-@pytest.fixture
-def emulated(monkeypatch):
+@pytest.fixture(params=[False, True], ids=["vt_keys", "vt_p_order"])
+def emulated(monkeypatch, request):
     torch = torch_fp8_or_skip()
     from flash_from_scratch import _common, _lib
-    emu = EmulatedFp8Library(torch, 16, 32)  # small blocks: several scales per head
+    # Small blocks: several scales per head; V^T in both orders a kernel may ask for.
+    emu = EmulatedFp8Library(torch, 16, 32, vt_p_order=request.param)
     monkeypatch.setattr(_lib, "lib", lambda: emu)
     monkeypatch.setattr(_common, "KERNEL_DEVICES", ("cuda", "cpu"))
     return torch, emu

@@ -424,6 +424,48 @@ TEST(Fp8Layout, TransposeVPutsKeysInnermostAndZeroPads) {
   }
 }
 
+// P order: within every 16 keys, slot s holds key 0 1 8 9 2 3 10 11 4 5 12 13 6 7 14 15 [s] (the
+// order fp8_t36's producer permuted V^T into), padding keys zero wherever they land.
+TEST(Fp8Layout, TransposeVInPOrderPermutesEachSixteenKeys) {
+  const int kPOrder[16] = {0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15};
+  for (int s = 0; s < fa::kFp8VtGroup; ++s) EXPECT_EQ(fa::fp8_vt_key_at(s), kPOrder[s]) << s;
+  for (int64_t nk : {1, 17, 127, 129, 224}) {
+    const int64_t d = 16, stride = fa::fp8_vt_stride(nk);
+    std::vector<uint8_t> v(size_t(nk * d));
+    for (int64_t j = 0; j < nk; ++j)
+      for (int64_t c = 0; c < d; ++c) v[size_t(j * d + c)] = uint8_t((j * 7 + c * 3) % 255 + 1);
+    std::vector<uint8_t> vt(size_t(d * stride), 0xAB);
+    fa::fp8_transpose_v(v.data(), nk, d, vt.data(), /*p_order=*/true);
+    for (int64_t c = 0; c < d; ++c)
+      for (int64_t slot = 0; slot < stride; ++slot) {
+        const int64_t j = slot / 16 * 16 + kPOrder[slot % 16];
+        ASSERT_EQ(vt[size_t(c * stride + slot)], j < nk ? v[size_t(j * d + c)] : 0)
+            << "nk " << nk << " c " << c << " slot " << slot;
+      }
+  }
+}
+
+// A kernel's TMA map of V^T reads zeros past fp8_vt_map_keys: in P order every key below seq_k
+// must land inside it, which seq_k itself is not enough for when seq_k is not a multiple of 16.
+TEST(Fp8Layout, VtMapCoversEveryKeyInEitherOrder) {
+  for (int64_t nk : {1, 17, 127, 129, 224, 1000, 8192}) {
+    int64_t last_slot_key_order = -1, last_slot_p_order = -1;
+    for (int64_t j = 0; j < nk; ++j) {
+      int64_t slot = -1;
+      for (int s = 0; s < fa::kFp8VtGroup; ++s)
+        if (fa::fp8_vt_key_at(s) == j % fa::kFp8VtGroup) slot = j / fa::kFp8VtGroup * 16 + s;
+      ASSERT_GE(slot, 0);
+      last_slot_key_order = std::max(last_slot_key_order, j);
+      last_slot_p_order = std::max(last_slot_p_order, slot);
+    }
+    EXPECT_LT(last_slot_key_order, fa::fp8_vt_map_keys(nk, false)) << "nk " << nk;
+    EXPECT_LT(last_slot_p_order, fa::fp8_vt_map_keys(nk, true)) << "nk " << nk;
+    EXPECT_LE(fa::fp8_vt_map_keys(nk, true), fa::fp8_vt_stride(nk)) << "nk " << nk;
+    if (nk == 1000)  // the ragged test's shape where a map of seq_k keys lost keys 996-999
+      EXPECT_GE(last_slot_p_order, nk);
+  }
+}
+
 // ---- the registered FP8 forwards (registry.h) --------------------------------------------------
 TEST(Fp8Registry, EntriesDeclareWhatTheHarnessNeeds) {
   for (const std::string& name : fa::entry_names<fa::AttentionFwdFp8Kernel>()) {

@@ -256,7 +256,8 @@ TEST(PythonCApi, ListsEveryFp8Kernel) {
   ASSERT_NE(api().handle, nullptr) << dlerror();
   const auto rows = table_rows(api().list_fp8());
   for (const auto& r : rows) {
-    ASSERT_EQ(r.size(), 6u) << "name, head dims, min_sm, block_rows_q, block_rows_kv, about";
+    ASSERT_EQ(r.size(), 7u)
+        << "name, head dims, min_sm, block_rows_q, block_rows_kv, vt order, about";
     const fa::AttentionFwdFp8Kernel* k = fa::find_entry<fa::AttentionFwdFp8Kernel>(r[0]);
     ASSERT_NE(k, nullptr) << r[0];
     std::string dims;
@@ -265,11 +266,12 @@ TEST(PythonCApi, ListsEveryFp8Kernel) {
     EXPECT_EQ(r[2], std::to_string(k->min_sm));
     EXPECT_EQ(r[3], std::to_string(k->block_rows_q));
     EXPECT_EQ(r[4], std::to_string(k->block_rows_kv));
-    EXPECT_EQ(r[5], k->about);
+    EXPECT_EQ(r[5], k->vt_p_order ? "p_order" : "keys");
+    EXPECT_EQ(r[6], k->about);
   }
   EXPECT_EQ(rows.size(), fa::registry<fa::AttentionFwdFp8Kernel>().size());
   if (fa::find_entry<fa::AttentionFwdFp8Kernel>("07/fp8_v1") != nullptr)
-    EXPECT_NE(std::string(api().list_fp8()).find("07/fp8_v1\t128\t90\t64\t128\t"),
+    EXPECT_NE(std::string(api().list_fp8()).find("07/fp8_v1\t128\t90\t64\t128\tkeys\t"),
               std::string::npos)
         << api().list_fp8();
 }
