@@ -7,12 +7,14 @@ cmake --preset default -DCMAKE_CUDA_ARCHITECTURES=90 > /dev/null 2>&1
 timeout 200 cmake --build build -j 16 --target fa_gpu_tests fa_python > "$OUT/build_tail.log" 2>&1
 echo "build rc=$?"; tail -1 "$OUT/build_tail.log"
 T=build/bin/fa_gpu_tests
-timeout 60 $T --gtest_filter="Registered/AttentionFwdFp8Kernels.*/07_fp8_t45_vt_in_p_order:-*LongTimedN8192*" > "$OUT/fp8_t45_gtest.log" 2>&1
-echo "t45 gtest rc=$?"; grep -E "FAILED  \]|PASSED  \]|FAIL" "$OUT/fp8_t45_gtest.log" | head -8
-for r in 1 2 3; do for k in 07_fp8_t40_wide_key_tiles 07_fp8_t45_vt_in_p_order; do
+for k in 07_fp8_t45_vt_in_p_order 07_fp8_t47_lazy_rescale; do
+  timeout 60 $T --gtest_filter="Registered/AttentionFwdFp8Kernels.*/$k:-*LongTimedN8192*" > "$OUT/${k}_gtest.log" 2>&1
+  echo "$k gtest rc=$?"; grep -E "FAILED  \]|PASSED  \]|FAIL" "$OUT/${k}_gtest.log" | head -8
+done
+for r in 1 2 3; do for k in 07_fp8_t40_wide_key_tiles 07_fp8_t45_vt_in_p_order 07_fp8_t47_lazy_rescale; do
   timeout 20 $T --gtest_filter="Registered/AttentionFwdFp8Kernels.LongTimedN8192/$k" 2>&1 | grep "timing"
 done; done | tee "$OUT/fp8_t40_t45_rounds.log"
-FA_SANITIZE_ONLY='07/fp8_t45_vt_in_p_order' timeout 120 ctest --test-dir build -L sanitize -E finds_missing -j 4 -V > "$OUT/fp8_t45_sanitize.log" 2>&1
+FA_SANITIZE_ONLY='07/fp8_t45_vt_in_p_order,07/fp8_t47_lazy_rescale' timeout 120 ctest --test-dir build -L sanitize -E finds_missing -j 4 -V > "$OUT/fp8_t45_sanitize.log" 2>&1
 echo "sanitize rc=$?"; grep -E "tests passed|ERROR SUMMARY: [1-9]|Failed" "$OUT/fp8_t45_sanitize.log" | head -4; gzip -f "$OUT/fp8_t45_sanitize.log"
 export FA_LIBRARY="$PWD/build/lib/libfa_python.so" PYTHONPATH=python
 timeout 120 python3 -m pytest -rs -p no:cacheprovider python/tests/test_fp8.py > "$OUT/fp8_pytest.log" 2>&1
@@ -22,9 +24,9 @@ M=sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_execut
 for r in barrier long_scoreboard math_pipe_throttle mio_throttle selected short_scoreboard wait dispatch_stall no_instruction sleeping; do
   M=$M,smsp__average_warp_latency_issue_stalled_$r.ratio; done
 M=$M,smsp__inst_executed.sum,smsp__issue_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_alu.avg.pct_of_peak_sustained_active
-for k in t40 t45; do
-  case $k in t40) g=07_fp8_t40_wide_key_tiles;; t45) g=07_fp8_t45_vt_in_p_order;; esac
-  timeout 100 ncu --section SpeedOfLight --section WarpStateStats --section ComputeWorkloadAnalysis --section SourceCounters \
+for k in t45 t47; do
+  case $k in t40) g=07_fp8_t40_wide_key_tiles;; t45) g=07_fp8_t45_vt_in_p_order;; t47) g=07_fp8_t47_lazy_rescale;; esac
+  timeout 80 ncu --section SpeedOfLight --section WarpStateStats --section ComputeWorkloadAnalysis --section SourceCounters \
     --metrics "$M" -k regex:flash_fwd_fp8_${k}_kernel -s 3 -c 1 -o "$OUT/ncu_$k" \
     $T --gtest_filter="Registered/AttentionFwdFp8Kernels.LongTimedN8192/$g" > /dev/null 2>&1
   echo "ncu $k rc=$?"
