@@ -12,7 +12,7 @@ for k in 07_fp8_t45_vt_in_p_order 07_fp8_t47_lazy_rescale; do
   timeout 60 $T --gtest_filter="Registered/AttentionFwdFp8Kernels.*/$k:-*LongTimedN8192*" > "$OUT/${k}_gtest.log" 2>&1
   echo "$k gtest rc=$?"; grep -E "FAILED  \]|PASSED  \]|FAIL" "$OUT/${k}_gtest.log" | head -8
 done
-for r in 1 2 3; do for k in 07_fp8_t40_wide_key_tiles 07_fp8_t45_vt_in_p_order 07_fp8_t47_lazy_rescale; do
+for r in 1 2; do for k in 07_fp8_t40_wide_key_tiles 07_fp8_t45_vt_in_p_order 07_fp8_t47_lazy_rescale; do
   timeout 20 $T --gtest_filter="Registered/AttentionFwdFp8Kernels.LongTimedN8192/$k" 2>&1 | grep "timing"
 done; done | tee "$OUT/fp8_t40_t45_rounds.log"; pack
 FA_SANITIZE_ONLY='07/fp8_t45_vt_in_p_order,07/fp8_t47_lazy_rescale' timeout 120 ctest --test-dir build -L sanitize -E finds_missing -j 4 -V > "$OUT/fp8_t45_sanitize.log" 2>&1
