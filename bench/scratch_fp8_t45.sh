@@ -8,15 +8,17 @@ cmake --preset default -DCMAKE_CUDA_ARCHITECTURES=90 > /dev/null 2>&1
 timeout 200 cmake --build build -j 16 --target fa_gpu_tests fa_python > "$OUT/build_tail.log" 2>&1
 echo "build rc=$?"; tail -1 "$OUT/build_tail.log"
 T=build/bin/fa_gpu_tests
+# The sanitizers beside the correctness tests (neither is timed); the timings after both.
+(FA_SANITIZE_ONLY='07/fp8_t45_vt_in_p_order,07/fp8_t47_lazy_rescale' timeout 120 ctest --test-dir build -L sanitize -E finds_missing -j 4 -V > "$OUT/fp8_t45_sanitize.log" 2>&1
+ echo "sanitize rc=$?"; grep -E "tests passed|ERROR SUMMARY: [1-9]|Failed" "$OUT/fp8_t45_sanitize.log" | head -4; gzip -f "$OUT/fp8_t45_sanitize.log") &
 for k in 07_fp8_t45_vt_in_p_order 07_fp8_t47_lazy_rescale; do
   timeout 60 $T --gtest_filter="Registered/AttentionFwdFp8Kernels.*/$k:-*LongTimedN8192*" > "$OUT/${k}_gtest.log" 2>&1
   echo "$k gtest rc=$?"; grep -E "FAILED  \]|PASSED  \]|FAIL" "$OUT/${k}_gtest.log" | head -8
 done
-for r in 1 2; do for k in 07_fp8_t40_wide_key_tiles 07_fp8_t45_vt_in_p_order 07_fp8_t47_lazy_rescale; do
+wait; pack
+for r in $(seq ${ROUNDS:-2}); do for k in 07_fp8_t40_wide_key_tiles 07_fp8_t45_vt_in_p_order 07_fp8_t47_lazy_rescale; do
   timeout 20 $T --gtest_filter="Registered/AttentionFwdFp8Kernels.LongTimedN8192/$k" 2>&1 | grep "timing"
 done; done | tee "$OUT/fp8_t40_t45_rounds.log"; pack
-FA_SANITIZE_ONLY='07/fp8_t45_vt_in_p_order,07/fp8_t47_lazy_rescale' timeout 120 ctest --test-dir build -L sanitize -E finds_missing -j 4 -V > "$OUT/fp8_t45_sanitize.log" 2>&1
-echo "sanitize rc=$?"; grep -E "tests passed|ERROR SUMMARY: [1-9]|Failed" "$OUT/fp8_t45_sanitize.log" | head -4; gzip -f "$OUT/fp8_t45_sanitize.log"; pack
 export FA_LIBRARY="$PWD/build/lib/libfa_python.so" PYTHONPATH=python
 timeout 120 python3 -m pytest -rs -p no:cacheprovider python/tests/test_fp8.py > "$OUT/fp8_pytest.log" 2>&1
 echo "pytest rc=$?"; grep -E "FAILED|passed|failed" "$OUT/fp8_pytest.log" | tail -6; pack
