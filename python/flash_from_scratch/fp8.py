@@ -29,14 +29,14 @@ from collections import namedtuple
 from . import _lib
 
 # The kernel attention_fp8 runs when none is named, per head dim: chapter 07's fastest FP8 forward
-# for it (H100: at D 128, B 2, H 16, N 8192, the tuning step fp8_t40_wide_key_tiles 748.5-754.3
-# TFLOP/s full and 673.7-679.2 causal where fp8_v2 ran 649.7-655.8 and 600.1-605.0 in the same
-# rounds, 2026-12-06; at D 256, B 2, H 8, fp8_v4 1029.3-1031.5 where fp8_v3 ran 999.1-1000.5,
+# for it (H100: at D 128, B 2, H 16, N 8192, the tuning step fp8_t47_lazy_rescale 793.3-798.2
+# TFLOP/s full and 709.3-710.5 causal where fp8_t40 ran 751.8-756.6 and 678.5-680.3 in the same
+# rounds, 2026-12-07; at D 256, B 2, H 8, fp8_v4 1029.3-1031.5 where fp8_v3 ran 999.1-1000.5,
 # 2026-11-26). Both pass the FP8 rule. Each quantises with its own blocks (list_fp8_kernels():
-# fp8_t40 one K and V scale per 224 keys, fp8_v4 per 128). The logs that chose them:
-# notes/measured/h100-2026-12-06/fp8_d128_steps_timed.log (D 128) and
+# fp8_t47 one K and V scale per 224 keys and V^T in P order, fp8_v4 per 128). The logs that chose
+# them: notes/measured/h100-2026-12-07b/fp8_t40_t45_t47_rounds.log (D 128) and
 # notes/measured/h100-2026-11-26g/timed_fp8_v3_r1.log to _r3.log (D 256).
-DEFAULT_FP8_FWD = {128: "07/fp8_t40_wide_key_tiles", 256: "07/fp8_v4"}
+DEFAULT_FP8_FWD = {128: "07/fp8_t47_lazy_rescale", 256: "07/fp8_v4"}
 
 E4M3_MAX = 448.0  # fp8.h kE4M3Max: the largest finite e4m3 value
 P_SCALE = 256.0  # fp8.h kFp8PScale: P is stored as e4m3(P~ * 256); the C ABI passes it
@@ -282,7 +282,7 @@ def attention_fp8(q, k, v, *, causal=False, scale=None, kernel=None, q_scale=Non
         k_scale and v_scale [B, H, ceil(Nk / block_rows_kv)] (quantize_fp8's output; the block
         sizes are the kernel's: list_fp8_kernels()).
     kernel: a registered FP8 forward; by default the fastest for D (default_fp8_kernel:
-    07/fp8_t40_wide_key_tiles at D 128, 07/fp8_v4 at D 256). scale: 1/sqrt(D) by default.
+    07/fp8_t47_lazy_rescale at D 128, 07/fp8_v4 at D 256). scale: 1/sqrt(D) by default.
     No grouped K/V heads, no window. Non-contiguous inputs are copied.
 
     Returns (O, L): O bf16 [B, H, Nq, D], L fp32 [B, H, Nq] (natural-log logsumexp of each row

@@ -73,7 +73,7 @@ def test_list_fp8_kernels():
 
 
 def test_default_fp8_kernel():
-    assert fa.default_fp8_kernel(128) == "07/fp8_t40_wide_key_tiles"
+    assert fa.default_fp8_kernel(128) == "07/fp8_t47_lazy_rescale"
     assert fa.default_fp8_kernel(256) == "07/fp8_v4"
     with pytest.raises(fa.UnsupportedError, match="no FP8 forward for head dim 64.*D = 128, 256"):
         fa.default_fp8_kernel(64)
