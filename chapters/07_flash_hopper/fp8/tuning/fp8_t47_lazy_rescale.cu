@@ -108,7 +108,6 @@ constexpr int kChains = 4;  // independent chains of the row max and the row sum
 // P~ <= 2^0.75, and P~ p_scale r_j <= 256 * 1.68 = 431 < 448, e4m3's largest finite value.
 constexpr float kLazyLog2 = 0.75f;
 constexpr float kLazyHeadroom = 1.6818f;  // 2^kLazyLog2, rounded up
-constexpr float kE4m3Max = 448.0f;
 
 template <int N>
 __device__ __forceinline__ void online_softmax_fp8(float (&s)[N], float (&m)[2], float (&l)[2],
@@ -533,7 +532,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 constexpr const char* kName = "07/fp8_t47_lazy_rescale";
 
 void attention_fwd_fp8_t47(const AttentionFwdFp8Args& a, cudaStream_t stream) {
-  FA_REQUIRE(a.p_scale * kLazyHeadroom < kE4m3Max,
+  FA_REQUIRE(a.p_scale * kLazyHeadroom < kE4M3Max,
              std::string(kName) +
                  ": p_scale * 2^0.75 must stay below e4m3's 448 (a row's P~ "
                  "reaches 2^0.75 under the lazy max)");
