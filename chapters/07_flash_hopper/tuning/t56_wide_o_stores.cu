@@ -1,0 +1,426 @@
+// 07/t56_wide_o_stores (tuning step after 07/t52_wide_kv_tiles_persistent): t52 with O stored
+// 16 bytes a thread instead of 4. Read t52 first (t52_wide_kv_tiles_persistent.cu, and v5 before
+// it); everything but the epilogue is t52's.
+//
+// Why the epilogue, at short rows
+//   Nsight Compute on t52 (H100, 2026-12-07, bf16, B = 16384 / N, H = 2048 / D, full, N 512) puts
+//   42% (D 256) and 45% (D 128) of the warps' stall samples on code that runs once per work tile,
+//   not once per key tile: the start of a tile, its first and last turns and the epilogue. The
+//   epilogue alone, store_o_l of hopper_attention.cuh, holds about a quarter. Its stores are 4
+//   bytes a thread: in the wgmma accumulator layout a quad (4 threads) holds 8 consecutive columns
+//   of a row, so one warp-wide store writes 16 bytes into each of 8 rows, 8 L1 tag requests and 8
+//   L2 sectors for 128 bytes (the source page: 4.2 M tag requests for 0.54 M stores). A work tile
+//   at D 256 stores 64 KiB of O that way, 4096 requests that the SM's load/store unit takes one at
+//   a time, while the consumer that stores waits at its next turn for them to drain (the stall
+//   samples on the branch back to the tile loop and on the first instruction after it are "long
+//   scoreboard": registers that pending stores still read). cuDNN's forward on the same problem
+//   takes 206 K cycles an SM against t52's 242 K (D 256) and 236 K (D 128).
+//
+// The idea
+//   Transpose each quad's values so that one thread holds 8 consecutive columns of one row, then
+//   store them with one 16-byte store. For a group of four 8-column chunks of a row (columns 32a
+//   .. 32a + 31), thread q of the quad holds x[jj] = columns 8(4a + jj) + 2q, +1 (jj = 0..3, one
+//   32-bit pair each): a 4 x 4 matrix M[q][jj] spread over the quad, one row per thread. A
+//   transpose gives thread q the column M[0..3][q], which is the 16 contiguous bytes at column
+//   8(4a + q). Two butterfly stages do it, each swapping two values with one partner:
+//     stage 1 (lane q ^ 2): the pairs off the diagonal of the 2 x 2 blocks (jj's bit 1 != q's)
+//     stage 2 (lane q ^ 1): inside each block, the value whose jj bit 0 != q's
+//   4 shuffles and a few selects per 16 bytes, against 4 stores of 4 bytes. A warp-wide store then
+//   writes 64 contiguous bytes into each of 8 rows: the same 8 tag requests for 4x the bytes.
+//
+//   The 16-byte stores need O 16-byte aligned (rows of d elements, d a multiple of 8, are); a
+//   4-byte aligned O that is not runs the fallback, as the shapes TMA cannot load do.
+//
+// Prediction (bf16, B = 16384 / N, H = 2048 / D, against t52 in the same run)
+//   The store unit's work for a work tile's O drops from 4096 tag requests to 1024 plus 4 shuffles
+//   a 16 bytes (1024 warp-wide shuffles for D 256), about 2.7x less; most of it sits between the
+//   tiles, where no other turn hides it. N 512: 1.04-1.08x at D 256, 1.03-1.06x at D 128 (an
+//   epilogue a quarter of the samples, two thirds of it saved, half of that on the critical path);
+//   N 1024 about half that; N 8192 (64 key tiles a work tile at D 128) level, within 1%.
+#include <cuda.h>
+
+#include <climits>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+#include "hopper_attention.cuh"
+#include "ch07_launch.cuh"
+
+namespace fa::ch07 {
+namespace {
+
+constexpr int kConsumers = 2;                           // warpgroups that compute
+constexpr int kThreads = 128 * (1 + kConsumers);        // + the producer warpgroup
+constexpr int kBr = kConsumers * kRowsPerWarpgroup;     // 128 query rows per block
+constexpr int kProducerRegs = 24, kConsumerRegs = 240;  // 24 + 2 x 240 = 3 x 168
+constexpr int kTurnBar = 1;            // named barriers 1, 2: consumer 0's, 1's turn
+constexpr int kTurnThreads = 2 * 128;  // the giver's arrive + the taker's sync
+constexpr bool kWith192 = true;        // an instance at D 192 (header), not only 64, 128 and 256
+constexpr bool kWith96 = true;         // and one at D 96 (header)
+template <int D>
+constexpr int stages() {
+  return D == 64 ? 4 : 2;
+}
+
+template <int D>
+struct V5Smem {
+  static constexpr int kStages = stages<D>();
+  static constexpr int kQBytes = kBr * Tiles<D, kWideBc<D>>::kStrips * 128;  // whole strips
+  static constexpr int kKVBytes = Tiles<D, kWideBc<D>>::kKVBytes;
+  static constexpr int kKOffset = kQBytes;                       // K stage s at + s * kKVBytes
+  static constexpr int kVOffset = kQBytes + kStages * kKVBytes;  // V stage s at + s * kKVBytes
+  static constexpr int kBarOffset = kVOffset + kStages * kKVBytes;
+  static constexpr int kBytes = kBarOffset + (2 + 4 * kStages) * 8 + kAtomBytes;  // + alignment
+  static_assert(kQBytes % kAtomBytes == 0 && kKVBytes % kAtomBytes == 0, "atoms stay aligned");
+  static_assert(kBytes <= 227 * 1024, "fits the 227 KiB a block may opt in to");
+};
+
+// v5: the static schedule. Units of one batch*head are numbered 0 .. units_per_head - 1, heads
+// one after the other (v4's block order); block b takes units b, b + G, ... A unit is one query
+// tile, or (causal) the pair of the longest and the shortest left (header, "Work order").
+struct Schedule {
+  uint32_t units;           // units_per_head * batch * heads, < 2^31 (the launch checks)
+  uint32_t units_per_head;  // num_q_tiles, or causal (num_q_tiles + 1) / 2
+  uint32_t group;           // query heads per K/V head: head bh reads K/V head bh / group
+  bool pairs;               // causal: unit r of a head is query tiles num_q_tiles - 1 - r and r
+};
+
+// The query tiles of unit r of a head: 1, or 2 for a causal pair (the middle tile of an odd
+// count stands alone). Tile k = 0 is the longer: num_q_tiles - 1 - r, as v4's block r of a head.
+__device__ __forceinline__ int unit_tiles(const Schedule& sched, int r, int num_q_tiles) {
+  return sched.pairs && r < num_q_tiles - 1 - r ? 2 : 1;
+}
+__device__ __forceinline__ int unit_q_tile(int r, int k, int num_q_tiles) {
+  return k == 0 ? num_q_tiles - 1 - r : r;
+}
+
+// t56: the epilogue with 16-byte stores (header, "The idea"). O = acc / l and L as store_o_l of
+// hopper_attention.cuh computes them; only the way O reaches memory differs. Every lane runs the
+// shuffles, rows past seq_q included: only the stores are skipped for them.
+template <class T, int D>
+__device__ __forceinline__ void store_o_l_16(const float (&o)[D / 2], const float (&m)[2],
+                                             float (&l)[2], float c, T* O, float* L, int64_t row0,
+                                             int64_t seq_q, int t, int d) {
+  constexpr unsigned kAll = 0xffffffffu;
+  const int w = t / 32, g = (t % 32) / 4, q = t % 4;
+  const bool bit1 = (q & 2) != 0, bit0 = (q & 1) != 0;
+  float inv_l[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l[h] += __shfl_xor_sync(kAll, l[h], 1);
+    l[h] += __shfl_xor_sync(kAll, l[h], 2);
+    inv_l[h] = l[h] > 0.0f ? 1.0f / l[h] : 0.0f;
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t row = row0 + 16 * w + g + 8 * h;
+#pragma unroll
+    for (int a = 0; a < D / 32; ++a) {  // columns 32a .. 32a + 31 of the row
+      uint32_t x[4];                    // x[jj]: columns 8(4a + jj) + 2q, +1
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj) {
+        const int j = 4 * a + jj;
+        x[jj] = mma::pack2<T>(o[4 * j + 2 * h] * inv_l[h], o[4 * j + 2 * h + 1] * inv_l[h]);
+      }
+      // Stage 1, with lane q ^ 2: the values whose jj bit 1 differs from q's change threads.
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const uint32_t r = __shfl_xor_sync(kAll, bit1 ? x[e] : x[2 + e], 2);
+        if (bit1)
+          x[e] = r;
+        else
+          x[2 + e] = r;
+      }
+      // Stage 2, with lane q ^ 1: inside each pair, the value whose jj bit 0 differs from q's.
+#pragma unroll
+      for (int b = 0; b < 2; ++b) {
+        const uint32_t r = __shfl_xor_sync(kAll, bit0 ? x[2 * b] : x[2 * b + 1], 1);
+        if (bit0)
+          x[2 * b] = r;
+        else
+          x[2 * b + 1] = r;
+      }
+      // x[k] now holds columns 8(4a + q) + 2k, +1: 16 contiguous bytes of the row.
+      const int col = 8 * (4 * a + q);
+      if (row < seq_q && col < d)
+        *reinterpret_cast<uint4*>(O + row * d + col) = make_uint4(x[0], x[1], x[2], x[3]);
+    }
+    if (q == 0 && row < seq_q)
+      L[row] = l[h] > 0.0f ? (m[h] * c + log2f(l[h])) * 0.6931471805599453f : -INFINITY;
+  }
+}
+
+template <class T, int D>
+__global__ void __launch_bounds__(kThreads, 1)
+    flash_fwd_t56_kernel(const __grid_constant__ CUtensorMap tm_q,
+                         const __grid_constant__ CUtensorMap tm_k,
+                         const __grid_constant__ CUtensorMap tm_v, const Params p,
+                         const Schedule sched) {
+  using Tl = Tiles<D, kWideBc<D>>;
+  using Sm = V5Smem<D>;
+  constexpr int kBc = Tl::kBc;
+  constexpr int kStages = Sm::kStages;
+  extern __shared__ unsigned char smem_raw[];
+  // The 128-byte swizzle repeats every 1024 bytes and the descriptors assume atoms start there.
+  const uint32_t raw = mma::smem_addr(smem_raw);
+  unsigned char* smem = smem_raw + ((kAtomBytes - raw % kAtomBytes) % kAtomBytes);
+  unsigned char* sQ = smem;
+  auto sK = [&](int s) { return smem + Sm::kKOffset + s * Sm::kKVBytes; };
+  auto sV = [&](int s) { return smem + Sm::kVOffset + s * Sm::kKVBytes; };
+  uint64_t* q_full = reinterpret_cast<uint64_t*>(smem + Sm::kBarOffset);
+  uint64_t* q_empty = q_full + 1;         // v5: both consumers are done reading this tile's Q
+  uint64_t* full_k = q_empty + 1;         // per stage: the K tile has landed
+  uint64_t* full_v = full_k + kStages;    // per stage: the V tile has landed
+  uint64_t* empty_k = full_v + kStages;   // per stage: both consumers are done reading K
+  uint64_t* empty_v = empty_k + kStages;  // per stage: both consumers are done reading V
+
+  const int warpgroup = threadIdx.x / 128, t = threadIdx.x % 128, q = t % 4;
+
+  if (threadIdx.x == 0) {
+    hopper::mbar_init(q_full, 1);
+    hopper::mbar_init(q_empty, 128 * kConsumers);  // every consumer thread, once per Q
+    for (int s = 0; s < kStages; ++s) {
+      hopper::mbar_init(&full_k[s], 1);  // the producer's expect_tx arrival
+      hopper::mbar_init(&full_v[s], 1);
+      hopper::mbar_init(&empty_k[s], 128 * kConsumers);  // every consumer thread, once per use
+      hopper::mbar_init(&empty_v[s], 128 * kConsumers);
+    }
+    hopper::mbar_fence_init();
+  }
+  __syncthreads();  // the barriers are initialised before anyone waits on them
+
+  if (warpgroup == 0) {
+    // ---- Producer: gives its registers away, then one thread keeps the ring full, across the
+    // work tiles of this block (v5).
+    hopper::setmaxnreg_dec<kProducerRegs>();
+    if (t == 0) {
+      uint64_t fill = 0;     // v5: K/V stage fills of this block, over all its work tiles
+      uint32_t q_loads = 0;  // v5: Q loads of this block
+      for (uint32_t u = blockIdx.x; u < sched.units; u += gridDim.x) {
+        const int bh = int(u / sched.units_per_head), r = int(u % sched.units_per_head);
+        const int kv_bh = int(uint32_t(bh) / sched.group);  // its K/V head (header, GQA)
+        for (int k = 0; k < unit_tiles(sched, r, p.num_q_tiles); ++k) {
+          const int64_t q0 = int64_t(unit_q_tile(r, k, p.num_q_tiles)) * kBr;
+          const int n_tiles = int(kv_tiles(q0, kBr, p.seq_q, p.seq_k, kBc, p.causal).visit);
+          if (n_tiles == 0) continue;  // no key for any row: no Q, no turns (header)
+          // v5: the previous Q is free once both consumers' last S of its tile is done.
+          if (q_loads > 0) hopper::mbar_wait(q_empty, (q_loads - 1) & 1);
+          ++q_loads;
+          hopper::mbar_arrive_expect_tx(q_full, Sm::kQBytes);
+          for (int c = 0; c < Tl::kStrips; ++c)
+            hopper::tma_load_3d(sQ + c * kBr * 128, &tm_q, q_full, c * kSwizzleCols, int(q0), bh);
+#pragma unroll 1  // v5: unrolled, the loop's hoisted addresses spill the producer's 24 registers
+          for (int j = 0; j < n_tiles; ++j, ++fill) {
+            const int s = int(fill % kStages);
+            const uint64_t use = fill / kStages;
+            if (use > 0) hopper::mbar_wait(&empty_k[s], uint32_t(use - 1) & 1);  // both freed it
+            hopper::mbar_arrive_expect_tx(&full_k[s], Sm::kKVBytes);
+            for (int c = 0; c < Tl::kStrips; ++c)
+              hopper::tma_load_3d(sK(s) + c * kBc * 128, &tm_k, &full_k[s], c * kSwizzleCols,
+                                  j * kBc, kv_bh);
+            if (use > 0) hopper::mbar_wait(&empty_v[s], uint32_t(use - 1) & 1);  // a turn after K
+            hopper::mbar_arrive_expect_tx(&full_v[s], Sm::kKVBytes);
+            for (int c = 0; c < Tl::kStrips; ++c)
+              hopper::tma_load_3d(sV(s) + c * kBc * 128, &tm_v, &full_v[s], c * kSwizzleCols,
+                                  j * kBc, kv_bh);
+          }
+        }
+      }
+    }
+    return;
+  }
+
+  // ---- Consumers: take the registers, then compute exactly as v1 on their 64 rows.
+  hopper::setmaxnreg_inc<kConsumerRegs>();
+  const int consumer = warpgroup - 1;
+  const unsigned char* sQc = sQ + consumer * kRowsPerWarpgroup * 128;  // its rows in each strip
+  const float c = fabsf(p.scale_log2);
+
+  // v5: the current work tile, set at its start (the loop below): its K/V range, the last key
+  // each of this thread's two rows may see, and its O, m and l.
+  int n_tiles = 0, n_unmasked = 0;
+  int64_t last_key[2];
+  float o[Tl::kOAcc];
+  float m[2], l[2];
+
+  uint32_t pf[Tl::kPSlices][4];  // P_{j-1}: written by the softmax of turn j - 1, read in turn j
+  uint64_t fill = 0;             // v5: the first K/V fill of the current work tile
+  uint32_t q_loads = 0;          // v5: Q loads before the current work tile's
+
+  // Turn j. kS: it has an S (j < n_tiles), kPV: it has a P V (j > 0); compile-time, so that no
+  // wgmma sits on a run-time branch (ptxas would serialise them).
+  auto turn = [&](int j, auto k_s, auto k_pv) {
+    constexpr bool kS = decltype(k_s)::value, kPV = decltype(k_pv)::value;
+    // v5: stage and parity of tile j from the block's fill count, as the producer numbers them.
+    const uint64_t f = fill + uint64_t(j);
+    const int s = int(f % kStages), sp = int((f + kStages - 1) % kStages);  // tiles j and j - 1
+    if constexpr (kS) hopper::mbar_wait(&full_k[s], uint32_t(f / kStages) & 1);
+    if constexpr (kPV) hopper::mbar_wait(&full_v[sp], uint32_t((f - 1) / kStages) & 1);
+
+    // ---- This consumer's turn: S_j = Q K_j^T, then O += P_{j-1} V_{j-1}, two commit groups.
+    hopper::named_bar_sync(kTurnBar + consumer, kTurnThreads);
+    float sc[Tl::kSAcc];
+    hopper::fence_registers(o);
+    hopper::wgmma_fence();
+    if constexpr (kS) {
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk)
+        hopper::wgmma_ss<kBc, T, 0>(sc, desc_k_major<kBr>(sQc, kk), desc_k_major<kBc>(sK(s), kk),
+                                    kk > 0);
+      hopper::wgmma_commit();  // the older group: S_j
+    }
+    if constexpr (kPV) {
+#pragma unroll
+      for (int kk = 0; kk < Tl::kPSlices; ++kk)
+        hopper::wgmma_rs<D, T, 1>(o, pf[kk], desc_v<D, kBc>(sV(sp), kk), 1);
+      hopper::wgmma_commit();  // the newer group: P_{j-1} V_{j-1}
+    }
+    // ---- The other consumer's turn may start now. v5: after every turn, the block's last too.
+    hopper::named_bar_arrive(kTurnBar + 1 - consumer, kTurnThreads);
+
+    // ---- Softmax of S_j as soon as S_j is done, while P_{j-1} V_{j-1} still runs: it touches
+    // neither O nor P_{j-1}, which that wgmma reads and writes.
+    float alpha[2];
+    if constexpr (kS) {
+      if constexpr (kPV)
+        hopper::wgmma_wait<1>();  // all but the newest group done: S_j is
+      else
+        hopper::wgmma_wait<0>();
+      hopper::fence_registers(sc);
+      hopper::mbar_arrive(&empty_k[s]);                    // done with K_j
+      if (j == n_tiles - 1) hopper::mbar_arrive(q_empty);  // v5: and with this work tile's Q
+      negate_if(sc, p.scale_log2 < 0.0f);
+      if (j >= n_unmasked) mask_tile(sc, int64_t(j) * kBc, last_key, q);
+      online_softmax(sc, m, l, c, alpha);
+      hopper::fence_registers(sc);  // the exponentials are computed before the wait below
+    }
+    if constexpr (kPV) {
+      hopper::wgmma_wait<0>();
+      hopper::fence_registers(o);
+#pragma unroll
+      for (int kk = 0; kk < Tl::kPSlices; ++kk) hopper::fence_registers(pf[kk]);
+      hopper::mbar_arrive(&empty_v[sp]);  // done with V_{j-1}
+    }
+    // ---- O now holds P_{j-1} V_{j-1}: rescale it for tile j, and P_j replaces P_{j-1}.
+    if constexpr (kS) {
+      rescale(o, alpha);
+      pack_p<T>(sc, pf);
+    }
+  };
+  using Yes = std::true_type;
+  using No = std::false_type;
+
+  // v5: consumer 0 takes the block's first turn; from then on the token goes to the other
+  // consumer after every turn, across work tiles, and consumer 0 takes the one left after the
+  // block's last turn at the end. Every bar.arrive meets exactly one bar.sync (header).
+  if (consumer == 1) hopper::named_bar_arrive(kTurnBar, kTurnThreads);
+  for (uint32_t u = blockIdx.x; u < sched.units; u += gridDim.x) {  // v5: the block's work tiles
+    const int bh = int(u / sched.units_per_head), r = int(u % sched.units_per_head);
+    for (int k = 0; k < unit_tiles(sched, r, p.num_q_tiles); ++k) {
+      const int64_t q0 = int64_t(unit_q_tile(r, k, p.num_q_tiles)) * kBr;
+      const KvTiles range = kv_tiles(q0, kBr, p.seq_q, p.seq_k, kBc, p.causal);
+      n_tiles = int(range.visit);
+      n_unmasked = int(range.unmasked);
+      const int64_t wg_row0 = q0 + consumer * kRowsPerWarpgroup;
+      const int64_t row0 = wg_row0 + 16 * (t / 32) + (t % 32) / 4;  // this thread's two rows
+      last_key[0] = last_visible_key(row0, p.seq_q, p.seq_k, p.causal);
+      last_key[1] = last_visible_key(row0 + 8, p.seq_q, p.seq_k, p.causal);
+#pragma unroll
+      for (int i = 0; i < Tl::kOAcc; ++i) o[i] = 0.0f;
+      m[0] = m[1] = -INFINITY;
+      l[0] = l[1] = 0.0f;
+
+      if (n_tiles > 0) {  // a tile whose rows see no key has no Q and no turns (header)
+        hopper::mbar_wait(q_full, q_loads & 1);
+        turn(0, Yes{}, No{});  // S_0 only
+        for (int j = 1; j < n_tiles; ++j) turn(j, Yes{}, Yes{});
+        turn(n_tiles, No{}, Yes{});  // P_{n-1} V_{n-1} only
+        ++q_loads;
+        fill += uint64_t(n_tiles);
+      }
+
+      store_o_l_16<T, D>(o, m, l, c, static_cast<T*>(p.o) + int64_t(bh) * p.seq_q * p.d,
+                         p.lse + int64_t(bh) * p.seq_q, wg_row0, p.seq_q, t, p.d);  // t56
+    }
+  }
+  // v5: the token consumer 1 handed over after the block's last turn (at the start, if none).
+  if (consumer == 0) hopper::named_bar_sync(kTurnBar, kTurnThreads);
+}
+
+// ---- Host side: ch07_launch.cuh checks the arguments, picks T and D, and calls Launch<T, D>::run.
+constexpr const char* kName = "07/t56_wide_o_stores";
+
+// v5: the units of the static schedule (header, "Work order").
+Schedule make_schedule(int num_q_tiles, int64_t bh, int64_t group, bool causal) {
+  const int per_head = causal ? (num_q_tiles + 1) / 2 : num_q_tiles;
+  // As v4's grid: unit numbers (v4: block numbers) stay below 2^31, so that u + gridDim.x cannot
+  // wrap in 32 bits. Unreachable in practice: a unit has at least one row of Q (128 bytes or
+  // more), so 2^31 units need 256 GiB of Q.
+  FA_UNSUPPORTED_IF(int64_t(per_head) * bh > INT_MAX,
+                    std::string(kName) + ": more than 2^31-1 work units");
+  Schedule sched;
+  sched.pairs = causal;
+  sched.group = uint32_t(group);  // <= heads < 2^31
+  sched.units_per_head = uint32_t(per_head);
+  sched.units = uint32_t(int64_t(per_head) * bh);
+  return sched;
+}
+
+// v5: launch_fwd of ch07_launch.cuh with the persistent grid, min(units, SMs) blocks.
+template <class T, int D>
+struct Launch {
+  static void run(const AttentionFwdArgs& a, cudaStream_t stream) {
+    constexpr auto kKernel = flash_fwd_t56_kernel<T, D>;
+    constexpr int kSmemBytes = V5Smem<D>::kBytes;
+    if (!aligned(a.o, 16)) return run_fallback(a, stream);  // t56: O in 16-byte stores (header)
+    const AttentionShape& s = a.shape;
+    const int num_q_tiles = int((s.seq_q + kBr - 1) / kBr);  // seq_q < 2^31 - 512 (tma_can_load)
+    const Schedule sched = make_schedule(num_q_tiles, s.bh(), s.group(), s.causal);
+    const int sms = gpu_info().sm_count;
+    FA_REQUIRE(sms > 0, std::string(kName) + ": the GPU reports no SMs");
+    const unsigned blocks = sched.units < unsigned(sms) ? sched.units : unsigned(sms);  // >= 1
+    set_smem_limit_once<kKernel, kSmemBytes>();
+    const int d = int(s.head_dim);  // <= D: the boxes' columns past it arrive as zeros
+    const CUtensorMap tm_q = make_tmap(a.q, s.bh(), s.seq_q, d, kBr, a.dtype);
+    const int64_t kv_bh = s.batch * s.kv_heads();  // K and V: batch * heads_kv heads (GQA)
+    const CUtensorMap tm_k = make_tmap(a.k, kv_bh, s.seq_k, d, kWideBc<D>, a.dtype);
+    const CUtensorMap tm_v = make_tmap(a.v, kv_bh, s.seq_k, d, kWideBc<D>, a.dtype);
+    kKernel<<<blocks, kThreads, kSmemBytes, stream>>>(tm_q, tm_k, tm_v, make_params(a, num_q_tiles),
+                                                      sched);
+    FA_CHECK_LAUNCH();
+  }
+};
+
+// Grouped heads on a shape TMA cannot load: the fallback (chapter 05's forward) takes no grouped
+// heads. Without keys it reads no K or V, so it runs the shape as plain multi-head attention (O =
+// 0, L = -inf); unaligned or oversized grouped inputs are refused rather than read wrongly.
+void attention_fwd_t56(const AttentionFwdArgs& a, cudaStream_t stream) {
+  FA_REQUIRE(a.shape.valid_heads(), std::string(kName) + ": heads must be a multiple of heads_kv");
+  if (a.shape.is_gqa() && (!tma_can_load(a) || !aligned(a.o, 16))) {  // t56: O too
+    FA_UNSUPPORTED_IF(a.shape.seq_k > 0,
+                      std::string(kName) +
+                          ": grouped K/V heads need inputs TMA can load and a 16-byte aligned O "
+                          "(sizes below 2^31); its fallback takes no grouped heads");
+    AttentionFwdArgs no_keys = a;
+    no_keys.shape.heads_kv = 0;  // K and V are empty: no head of them is read
+    return run_fwd_rung<Launch, kWith192, kWith96>(kName, no_keys, stream);
+  }
+  run_fwd_rung<Launch, kWith192, kWith96>(kName, a, stream);
+}
+
+}  // namespace
+
+FA_REGISTER(AttentionFwdKernel,
+            {kName,
+             attention_fwd_t56,
+             "t52 with O stored 16 bytes a thread: each quad's values transposed by shuffles so "
+             "that one thread holds 8 consecutive columns of a row",
+             {DType::BF16, DType::F16},
+             {64, 96, 128, 192, 256},
+             90,
+             /*gqa=*/true,
+             /*decoding=*/false,
+             /*rounds_head_dim=*/true});
+
+}  // namespace fa::ch07
