@@ -492,8 +492,8 @@ void register_all() {
   add_head_dims_between<fa::AttentionFwdKernel>(
       "attn_fwd/", false,
       {"07/v5_persistent", "07/t51_wide_kv_tiles", "07/t52_wide_kv_tiles_persistent",
-       "05/v5_fewer_instructions", "05/v4_swizzled_pipelined", "05/t14_rounded_head_dims",
-       "05/t15_any_head_dim"},
+       "07/t56_wide_o_stores", "05/v5_fewer_instructions", "05/v4_swizzled_pipelined",
+       "05/t14_rounded_head_dims", "05/t15_any_head_dim"},
       fa::run_attention_fwd);
   add_head_dims_between<fa::AttentionBwdKernel>(
       "attn_bwd/", true,

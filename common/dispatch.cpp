@@ -12,15 +12,16 @@ namespace fa {
 
 namespace {
 
-// The runs the rows cite (H200, 2026-12-01 to 2026-12-05, and an H100 on 2026-12-05;
+// The runs the rows cite (H200, 2026-12-01 to 2026-12-05, and H100s from 2026-12-05 on;
 // notes/measured/README.md says what each holds).
 constexpr const char* kRun = "notes/measured/h200-2026-12-01/";
 constexpr const char* kRun1202 = "notes/measured/h200-2026-12-02/";
 constexpr const char* kRun1203 = "notes/measured/h200-2026-12-03/";
 constexpr const char* kRun1204 = "notes/measured/h200-2026-12-04/";
 constexpr const char* kRun1205 = "notes/measured/h200-2026-12-05/";
-constexpr const char* kRunH100 = "notes/measured/h100-2026-12-05/";  // an H100 that day
-constexpr const char* kRun1206 = "notes/measured/h100-2026-12-06/";  // an H100
+constexpr const char* kRunH100 = "notes/measured/h100-2026-12-05/";   // an H100 that day
+constexpr const char* kRun1206 = "notes/measured/h100-2026-12-06/";   // an H100
+constexpr const char* kRun1207 = "notes/measured/h100-2026-12-07c/";  // an H100
 std::string log(const char* file, const char* run = kRun) {
   return std::string(run) + file;
 }
@@ -166,6 +167,25 @@ const std::vector<Rule>& dispatch_table() {
                    "rounded up to D 64 (223.6-236.7 against 219.8-231.8 TFLOP/s at N 2048 and "
                    "8192, causal and full)",
                    log("head_dims_between.log", kRun1203)),
+      on(Op::Fwd, "07/t56_wide_o_stores")
+          .hopper()
+          .grouped()
+          .dims({128})
+          .full()
+          .because("grouped K/V heads at D 128, full: t52 with O in 16-byte stores reads K/V "
+                   "head h / group as v5 does; 1.01-1.04x v5 at H 32, H_kv 32/8/4/1, N 4096 and "
+                   "8192 (three rounds, each kernel a process of its own)",
+                   log("fwd_dispatch_rows_gqa.md", kRun1207)),
+      on(Op::Fwd, "07/t56_wide_o_stores")
+          .hopper()
+          .grouped()
+          .dims({128})
+          .causal()
+          .keys(4096, kAny)
+          .because("grouped K/V heads at D 128, causal from 4096 keys: 0.995-1.15x v5 at H 32, "
+                   "H_kv 32/8/4/1 (1.01-1.02x at N 4096); below 4096 causal keys v5 stays, as "
+                   "for multi-head attention",
+                   log("fwd_dispatch_rows_gqa.md", kRun1207)),
       on(Op::Fwd, "07/v5_persistent")
           .hopper()
           .grouped()
@@ -193,22 +213,22 @@ const std::vector<Rule>& dispatch_table() {
                    "place (chapter 05's tuning step t17); 0.997-1.000x its MHA time per query "
                    "head at H 32, H_kv 8/4/1, D 128, N 8192, causal and full (each row alone)",
                    log("grouped_any_head_dim_gqa.log", kRun1205)),
-      on(Op::Fwd, "07/t52_wide_kv_tiles_persistent")
+      on(Op::Fwd, "07/t56_wide_o_stores")
           .hopper()
           .dims({192})
-          .because("D 192 at an instance of its own with FlashAttention-3's 112-key tile, and "
-                   "136-184 rounded up to it: D 192 515.9-715.5 TFLOP/s, 1.25-1.41x t51 and "
-                   "1.37-1.43x v5 rounded up to 256 in the same run (0.94-1.07x cuDNN; three "
-                   "alternating rounds)",
-                   log("t52_d192_rounds.md", kRun1204)),
-      on(Op::Fwd, "07/t52_wide_kv_tiles_persistent")
+          .because("D 192 at t52's instance of its own (FlashAttention-3's 112-key tile), and "
+                   "136-184 rounded up to it, with O in 16-byte stores: D 192 534.0-722.1 "
+                   "TFLOP/s, 1.01-1.10x t52 and 1.39-1.46x v5 rounded up to 256 (0.99-1.05x "
+                   "cuDNN; three rounds, each kernel a process of its own)",
+                   log("fwd_dispatch_rows.md", kRun1207)),
+      on(Op::Fwd, "07/t56_wide_o_stores")
           .hopper()
           .dims({96})
-          .because("D 96 at an instance of its own with D 128's 176-key tile, and 72-88 rounded "
-                   "up to it: D 96 374.1-545.7 TFLOP/s, 1.04-1.18x v5 rounded up to 128 "
-                   "(0.94-1.11x cuDNN), D 80 1.07-1.16x v5, full and causal at N 2048 and 8192 "
-                   "(three alternating rounds)",
-                   log("t52_d96_rounds.log", kRun1206)),
+          .because("D 96 at t52's instance of its own (D 128's 176-key tile), and 72-88 rounded "
+                   "up to it, with O in 16-byte stores: D 96 381.2-551.3 TFLOP/s, 1.00-1.04x t52 "
+                   "and 1.04-1.19x v5 rounded up to 128 (0.97-1.08x cuDNN); D 80 0.97-1.01x t52, "
+                   "0.98-1.14x v5 (three rounds)",
+                   log("fwd_dispatch_rows.md", kRun1207)),
       on(Op::Fwd, "07/t52_wide_kv_tiles_persistent")
           .hopper()
           .rounded()
@@ -253,56 +273,61 @@ const std::vector<Rule>& dispatch_table() {
           .because("at D 64 and up to 2048 keys the plain rung has the shortest prologue: "
                    "373-440 TFLOP/s against v5's 344-424",
                    log("ladder_fwd_d64.log")),
-      // FlashAttention-3's K/V tile widths (176 keys at D 128, 80 at D 256), on v4 (t51) and on
-      // v5 (t52): three alternating rounds beside v4 and v5 with PyTorch's peers, medians.
-      on(Op::Fwd, "07/t51_wide_kv_tiles")
+      // FlashAttention-3's K/V tile widths (176 keys at D 128, 80 at D 256) on v4 (t51) and on
+      // v5 (t52), and t52 with O stored 16 bytes a thread (t56): three rounds, each kernel a
+      // process of its own, beside v1, v5, t51 and t52, with PyTorch's peers; medians.
+      on(Op::Fwd, "07/t56_wide_o_stores")
           .hopper()
           .dims({128})
           .full()
-          .keys(2048, kAny)
-          .because("D 128 full from 2048 keys: 589-656 TFLOP/s, 1.03-1.07x v5 (0.89-0.99x "
-                   "cuDNN); t52 1.4% ahead at N 16384, 1-3.5% behind at 2048-8192; below "
-                   "2048 keys v5 is within 2% of the faster",
-                   log("wide_kv_tiles_console.log", kRun1203)),
-      on(Op::Fwd, "07/t52_wide_kv_tiles_persistent")
+          .because("D 128 full: 492-639 TFLOP/s, 1.01-1.11x t52 up to 8192 keys (1.11x at 512, "
+                   "where the epilogue is a larger share), 1.01-1.32x t51 and 1.04-1.10x v5 "
+                   "(0.92-0.96x cuDNN); at 16384 keys within 2% of t52 (0.98x, another run "
+                   "1.00x)",
+                   log("fwd_dispatch_rows.md", kRun1207)),
+      on(Op::Fwd, "07/t56_wide_o_stores")
           .hopper()
           .dims({128})
           .causal()
           .keys(4096, kAny)
-          .because("D 128 causal from 4096 keys: 563-626 TFLOP/s, 1.01-1.05x v5 and "
-                   "1.02-1.06x v4 (0.96-1.01x cuDNN); t51 1.6% ahead at N 16384 only",
-                   log("wide_kv_tiles_console.log", kRun1203)),
+          .because("D 128 causal from 4096 keys: 522-627 TFLOP/s, 1.04-1.11x t52 at 4096 and "
+                   "8192 and 1.04-1.06x v5 (1.01-1.02x cuDNN, 0.81x at 16384, where every rung of "
+                   "this run fell to 500-548); at 16384 0.95x and 1.01x t52 in "
+                   "two runs; below 4096 causal keys v5 stays ahead (1.02-1.18x t56)",
+                   log("fwd_dispatch_rows.md", kRun1207)),
+      on(Op::Fwd, "07/t56_wide_o_stores")
+          .hopper()
+          .dims({256})
+          .full()
+          .keys(0, 2048)
+          .because("D 256 full up to 2048 keys: 402-565 TFLOP/s, 1.11-1.31x t51 and 1.04-1.13x "
+                   "t52 at 512 and 1024 keys (0.78-0.80x cuDNN); at 2048 level with t52 (0.97x, "
+                   "another run 1.03x)",
+                   log("fwd_dispatch_rows.md", kRun1207)),
       on(Op::Fwd, "07/t51_wide_kv_tiles")
           .hopper()
           .dims({256})
           .full()
-          .keys(0, 8192)
-          .because("D 256 full up to 8192 keys: 419-712 TFLOP/s, 1.05-1.16x v5 (0.77-0.96x "
-                   "cuDNN)",
-                   log("wide_kv_tiles_console.log", kRun1203)),
-      on(Op::Fwd, "07/t52_wide_kv_tiles_persistent")
+          .keys(2049, 8192)
+          .because("D 256 full from 2049 to 8192 keys: 645-692 TFLOP/s at 4096 and 8192, t52 "
+                   "and t56 0.94-0.99x (t56 0.94x and 0.97x of t52 at 4096 in two runs: the "
+                   "one shape where the 16-byte stores did not pay)",
+                   log("fwd_dispatch_rows.md", kRun1207)),
+      on(Op::Fwd, "07/t56_wide_o_stores")
           .hopper()
           .dims({256})
           .full()
-          .because("D 256 full past 8192 keys: 704 TFLOP/s at N 16384, 1.12x v5, t51 2.8% "
-                   "behind (0.997x cuDNN)",
-                   log("wide_kv_tiles_console.log", kRun1203)),
-      on(Op::Fwd, "07/t51_wide_kv_tiles")
+          .because("D 256 full past 8192 keys: 711 TFLOP/s at N 16384, 1.06x t51 and 1.07x t52 "
+                   "(another run 1.04x t52; 0.99x cuDNN)",
+                   log("fwd_dispatch_rows.md", kRun1207)),
+      on(Op::Fwd, "07/t56_wide_o_stores")
           .hopper()
           .dims({256})
           .causal()
-          .keys(16384, kAny)
-          .because("long causal rows at D 256: 733 TFLOP/s at N 16384, 1.04x t52 and 1.14x v4 "
-                   "(1.11x cuDNN)",
-                   log("wide_kv_tiles_console.log", kRun1203)),
-      on(Op::Fwd, "07/t52_wide_kv_tiles_persistent")
-          .hopper()
-          .dims({256})
-          .causal()
-          .keys(2048, kAny)
-          .because("D 256 causal from 2048 keys: 506-684 TFLOP/s, 1.03-1.10x v5 (0.92-1.06x "
-                   "cuDNN); below 2048 v5 is level or ahead",
-                   log("wide_kv_tiles_console.log", kRun1203)),
+          .because("D 256 causal: 269-699 TFLOP/s, 1.21x and 1.15x v5 at 512 and 1024 keys "
+                   "(where v5 ran before), 1.02-1.11x t52 at 2048 and 4096, level with t52 at "
+                   "8192 (0.995x, another run 1.03x), 1.06x t51 at 16384 (0.81-1.05x cuDNN)",
+                   log("fwd_dispatch_rows.md", kRun1207)),
       on(Op::Fwd, "07/v5_persistent")
           .hopper()
           .because("the fastest forward, or within 2% of it, at 29 of the 36 protocol shapes "

@@ -29,14 +29,14 @@ def test_protocol_shapes_pick_chapter_07_on_hopper():
 def test_head_dims_between_instances_round_up_on_hopper():
     """D 80, 96 and 192 (multiples of 8 between chapter 07's instances 64, 128, 256) and the D 32
     backward run in the Hopper kernels, rounded up inside (the forward at D 80, 96 and 192 on
-    07/t52's own instances 96 and 192); D 59 and 111 (off the step of 8) go to chapter 05's t15 and 06's t17."""
+    07/t52's own instances 96 and 192, in its step t56); D 59 and 111 (off the step of 8) go to chapter 05's t15 and 06's t17."""
     library_or_skip()
     if not hopper_kernels_built():
         pytest.skip("this build targets no sm_90: no chapter 07 kernels")
     for d in (80, 96, 192):
         f = fa.pick("fwd", "bf16", d, 4096, 4096, causal=True, sm=90)
         b = fa.pick("bwd", "bf16", d, 4096, 4096, causal=True, sm=90)
-        assert f.kernel == "07/t52_wide_kv_tiles_persistent", f  # the wide K/V tiles
+        assert f.kernel == "07/t56_wide_o_stores", f  # the wide K/V tiles, O in 16-byte stores
         # D 96's backward instance runs full rows and causal ones up to 2048 keys.
         assert b.kernel == ("07/bwd_v6_head_groups" if d <= 96 else "07/bwd_t53_d256_halves"), b
         full = fa.pick("bwd", "bf16", d, 4096, 4096, causal=False, sm=90)

@@ -142,18 +142,17 @@ TEST(Dispatch, ProtocolShapesOnHopperRunChapter07) {
   // The rows that measured another rung faster (dispatch.cpp).
   EXPECT_EQ(fa::pick(fwd(DType::BF16, 64, 1024, false), 90).kernel, "07/v1_tma_wgmma");
   EXPECT_EQ(fa::pick(fwd(DType::BF16, 64, 1024, true), 90).kernel, "07/v5_persistent");
-  EXPECT_EQ(fa::pick(fwd(DType::BF16, 128, 16384, true), 90).kernel,
-            "07/t52_wide_kv_tiles_persistent");
-  EXPECT_EQ(fa::pick(fwd(DType::BF16, 128, 1024, false), 90).kernel, "07/v5_persistent");
-  EXPECT_EQ(fa::pick(fwd(DType::BF16, 128, 4096, false), 90).kernel, "07/t51_wide_kv_tiles");
+  constexpr const char* kT56 = "07/t56_wide_o_stores";  // t52 with O in 16-byte stores
+  EXPECT_EQ(fa::pick(fwd(DType::BF16, 128, 16384, true), 90).kernel, kT56);
+  EXPECT_EQ(fa::pick(fwd(DType::BF16, 128, 512, false), 90).kernel, kT56);
+  EXPECT_EQ(fa::pick(fwd(DType::BF16, 128, 4096, false), 90).kernel, kT56);
   EXPECT_EQ(fa::pick(fwd(DType::BF16, 128, 2048, true), 90).kernel, "07/v5_persistent");
-  EXPECT_EQ(fa::pick(fwd(DType::BF16, 256, 2048, false), 90).kernel, "07/t51_wide_kv_tiles");
-  EXPECT_EQ(fa::pick(fwd(DType::BF16, 256, 16384, false), 90).kernel,
-            "07/t52_wide_kv_tiles_persistent");
-  EXPECT_EQ(fa::pick(fwd(DType::BF16, 256, 16384, true), 90).kernel, "07/t51_wide_kv_tiles");
-  EXPECT_EQ(fa::pick(fwd(DType::BF16, 256, 4096, true), 90).kernel,
-            "07/t52_wide_kv_tiles_persistent");
-  EXPECT_EQ(fa::pick(fwd(DType::BF16, 256, 1024, true), 90).kernel, "07/v5_persistent");
+  EXPECT_EQ(fa::pick(fwd(DType::BF16, 256, 2048, false), 90).kernel, kT56);
+  EXPECT_EQ(fa::pick(fwd(DType::BF16, 256, 4096, false), 90).kernel, "07/t51_wide_kv_tiles");
+  EXPECT_EQ(fa::pick(fwd(DType::BF16, 256, 8192, false), 90).kernel, "07/t51_wide_kv_tiles");
+  EXPECT_EQ(fa::pick(fwd(DType::BF16, 256, 16384, false), 90).kernel, kT56);
+  EXPECT_EQ(fa::pick(fwd(DType::BF16, 256, 16384, true), 90).kernel, kT56);
+  EXPECT_EQ(fa::pick(fwd(DType::BF16, 256, 512, true), 90).kernel, kT56);
   EXPECT_EQ(fa::pick(bwd(DType::BF16, 128, 1024, true), 90).kernel, "07/bwd_v6_head_groups");
   EXPECT_EQ(fa::pick(bwd(DType::BF16, 64, 4096, false), 90).kernel, "07/bwd_t48_dq_in_turns");
   EXPECT_EQ(fa::pick(bwd(DType::BF16, 256, 4096, false), 90).kernel, "07/bwd_t53_d256_halves");
@@ -267,7 +266,8 @@ TEST(Dispatch, HeadDimsAFinalRungLacksGoToTheRungBefore) {
 // On Hopper the head dims between chapter 07's instances (multiples of 8) that no rung lists are
 // rounded up inside its kernels, by the rows for them: the forward at the next instance in 07/v5
 // (up to 64) or the wide tiles of 07/t52 (above 64, at 4096 causal keys; t52 has instances at
-// 96 and 192, where 72-96 and 136-192 run), the backward in
+// 96 and 192, where 72-96 and 136-192 run, in its step t56 with O in 16-byte stores), the
+// backward in
 // the fastest rung of that instance (bwd_t48 up to 64, bwd_v6 up to 128, bwd_t53 up to 256, at
 // its instance 192 for 136-192; a deterministic request bwd_v1). A
 // head dim off the step of 8 goes to chapter 05's t15 and 06's t17 (rows copied element by element).
@@ -277,16 +277,19 @@ TEST(Dispatch, HeadDimsBetweenInstancesRoundUpOnHopper) {
     SCOPED_TRACE("D " + std::to_string(d));
     const fa::Pick f = fa::pick(fwd(DType::BF16, d, 4096, true), 90);
     if (d != 32) {  // D 32 stays on chapter 05's final rung, which lists it and ran faster (below)
-      EXPECT_EQ(f.kernel, d <= 64 ? "07/v5_persistent" : "07/t52_wide_kv_tiles_persistent");
-      // 136-192 run at t52's own D 192 instance (rounded up to it below 192), 72-96 at its D 96.
+      // 136-192 run at t52's own D 192 instance (rounded up to it below 192), 72-96 at its D 96,
+      // both in t56 (t52 with O in 16-byte stores); 200-248 rounded up to 256 in t52.
+      EXPECT_EQ(f.kernel, d <= 64 ? "07/v5_persistent"
+                          : d == 80 || d == 96 || d == 160 || d == 192
+                              ? "07/t56_wide_o_stores"
+                              : "07/t52_wide_kv_tiles_persistent");
       const char* row = d == 160 || d == 192 ? "D 192)"
                         : d == 80 || d == 96 ? "D 96)"
                                              : "rounded up";
       EXPECT_NE(f.explain(true).find(row), std::string::npos) << f.explain();
     }
     if (d == 80 || d == 96)  // at its instance 96 on short causal rows too (where 128 did not pay)
-      EXPECT_EQ(fa::pick(fwd(DType::BF16, d, 2048, true), 90).kernel,
-                "07/t52_wide_kv_tiles_persistent");
+      EXPECT_EQ(fa::pick(fwd(DType::BF16, d, 2048, true), 90).kernel, "07/t56_wide_o_stores");
     const fa::Pick b = fa::pick(bwd(DType::F16, d, 4096, false), 90);
     EXPECT_EQ(b.kernel, d <= 64    ? "07/bwd_t48_dq_in_turns"
                         : d <= 96  ? "07/bwd_t55_d96"
@@ -502,8 +505,11 @@ TEST(Dispatch, EachKindOfProblemGoesWhereItsRowSays) {
   fa::Problem window = fwd(DType::BF16, 128, 4096, true);
   window.window = true;
   if (have_hopper_kernels()) {
-    EXPECT_EQ(fa::pick(gqa, 90).kernel, "07/v5_persistent");
+    EXPECT_EQ(fa::pick(gqa, 90).kernel, "07/t56_wide_o_stores");  // D 128 from 4096 causal keys
     EXPECT_EQ(fa::pick(gqa, 90).kind, "fwd");
+    fa::Problem gqa_short = fwd(DType::BF16, 128, 2048, true);
+    gqa_short.gqa = true;
+    EXPECT_EQ(fa::pick(gqa_short, 90).kernel, "07/v5_persistent");
     EXPECT_EQ(fa::pick(window, 90).kernel, "09/hopper_v5_window_single_units");
   }
   EXPECT_EQ(fa::pick(gqa, 80).kernel, "09/v1_varlen");
