@@ -120,29 +120,43 @@ def attention_flops(b, h, n, d, causal, backward):
 
 
 class Timer:
-    """Median milliseconds of fn(), L2 flushed before every run (a clean flush, as fa_bench)."""
+    """Median milliseconds of fn(), L2 flushed before every run, paced as fa_bench paces its own
+    kernels (common/timing.h, time_gpu): the runs are queued one after another, each behind its
+    flush, and the host waits once, after the last. sync_each=True waits after every run instead
+    (this Timer's pacing before 2026-12-07), which leaves the GPU idle between runs. On an H100
+    the two pacings timed cuDNN's and FlashAttention-2's forward alike: queued over waiting
+    0.93-1.09x at the 36 protocol shapes, median 1.007, no direction
+    (notes/measured/h100-2026-12-07c/peers_pacing_*.log)."""
 
-    def __init__(self, torch, reps):
+    def __init__(self, torch, reps, sync_each=False):
         self.torch = torch
         self.reps = reps
-        # 256 MiB of zeros, read (summed) before each run: five times an H100's L2.
-        self.flush = torch.zeros(64 * 1024 * 1024, dtype=torch.float32, device="cuda")
+        self.sync_each = sync_each
+        # A buffer twice the L2 (64 MiB at least), read (summed) before each run, as timing.h.
+        props = torch.cuda.get_device_properties(0)
+        l2 = getattr(props, "L2_cache_size", 0) or 0
+        self.flush = torch.zeros(max(2 * l2, 64 * 1024 * 1024) // 4, dtype=torch.float32,
+                                 device="cuda")
 
     def __call__(self, fn):
         torch = self.torch
         for _ in range(3):
             fn()
-        times = []
+        torch.cuda.synchronize()
+        events = []
         for _ in range(self.reps):
             self.flush.sum()  # reads every line: L2 ends full of clean lines
             start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             fn()
             stop.record()
-            torch.cuda.synchronize()
-            times.append(start.elapsed_time(stop))
-        times.sort()
-        return times[len(times) // 2]
+            events.append((start, stop))
+            if self.sync_each:
+                torch.cuda.synchronize()
+        torch.cuda.synchronize()
+        times = sorted(start.elapsed_time(stop) for start, stop in events)
+        n = len(times)
+        return times[n // 2] if n % 2 else 0.5 * (times[n // 2 - 1] + times[n // 2])
 
 
 def time_sdpa(torch, timer, backend, b, h, n, d, causal, dtype, backward):
@@ -193,6 +207,9 @@ def main():
     ap.add_argument("--out", default="sdpa_compare", help="directory for the CSV and the PNG")
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
     ap.add_argument("--reps", type=int, default=30, help="timed runs per backend and shape")
+    ap.add_argument("--sync-each-run", action="store_true",
+                    help="wait for every timed run before queueing the next (this script's "
+                         "pacing before 2026-12-07; see Timer)")
     ap.add_argument("--include-baseline", action="store_true",
                     help="let 05/v0_materialized count as 'ours' (off: fused kernels only)")
     args = ap.parse_args()
@@ -215,7 +232,7 @@ def main():
     if not torch.cuda.is_available():
         sys.exit("PyTorch sees no GPU: the comparison must run on the GPU that produced the JSON")
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
-    timer = Timer(torch, args.reps)
+    timer = Timer(torch, args.reps, sync_each=args.sync_each_run)
     backends = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}
 
     rows = []

@@ -797,19 +797,4 @@ __device__ __forceinline__ void red_add_f32x2(float* dst, float a, float b) {
 #endif
 }
 
-// A 3-D TMA box fetched into L2 only (07/t57_next_tile_in_l2): the same tensor map and coordinates
-// as tma_load_3d, no shared memory, no mbarrier, nothing to wait for. A hint, as every prefetch:
-// the TMA load of the same box later finds its lines in L2 if they are still there, and reads
-// them from DRAM if not; the result is the same either way (PTX ISA, cp.async.bulk.prefetch.tensor).
-__device__ __forceinline__ void tma_prefetch_l2_3d(const void* tmap, int c0, int c1, int c2) {
-#if FA_SM90A
-  asm volatile("cp.async.bulk.prefetch.tensor.3d.L2.global.tile [%0, {%1, %2, %3}];\n" ::"l"(
-                   reinterpret_cast<uint64_t>(tmap)),
-               "r"(c0), "r"(c1), "r"(c2)
-               : "memory");
-#else
-  __trap();
-#endif
-}
-
 }  // namespace fa::hopper

@@ -4,7 +4,7 @@
 //
 // Why the epilogue, at short rows
 //   Nsight Compute on t52 (H100, 2026-12-07, bf16, B = 16384 / N, H = 2048 / D, full, N 512) puts
-//   42% (D 256) and 45% (D 128) of the warps' stall samples on code that runs once per work tile,
+//   42% (D 256) and 50% (D 128) of the warps' stall samples on code that runs once per work tile,
 //   not once per key tile: the start of a tile, its first and last turns and the epilogue. The
 //   epilogue alone, store_o_l of hopper_attention.cuh, holds about a quarter. Its stores are 4
 //   bytes a thread: in the wgmma accumulator layout a quad (4 threads) holds 8 consecutive columns
@@ -37,6 +37,14 @@
 //   tiles, where no other turn hides it. N 512: 1.04-1.08x at D 256, 1.03-1.06x at D 128 (an
 //   epilogue a quarter of the samples, two thirds of it saved, half of that on the critical path);
 //   N 1024 about half that; N 8192 (64 key tiles a work tile at D 128) level, within 1%.
+//
+// Measured (NVIDIA H100 80GB HBM3, 2026-12-07, bf16, medians of six rounds, each kernel a process
+//   of its own): 1.20x t52 at D 256 full N 512 and 1.22x causal, 1.12x and 1.16x at N 1024; at
+//   D 128 1.09x full N 512, 1.04-1.09x causal up to N 8192; level (0.97-1.04x) from N 2048 full,
+//   0.97x and 0.94x at D 256 full N 4096 in two runs; 1.01-1.10x at D 192, 1.00-1.04x at D 96. The
+//   O stores' L1 tag requests fell from 4.21 M to 1.06 M, the SM cycles at D 256 N 512 from 241.8 K
+//   to 201.6 K (cuDNN 205.9 K). notes/measured/h100-2026-12-07c/fwd_short_rows_rounds.md,
+//   fwd_dispatch_rows.md; tuning/README.md, "What t56 says".
 #include <cuda.h>
 
 #include <climits>
