@@ -26,7 +26,8 @@
 //     stage 1 (lane q ^ 2): the pairs off the diagonal of the 2 x 2 blocks (jj's bit 1 != q's)
 //     stage 2 (lane q ^ 1): inside each block, the value whose jj bit 0 != q's
 //   4 shuffles and a few selects per 16 bytes, against 4 stores of 4 bytes. A warp-wide store then
-//   writes 64 contiguous bytes into each of 8 rows: the same 8 tag requests for 4x the bytes.
+//   writes 64 contiguous bytes into each of 8 rows: the same 8 tag requests for 4x the bytes
+//   (notes/figures/fig_quad_transpose.svg draws the two stages).
 //
 //   The 16-byte stores need O 16-byte aligned (rows of d elements, d a multiple of 8, are); a
 //   4-byte aligned O that is not runs the fallback, as the shapes TMA cannot load do.
