@@ -7,7 +7,8 @@
 Run it on the GPU machine after fa_bench (whose attn_varlen / attn_window / attn_paged rows time
 the same kernels through the harness). It times, with CUDA events around each call only, 3
 warm-up calls, the L2 cache flushed before every timed call exactly as bench/compare_sdpa.py
-flushes it (its Timer: a 256 MiB buffer read, leaving clean lines), the median of --reps calls:
+flushes it (its Timer: a buffer of twice the L2 read, leaving clean lines; the timed calls
+queued one after another as fa_bench queues its runs), the median of --reps calls:
 
 (a) varlen: a batch of seeded lengths 1..5000 summing to 32768 tokens, H 16, D 128, bf16, causal
     and not. Ours: every registered varlen forward kernel (chapter 09's) on tensors already packed
