@@ -32,6 +32,13 @@ dirty lines are left for the timed call to write back (triton.testing.do_bench z
 instead, which cost a 0.05 ms kernel 13% on an H100; it is not used here, so that both sides are
 timed the same way). A backend that errors is skipped (its cell
 reads "-"), never fatal.
+
+--ours-same-timer also times ours the peers' way: fa.attention (the dispatch, through the Python
+package, libfa_python) with the same Timer, on the same inputs, once before and once after the
+peers at each shape, and prints a second table with fa_bench's figure beside it. fa_bench and this
+script time the same kernels in different processes and harnesses; where the two figures of ours
+differ, the ratio to the peers is to be read from the same-timer table. --no-flush times every
+side without the L2 flush (the inputs may then be found in L2).
 """
 import argparse
 import csv
@@ -128,10 +135,11 @@ class Timer:
     0.93-1.09x at the 36 protocol shapes, median 1.007, no direction
     (notes/measured/h100-2026-12-07c/peers_pacing_*.log)."""
 
-    def __init__(self, torch, reps, sync_each=False):
+    def __init__(self, torch, reps, sync_each=False, flush=True):
         self.torch = torch
         self.reps = reps
         self.sync_each = sync_each
+        self.flush_each = flush  # False: no flush, the timed run may find its inputs in L2
         # A buffer twice the L2 (64 MiB at least), read (summed) before each run, as timing.h.
         props = torch.cuda.get_device_properties(0)
         l2 = getattr(props, "L2_cache_size", 0) or 0
@@ -145,7 +153,8 @@ class Timer:
         torch.cuda.synchronize()
         events = []
         for _ in range(self.reps):
-            self.flush.sum()  # reads every line: L2 ends full of clean lines
+            if self.flush_each:
+                self.flush.sum()  # reads every line: L2 ends full of clean lines
             start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             fn()
@@ -159,17 +168,51 @@ class Timer:
         return times[n // 2] if n % 2 else 0.5 * (times[n // 2 - 1] + times[n // 2])
 
 
+def make_inputs(torch, b, h, n, d, dtype, backward):
+    """q, k, v (offset by 0.5, requiring grad for the backward) and dO, drawn from a seed of the
+    shape: every side timed at a shape gets the same values."""
+    g = torch.Generator(device="cuda").manual_seed(n * 131 + d)
+    shape = (b, h, n, d)
+    q, k, v = (torch.randn(shape, device="cuda", dtype=dtype, generator=g).add_(0.5)
+               .requires_grad_(backward) for _ in range(3))
+    dout = torch.randn(shape, device="cuda", dtype=dtype, generator=g)
+    return q, k, v, dout
+
+
+def time_ours(torch, timer, fa, b, h, n, d, causal, dtype, backward):
+    """TFLOP/s of fa.attention (the dispatch's kernels, through the Python package) timed by the
+    same Timer as the peers, on the peers' inputs; None when it refuses the shape."""
+    try:
+        q, k, v, dout = make_inputs(torch, b, h, n, d, dtype, backward)
+        if not backward:
+            def fn():
+                fa.attention(q, k, v, causal=causal)
+        else:
+            out = fa.attention(q, k, v, causal=causal)
+
+            def fn():
+                q.grad = k.grad = v.grad = None
+                out.backward(dout, retain_graph=True)
+        fn()
+        torch.cuda.synchronize()
+        ms = timer(fn)
+        return attention_flops(b, h, n, d, causal, backward) / (ms * 1e-3) / 1e12
+    except Exception as e:
+        print(f"  [skip] ours {'bwd' if backward else 'fwd'} B{b} H{h} N{n} D{d} "
+              f"{'causal' if causal else 'full'}: {type(e).__name__}: {str(e)[:120]}",
+              file=sys.stderr)
+        return None
+    finally:
+        torch.cuda.empty_cache()
+
+
 def time_sdpa(torch, timer, backend, b, h, n, d, causal, dtype, backward):
     """TFLOP/s of one SDPA backend, or None when it is unavailable or errors."""
     import torch.nn.functional as F
     from torch.nn.attention import sdpa_kernel
 
     try:
-        g = torch.Generator(device="cuda").manual_seed(n * 131 + d)
-        shape = (b, h, n, d)
-        q, k, v = (torch.randn(shape, device="cuda", dtype=dtype, generator=g).add_(0.5)
-                   .requires_grad_(backward) for _ in range(3))
-        dout = torch.randn(shape, device="cuda", dtype=dtype, generator=g)
+        q, k, v, dout = make_inputs(torch, b, h, n, d, dtype, backward)
         with sdpa_kernel(backend):
             if not backward:
                 def fn():
@@ -210,6 +253,14 @@ def main():
     ap.add_argument("--sync-each-run", action="store_true",
                     help="wait for every timed run before queueing the next (this script's "
                          "pacing before 2026-12-07; see Timer)")
+    ap.add_argument("--no-flush", action="store_true",
+                    help="time without flushing L2 before each run (every side timed alike)")
+    ap.add_argument("--ours-same-timer", action="store_true",
+                    help="also time ours through the Python package (fa.attention, the "
+                         "dispatch) with the peers' Timer on the peers' inputs, before and after "
+                         "the peers at each shape, and print that table too: fa_bench's figure "
+                         "beside it shows what the two harnesses' timing alone changes "
+                         "(needs libfa_python: FA_LIBRARY, or a checkout's build/lib)")
     ap.add_argument("--include-baseline", action="store_true",
                     help="let 05/v0_materialized count as 'ours' (off: fused kernels only)")
     args = ap.parse_args()
@@ -232,8 +283,13 @@ def main():
     if not torch.cuda.is_available():
         sys.exit("PyTorch sees no GPU: the comparison must run on the GPU that produced the JSON")
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
-    timer = Timer(torch, args.reps, sync_each=args.sync_each_run)
+    timer = Timer(torch, args.reps, sync_each=args.sync_each_run, flush=not args.no_flush)
     backends = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}
+    fa = None
+    if args.ours_same_timer:
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(
+            os.path.abspath(__file__))), "python"))  # a checkout, not installed
+        import flash_from_scratch as fa
 
     rows = []
     for d, causal, n in shapes:
@@ -251,15 +307,23 @@ def main():
             row[f"best_{direction}"] = best[0] if best else None
             row[f"best_{direction}_kernel"] = best[1] if best else ""
             row[f"chapters_{direction}"] = per_chapter  # {chapter: (TFLOP/s, kernel)}
+            timed = lambda: time_ours(torch, timer, fa, b, h, n, d, causal, dtype,
+                                      direction == "bwd")
+            if fa is not None:  # ours, the peers, ours again: drift shows as before != after
+                row[f"same_before_{direction}"] = timed()
             for name, backend in backends.items():
                 row[f"{name}_{direction}"] = time_sdpa(torch, timer, backend, b, h, n, d, causal,
                                                        dtype, direction == "bwd")
+            if fa is not None:
+                row[f"same_after_{direction}"] = timed()
         rows.append(row)
         print(f"  measured D{d} N{n} {'causal' if causal else 'full'}", file=sys.stderr)
 
     gpu = torch.cuda.get_device_name()
     print(f"\nTFLOP/s on {gpu}, {args.dtype}, B = 16384/N, H = 2048/D (PyTorch {torch.__version__})\n")
     print_table(rows, has_bwd)
+    if fa is not None:
+        print_same_timer_table(rows, has_bwd)
     write_csv(rows, has_bwd, args.out)
     plot(rows, has_bwd, args.out, f"attention {args.dtype} on {gpu}")
 
@@ -285,6 +349,37 @@ def print_table(rows, has_bwd):
         print(line)
 
 
+def same_timer(row, direction):
+    """The mean of ours timed before and after the peers with their Timer, or None."""
+    t = [row.get(f"same_{w}_{direction}") for w in ("before", "after")]
+    t = [x for x in t if x is not None]
+    return sum(t) / len(t) if t else None
+
+
+def print_same_timer_table(rows, has_bwd):
+    """Ours through fa.attention with the peers' Timer, next to fa_bench's figure for the same
+    dispatch: where "same/fa_bench" is far from 1 the harnesses time differently, and the
+    ratios to the peers are to be read from this table."""
+    print("\nOurs timed as the peers are (fa.attention, the same Timer and inputs; before and "
+          "after the peers at each shape)\n")
+    directions = ["fwd", "bwd"] if has_bwd else ["fwd"]
+    head, sep = "| shape |", "| --- |"
+    for t in directions:
+        head += (f" fa_bench {t} | same before {t} | same after {t} | same/fa_bench {t} |"
+                 f" same/flash {t} | same/cudnn {t} |")
+        sep += " ---: | ---: | ---: | ---: | ---: | ---: |"
+    print(head)
+    print(sep)
+    for r in rows:
+        line = f"| D{r['D']} N{r['N']} {'causal' if r['causal'] else 'full'} |"
+        for t in directions:
+            s = same_timer(r, t)
+            line += (f" {fmt(r.get(f'ours_{t}'))} | {fmt(r.get(f'same_before_{t}'))} |"
+                     f" {fmt(r.get(f'same_after_{t}'))} | {ratio(s, r.get(f'ours_{t}'))} |"
+                     f" {ratio(s, r.get(f'flash_{t}'))} | {ratio(s, r.get(f'cudnn_{t}'))} |")
+        print(line)
+
+
 def chapters_of(rows, direction):
     """The chapters with a kernel in `direction`, in order ("05", "07")."""
     return sorted({c for r in rows for c in r.get(f"chapters_{direction}", {})})
@@ -296,6 +391,8 @@ def write_csv(rows, has_bwd, out):
     for t in directions:
         fields += [f"ours_{t}", f"ours_{t}_kernel", f"best_{t}", f"best_{t}_kernel",
                    f"flash_{t}", f"cudnn_{t}", f"ours_over_flash_{t}", f"ours_over_cudnn_{t}"]
+        if any(f"same_before_{t}" in r for r in rows):
+            fields += [f"same_before_{t}", f"same_after_{t}"]
         for c in chapters_of(rows, t):  # each chapter's best, e.g. ch05_fwd, ch05_fwd_kernel
             fields += [f"ch{c}_{t}", f"ch{c}_{t}_kernel"]
     os.makedirs(out, exist_ok=True)

@@ -245,6 +245,36 @@ __device__ __forceinline__ void store_o_l(const float (&o)[D / 2], const float (
   }
 }
 
+// A quad's 4 x 4 transpose, for epilogues that store 16 bytes a thread (07/t56_wide_o_stores
+// introduces it; notes/figures/fig_quad_transpose.svg draws it). In the accumulator layout thread
+// q of a quad holds two columns of each 8-column chunk of a row; packed to 32 bits, four
+// consecutive chunks give x[jj] = M[q][jj] (chunk jj, columns 2q, 2q + 1 of it). After the
+// transpose x[k] = M[k][q]: thread q holds all of chunk q, 16 contiguous bytes. Two butterfly
+// stages, each swapping two values with one partner (4 shuffles, no shared memory):
+//   stage 1 (lane q ^ 2): the values whose jj bit 1 differs from q's;
+//   stage 2 (lane q ^ 1): inside each pair, the value whose jj bit 0 differs from q's.
+// Every lane of the warp must call it (the shuffles take the full mask).
+__device__ __forceinline__ void quad_transpose(uint32_t (&x)[4], int q) {
+  constexpr unsigned kAll = 0xffffffffu;
+  const bool bit1 = (q & 2) != 0, bit0 = (q & 1) != 0;
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    const uint32_t r = __shfl_xor_sync(kAll, bit1 ? x[e] : x[2 + e], 2);
+    if (bit1)
+      x[e] = r;
+    else
+      x[2 + e] = r;
+  }
+#pragma unroll
+  for (int b = 0; b < 2; ++b) {
+    const uint32_t r = __shfl_xor_sync(kAll, bit0 ? x[2 * b] : x[2 * b + 1], 1);
+    if (bit0)
+      x[2 * b] = r;
+    else
+      x[2 * b + 1] = r;
+  }
+}
+
 // ---- Host side -----------------------------------------------------------------------------------
 // Shapes TMA cannot load run this registered kernel, called through the registry (not by
 // instantiating its template here: each .cu file is its own CUDA module, and a kernel template

@@ -6,7 +6,8 @@
 //     optionally starting at a later 64-column strip (the column half of D = 256);
 //   * L and D of a query row in the form the loops use;
 //   * the store of a 64 x N accumulator (dK, dV, dQ, or a column half of them at D = 256) into a
-//     row-major matrix of any row length, with predicated rows;
+//     row-major matrix of any row length, with predicated rows (4 bytes a thread, or 16 after a
+//     quad transpose);
 //   * host side: which shapes TMA can take, the fallback, and the D = rowsum(dO o O) preprocess
 //     (chapter 06's kernel, compiled into this module from its header: the chapter 07 program
 //     does not link chapter 06's objects, so it cannot call chapter 06's copy);
@@ -92,6 +93,39 @@ __device__ __forceinline__ void store_acc_rows(T* out, const float (&acc)[N / 2]
                                                int64_t seq, float mul, int t) {
   static_assert(N <= LD, "the accumulator's columns lie within a row");
   store_acc_rows<T, N>(out, acc, row0, seq, mul, t, LD, N);
+}
+
+// store_acc_rows for T = bf16 / fp16 with 16 bytes a thread instead of 4 (07/bwd_t58_wide_dkdv_stores
+// introduces it, as 07/t56_wide_o_stores did for O): each group of four 8-column chunks is
+// packed, transposed across the quad (quad_transpose, hopper_attention.cuh) and stored as one
+// uint4 per thread, so a warp-wide store writes 64 contiguous bytes into each of 8 rows instead of
+// 16, a quarter of the L1 tag requests. Same arguments and results as store_acc_rows; out + row *
+// ld must be 16-byte aligned (ld a multiple of 8 and out 16-byte aligned). Every lane runs the
+// shuffles, rows past seq included: only their stores are skipped.
+template <class T, int N>
+__device__ __forceinline__ void store_acc_rows_16(T* out, const float (&acc)[N / 2], int64_t row0,
+                                                  int64_t seq, float mul, int t, int64_t ld,
+                                                  int cols) {
+  static_assert(!std::is_same_v<T, float>, "16-bit gradients (fp32 parts: store_acc_rows)");
+  static_assert(N % 32 == 0, "groups of four 8-column chunks");
+  const int w = t / 32, g = (t % 32) / 4, q = t % 4;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t row = row0 + 16 * w + g + 8 * h;
+#pragma unroll
+    for (int a = 0; a < N / 32; ++a) {  // columns 32a .. 32a + 31
+      uint32_t x[4];                    // x[jj]: columns 8(4a + jj) + 2q, +1
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj) {
+        const int j = 4 * a + jj;
+        x[jj] = mma::pack2<T>(acc[4 * j + 2 * h] * mul, acc[4 * j + 2 * h + 1] * mul);
+      }
+      quad_transpose(x, q);  // x[k]: columns 8(4a + q) + 2k, +1
+      const int col = 8 * (4 * a + q);
+      if (row < seq && col < cols)
+        *reinterpret_cast<uint4*>(out + row * ld + col) = make_uint4(x[0], x[1], x[2], x[3]);
+    }
+  }
 }
 
 // threadIdx.x read anew: an asm volatile read the compiler may not merge with the kernel's own.

@@ -113,7 +113,6 @@ __device__ __forceinline__ void store_o_l_16(const float (&o)[D / 2], const floa
                                              int64_t seq_q, int t, int d) {
   constexpr unsigned kAll = 0xffffffffu;
   const int w = t / 32, g = (t % 32) / 4, q = t % 4;
-  const bool bit1 = (q & 2) != 0, bit0 = (q & 1) != 0;
   float inv_l[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -132,24 +131,7 @@ __device__ __forceinline__ void store_o_l_16(const float (&o)[D / 2], const floa
         const int j = 4 * a + jj;
         x[jj] = mma::pack2<T>(o[4 * j + 2 * h] * inv_l[h], o[4 * j + 2 * h + 1] * inv_l[h]);
       }
-      // Stage 1, with lane q ^ 2: the values whose jj bit 1 differs from q's change threads.
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const uint32_t r = __shfl_xor_sync(kAll, bit1 ? x[e] : x[2 + e], 2);
-        if (bit1)
-          x[e] = r;
-        else
-          x[2 + e] = r;
-      }
-      // Stage 2, with lane q ^ 1: inside each pair, the value whose jj bit 0 differs from q's.
-#pragma unroll
-      for (int b = 0; b < 2; ++b) {
-        const uint32_t r = __shfl_xor_sync(kAll, bit0 ? x[2 * b] : x[2 * b + 1], 1);
-        if (bit0)
-          x[2 * b] = r;
-        else
-          x[2 * b + 1] = r;
-      }
+      quad_transpose(x, q);  // hopper_attention.cuh: the header's two butterfly stages
       // x[k] now holds columns 8(4a + q) + 2k, +1: 16 contiguous bytes of the row.
       const int col = 8 * (4 * a + q);
       if (row < seq_q && col < d)
