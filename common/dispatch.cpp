@@ -19,9 +19,10 @@ constexpr const char* kRun1202 = "notes/measured/h200-2026-12-02/";
 constexpr const char* kRun1203 = "notes/measured/h200-2026-12-03/";
 constexpr const char* kRun1204 = "notes/measured/h200-2026-12-04/";
 constexpr const char* kRun1205 = "notes/measured/h200-2026-12-05/";
-constexpr const char* kRunH100 = "notes/measured/h100-2026-12-05/";   // an H100 that day
-constexpr const char* kRun1206 = "notes/measured/h100-2026-12-06/";   // an H100
-constexpr const char* kRun1207 = "notes/measured/h100-2026-12-07c/";  // an H100
+constexpr const char* kRunH100 = "notes/measured/h100-2026-12-05/";    // an H100 that day
+constexpr const char* kRun1206 = "notes/measured/h100-2026-12-06/";    // an H100
+constexpr const char* kRun1207 = "notes/measured/h100-2026-12-07c/";   // an H100
+constexpr const char* kRun1207d = "notes/measured/h100-2026-12-07d/";  // an H100
 std::string log(const char* file, const char* run = kRun) {
   return std::string(run) + file;
 }
@@ -501,6 +502,23 @@ const std::vector<Rule>& dispatch_table() {
                    "it before; bwd_t48 within 2%); D 80 254-329, 0.92-1.04x cuDNN (not "
                    "deterministic)",
                    log("head_dims_between.log", kRun1203)),
+      on(Op::Bwd, "07/bwd_t58_wide_dkdv_stores")
+          .hopper()
+          .dims({128})
+          .causal()
+          .because("bwd_v6 with dK and dV stored 16 bytes a thread: causal 1.02-1.12x bwd_v6 at "
+                   "every protocol N (1.12x at 512, 1.04x at 8192; three alternating rounds; not "
+                   "deterministic)",
+                   log("t58_v6_rounds.md", kRun1207d)),
+      on(Op::Bwd, "07/bwd_t58_wide_dkdv_stores")
+          .hopper()
+          .dims({128})
+          .full()
+          .keys(0, 4096)
+          .because("bwd_v6 with dK and dV stored 16 bytes a thread: full 1.03-1.09x bwd_v6 up to "
+                   "4096 keys; past them level (0.99-1.00x), where bwd_v6 stays (three "
+                   "alternating rounds; not deterministic)",
+                   log("t58_v6_rounds.md", kRun1207d)),
       on(Op::Bwd, "07/bwd_v6_head_groups")
           .hopper()
           .dims({128})
@@ -533,6 +551,15 @@ const std::vector<Rule>& dispatch_table() {
                    "1.12-1.17x bwd_v1, the kernel that ran them before, 0.78-0.87x cuDNN; one "
                    "run; not deterministic: deterministic requests go to bwd_v1)",
                    log("bwd_t53_d192.log", kRun1203)),
+      on(Op::Bwd, "07/bwd_t59_d256_wide_stores")
+          .hopper()
+          .dims({256})
+          .keys(0, 4096)
+          .because("bwd_t53 with dK and dV stored 16 bytes a thread: 1.01-1.10x bwd_t53 up to "
+                   "4096 keys (1.10x causal and 1.01x full at 512, 1.05-1.06x at 1024); past them "
+                   "within 1-2% either way, where bwd_t53 stays (three alternating rounds; not "
+                   "deterministic: deterministic requests go to bwd_v1)",
+                   log("t59_t53_rounds.md", kRun1207d)),
       on(Op::Bwd, "07/bwd_t53_d256_halves")
           .hopper()
           .dims({256})

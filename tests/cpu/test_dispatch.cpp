@@ -153,11 +153,20 @@ TEST(Dispatch, ProtocolShapesOnHopperRunChapter07) {
   EXPECT_EQ(fa::pick(fwd(DType::BF16, 256, 16384, false), 90).kernel, kT56);
   EXPECT_EQ(fa::pick(fwd(DType::BF16, 256, 16384, true), 90).kernel, kT56);
   EXPECT_EQ(fa::pick(fwd(DType::BF16, 256, 512, true), 90).kernel, kT56);
-  EXPECT_EQ(fa::pick(bwd(DType::BF16, 128, 1024, true), 90).kernel, "07/bwd_v6_head_groups");
+  // bwd_v6 and bwd_t53 with dK and dV in 16-byte stores: causal D 128 at every N, full up to
+  // 4096 keys; D 256 up to 4096 keys.
+  constexpr const char* kT58 = "07/bwd_t58_wide_dkdv_stores";
+  constexpr const char* kT59 = "07/bwd_t59_d256_wide_stores";
+  EXPECT_EQ(fa::pick(bwd(DType::BF16, 128, 1024, true), 90).kernel, kT58);
+  EXPECT_EQ(fa::pick(bwd(DType::BF16, 128, 16384, true), 90).kernel, kT58);
+  EXPECT_EQ(fa::pick(bwd(DType::BF16, 128, 4096, false), 90).kernel, kT58);
+  EXPECT_EQ(fa::pick(bwd(DType::BF16, 128, 8192, false), 90).kernel, "07/bwd_v6_head_groups");
   EXPECT_EQ(fa::pick(bwd(DType::BF16, 64, 4096, false), 90).kernel, "07/bwd_t48_dq_in_turns");
-  EXPECT_EQ(fa::pick(bwd(DType::BF16, 256, 4096, false), 90).kernel, "07/bwd_t53_d256_halves");
+  EXPECT_EQ(fa::pick(bwd(DType::BF16, 256, 4096, false), 90).kernel, kT59);
+  EXPECT_EQ(fa::pick(bwd(DType::BF16, 256, 512, true), 90).kernel, kT59);
+  EXPECT_EQ(fa::pick(bwd(DType::BF16, 256, 8192, false), 90).kernel, "07/bwd_t53_d256_halves");
   fa::Problem det = bwd(DType::BF16, 256, 4096, true);
-  det.deterministic = true;  // bwd_t53 adds dQ by reduce-adds: the deterministic D 256 is bwd_v1
+  det.deterministic = true;  // bwd_t59 adds dQ by reduce-adds: the deterministic D 256 is bwd_v1
   EXPECT_EQ(fa::pick(det, 90).kernel, "07/bwd_v1_tma_wgmma");
 }
 
@@ -170,7 +179,7 @@ TEST(Dispatch, DeterministicBackwardPassesOverAtomics) {
     const fa::Pick k = fa::pick(p, 90);
     EXPECT_EQ(k.kernel, "07/bwd_v1_tma_wgmma");
     ASSERT_FALSE(k.passed_over.empty());
-    EXPECT_EQ(k.passed_over[0], "07/bwd_v6_head_groups: not deterministic");
+    EXPECT_EQ(k.passed_over[0], "07/bwd_t58_wide_dkdv_stores: not deterministic");
   }
   EXPECT_EQ(fa::pick(p, 80).kernel, "06/v2_mma");
   p.deterministic = false;

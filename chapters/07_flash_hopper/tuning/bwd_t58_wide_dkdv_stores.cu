@@ -25,6 +25,12 @@
 // one per block against 8 tiles of five products at N 512, where the forward's was one per 4-8
 // key tiles of two: about a fifth of the forward's share, so 1.02-1.04x at N 512 (D 64 and 128),
 // half that at N 1024, level (within 1%) from N 4096.
+// Measured (NVIDIA H100 80GB HBM3, 2026-12-07, three alternating rounds, medians;
+// notes/measured/h100-2026-12-07d/t58_v6_rounds.md): D 128 causal 1.12x bwd_v6 at N 512, 1.11x
+// at 1024, 1.04-1.08x at 2048-8192, 1.02x at 16384; D 128 full 1.07-1.09x up to N 2048, 1.03x at
+// 4096, 0.99-1.00x past it; D 64 1.02-1.06x up to N 1024, then level (0.95x at full N 4096 in
+// one run's rounds, 0.94-0.99x). Two to three times the prediction at D 128 (tuning/README.md,
+// "What t58 and t59 say").
 #include <cuda.h>
 
 #include <algorithm>

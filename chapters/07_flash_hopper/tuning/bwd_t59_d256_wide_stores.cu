@@ -12,6 +12,10 @@
 // TMA cannot load); the fp32 parts of a split group are stored as before.
 // Prediction (bf16, B = 16384 / N, H = 2048 / D, against bwd_t53 in the same run): as bwd_t58 at
 // D 128, 1.02-1.04x at N 512, level from N 4096.
+// Measured (NVIDIA H100 80GB HBM3, 2026-12-07, three alternating rounds, medians;
+// notes/measured/h100-2026-12-07d/t59_t53_rounds.md): D 256 causal 1.10x bwd_t53 at N 512, 1.06x
+// at 1024, 1.03x at 2048; full 1.01x at 512, 1.04-1.05x at 1024-2048; from N 4096 0.99-1.02x.
+// D 192 was tested, not timed.
 #include <cuda.h>
 
 #include <algorithm>
