@@ -498,9 +498,9 @@ void register_all() {
   add_head_dims_between<fa::AttentionBwdKernel>(
       "attn_bwd/", true,
       {"07/bwd_v6_head_groups", "07/bwd_t48_dq_in_turns", "07/bwd_t53_d256_halves",
-       "07/bwd_t55_d96", "07/bwd_v1_tma_wgmma", "06/v5_warp_tiles", "06/v4_bc128_tuned",
-       "06/t16_rounded_head_dims", "06/t17_any_head_dim", "06/t19_d256_rounded",
-       "06/t21_d256_any_head_dim"},
+       "07/bwd_t55_d96", "07/bwd_t58_wide_dkdv_stores", "07/bwd_t59_d256_wide_stores",
+       "07/bwd_v1_tma_wgmma", "06/v5_warp_tiles", "06/v4_bc128_tuned", "06/t16_rounded_head_dims",
+       "06/t17_any_head_dim", "06/t19_d256_rounded", "06/t21_d256_any_head_dim"},
       fa::run_attention_bwd);
   add_decode_shapes();
   add_grouped_heads<fa::AttentionFwdKernel>("attn_gqa/fwd/", fa::run_attention_fwd);
