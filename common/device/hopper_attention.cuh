@@ -275,6 +275,49 @@ __device__ __forceinline__ void quad_transpose(uint32_t (&x)[4], int q) {
   }
 }
 
+// store_o_l with 16-byte stores (07/t56_wide_o_stores introduces it): O = acc / l and L as
+// store_o_l computes them; only the way O reaches memory differs. For each 32 columns of a row
+// the quad packs its four 8-column chunks, transposes them (quad_transpose) so that each thread
+// holds one chunk's 16 contiguous bytes, and stores them with one uint4 store: a warp-wide store
+// writes 64 bytes into each of 8 rows instead of 16. O must be 16-byte aligned (the launcher
+// checks; rows of d elements, d a multiple of 8, keep every row so once the base is). Every lane
+// runs the shuffles, rows past seq_q included: only the stores are skipped for them.
+template <class T, int D>
+__device__ __forceinline__ void store_o_l_16(const float (&o)[D / 2], const float (&m)[2],
+                                             float (&l)[2], float c, T* O, float* L, int64_t row0,
+                                             int64_t seq_q, int t, int d) {
+  static_assert(D % 32 == 0, "four 8-column chunks a group");
+  constexpr unsigned kAll = 0xffffffffu;
+  const int w = t / 32, g = (t % 32) / 4, q = t % 4;
+  float inv_l[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l[h] += __shfl_xor_sync(kAll, l[h], 1);
+    l[h] += __shfl_xor_sync(kAll, l[h], 2);
+    inv_l[h] = l[h] > 0.0f ? 1.0f / l[h] : 0.0f;
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t row = row0 + 16 * w + g + 8 * h;
+#pragma unroll
+    for (int a = 0; a < D / 32; ++a) {  // columns 32a .. 32a + 31 of the row
+      uint32_t x[4];                    // x[jj]: columns 8(4a + jj) + 2q, +1
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj) {
+        const int j = 4 * a + jj;
+        x[jj] = mma::pack2<T>(o[4 * j + 2 * h] * inv_l[h], o[4 * j + 2 * h + 1] * inv_l[h]);
+      }
+      quad_transpose(x, q);
+      // x[k] now holds columns 8(4a + q) + 2k, +1: 16 contiguous bytes of the row.
+      const int col = 8 * (4 * a + q);
+      if (row < seq_q && col < d)
+        *reinterpret_cast<uint4*>(O + row * d + col) = make_uint4(x[0], x[1], x[2], x[3]);
+    }
+    if (q == 0 && row < seq_q)
+      L[row] = l[h] > 0.0f ? (m[h] * c + log2f(l[h])) * 0.6931471805599453f : -INFINITY;
+  }
+}
+
 // ---- Host side -----------------------------------------------------------------------------------
 // Shapes TMA cannot load run this registered kernel, called through the registry (not by
 // instantiating its template here: each .cu file is its own CUDA module, and a kernel template

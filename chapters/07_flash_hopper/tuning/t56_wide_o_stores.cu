@@ -104,44 +104,6 @@ __device__ __forceinline__ int unit_q_tile(int r, int k, int num_q_tiles) {
   return k == 0 ? num_q_tiles - 1 - r : r;
 }
 
-// t56: the epilogue with 16-byte stores (header, "The idea"). O = acc / l and L as store_o_l of
-// hopper_attention.cuh computes them; only the way O reaches memory differs. Every lane runs the
-// shuffles, rows past seq_q included: only the stores are skipped for them.
-template <class T, int D>
-__device__ __forceinline__ void store_o_l_16(const float (&o)[D / 2], const float (&m)[2],
-                                             float (&l)[2], float c, T* O, float* L, int64_t row0,
-                                             int64_t seq_q, int t, int d) {
-  constexpr unsigned kAll = 0xffffffffu;
-  const int w = t / 32, g = (t % 32) / 4, q = t % 4;
-  float inv_l[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    l[h] += __shfl_xor_sync(kAll, l[h], 1);
-    l[h] += __shfl_xor_sync(kAll, l[h], 2);
-    inv_l[h] = l[h] > 0.0f ? 1.0f / l[h] : 0.0f;
-  }
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int64_t row = row0 + 16 * w + g + 8 * h;
-#pragma unroll
-    for (int a = 0; a < D / 32; ++a) {  // columns 32a .. 32a + 31 of the row
-      uint32_t x[4];                    // x[jj]: columns 8(4a + jj) + 2q, +1
-#pragma unroll
-      for (int jj = 0; jj < 4; ++jj) {
-        const int j = 4 * a + jj;
-        x[jj] = mma::pack2<T>(o[4 * j + 2 * h] * inv_l[h], o[4 * j + 2 * h + 1] * inv_l[h]);
-      }
-      quad_transpose(x, q);  // hopper_attention.cuh: the header's two butterfly stages
-      // x[k] now holds columns 8(4a + q) + 2k, +1: 16 contiguous bytes of the row.
-      const int col = 8 * (4 * a + q);
-      if (row < seq_q && col < d)
-        *reinterpret_cast<uint4*>(O + row * d + col) = make_uint4(x[0], x[1], x[2], x[3]);
-    }
-    if (q == 0 && row < seq_q)
-      L[row] = l[h] > 0.0f ? (m[h] * c + log2f(l[h])) * 0.6931471805599453f : -INFINITY;
-  }
-}
-
 template <class T, int D>
 __global__ void __launch_bounds__(kThreads, 1)
     flash_fwd_t56_kernel(const __grid_constant__ CUtensorMap tm_q,
@@ -331,8 +293,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         fill += uint64_t(n_tiles);
       }
 
+      // t56: 16 bytes a thread (header, "The idea"; store_o_l_16 in hopper_attention.cuh)
       store_o_l_16<T, D>(o, m, l, c, static_cast<T*>(p.o) + int64_t(bh) * p.seq_q * p.d,
-                         p.lse + int64_t(bh) * p.seq_q, wg_row0, p.seq_q, t, p.d);  // t56
+                         p.lse + int64_t(bh) * p.seq_q, wg_row0, p.seq_q, t, p.d);
     }
   }
   // v5: the token consumer 1 handed over after the block's last turn (at the start, if none).
