@@ -23,6 +23,7 @@ constexpr const char* kRunH100 = "notes/measured/h100-2026-12-05/";    // an H10
 constexpr const char* kRun1206 = "notes/measured/h100-2026-12-06/";    // an H100
 constexpr const char* kRun1207 = "notes/measured/h100-2026-12-07c/";   // an H100
 constexpr const char* kRun1207d = "notes/measured/h100-2026-12-07d/";  // an H100
+constexpr const char* kRun1207e = "notes/measured/h100-2026-12-07e/";  // an H100
 std::string log(const char* file, const char* run = kRun) {
   return std::string(run) + file;
 }
@@ -266,14 +267,24 @@ const std::vector<Rule>& dispatch_table() {
                    "TFLOP/s, 1.51-1.77x 05/v4; D 80 312-402 and D 192 390-486 (0.69-0.94x cuDNN, "
                    "1.41-1.65x FlashAttention-2), TFLOP/s counted on the real head dim",
                    log("head_dims_between.log", kRun1203)),
-      on(Op::Fwd, "07/v1_tma_wgmma")
+      on(Op::Fwd, "07/t56_wide_o_stores")
           .hopper()
           .dims({64})
-          .full()
-          .keys(0, 2048)
-          .because("at D 64 and up to 2048 keys the plain rung has the shortest prologue: "
-                   "373-440 TFLOP/s against v5's 344-424",
-                   log("ladder_fwd_d64.log")),
+          .because("D 64 (t52 keeps v5's 128-key tile there) with O in 16-byte stores: full "
+                   "1.01-1.05x v1 and 1.01-1.20x v5, causal 1.05-1.08x v1 and 1.02-1.06x v5 at "
+                   "every protocol N (three alternating rounds; v1 ran full rows up to 2048 keys "
+                   "before, for its short prologue, and v5 the rest)",
+                   log("t56_d64_rounds.md", kRun1207e)),
+      on(Op::Fwd, "07/t60_v5_wide_o_stores")
+          .hopper()
+          .dims({128})
+          .causal()
+          .keys(0, 4095)
+          .because("D 128 causal below 4096 keys: v5's 128-key tiles with O in 16-byte stores, "
+                   "1.18x v5 at 512 keys, 1.14x at 1024, 1.09x at 2048, and 1.33x, 1.10x, 1.01x "
+                   "t56 there (whose 176-key tiles waste more of a short causal tile); at 4096 "
+                   "t56 is 1.02x ahead (three alternating rounds)",
+                   log("t60_v5_rounds.md", kRun1207e)),
       // FlashAttention-3's K/V tile widths (176 keys at D 128, 80 at D 256) on v4 (t51) and on
       // v5 (t52), and t52 with O stored 16 bytes a thread (t56): three rounds, each kernel a
       // process of its own, beside v1, v5, t51 and t52, with PyTorch's peers; medians.
@@ -467,6 +478,25 @@ const std::vector<Rule>& dispatch_table() {
                    "backward: D 32 163-205 TFLOP/s, 1.19-1.30x 06/v4 (the kernel that ran it "
                    "before; not deterministic)",
                    log("head_dims_between.log", kRun1203)),
+      on(Op::Bwd, "07/bwd_t61_turns_wide_stores")
+          .hopper()
+          .dims({64})
+          .causal()
+          .keys(0, 4096)
+          .because("bwd_t48 with dK and dV stored 16 bytes a thread: D 64 causal 1.17x bwd_t48 at "
+                   "512 keys, 1.10x at 1024, 1.07x at 2048, 1.04x at 4096; level past them "
+                   "(0.98-1.00x), where bwd_t48 stays (three alternating rounds; not "
+                   "deterministic)",
+                   log("t61_t48_rounds.md", kRun1207e)),
+      on(Op::Bwd, "07/bwd_t61_turns_wide_stores")
+          .hopper()
+          .dims({64})
+          .full()
+          .keys(1024, 2048)
+          .because("bwd_t48 with dK and dV stored 16 bytes a thread: D 64 full 1.02x and 1.03x "
+                   "bwd_t48 at 1024 and 2048 keys (every round ahead); 0.96-0.99x at 512 and "
+                   "from 4096, where bwd_t48 stays (three alternating rounds; not deterministic)",
+                   log("t61_t48_rounds.md", kRun1207e)),
       on(Op::Bwd, "07/bwd_t48_dq_in_turns")
           .hopper()
           .dims({64})
@@ -502,6 +532,16 @@ const std::vector<Rule>& dispatch_table() {
                    "it before; bwd_t48 within 2%); D 80 254-329, 0.92-1.04x cuDNN (not "
                    "deterministic)",
                    log("head_dims_between.log", kRun1203)),
+      on(Op::Bwd, "07/bwd_t48_dq_in_turns")
+          .hopper()
+          .dims({128})
+          .causal()
+          .keys(4097, kAny)
+          .because("D 128 causal past 4096 keys: dQ_tile in turns, 1.04x and 1.06x t58 at 8192 "
+                   "and 16384 keys (t61, t48 with the 16-byte stores, within 1% of it there); "
+                   "at 4096 keys level with t58 (0.995x; three alternating rounds; not "
+                   "deterministic)",
+                   log("t48_t58_d128_rounds.md", kRun1207e)),
       on(Op::Bwd, "07/bwd_t58_wide_dkdv_stores")
           .hopper()
           .dims({128})
@@ -510,15 +550,17 @@ const std::vector<Rule>& dispatch_table() {
                    "every protocol N (1.12x at 512, 1.04x at 8192; three alternating rounds; not "
                    "deterministic)",
                    log("t58_v6_rounds.md", kRun1207d)),
-      on(Op::Bwd, "07/bwd_t58_wide_dkdv_stores")
+      on(Op::Bwd, "07/bwd_t61_turns_wide_stores")
           .hopper()
           .dims({128})
           .full()
           .keys(0, 4096)
-          .because("bwd_v6 with dK and dV stored 16 bytes a thread: full 1.03-1.09x bwd_v6 up to "
-                   "4096 keys; past them level (0.99-1.00x), where bwd_v6 stays (three "
-                   "alternating rounds; not deterministic)",
-                   log("t58_v6_rounds.md", kRun1207d)),
+          .because(
+              "bwd_t48 with dK and dV stored 16 bytes a thread: full up to 4096 keys 1.07-1.11x "
+              "t58 (the row before it) and 1.00-1.10x bwd_t48; past them 0.98-0.99x t58, "
+              "and bwd_v6 stays, level with t58 there in an earlier run (three alternating "
+              "rounds; not deterministic)",
+              log("t61_t58_d128_rounds.md", kRun1207e)),
       on(Op::Bwd, "07/bwd_v6_head_groups")
           .hopper()
           .dims({128})

@@ -85,9 +85,9 @@ __device__ __forceinline__ int unit_q_tile(int r, int k, int num_q_tiles) {
 template <class T, int D>
 __global__ void __launch_bounds__(kThreads, 1)
     flash_fwd_t60_kernel(const __grid_constant__ CUtensorMap tm_q,
-                        const __grid_constant__ CUtensorMap tm_k,
-                        const __grid_constant__ CUtensorMap tm_v, const Params p,
-                        const Schedule sched) {
+                         const __grid_constant__ CUtensorMap tm_k,
+                         const __grid_constant__ CUtensorMap tm_v, const Params p,
+                         const Schedule sched) {
   using Tl = Tiles<D>;
   using Sm = V5Smem<D>;
   constexpr int kBc = Tl::kBc;
