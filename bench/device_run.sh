@@ -641,6 +641,8 @@ PY
       # minutes apart, and the same kernel measured twice in one call has differed by up to 4%
       # (the GPU's clocks under sustained tensor load); ratios near 1.0 need more than one round.
       # ROUND_OP=bwd: the backward's rows instead (attn_bwd, the peers' backward columns).
+      # RUNG and BASE share one fa_bench process here, which favours the one timed first (the
+      # power cap; bench/fair_rounds.sh says why): compare two of ours with fair_rounds.sh.
       : "${RUNG:?set RUNG to one or more forward kernels, e.g. RUNG=05/v5_fewer_instructions}"
       D=${ROUND_D:-128}
       OP=${ROUND_OP:-fwd}
@@ -666,6 +668,7 @@ PY
       # bench/pair_rounds.py: each kernel's median, the speedup and its spread over the rounds. Why
       # rounds: on the long batch single runs have put them 5% apart either way
       # (chapters/09_serving/README.md, "The steps as diffs").
+      # One process timing both favours the one timed first (bench/fair_rounds.sh says why).
       # After `build`. Logs: varlen_round<r>.log and .json, varlen_rounds.md.
       : "${RUNG:?set RUNG and BASE to two varlen forwards}" "${BASE:?set BASE}"
       F="attn_varlen/(${RUNG}|${BASE})/bf16/D(${VARLEN_DIMS:-64|96|128|192|256})/.*/(${VARLEN_BATCHES:-mixed|square|long})/"

@@ -1,14 +1,19 @@
 #!/usr/bin/env python3
 """Two kernels of one family against each other over rounds of fa_bench (no peers).
 
-    python3 bench/pair_rounds.py NEW BASE round1.json round2.json round3.json
+    python3 bench/pair_rounds.py NEW BASE round1 round2 round3
 
-Each JSON is one fa_bench run (--benchmark_out) that timed both kernels, e.g. with
---benchmark_filter='attn_bwd/07/(bwd_v5_producer|bwd_t46_head_groups)/bf16/D(64|128)/'; the
-runs alternate, so that the GPU's clocks and the machine's state fall on both alike. Prints one
-markdown table: per shape (the rest of the benchmark's name), each kernel's median time over the
-rounds, the speedup NEW over BASE (BASE's median / NEW's), and the smallest and largest per-round
-speedup beside it (how far one round could mislead).
+A round is one fa_bench JSON (--benchmark_out) that timed both kernels, or several joined by
+commas (r1_new.json,r1_base.json): one file per kernel, as bench/fair_rounds.sh writes them.
+Prints one markdown table: per shape (the rest of the benchmark's name), each kernel's median
+time over the rounds, the speedup NEW over BASE (BASE's median / NEW's), and the smallest and
+largest per-round speedup beside it (how far one round could mislead).
+
+Time each kernel in a process of its own (bench/fair_rounds.sh), not both in one process: one
+fa_bench process times its kernels one after the other in the registry's order, and the first
+runs more of its rows before the GPU's power cap lowers the clocks. On an H100 the same machine
+code timed first and second in one process read 1.01-1.18x apart
+(notes/measured/h100-2026-12-07e/in_process_rounds.md).
 """
 import json
 import statistics
@@ -18,7 +23,8 @@ import sys
 def times(path, kernel):
     """{shape: ms} of `kernel`'s rows in one fa_bench JSON (shape: the name after the kernel)."""
     out = {}
-    for b in json.load(open(path))["benchmarks"]:
+    benchmarks = [b for p in path.split(",") for b in json.load(open(p))["benchmarks"]]
+    for b in benchmarks:
         name = b["name"]
         marker = "/" + kernel + "/"
         if marker in name:

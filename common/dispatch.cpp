@@ -267,24 +267,27 @@ const std::vector<Rule>& dispatch_table() {
                    "TFLOP/s, 1.51-1.77x 05/v4; D 80 312-402 and D 192 390-486 (0.69-0.94x cuDNN, "
                    "1.41-1.65x FlashAttention-2), TFLOP/s counted on the real head dim",
                    log("head_dims_between.log", kRun1203)),
-      on(Op::Fwd, "07/t56_wide_o_stores")
+      on(Op::Fwd, "07/v1_tma_wgmma")
           .hopper()
           .dims({64})
-          .because("D 64 (t52 keeps v5's 128-key tile there) with O in 16-byte stores: full "
-                   "1.01-1.05x v1 and 1.01-1.20x v5, causal 1.05-1.08x v1 and 1.02-1.06x v5 at "
-                   "every protocol N (three alternating rounds; v1 ran full rows up to 2048 keys "
-                   "before, for its short prologue, and v5 the rest)",
-                   log("t56_d64_rounds.md", kRun1207e)),
+          .full()
+          .keys(0, 2048)
+          .because("at D 64 and up to 2048 keys the plain rung has the shortest prologue: "
+                   "373-440 TFLOP/s against v5's 344-424 (and 1.08-1.11x t56 and t60, v5 with O "
+                   "in 16-byte stores, each kernel a process of its own on an H100, 2026-12-07: "
+                   "fair_rounds_fwd.md)",
+                   log("ladder_fwd_d64.log")),
       on(Op::Fwd, "07/t60_v5_wide_o_stores")
           .hopper()
           .dims({128})
           .causal()
           .keys(0, 4095)
           .because("D 128 causal below 4096 keys: v5's 128-key tiles with O in 16-byte stores, "
-                   "1.18x v5 at 512 keys, 1.14x at 1024, 1.09x at 2048, and 1.33x, 1.10x, 1.01x "
-                   "t56 there (whose 176-key tiles waste more of a short causal tile); at 4096 "
-                   "t56 is 1.02x ahead (three alternating rounds)",
-                   log("t60_v5_rounds.md", kRun1207e)),
+                   "1.12x v5 at 512 keys, 1.10x at 1024, 1.06x at 2048, and 1.37x, 1.18x, 1.10x "
+                   "t56 there (whose 176-key tiles waste more of a short causal tile); level with "
+                   "t56 at 4096 (three rounds, each kernel a process of its own, the order "
+                   "rotated)",
+                   log("fair_rounds_fwd.md", kRun1207e)),
       // FlashAttention-3's K/V tile widths (176 keys at D 128, 80 at D 256) on v4 (t51) and on
       // v5 (t52), and t52 with O stored 16 bytes a thread (t56): three rounds, each kernel a
       // process of its own, beside v1, v5, t51 and t52, with PyTorch's peers; medians.
@@ -481,30 +484,11 @@ const std::vector<Rule>& dispatch_table() {
       on(Op::Bwd, "07/bwd_t61_turns_wide_stores")
           .hopper()
           .dims({64})
-          .causal()
-          .keys(0, 4096)
-          .because("bwd_t48 with dK and dV stored 16 bytes a thread: D 64 causal 1.17x bwd_t48 at "
-                   "512 keys, 1.10x at 1024, 1.07x at 2048, 1.04x at 4096; level past them "
-                   "(0.98-1.00x), where bwd_t48 stays (three alternating rounds; not "
-                   "deterministic)",
-                   log("t61_t48_rounds.md", kRun1207e)),
-      on(Op::Bwd, "07/bwd_t61_turns_wide_stores")
-          .hopper()
-          .dims({64})
-          .full()
-          .keys(1024, 2048)
-          .because("bwd_t48 with dK and dV stored 16 bytes a thread: D 64 full 1.02x and 1.03x "
-                   "bwd_t48 at 1024 and 2048 keys (every round ahead); 0.96-0.99x at 512 and "
-                   "from 4096, where bwd_t48 stays (three alternating rounds; not deterministic)",
-                   log("t61_t48_rounds.md", kRun1207e)),
-      on(Op::Bwd, "07/bwd_t48_dq_in_turns")
-          .hopper()
-          .dims({64})
-          .because("bwd_v6 with each tile's dQ_tile computed whole by one warpgroup, the two in "
-                   "turns: at D 64 1.04-1.21x bwd_v4 and 1.04-1.19x bwd_v6, every protocol shape "
-                   "(three alternating rounds), 0.89-1.07x cuDNN; at D 128 0.99-1.03x bwd_v6, "
-                   "which stays (not deterministic)",
-                   log("bwd_t48_t49_rounds.md", kRun1202)),
+          .because("bwd_t48 with dK and dV stored 16 bytes a thread: D 64 full 1.00-1.06x "
+                   "bwd_t48 (1.06x at 512 keys, 1.04x at 1024), causal 1.10x at 512 and "
+                   "0.98-1.02x from 1024 (0.98x at 2048); 1.08-1.20x bwd_v6 (three rounds, each "
+                   "kernel a process of its own, the order rotated; not deterministic)",
+                   log("fair_rounds_bwd.md", kRun1207e)),
       on(Op::Bwd, "07/bwd_t55_d96")
           .hopper()
           .dims({96})
@@ -532,35 +516,26 @@ const std::vector<Rule>& dispatch_table() {
                    "it before; bwd_t48 within 2%); D 80 254-329, 0.92-1.04x cuDNN (not "
                    "deterministic)",
                    log("head_dims_between.log", kRun1203)),
-      on(Op::Bwd, "07/bwd_t48_dq_in_turns")
+      on(Op::Bwd, "07/bwd_t61_turns_wide_stores")
           .hopper()
           .dims({128})
           .causal()
-          .keys(4097, kAny)
-          .because("D 128 causal past 4096 keys: dQ_tile in turns, 1.04x and 1.06x t58 at 8192 "
-                   "and 16384 keys (t61, t48 with the 16-byte stores, within 1% of it there); "
-                   "at 4096 keys level with t58 (0.995x; three alternating rounds; not "
+          .because("bwd_t48 with dK and dV stored 16 bytes a thread: D 128 causal 1.01-1.11x "
+                   "bwd_v6 at every protocol N, and against t58 (bwd_v6 with the same stores) "
+                   "0.99-1.05x (0.99x at 512 and 8192 keys, 1.03x at 4096, 1.05x at 16384; "
+                   "three rounds, each kernel a process of its own, the order rotated; not "
                    "deterministic)",
-                   log("t48_t58_d128_rounds.md", kRun1207e)),
-      on(Op::Bwd, "07/bwd_t58_wide_dkdv_stores")
-          .hopper()
-          .dims({128})
-          .causal()
-          .because("bwd_v6 with dK and dV stored 16 bytes a thread: causal 1.02-1.12x bwd_v6 at "
-                   "every protocol N (1.12x at 512, 1.04x at 8192; three alternating rounds; not "
-                   "deterministic)",
-                   log("t58_v6_rounds.md", kRun1207d)),
+                   log("fair_rounds_bwd.md", kRun1207e)),
       on(Op::Bwd, "07/bwd_t61_turns_wide_stores")
           .hopper()
           .dims({128})
           .full()
-          .keys(0, 4096)
-          .because(
-              "bwd_t48 with dK and dV stored 16 bytes a thread: full up to 4096 keys 1.07-1.11x "
-              "t58 (the row before it) and 1.00-1.10x bwd_t48; past them 0.98-0.99x t58, "
-              "and bwd_v6 stays, level with t58 there in an earlier run (three alternating "
-              "rounds; not deterministic)",
-              log("t61_t58_d128_rounds.md", kRun1207e)),
+          .keys(0, 8192)
+          .because("bwd_t48 with dK and dV stored 16 bytes a thread: D 128 full up to 8192 keys "
+                   "1.03-1.09x bwd_v6 and 1.01-1.09x t58; at 16384 0.97x both, where bwd_v6 "
+                   "stays (three rounds, each kernel a process of its own, the order rotated; not "
+                   "deterministic)",
+                   log("fair_rounds_bwd.md", kRun1207e)),
       on(Op::Bwd, "07/bwd_v6_head_groups")
           .hopper()
           .dims({128})
@@ -596,20 +571,11 @@ const std::vector<Rule>& dispatch_table() {
       on(Op::Bwd, "07/bwd_t59_d256_wide_stores")
           .hopper()
           .dims({256})
-          .keys(0, 4096)
-          .because("bwd_t53 with dK and dV stored 16 bytes a thread: 1.01-1.10x bwd_t53 up to "
-                   "4096 keys (1.10x causal and 1.01x full at 512, 1.05-1.06x at 1024); past them "
-                   "within 1-2% either way, where bwd_t53 stays (three alternating rounds; not "
+          .because("bwd_t53 with dK and dV stored 16 bytes a thread: 1.01-1.09x bwd_t53 at every "
+                   "protocol N (1.08x full and 1.09x causal at 512 keys, 1.01x at 16384; three "
+                   "rounds, each kernel a process of its own, the order rotated; not "
                    "deterministic: deterministic requests go to bwd_v1)",
-                   log("t59_t53_rounds.md", kRun1207d)),
-      on(Op::Bwd, "07/bwd_t53_d256_halves")
-          .hopper()
-          .dims({256})
-          .because("the single pass at D 256, each tile's work split in halves between the "
-                   "warpgroups: 1.06-1.21x bwd_v1 at every protocol shape (three alternating "
-                   "rounds), 0.84-1.17x cuDNN (not deterministic: deterministic requests go to "
-                   "bwd_v1)",
-                   log("bwd_t53_rounds_d256.log", kRun1203)),
+                   log("fair_rounds_bwd.md", kRun1207e)),
       on(Op::Bwd, "07/bwd_v1_tma_wgmma")
           .hopper()
           .rounded()

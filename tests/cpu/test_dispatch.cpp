@@ -142,9 +142,8 @@ TEST(Dispatch, ProtocolShapesOnHopperRunChapter07) {
   // The rows that measured another rung faster (dispatch.cpp).
   constexpr const char* kT56 = "07/t56_wide_o_stores";     // t52 with O in 16-byte stores
   constexpr const char* kT60 = "07/t60_v5_wide_o_stores";  // v5 with O in 16-byte stores
-  EXPECT_EQ(fa::pick(fwd(DType::BF16, 64, 1024, false), 90).kernel, kT56);
-  EXPECT_EQ(fa::pick(fwd(DType::BF16, 64, 1024, true), 90).kernel, kT56);
-  EXPECT_EQ(fa::pick(fwd(DType::BF16, 64, 16384, false), 90).kernel, kT56);
+  EXPECT_EQ(fa::pick(fwd(DType::BF16, 64, 1024, false), 90).kernel, "07/v1_tma_wgmma");
+  EXPECT_EQ(fa::pick(fwd(DType::BF16, 64, 1024, true), 90).kernel, "07/v5_persistent");
   EXPECT_EQ(fa::pick(fwd(DType::BF16, 128, 16384, true), 90).kernel, kT56);
   EXPECT_EQ(fa::pick(fwd(DType::BF16, 128, 512, false), 90).kernel, kT56);
   EXPECT_EQ(fa::pick(fwd(DType::BF16, 128, 4096, false), 90).kernel, kT56);
@@ -157,30 +156,20 @@ TEST(Dispatch, ProtocolShapesOnHopperRunChapter07) {
   EXPECT_EQ(fa::pick(fwd(DType::BF16, 256, 16384, false), 90).kernel, kT56);
   EXPECT_EQ(fa::pick(fwd(DType::BF16, 256, 16384, true), 90).kernel, kT56);
   EXPECT_EQ(fa::pick(fwd(DType::BF16, 256, 512, true), 90).kernel, kT56);
-  // bwd_v6, bwd_t53 and bwd_t48 with dK and dV in 16-byte stores (t58, t59, t61): D 128 causal up
-  // to 4096 keys t58, past them bwd_t48; full up to 4096 keys t61, past them bwd_v6; D 64 t61 on
-  // causal rows up to 4096 keys and full rows of 1024-2048, bwd_t48 on the rest; D 256 t59 up to
-  // 4096 keys.
-  constexpr const char* kT48 = "07/bwd_t48_dq_in_turns";
-  constexpr const char* kT58 = "07/bwd_t58_wide_dkdv_stores";
+  // bwd_t48 and bwd_t53 with dK and dV in 16-byte stores (t61, t59): D 64 and D 128 (full up to
+  // 8192 keys, bwd_v6 past them), D 256 at every N.
   constexpr const char* kT59 = "07/bwd_t59_d256_wide_stores";
   constexpr const char* kT61 = "07/bwd_t61_turns_wide_stores";
-  EXPECT_EQ(fa::pick(bwd(DType::BF16, 128, 1024, true), 90).kernel, kT58);
-  EXPECT_EQ(fa::pick(bwd(DType::BF16, 128, 4096, true), 90).kernel, kT58);
-  EXPECT_EQ(fa::pick(bwd(DType::BF16, 128, 8192, true), 90).kernel, kT48);
-  EXPECT_EQ(fa::pick(bwd(DType::BF16, 128, 16384, true), 90).kernel, kT48);
+  EXPECT_EQ(fa::pick(bwd(DType::BF16, 128, 1024, true), 90).kernel, kT61);
+  EXPECT_EQ(fa::pick(bwd(DType::BF16, 128, 16384, true), 90).kernel, kT61);
   EXPECT_EQ(fa::pick(bwd(DType::BF16, 128, 512, false), 90).kernel, kT61);
-  EXPECT_EQ(fa::pick(bwd(DType::BF16, 128, 4096, false), 90).kernel, kT61);
-  EXPECT_EQ(fa::pick(bwd(DType::BF16, 128, 8192, false), 90).kernel, "07/bwd_v6_head_groups");
+  EXPECT_EQ(fa::pick(bwd(DType::BF16, 128, 8192, false), 90).kernel, kT61);
+  EXPECT_EQ(fa::pick(bwd(DType::BF16, 128, 16384, false), 90).kernel, "07/bwd_v6_head_groups");
   EXPECT_EQ(fa::pick(bwd(DType::BF16, 64, 512, true), 90).kernel, kT61);
-  EXPECT_EQ(fa::pick(bwd(DType::BF16, 64, 4096, true), 90).kernel, kT61);
-  EXPECT_EQ(fa::pick(bwd(DType::BF16, 64, 8192, true), 90).kernel, kT48);
-  EXPECT_EQ(fa::pick(bwd(DType::BF16, 64, 512, false), 90).kernel, kT48);
-  EXPECT_EQ(fa::pick(bwd(DType::BF16, 64, 2048, false), 90).kernel, kT61);
-  EXPECT_EQ(fa::pick(bwd(DType::BF16, 64, 4096, false), 90).kernel, kT48);
+  EXPECT_EQ(fa::pick(bwd(DType::BF16, 64, 16384, false), 90).kernel, kT61);
   EXPECT_EQ(fa::pick(bwd(DType::BF16, 256, 4096, false), 90).kernel, kT59);
   EXPECT_EQ(fa::pick(bwd(DType::BF16, 256, 512, true), 90).kernel, kT59);
-  EXPECT_EQ(fa::pick(bwd(DType::BF16, 256, 8192, false), 90).kernel, "07/bwd_t53_d256_halves");
+  EXPECT_EQ(fa::pick(bwd(DType::BF16, 256, 16384, true), 90).kernel, kT59);
   fa::Problem det = bwd(DType::BF16, 256, 4096, true);
   det.deterministic = true;  // bwd_t59 adds dQ by reduce-adds: the deterministic D 256 is bwd_v1
   EXPECT_EQ(fa::pick(det, 90).kernel, "07/bwd_v1_tma_wgmma");
@@ -195,7 +184,7 @@ TEST(Dispatch, DeterministicBackwardPassesOverAtomics) {
     const fa::Pick k = fa::pick(p, 90);
     EXPECT_EQ(k.kernel, "07/bwd_v1_tma_wgmma");
     ASSERT_FALSE(k.passed_over.empty());
-    EXPECT_EQ(k.passed_over[0], "07/bwd_t58_wide_dkdv_stores: not deterministic");
+    EXPECT_EQ(k.passed_over[0], "07/bwd_t61_turns_wide_stores: not deterministic");
   }
   EXPECT_EQ(fa::pick(p, 80).kernel, "06/v2_mma");
   p.deterministic = false;
@@ -338,7 +327,7 @@ TEST(Dispatch, HeadDimsBetweenInstancesRoundUpOnHopper) {
   // 1.2-1.8x faster (notes/measured/h200-2026-12-03/head_dims_between.log).
   EXPECT_EQ(fa::pick(fwd(DType::BF16, 32, 4096, false), 90).kernel, "05/v5_fewer_instructions");
   // Listed head dims keep their rows: the rounded rows hold only for head dims the kernel lacks.
-  EXPECT_EQ(fa::pick(fwd(DType::BF16, 64, 1024, false), 90).kernel, "07/t56_wide_o_stores");
+  EXPECT_EQ(fa::pick(fwd(DType::BF16, 64, 1024, false), 90).kernel, "07/v1_tma_wgmma");
   EXPECT_EQ(fa::pick(bwd(DType::BF16, 128, 4096, true), 90).explain(true).find("rounded"),
             std::string::npos);
   // Packed batches and the window: chapter 09's Hopper rungs round as well; before sm_90
