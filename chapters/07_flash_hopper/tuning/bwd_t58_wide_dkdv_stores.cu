@@ -30,7 +30,10 @@
 // at 1024, 1.04-1.08x at 2048-8192, 1.02x at 16384; D 128 full 1.07-1.09x up to N 2048, 1.03x at
 // 4096, 0.99-1.00x past it; D 64 1.02-1.06x up to N 1024, then level (0.95x at full N 4096 in
 // one run's rounds, 0.94-0.99x). Two to three times the prediction at D 128 (tuning/README.md,
-// "What t58 and t59 say").
+// "What t58 and t59 say"). Those rounds timed both kernels in one fa_bench process, t58 first,
+// which favours it; timed again each in a process of its own (fair_rounds_bwd.md of
+// h100-2026-12-07e): D 128 causal 1.12x, 1.10x, 1.06x at N 512-2048, 1.01-1.02x after; full 1.09x
+// and 1.06x at 512 and 1024, 0.99-1.02x after; D 64 1.02-1.06x up to N 2048, level after.
 #include <cuda.h>
 
 #include <algorithm>

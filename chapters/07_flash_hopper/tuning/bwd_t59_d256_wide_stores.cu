@@ -15,7 +15,10 @@
 // Measured (NVIDIA H100 80GB HBM3, 2026-12-07, three alternating rounds, medians;
 // notes/measured/h100-2026-12-07d/t59_t53_rounds.md): D 256 causal 1.10x bwd_t53 at N 512, 1.06x
 // at 1024, 1.03x at 2048; full 1.01x at 512, 1.04-1.05x at 1024-2048; from N 4096 0.99-1.02x.
-// D 192 was tested, not timed.
+// D 192 was tested, not timed. Those rounds timed both kernels in one fa_bench process, t53
+// first, which favours t53; timed again each in a process of its own (fair_rounds_bwd.md of
+// h100-2026-12-07e): 1.08x full and 1.09x causal at N 512, 1.05-1.06x at 1024, then falling to
+// 1.01x at 16384, at every protocol shape ahead. The dispatch runs it at every D 256 N.
 #include <cuda.h>
 
 #include <algorithm>

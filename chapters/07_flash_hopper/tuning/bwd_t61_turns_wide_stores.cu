@@ -24,6 +24,14 @@
 // little faster than bwd_v6's (so the epilogue's share is, if anything, larger): D 64 1.02-1.06x
 // at N 512 and 1024, level (within 1%) from N 4096; D 128 1.05-1.10x at N 512, 1.02-1.05x at
 // N 2048 (the dispatch runs t58 there; t61 would have to pass it).
+// Measured (NVIDIA H100 80GB HBM3, 2026-12-07, bf16, three rounds, each kernel an fa_bench process
+// of its own, the order rotated; notes/measured/h100-2026-12-07e/fair_rounds_bwd.md): D 64 full
+// 1.06x bwd_t48 at N 512, 1.04x at 1024, 1.02x at 2048, level after; causal 1.10x at 512, 0.98-
+// 1.02x after. D 128 full 1.11x, 1.08x, 1.05x at N 512-2048, 1.01-1.03x at 4096 and 8192, 0.99x
+// at 16384; causal 1.11x, 1.10x, 1.06x, 1.03x, then 1.00-1.01x. Against t58 (bwd_v6 with the
+// same stores) at D 128 0.99-1.09x, below 1 only at full N 16384 (0.97x) and by 1% at causal
+// N 512 and 8192. The dispatch's backward at D 64 and D 128 (full up to 8192 keys)
+// (tuning/README.md, "What t60 and t61 say").
 #include <cuda.h>
 
 #include <algorithm>

@@ -26,6 +26,15 @@
 //   1.07x causal, 1.09x full N 512), about 1.03x at N 2048, level from N 4096; D 64 level to
 //   1.03x (t56 over t52, whose D 64 is v5's tile: 1.00-1.05x); D 256 (Bc 64, twice t52's key
 //   tiles a work tile) 1.08-1.15x at N 512 and 1024.
+//
+// Measured (NVIDIA H100 80GB HBM3, 2026-12-07, bf16, three rounds, each kernel an fa_bench process
+//   of its own, the order rotated; notes/measured/h100-2026-12-07e/fair_rounds_fwd.md): D 128
+//   causal 1.12x v5 at N 512, 1.10x at 1024, 1.06x at 2048, 1.02-1.07x from 4096; full 1.11x at
+//   512, 1.06x at 1024, level (0.99-1.02x) from 2048. Against t56 at D 128 causal 1.37x, 1.18x,
+//   1.10x up to N 2048, level at 4096 and 8192, 0.93x at 16384. D 64 level with v5 (1.04x at full
+//   N 512) and the same machine code as t56 there. Twice the prediction at D 128 causal N 512,
+//   as t56 and t58 were; the dispatch runs it on D 128 causal rows below 4096 keys
+//   (tuning/README.md, "What t60 and t61 say"). D 256 not timed.
 #include <cuda.h>
 
 #include <climits>
