@@ -40,6 +40,10 @@ def main(argv):
     new, base, files = argv[0], argv[1], argv[2:]
     rounds = [(times(f, new), times(f, base)) for f in files]
     shapes = [s for s in rounds[0][0] if all(s in n and s in b for n, b in rounds)]
+    if not shapes:  # a comparison of nothing is not a comparison
+        print("nothing to compare: no shape has rows of both %s and %s in every round"
+              % (new, base))
+        return 1
     print("| shape | %s ms | %s ms | speedup | per round |" % (new, base))
     print("| --- | ---: | ---: | ---: | --- |")
     for s in shapes:

@@ -10,8 +10,12 @@ The CPU test EmptyRunsFail runs this. It checks, without torch, a GPU or a build
   same on a machine that has torch and a GPU (where the real comparison takes minutes).
 * tests/doc_commands.py fails a block that selects no test (gtest's "Running 0 tests", ctest's
   "No tests were found"), since both exit 0, and passes one that ran a test.
+* bench/pair_rounds.py exits 1 with "nothing to compare" when no shape has rows of both kernels
+  in every round, and on the per-kernel files bench/fair_rounds.sh writes (the groups its
+  --rounds prints) gives each kernel's median, the speedup and the per-round spread.
 Exit status 0 when every case holds, 1 otherwise; each case prints what it saw.
 """
+import json
 import os
 import subprocess
 import sys
@@ -77,9 +81,37 @@ def doc_commands_cases(tmp):
     return results
 
 
+def bench_json(path, kernel, rows):
+    """A stand-in fa_bench JSON: `rows` maps a shape to its time in ms."""
+    with open(path, "w") as f:
+        name = "attn_bwd/%s/bf16/%s/iterations:1/manual_time"
+        json.dump({"benchmarks": [{"name": name % (kernel, s), "real_time": ms, "time_unit": "ms"}
+                                  for s, ms in rows.items()]}, f)
+
+
+def pair_rounds_cases(tmp):
+    new, base = "07/new_kernel", "07/base_kernel"
+    times = {1: (1.0, 1.2), 2: (1.1, 1.21), 3: (0.9, 1.26)}  # round: (new ms, base ms)
+    for r, (n, b) in times.items():
+        for k, ms in ((new, n), (base, b)):
+            bench_json(os.path.join(tmp, "r%d_bwd_%s.json" % (r, k.replace("/", "_"))), k,
+                       {"D64/full/N512": ms})
+    groups = subprocess.run(["bash", "bench/fair_rounds.sh", "--rounds", tmp, "bwd", new, base],
+                            cwd=ROOT, capture_output=True, text=True, timeout=60).stdout.split()
+    code, output = run(["bench/pair_rounds.py", new, base] + groups)
+    # medians 1.0 and 1.21: 1.210x; per round 1.2, 1.1, 1.4
+    row = "| bf16/D64/full/N512 | 1.000 | 1.210 | 1.210x | 1.100-1.400 |"
+    results = [check("pair_rounds.py on fair_rounds.sh's per-kernel files (3 groups)",
+                     code == 0 and len(groups) == 3 and row in output, output)]
+    code, output = run(["bench/pair_rounds.py", new, "07/absent_kernel"] + groups)
+    results.append(check("pair_rounds.py with a kernel in no file exits 1 (got %d)" % code,
+                         code == 1 and "nothing to compare" in output, output))
+    return results
+
+
 def main():
     with tempfile.TemporaryDirectory() as tmp:
-        results = compare_serving_cases(tmp) + doc_commands_cases(tmp)
+        results = compare_serving_cases(tmp) + doc_commands_cases(tmp) + pair_rounds_cases(tmp)
     print("%d of %d cases hold" % (sum(results), len(results)))
     return 0 if all(results) else 1
 
