@@ -541,7 +541,7 @@ const std::vector<Rule>& dispatch_table() {
           .dims({128})
           .because("bwd_v5 (a producer warpgroup owning the loads: 1.08-1.10x bwd_v4 full at D "
                    "128, 0.90-0.99x cuDNN) with causal blocks launched in head groups: causal "
-                   "1.02-1.05x bwd_v5 at N 1024-8192, full the same (at D 64 bwd_t48 runs; not "
+                   "1.02-1.05x bwd_v5 at N 1024-8192, full the same (at D 64 bwd_t61 runs; not "
                    "deterministic)",
                    log("bwd_v6_t47_v5_rounds.md", kRun1202)),
       on(Op::Bwd, "07/bwd_v4_dq_tile_reduce")
