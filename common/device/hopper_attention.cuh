@@ -323,9 +323,9 @@ __device__ __forceinline__ void store_o_l_16(const float (&o)[D / 2], const floa
 // instantiating its template here: each .cu file is its own CUDA module, and a kernel template
 // instantiated in two of them shares its host-side "shared memory already opted in" flag but not
 // its device code; see 03/v6): chapter 05's final forward. It has instances at head dims 32, 64
-// and 128 only (its K/V copy plan), so at any other head dim (96, 256, one rounded up inside the
-// rungs) a shape TMA cannot load (below: an input not 16-byte aligned, no keys at all, sizes past
-// 2^31) is refused with its message.
+// and 128 only (its K/V copy plan), so at any other head dim (96, 192, 256, one rounded up inside
+// the rungs) a shape TMA cannot load (below: an input not 16-byte aligned, no keys at all, sizes
+// past 2^31) is refused with its message.
 constexpr const char* kFallback = "05/v5_fewer_instructions";
 
 inline bool aligned(const void* p, uintptr_t n) {
