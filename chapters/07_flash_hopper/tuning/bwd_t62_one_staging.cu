@@ -96,7 +96,7 @@ struct Smem {
   static constexpr int kdSOffset = kdOOffset + kStages * kQBytes;  // [128 keys][64 queries] each
   static constexpr int kStOffset = kdSOffset + kDsBuffers * kdSBytes;  // t62: both warpgroups'
   static constexpr int kLOffset = kStOffset + kStageBytes;             // float [kStages][kBr]
-  static constexpr int kDOffset = kLOffset + kStages * kBr * 4;           // float [kStages][kBr]
+  static constexpr int kDOffset = kLOffset + kStages * kBr * 4;        // float [kStages][kBr]
   static constexpr int kBarOffset = kDOffset + kStages * kBr * 4;
   static constexpr int kBytes = kBarOffset + (1 + 2 * kStages) * 8 + kAtomBytes;  // + alignment
   static_assert(kKVBytes % kAtomBytes == 0 && kQBytes % kAtomBytes == 0 &&

@@ -49,14 +49,15 @@ constexpr int kWarpgroups = 2;                          // consumers: the warpgr
 constexpr int kThreads = 128 * (1 + kWarpgroups);       // + the producer warpgroup
 constexpr int kProducerRegs = 24, kConsumerRegs = 240;  // 24 + 2 x 240 = 3 x 168 (07/v2's)
 constexpr int kStages = 2;
-constexpr int kWgRows = kRowsPerWarpgroup;     // 64: wgmma M, the keys one warpgroup owns
-constexpr int kBc = kWarpgroups * kWgRows;     // 128 keys per block
+constexpr int kWgRows = kRowsPerWarpgroup;  // 64: wgmma M, the keys one warpgroup owns
+constexpr int kBc = kWarpgroups * kWgRows;  // 128 keys per block
 constexpr int kBr = 128;  // t63: queries per streamed tile (N of S^T and dP^T), 64 before
-constexpr int kQStrips = kBr / kSwizzleCols;  // t63: the dS^T tile's strips of 64 queries
+constexpr int kQStrips = kBr / kSwizzleCols;   // t63: the dS^T tile's strips of 64 queries
 constexpr int kBoxCols = 32;                   // fp32 columns per 128-byte swizzled row of a box
 constexpr int kBoxBytes = kBr * kBoxCols * 4;  // t63: 128 rows x 128 bytes = 16 KiB
-// dS^T tiles [128 keys][64 queries], used in turn by iterations j % kDsBuffers: the warpgroup
-// whose turn is next may write tile j + 1's rows while the other still reads tile j's.
+// dS^T tiles [128 keys][128 queries] (t63: two strips of 64 queries), used in turn by iterations
+// j % kDsBuffers: the warpgroup whose turn is next may write tile j + 1's rows while the other
+// still reads tile j's.
 constexpr int kDsBuffers = 2;
 
 // Whose turn it is: iteration j's dQ_tile is computed by warpgroup j % kWarpgroups.
@@ -96,19 +97,19 @@ struct BwdParams {
 // ---- dK, dV and dQ_tile ----------------------------------------------------------------------------
 template <int D>
 struct Smem {
-  static constexpr int kKVBytes = kBc * D * 2;  // K or V
-  static constexpr int kQBytes = kBr * D * 2;   // Q or dO, one stage
+  static constexpr int kKVBytes = kBc * D * 2;    // K or V
+  static constexpr int kQBytes = kBr * D * 2;     // Q or dO, one stage
   static constexpr int kdSBytes = kBc * kBr * 2;  // t63: kQStrips strips of [128 keys][64 queries]
-  static constexpr int kBoxes = D / kBoxCols;             // reduce-adds per turn: 2 or 4
+  static constexpr int kBoxes = D / kBoxCols;     // reduce-adds per turn: 2 or 4
   static constexpr int kStageBytes = kBoxes * kBoxBytes;  // the staging boxes (t62: one set)
   static constexpr int kKOffset = 0;
   static constexpr int kVOffset = kKVBytes;
-  static constexpr int kQOffset = 2 * kKVBytes;                    // stage s at + s * kQBytes
-  static constexpr int kdOOffset = kQOffset + kStages * kQBytes;   // stage s at + s * kQBytes
-  static constexpr int kdSOffset = kdOOffset + kStages * kQBytes;  // [128 keys][64 queries] each
+  static constexpr int kQOffset = 2 * kKVBytes;                        // stage s at + s * kQBytes
+  static constexpr int kdOOffset = kQOffset + kStages * kQBytes;       // stage s at + s * kQBytes
+  static constexpr int kdSOffset = kdOOffset + kStages * kQBytes;      // kDsBuffers of kdSBytes
   static constexpr int kStOffset = kdSOffset + kDsBuffers * kdSBytes;  // t62: both warpgroups'
   static constexpr int kLOffset = kStOffset + kStageBytes;             // float [kStages][kBr]
-  static constexpr int kDOffset = kLOffset + kStages * kBr * 4;           // float [kStages][kBr]
+  static constexpr int kDOffset = kLOffset + kStages * kBr * 4;        // float [kStages][kBr]
   static constexpr int kBarOffset = kDOffset + kStages * kBr * 4;
   static constexpr int kBytes = kBarOffset + (1 + 2 * kStages) * 8 + kAtomBytes;  // + alignment
   static_assert(kKVBytes % kAtomBytes == 0 && kQBytes % kAtomBytes == 0 &&
@@ -220,8 +221,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   // ---- Consumers: take the registers, then compute as bwd_v4 on their 64 keys.
   hopper::setmaxnreg_inc<kConsumerRegs>();
   const int wg = tid / 128 - 1, t = tid % 128, q = t % 4;
-  // The staging: D / 32 boxes of 64 query rows x 32 columns, 128-byte swizzled. t62: one set,
-  // written by whichever warpgroup has the turn.
+  // The staging: D / 32 boxes of 128 query rows (t63) x 32 columns, 128-byte swizzled. t62: one
+  // set, written by whichever warpgroup has the turn.
   unsigned char* sSt = smem + Sm::kStOffset;
   // This warpgroup's 64 keys (rows of K and V in each strip) and this thread's two keys.
   const int wrow = wg * kWgRows;
@@ -247,7 +248,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const bool need_mask = k0 + kBc > seq_k || (p.causal && k0 + kBc - 1 > q0 + off);
     hopper::mbar_wait(&q_full[s], (j / kStages) & 1);
 
-    // ---- S^T = K Q^T and dP^T = V dO^T: 64 keys x 64 queries each, two commit groups.
+    // ---- S^T = K Q^T and dP^T = V dO^T: 64 keys x 128 queries each (t63), two commit groups.
     float st[kSAcc], dpt[kSAcc];
     hopper::wgmma_fence();
 #pragma unroll
@@ -281,7 +282,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
 
-    // ---- dV += P^T dO: k = the 64 queries, P^T from registers, dO MN-major.
+    // ---- dV += P^T dO: k = the 128 queries (t63), P^T from registers, dO MN-major.
     uint32_t pf[kBr / 16][4];
     pack_p<T>(st, pf);
     hopper::fence_registers(dv);
@@ -302,7 +303,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       dpt[i + 1] = st[i + 1] * (dpt[i + 1] - d2.y);
     }
 
-    // ---- dK += dS^T Q: k = the 64 queries, dS^T from registers, Q MN-major.
+    // ---- dK += dS^T Q: k = the 128 queries (t63), dS^T from registers, Q MN-major.
     uint32_t dsf[kBr / 16][4];
     pack_p<T>(dpt, dsf);
     hopper::fence_registers(dk);
@@ -480,7 +481,7 @@ void launch(const AttentionBwdArgs& a, cudaStream_t stream) {
                              p.n_units, p.group / p.split)
           : 1;
 
-  // 2. dK, dV and dQ_tile: K/V boxes of kBc rows (kept), Q/dO boxes of 64 rows (streamed); every
+  // 2. dK, dV and dQ_tile: K/V boxes of kBc rows (kept), Q/dO boxes of kBr rows (streamed); every
   // box is 64 columns wide, one 128-byte swizzled strip.
   const CUtensorMap tm_q = make_tmap(a.q, s.bh(), s.seq_q, p.d, kBr, a.dtype);
   const CUtensorMap tm_do = make_tmap(a.dout, s.bh(), s.seq_q, p.d, kBr, a.dtype);
