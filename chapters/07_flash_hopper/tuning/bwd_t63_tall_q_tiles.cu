@@ -29,6 +29,16 @@
 // dK and dV: more than a thread's 240 registers, which is why FlashAttention-3 keeps 64 x 128
 // there, and why this step is instantiated at D 64 only (head dims 8-64, rounded up).
 //
+// What the taller tile costs in registers. A consumer thread holds dK and dV (64 accumulators),
+// S^T and dP^T (64 each at 128 queries, 32 at 64) and, in its turn, dQ_tile (64). t62's order,
+// dV += P^T dO issued on P^T's fragments while dS^T is computed, keeps S^T, dP^T and P^T's 32
+// fragment registers live together: at 128 queries ptxas (CUDA 13.0) then spills 104 bytes and
+// serializes every wgmma of the kernel (its warning C7512, "insufficient register resources").
+// So t63 computes dS^T first and then issues dV and dK, the order of FlashAttention-3's
+// backward (hopper/mainloop_bwd_sm90_tma_gmma_ws.hpp), and tests the mask in int32 offsets
+// (in 64 bits it still spills 44 bytes): no spills, no serialization. Both follow from the
+// height; neither is a separate idea.
+//
 // Prediction (bf16, B = 16384 / N, H = 2048 / D, against bwd_t62 in processes of their own): if
 // half of the ~3,000 cycles of a tile today do not grow with its height, 1.10-1.20x at D 64 full
 // from N 2048; 1.03-1.10x at N 512 and 1024 (a block walks 4 tiles there, not 8, so its own
@@ -274,27 +284,28 @@ __global__ void __launch_bounds__(kThreads, 1)
       st[i + 1] = ex2_approx(fmaf(st[i + 1], p.scale_log2, -l.y));
     }
     if (need_mask) {
+      // t63: the tests in int32 offsets from key0 and q0 (in 64 bits, as t62 has them, they
+      // spill at this tile; header). Key key0 + dkey is past
+      // seq_k when dkey >= seq_k - key0, and masked by the diagonal when
+      // dkey - dquery > q0 + off - key0. Both bounds are clamped to +-2^30: dkey and dquery stay
+      // below 128, so a clamped bound decides every i as the exact one would.
+      constexpr int64_t kClamp = int64_t(1) << 30;
+      const int keys_left = int(std::min(seq_k - key0, kClamp));
+      const int diag = int(std::clamp(q0 + off - key0, -kClamp, kClamp));
 #pragma unroll
       for (int i = 0; i < kSAcc; ++i) {
-        const int64_t key = key0 + 8 * ((i / 2) % 2);
-        const int64_t query = q0 + 8 * (i / 4) + 2 * q + (i % 2);
-        if (key >= seq_k || (p.causal && key > query + off)) st[i] = 0.0f;
+        const int dkey = 8 * ((i / 2) % 2);
+        const int dquery = 8 * (i / 4) + 2 * q + (i % 2);
+        if (dkey >= keys_left || (p.causal && dkey - dquery > diag)) st[i] = 0.0f;
       }
     }
 
-    // ---- dV += P^T dO: k = the 128 queries (t63), P^T from registers, dO MN-major.
-    uint32_t pf[kBr / 16][4];
-    pack_p<T>(st, pf);
-    hopper::fence_registers(dv);
-    hopper::wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kBr / 16; ++kk)
-      hopper::wgmma_rs<D, T, 1>(dv, pf[kk], desc_mn_major<kBr>(sdO(s), kk), 1);
-    hopper::wgmma_commit();
-    hopper::wgmma_wait<1>();  // dP^T (committed before dV) has landed; dV may still run
+    // ---- dS^T = P^T o (dP^T - D), D per query (column). t63: computed before dV is issued, as
+    // FlashAttention-3 orders it (header): t62 issued dV += P^T dO first and computed dS^T under
+    // it, which keeps S^T, dP^T (fp32) and P^T's fragments live at once: at 128 queries 160
+    // registers beside dK's and dV's 64, more than a thread's 240 with the rest.
+    hopper::wgmma_wait<0>();  // dP^T has landed
     hopper::fence_registers(dpt);
-
-    // ---- dS^T = P^T o (dP^T - D), D per query (column).
     const float* dd = sD + s * kBr;
 #pragma unroll
     for (int i = 0; i < kSAcc; i += 2) {
@@ -303,17 +314,26 @@ __global__ void __launch_bounds__(kThreads, 1)
       dpt[i + 1] = st[i + 1] * (dpt[i + 1] - d2.y);
     }
 
-    // ---- dK += dS^T Q: k = the 128 queries (t63), dS^T from registers, Q MN-major.
+    // ---- dV += P^T dO and dK += dS^T Q: k = the 128 queries (t63), P^T and dS^T from
+    // registers, dO and Q MN-major; two commit groups.
     uint32_t dsf[kBr / 16][4];
     pack_p<T>(dpt, dsf);
+    uint32_t pf[kBr / 16][4];
+    pack_p<T>(st, pf);
+    hopper::fence_registers(dv);
     hopper::fence_registers(dk);
     hopper::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBr / 16; ++kk)
+      hopper::wgmma_rs<D, T, 1>(dv, pf[kk], desc_mn_major<kBr>(sdO(s), kk), 1);
+    hopper::wgmma_commit();
 #pragma unroll
     for (int kk = 0; kk < kBr / 16; ++kk)
       hopper::wgmma_rs<D, T, 1>(dk, dsf[kk], desc_mn_major<kBr>(sQ(s), kk), 1);
     hopper::wgmma_commit();
 
-    // ---- dS^T -> the shared dS^T tile while dK runs: row kr (and kr + 8) = this thread's keys,
+    // ---- dS^T -> the shared dS^T tile while dV and dK run: row kr (and kr + 8) = this thread's
+    // keys,
     // t63: in each strip of 64 queries 128 bytes per row in eight 16-byte chunks, chunk c stored
     // at c ^ (row % 8)
     // (the 128-byte swizzle TMA would write; row % 8 = lane / 4 for both rows). dsf[k] holds
