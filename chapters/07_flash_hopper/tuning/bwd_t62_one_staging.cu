@@ -8,8 +8,9 @@
 // other's reduce-adds. But the turns alternate, and between two turns the warpgroup that had the
 // previous one computes a whole tile's S^T, dP^T, dV and dK before the next turn's stores can
 // start: its reduce-adds have long been read by then. The second set buys nothing and costs the
-// shared memory that FlashAttention-3's tile at D 64 needs (queries in tiles of 128, not 64; its
-// tile_size_bwd_sm90 in hopper/tile_size.h, github.com/Dao-AILab/flash-attention): with 128-row
+// shared memory that FlashAttention-3's tile at D 64 needs (queries in tiles of 128, not 64;
+// run_mha_bwd_hdim64 in hopper/flash_bwd_launch_template.h, github.com/Dao-AILab/flash-attention):
+// with 128-row
 // Q, dO, dS^T and staging, two sets of staging are 40 bytes past the 227 KiB a block may have,
 // one set leaves 32 KiB. This step is that room, measured on its own.
 //

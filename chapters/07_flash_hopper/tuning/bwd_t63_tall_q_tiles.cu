@@ -3,21 +3,21 @@
 // Copied from 07/bwd_t62_one_staging (bwd_t62_one_staging.cu; bwd_t48's header explains the
 // turns, t62's the one set of staging boxes); one idea changed: the height of the query tile.
 //
-// Why: FlashAttention-3 runs its backward at head dims up to 64 on tiles of 128 queries x 128
-// keys, and at 96-128 on 64 x 128 (tile_size_bwd_sm90 in hopper/tile_size.h,
-// github.com/Dao-AILab/flash-attention). bwd_t61 at D 64 uses 64 x 128, and it is where the
-// backward is furthest behind cuDNN (0.83-0.94x, NVIDIA H100 80GB HBM3, 2026-12-07). At D 64 a
-// tile is short: its five products are 1,280 tensor cycles of the block (5.2 MFLOP at 4,096 FLOP
-// a cycle), while what a tile costs besides them does not shrink with D: the waits for Q and
-// dO, the dS^T barrier, the turn's staging, fence and reduce-adds, the latency from a wgmma's
-// issue to its first result. At 399 TFLOP/s (D 64, N 8192, full) a tile takes about 3,000 cycles
-// of a block at 1.75 GHz: more than twice its tensor work. A tile of 128 queries does twice the
-// work for the same count of waits and barriers. And the shared memory's reads: S^T and dP^T are
-// wgmmas of N = 64 reading A and B from shared memory (4 KiB per 32 tensor cycles, all an SM's
-// shared memory delivers); at N = 128 they read 6 KiB per 64 cycles. Summed over a tile with
-// the TMA writes, dS^T, the staging and its reads, the block moves about 192 KiB of shared memory
-// per 1,280 tensor cycles at Br 64 (1,536 cycles at 128 bytes a cycle) and 352 KiB per 2,560 at
-// Br 128 (2,816): 8% less per unit of work.
+// Why: FlashAttention-3 runs its backward at head dims up to 64 on tiles of 128 queries x 128 keys,
+// at 96 on 64 x 128 and at 128 on 64 x 128 causal, 80 x 128 full (run_mha_bwd_hdim64 and the others
+// in hopper/flash_bwd_launch_template.h, github.com/Dao-AILab/flash-attention). bwd_t61 at D 64
+// uses 64 x 128, and it is where the backward is furthest behind cuDNN (0.83-0.94x, NVIDIA H100
+// 80GB HBM3, 2026-12-07). At D 64 a tile is short: its five products are 1,280 tensor cycles of the
+// block (5.2 MFLOP at 4,096 FLOP a cycle), while what a tile costs besides them does not shrink
+// with D: the waits for Q and dO, the dS^T barrier, the turn's staging, fence and reduce-adds, the
+// latency from a wgmma's issue to its first result. At 399 TFLOP/s (D 64, N 8192, full) a tile
+// takes about 3,000 cycles of a block at 1.75 GHz: more than twice its tensor work. A tile of 128
+// queries does twice the work for the same count of waits and barriers. And the shared memory's
+// reads: S^T and dP^T are wgmmas of N = 64 reading A and B from shared memory (4 KiB per 32 tensor
+// cycles, all an SM's shared memory delivers); at N = 128 they read 6 KiB per 64 cycles. Summed
+// over a tile with the TMA writes, dS^T, the staging and its reads, the block moves about 192 KiB
+// of shared memory per 1,280 tensor cycles at Br 64 (1,536 cycles at 128 bytes a cycle) and 352 KiB
+// per 2,560 at Br 128 (2,816): 8% less per unit of work.
 //
 // The idea: kBr = 128. S^T = K Q^T and dP^T = V dO^T are wgmmas of N 128 (64 accumulators each);
 // dV += P^T dO and dK += dS^T Q take 8 k16 steps; the dS^T tile is two strips of 64 queries
@@ -26,8 +26,8 @@
 // producer thread. Shared memory: K, V 32 KiB, the Q and dO ring 64 KiB, two dS^T buffers
 // 64 KiB, the staging 32 KiB (t62's single set; bwd_t61's two would not fit), L and D 2 KiB:
 // 194 KiB. At D 128 the same tile would need 64 + 64 accumulators for S^T and dP^T beside 128 for
-// dK and dV: more than a thread's 240 registers, which is why FlashAttention-3 keeps 64 x 128
-// there, and why this step is instantiated at D 64 only (head dims 8-64, rounded up).
+// dK and dV: more than a thread's 240 registers, which is why FlashAttention-3 keeps 64 or 80
+// queries there, and why this step is instantiated at D 64 only (head dims 8-64, rounded up).
 //
 // What the taller tile costs in registers. A consumer thread holds dK and dV (64 accumulators),
 // S^T and dP^T (64 each at 128 queries, 32 at 64) and, in its turn, dQ_tile (64). t62's order,

@@ -4,17 +4,18 @@
 //
 // Why
 //   At D 64 the forward is 0.90-0.97x cuDNN at every protocol shape (NVIDIA H100 80GB HBM3,
-//   2026-12-07), and FlashAttention-3 runs D 64 on tiles of 192 queries x 128 keys, three
-//   consumer warpgroups, where it runs D 128 on 128 queries (tile_size_fwd_sm90 in
-//   hopper/tile_size.h, github.com/Dao-AILab/flash-attention). A D 64 tile is short for the
-//   tensor cores and long for the rest: a consumer's S_j = Q K_j^T and P V are 2 x 64 x 128 x 64
-//   multiply-adds, 512 tensor cycles of the SM, while its softmax of 64 x 128 scores is 8,192
-//   exponentials, 512 cycles of the SM's 16 a cycle, and as many again of FFMA, FMNMX, FADD and
-//   packing. With two consumers taking turns, the tensor cores wait whenever both are in their
-//   softmax at once; a third warpgroup is one more softmax in flight to fill those gaps. Its
-//   registers are there: t60's two D 64 consumers take 240 each and need about 160 (below), and
-//   the producer gives back all but 24. notes/07_flash_hopper.md section 4 worked them out before
-//   this step existed.
+//   2026-12-07), and FlashAttention-3 runs D 64 on tiles of 192 queries, three consumer warpgroups,
+//   where it runs D 128 on 128 (tile_size_fwd_sm90 in hopper/tile_size.h,
+//   github.com/Dao-AILab/flash-attention: 192 x 128 causal; 192 x 192 full, P V then read from
+//   shared memory). This step takes the 192 queries and keeps t60's 128 keys. A D 64 tile is short
+//   for the tensor cores and long for the rest: a consumer's S_j = Q K_j^T and P V are two products
+//   of 64 x 128 x 64 multiply-adds, 512 tensor cycles of the SM, while its softmax of 64 x 128
+//   scores is 8,192 exponentials, 512 cycles of the SM's 16 a cycle, and as many again of FFMA,
+//   FMNMX, FADD and packing. With two consumers taking turns, the tensor cores wait whenever both
+//   are in their softmax at once; a third warpgroup is one more softmax in flight to fill those
+//   gaps. Its registers are there: t60's two D 64 consumers take 240 each and need about 160
+//   (below), and the producer gives back all but 24. notes/07_flash_hopper.md section 4 worked them
+//   out before this step existed.
 //
 // The idea: kConsumers = 3, so kBr = 192. The block launches 4 warpgroups (512 threads at 128
 //   registers); the producer gives back to 24 and each consumer takes 160 (24 + 3 x 160 = 504 of
@@ -51,7 +52,7 @@ constexpr int kConsumers = 3;                           // t64: warpgroups that 
 constexpr int kThreads = 128 * (1 + kConsumers);        // + the producer warpgroup
 constexpr int kBr = kConsumers * kRowsPerWarpgroup;     // t64: 192 query rows per block
 constexpr int kProducerRegs = 24, kConsumerRegs = 160;  // t64: 24 + 3 x 160 = 504 <= 4 x 128
-constexpr int kTurnBar = 1;  // t64: named barriers 1, 2, 3: consumer 0's, 1's, 2's turn
+constexpr int kTurnBar = 1;            // t64: named barriers 1, 2, 3: consumer 0's, 1's, 2's turn
 constexpr int kTurnThreads = 2 * 128;  // the giver's arrive + the taker's sync
 template <int D>
 constexpr int stages() {
