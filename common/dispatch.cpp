@@ -24,6 +24,7 @@ constexpr const char* kRun1206 = "notes/measured/h100-2026-12-06/";    // an H10
 constexpr const char* kRun1207 = "notes/measured/h100-2026-12-07c/";   // an H100
 constexpr const char* kRun1207d = "notes/measured/h100-2026-12-07d/";  // an H100
 constexpr const char* kRun1207e = "notes/measured/h100-2026-12-07e/";  // an H100
+constexpr const char* kRun1207f = "notes/measured/h100-2026-12-07f/";  // an H100
 std::string log(const char* file, const char* run = kRun) {
   return std::string(run) + file;
 }
@@ -271,12 +272,30 @@ const std::vector<Rule>& dispatch_table() {
           .hopper()
           .dims({64})
           .full()
-          .keys(0, 2048)
-          .because("at D 64 and up to 2048 keys the plain rung has the shortest prologue: "
-                   "373-440 TFLOP/s against v5's 344-424 (and 1.08-1.11x t56 and t60, v5 with O "
-                   "in 16-byte stores, each kernel a process of its own on an H100, 2026-12-07: "
-                   "fair_rounds_fwd.md)",
-                   log("ladder_fwd_d64.log")),
+          .keys(0, 1024)
+          .because("at D 64 and up to 1024 keys the plain rung has the shortest prologue: "
+                   "1.07-1.09x t60 (v5 with O in 16-byte stores) and 1.02-1.03x t64 (three "
+                   "consumers) at 512 and 1024 keys (three rounds, each kernel a process of its "
+                   "own, the order rotated; H100)",
+                   log("fair_rounds_fwd.md", kRun1207f)),
+      on(Op::Fwd, "07/t64_three_consumers")
+          .hopper()
+          .dims({64})
+          .full()
+          .because("D 64 full from 1025 keys: three consumer warpgroups on Q tiles of 192 rows, "
+                   "1.06-1.15x v1 and 1.17-1.18x t60 from 2048 keys (511-543 TFLOP/s, 1.06-1.11x "
+                   "cuDNN in the same run; three rounds, each kernel a process of its own, the "
+                   "order rotated; H100)",
+                   log("fair_rounds_fwd.md", kRun1207f)),
+      on(Op::Fwd, "07/t64_three_consumers")
+          .hopper()
+          .dims({64})
+          .causal()
+          .keys(4096, kAny)
+          .because("D 64 causal from 4096 keys: 1.10-1.17x t60 and 1.12-1.15x v1 (465-509 "
+                   "TFLOP/s, 1.05-1.08x cuDNN); below 4096 a diagonal tile of 192 rows wastes "
+                   "too much (0.67-0.95x t60), and v5 runs them",
+                   log("fair_rounds_fwd.md", kRun1207f)),
       on(Op::Fwd, "07/t60_v5_wide_o_stores")
           .hopper()
           .dims({128})
@@ -481,14 +500,14 @@ const std::vector<Rule>& dispatch_table() {
                    "backward: D 32 163-205 TFLOP/s, 1.19-1.30x 06/v4 (the kernel that ran it "
                    "before; not deterministic)",
                    log("head_dims_between.log", kRun1203)),
-      on(Op::Bwd, "07/bwd_t61_turns_wide_stores")
+      on(Op::Bwd, "07/bwd_t63_tall_q_tiles")
           .hopper()
           .dims({64})
-          .because("bwd_t48 with dK and dV stored 16 bytes a thread: D 64 full 1.00-1.06x "
-                   "bwd_t48 (1.06x at 512 keys, 1.04x at 1024), causal 1.10x at 512 and "
-                   "0.98-1.02x from 1024 (0.98x at 2048); 1.08-1.20x bwd_v6 (three rounds, each "
-                   "kernel a process of its own, the order rotated; not deterministic)",
-                   log("fair_rounds_bwd.md", kRun1207e)),
+          .because("D 64 on FlashAttention-3's tile, 128 queries x 128 keys: 1.08-1.18x bwd_t61 "
+                   "full, 1.01-1.11x causal (263-479 TFLOP/s, 0.90-1.06x cuDNN in the same run; "
+                   "three runs of three rounds, each kernel a process of its own, the order "
+                   "rotated; H100; not deterministic)",
+                   log("fair_rounds_bwd.md", kRun1207f)),
       on(Op::Bwd, "07/bwd_t55_d96")
           .hopper()
           .dims({96})
@@ -541,7 +560,7 @@ const std::vector<Rule>& dispatch_table() {
           .dims({128})
           .because("bwd_v5 (a producer warpgroup owning the loads: 1.08-1.10x bwd_v4 full at D "
                    "128, 0.90-0.99x cuDNN) with causal blocks launched in head groups: causal "
-                   "1.02-1.05x bwd_v5 at N 1024-8192, full the same (at D 64 bwd_t61 runs; not "
+                   "1.02-1.05x bwd_v5 at N 1024-8192, full the same (at D 64 bwd_t63 runs; not "
                    "deterministic)",
                    log("bwd_v6_t47_v5_rounds.md", kRun1202)),
       on(Op::Bwd, "07/bwd_v4_dq_tile_reduce")

@@ -142,8 +142,15 @@ TEST(Dispatch, ProtocolShapesOnHopperRunChapter07) {
   // The rows that measured another rung faster (dispatch.cpp).
   constexpr const char* kT56 = "07/t56_wide_o_stores";     // t52 with O in 16-byte stores
   constexpr const char* kT60 = "07/t60_v5_wide_o_stores";  // v5 with O in 16-byte stores
+  // D 64: v1 up to 1024 full keys, t64 (three consumers, 192-row Q tiles) past them and on
+  // causal rows from 4096 keys; v5 on the shorter causal rows.
+  constexpr const char* kT64 = "07/t64_three_consumers";
   EXPECT_EQ(fa::pick(fwd(DType::BF16, 64, 1024, false), 90).kernel, "07/v1_tma_wgmma");
+  EXPECT_EQ(fa::pick(fwd(DType::BF16, 64, 2048, false), 90).kernel, kT64);
+  EXPECT_EQ(fa::pick(fwd(DType::BF16, 64, 16384, false), 90).kernel, kT64);
   EXPECT_EQ(fa::pick(fwd(DType::BF16, 64, 1024, true), 90).kernel, "07/v5_persistent");
+  EXPECT_EQ(fa::pick(fwd(DType::BF16, 64, 2048, true), 90).kernel, "07/v5_persistent");
+  EXPECT_EQ(fa::pick(fwd(DType::BF16, 64, 4096, true), 90).kernel, kT64);
   EXPECT_EQ(fa::pick(fwd(DType::BF16, 128, 16384, true), 90).kernel, kT56);
   EXPECT_EQ(fa::pick(fwd(DType::BF16, 128, 512, false), 90).kernel, kT56);
   EXPECT_EQ(fa::pick(fwd(DType::BF16, 128, 4096, false), 90).kernel, kT56);
@@ -156,8 +163,8 @@ TEST(Dispatch, ProtocolShapesOnHopperRunChapter07) {
   EXPECT_EQ(fa::pick(fwd(DType::BF16, 256, 16384, false), 90).kernel, kT56);
   EXPECT_EQ(fa::pick(fwd(DType::BF16, 256, 16384, true), 90).kernel, kT56);
   EXPECT_EQ(fa::pick(fwd(DType::BF16, 256, 512, true), 90).kernel, kT56);
-  // bwd_t48 and bwd_t53 with dK and dV in 16-byte stores (t61, t59): D 64 and D 128 (full up to
-  // 8192 keys, bwd_v6 past them), D 256 at every N.
+  // bwd_t48 and bwd_t53 with dK and dV in 16-byte stores (t61, t59): D 128 (full up to 8192
+  // keys, bwd_v6 past them), D 256 at every N. D 64: t63, FlashAttention-3's 128-query tiles.
   constexpr const char* kT59 = "07/bwd_t59_d256_wide_stores";
   constexpr const char* kT61 = "07/bwd_t61_turns_wide_stores";
   EXPECT_EQ(fa::pick(bwd(DType::BF16, 128, 1024, true), 90).kernel, kT61);
@@ -165,8 +172,9 @@ TEST(Dispatch, ProtocolShapesOnHopperRunChapter07) {
   EXPECT_EQ(fa::pick(bwd(DType::BF16, 128, 512, false), 90).kernel, kT61);
   EXPECT_EQ(fa::pick(bwd(DType::BF16, 128, 8192, false), 90).kernel, kT61);
   EXPECT_EQ(fa::pick(bwd(DType::BF16, 128, 16384, false), 90).kernel, "07/bwd_v6_head_groups");
-  EXPECT_EQ(fa::pick(bwd(DType::BF16, 64, 512, true), 90).kernel, kT61);
-  EXPECT_EQ(fa::pick(bwd(DType::BF16, 64, 16384, false), 90).kernel, kT61);
+  constexpr const char* kT63 = "07/bwd_t63_tall_q_tiles";
+  EXPECT_EQ(fa::pick(bwd(DType::BF16, 64, 512, true), 90).kernel, kT63);
+  EXPECT_EQ(fa::pick(bwd(DType::BF16, 64, 16384, false), 90).kernel, kT63);
   EXPECT_EQ(fa::pick(bwd(DType::BF16, 256, 4096, false), 90).kernel, kT59);
   EXPECT_EQ(fa::pick(bwd(DType::BF16, 256, 512, true), 90).kernel, kT59);
   EXPECT_EQ(fa::pick(bwd(DType::BF16, 256, 16384, true), 90).kernel, kT59);

@@ -24,6 +24,14 @@
 // Prediction (bf16, B = 16384 / N, H = 2048 / D, against bwd_t61 in processes of their own): level
 // (within 1-2%) at D 64 and 128, full and causal; the wait it moves comes a whole tile after the
 // reduce-adds it waits for.
+//
+// Measured (NVIDIA H100 80GB HBM3, 2026-12-07, bf16, two runs of three rounds, each kernel an
+// fa_bench process of its own, the order rotated; notes/measured/h100-2026-12-07f/
+// fair_rounds_bwd.md): 0.98x bwd_t61 at D 64 full at every N (0.975-0.991 in both runs), 0.97-1.03x
+// causal. Not level: about 2% slower. The likeliest cost is the wait this step adds, the adder's
+// wait for the reads of its previous reduce-adds before it arrives, or the stores of a turn that
+// now follow the other warpgroup's arrival; the runs do not tell which. It stays for what it was
+// built for, the room t63 needs, where it measured 1.09-1.21x. D 128 not timed.
 #include <cuda.h>
 
 #include <algorithm>

@@ -44,6 +44,17 @@
 // from N 2048; 1.03-1.10x at N 512 and 1024 (a block walks 4 tiles there, not 8, so its own
 // start and end weigh more); causal the same from N 4096 but 0.95-1.02x up to N 1024, where a
 // diagonal tile of 128 queries masks twice the pairs a tile of 64 does.
+//
+// Measured (NVIDIA H100 80GB HBM3, 2026-12-07, bf16, three runs of three rounds, each kernel an
+// fa_bench process of its own, the order rotated; notes/measured/h100-2026-12-07f/
+// fair_rounds_bwd.md): against bwd_t61 1.08-1.09x at D 64 full N 512, 1.12x at 1024, 1.15-1.18x
+// from 2048; causal 1.07-1.11x up to N 2048, level at 4096 (0.99-1.01x), 1.05-1.08x at 8192,
+// 1.12-1.13x at 16384. Against bwd_t62, its base, 1.09-1.21x full and 1.01-1.16x causal. The full
+// rows as predicted; the short causal ones gained where a loss was predicted (the diagonal's masked
+// pairs cost less than the tile's halved waits save). Against cuDNN in the same run
+// (compare_sdpa.py) 0.98-1.06x full (263-479 TFLOP/s) and 0.90-1.02x causal (bwd_t61 0.83-0.94x in
+// an earlier run the same day): the dispatch's backward at D 64 (tuning/README.md, "What t62, t63
+// and t64 say").
 #include <cuda.h>
 
 #include <algorithm>

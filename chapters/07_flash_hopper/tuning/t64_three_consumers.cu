@@ -35,6 +35,19 @@
 //   many key tiles as one of 128, and there are a third fewer of them to spread over 132 SMs);
 //   causal 0.97-1.03x up to N 2048 (a diagonal tile of 192 rows masks more of its keys) and as
 //   full from N 4096.
+//
+// Measured (NVIDIA H100 80GB HBM3, 2026-12-07, bf16, three runs of three rounds, each kernel an
+//   fa_bench process of its own, the order rotated; notes/measured/h100-2026-12-07f/
+//   fair_rounds_fwd.md): D 64 full 1.04-1.05x t60 at N 512, 1.07-1.08x at 1024, 1.17-1.20x from
+//   2048, more than predicted (1.03-1.08x): a third softmax in flight filled more than the
+//   arithmetic above estimated. Against v1 (the dispatch's rung up to 2048 full keys before)
+//   0.97-0.98x at N 512 and 1024 and 1.06-1.15x from 2048. Causal 1.10-1.17x t60 from N 4096, but
+//   0.67-0.68x at N 512, 0.86x at 1024 and 0.94-0.95x at 2048, far under the prediction
+//   (0.97-1.03x). There a head has few query tiles (3 of 192 rows at N 512: the causal units pair
+//   tiles 2 and 0, 6 key tiles, and leave tile 1 alone, 3; with 128 rows, two units of 5), and a
+//   diagonal tile of 192 rows masks more of its keys. Against cuDNN in the same run
+//   (compare_sdpa.py) 1.06-1.11x full from N 2048 (511-543 TFLOP/s) and 1.05-1.08x causal from
+//   4096: the dispatch runs it there (tuning/README.md, "What t62, t63 and t64 say").
 #include <cuda.h>
 
 #include <climits>
