@@ -283,7 +283,7 @@ const std::vector<Rule>& dispatch_table() {
           .dims({64})
           .full()
           .because("D 64 full from 1025 keys: three consumer warpgroups on Q tiles of 192 rows, "
-                   "1.06-1.15x v1 and 1.17-1.18x t60 from 2048 keys (511-543 TFLOP/s, 1.06-1.11x "
+                   "1.06-1.15x v1 and 1.17-1.20x t60 from 2048 keys (511-543 TFLOP/s, 1.06-1.11x "
                    "cuDNN in the same run; three rounds, each kernel a process of its own, the "
                    "order rotated; H100)",
                    log("fair_rounds_fwd.md", kRun1207f)),
@@ -504,7 +504,8 @@ const std::vector<Rule>& dispatch_table() {
           .hopper()
           .dims({64})
           .because("D 64 on FlashAttention-3's tile, 128 queries x 128 keys: 1.08-1.18x bwd_t61 "
-                   "full, 1.01-1.11x causal (263-479 TFLOP/s, 0.90-1.06x cuDNN in the same run; "
+                   "full, 1.05-1.13x causal but level at 4096 keys (0.99-1.01x) (263-479 TFLOP/s, "
+                   "0.90-1.06x cuDNN in the same run; "
                    "three runs of three rounds, each kernel a process of its own, the order "
                    "rotated; H100; not deterministic)",
                    log("fair_rounds_bwd.md", kRun1207f)),
