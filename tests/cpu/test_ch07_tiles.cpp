@@ -119,4 +119,53 @@ TEST(Ch07Tiles, HeadGroupOrderEndsNearTheAverage) {
   }
 }
 
+// The model behind 07/t65's and t66's predictions (D 64: three consumers of 64 rows, query tiles
+// of 192 rows, key tiles of 128, 132 blocks; B = 16384 / N, H 32): a block's time is the strips
+// (64 rows x 128 keys) its consumers compute, each consumer the key tiles its own rows see (t65).
+// v5's static deal (block b takes units b, b + 132, ...; causally a unit pairs a head's longest
+// and shortest tile) leaves the busiest block 7-29% past the average causally and 16% at full
+// N 512 and 1024; the list schedule (t66: query tiles heaviest first in sections of heads, the
+// head-group order, each to the block that frees first) ends within 2% of it.
+TEST(Ch07Tiles, ListScheduleOfQueryTilesEndsNearTheAverage) {
+  const int64_t blocks = 132, br = 192, rows = 64, bc = 128;
+  for (bool causal : {true, false})
+    for (int64_t n : {512, 1024, 2048, 4096, 8192, 16384}) {
+      const int64_t heads = 16384 / n * 32, tiles = (n + br - 1) / br;
+      std::vector<double> strips(size_t(tiles), 0.0);  // a query tile's work
+      for (int64_t qt = 0; qt < tiles; ++qt)
+        for (int64_t row0 = qt * br; row0 < qt * br + br && row0 < n; row0 += rows)
+          strips[size_t(qt)] += double(fa::ch07::kv_tiles(row0, rows, n, n, bc, causal).visit);
+      double work = 0.0;
+      for (double w : strips) work += w;
+      const double average = work * double(heads) / double(blocks);
+
+      // v5's static deal, t65's units.
+      const int64_t per_head = causal ? (tiles + 1) / 2 : tiles;
+      std::vector<double> dealt(size_t(blocks), 0.0);
+      for (int64_t u = 0; u < per_head * heads; ++u) {
+        const int64_t r = u % per_head, first = causal ? tiles - 1 - r : r;
+        const bool pair = causal && r < tiles - 1 - r;
+        dealt[size_t(u % blocks)] += strips[size_t(first)] + (pair ? strips[size_t(r)] : 0.0);
+      }
+      const double busiest = *std::max_element(dealt.begin(), dealt.end());
+
+      // t66's list schedule; sections of heads whose K and V fit 25 MiB (half an H100's L2).
+      int64_t section = 1;
+      while (2 * section <= heads && 2 * section * n * 256 <= (int64_t(25) << 20)) section *= 2;
+      std::priority_queue<double, std::vector<double>, std::greater<double>> free_at;
+      for (int64_t i = 0; i < blocks; ++i) free_at.push(0.0);
+      double last = 0.0;
+      for (int64_t x = 0; x < tiles * heads; ++x) {
+        const int64_t rank = fa::ch07::head_group_place(x, tiles, heads, section).kt;
+        const double t = free_at.top() + strips[size_t(causal ? tiles - 1 - rank : rank)];
+        free_at.pop();
+        free_at.push(t);
+        last = std::max(last, t);
+      }
+      EXPECT_LE(last, 1.02 * average) << "N " << n << (causal ? " causal" : " full");
+      if (causal) EXPECT_GE(busiest, 1.07 * average) << "N " << n;
+      if (!causal && n <= 1024) EXPECT_GE(busiest, 1.15 * average) << "N " << n;
+    }
+}
+
 }  // namespace
