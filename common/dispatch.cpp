@@ -25,6 +25,7 @@ constexpr const char* kRun1207 = "notes/measured/h100-2026-12-07c/";   // an H10
 constexpr const char* kRun1207d = "notes/measured/h100-2026-12-07d/";  // an H100
 constexpr const char* kRun1207e = "notes/measured/h100-2026-12-07e/";  // an H100
 constexpr const char* kRun1207f = "notes/measured/h100-2026-12-07f/";  // an H100
+constexpr const char* kRun1207h = "notes/measured/h200-2026-12-07/";   // an H200
 std::string log(const char* file, const char* run = kRun) {
   return std::string(run) + file;
 }
@@ -189,6 +190,25 @@ const std::vector<Rule>& dispatch_table() {
                    "H_kv 32/8/4/1 (1.01-1.02x at N 4096); below 4096 causal keys v5 stays, as "
                    "for multi-head attention",
                    log("fwd_dispatch_rows_gqa.md", kRun1207)),
+      on(Op::Fwd, "07/t66_dynamic_schedule")
+          .hopper()
+          .grouped()
+          .dims({64})
+          .full()
+          .because("grouped K/V heads at D 64, full: t66 reads K/V head h / group as v5 does; "
+                   "1.18-1.22x v5 at H 32, H_kv 32/8/4/1, N 4096 and 8192 (two rounds, each "
+                   "kernel a process of its own; H200)",
+                   log("fair_rounds_gqa.md", kRun1207h)),
+      on(Op::Fwd, "07/t66_dynamic_schedule")
+          .hopper()
+          .grouped()
+          .dims({64})
+          .causal()
+          .keys(2048, kAny)
+          .because("grouped K/V heads at D 64, causal from 2048 keys: 1.12-1.24x v5 at H 32, "
+                   "H_kv 32/8/4/1, N 4096 and 8192; below 2048 causal keys v5 stays, as for "
+                   "multi-head attention",
+                   log("fair_rounds_gqa.md", kRun1207h)),
       on(Op::Fwd, "07/v5_persistent")
           .hopper()
           .grouped()
@@ -268,34 +288,27 @@ const std::vector<Rule>& dispatch_table() {
                    "TFLOP/s, 1.51-1.77x 05/v4; D 80 312-402 and D 192 390-486 (0.69-0.94x cuDNN, "
                    "1.41-1.65x FlashAttention-2), TFLOP/s counted on the real head dim",
                    log("head_dims_between.log", kRun1203)),
-      on(Op::Fwd, "07/v1_tma_wgmma")
+      // t64's three consumers, each walking the key tiles its own rows see (t65), with the query
+      // tiles handed out heaviest first to whichever block frees first (t66): three rounds, each
+      // kernel a process of its own, beside t65, t64, v5, v1 and t60, with PyTorch's peers.
+      on(Op::Fwd, "07/t66_dynamic_schedule")
           .hopper()
           .dims({64})
           .full()
-          .keys(0, 1024)
-          .because("at D 64 and up to 1024 keys the plain rung has the shortest prologue: "
-                   "1.07-1.09x t60 (v5 with O in 16-byte stores) and 1.02-1.03x t64 (three "
-                   "consumers) at 512 and 1024 keys (three rounds, each kernel a process of its "
-                   "own, the order rotated; H100)",
-                   log("fair_rounds_fwd.md", kRun1207f)),
-      on(Op::Fwd, "07/t64_three_consumers")
-          .hopper()
-          .dims({64})
-          .full()
-          .because("D 64 full from 1025 keys: three consumer warpgroups on Q tiles of 192 rows, "
-                   "1.06-1.15x v1 and 1.17-1.20x t60 from 2048 keys (511-543 TFLOP/s, 1.06-1.11x "
-                   "cuDNN in the same run; three rounds, each kernel a process of its own, the "
-                   "order rotated; H100)",
-                   log("fair_rounds_fwd.md", kRun1207f)),
-      on(Op::Fwd, "07/t64_three_consumers")
+          .because("D 64 full: 1.02-1.18x v1 (1.02x at 512 keys, 1.05x at 1024, the rung that ran "
+                   "them before) and 1.01-1.08x t64 at every protocol N (394-545 TFLOP/s, "
+                   "1.01-1.12x cuDNN in the same run; three rounds, each kernel a process of its "
+                   "own, the order rotated; H200)",
+                   log("fair_rounds_fwd.md", kRun1207h)),
+      on(Op::Fwd, "07/t66_dynamic_schedule")
           .hopper()
           .dims({64})
           .causal()
-          .keys(4096, kAny)
-          .because("D 64 causal from 4096 keys: 1.10-1.17x t60 and 1.12-1.15x v1 (465-509 "
-                   "TFLOP/s, 1.05-1.08x cuDNN); below 4096 a diagonal tile of 192 rows wastes "
-                   "too much (0.67-0.95x t60), and v5 runs them",
-                   log("fair_rounds_fwd.md", kRun1207f)),
+          .keys(2048, kAny)
+          .because("D 64 causal from 2048 keys: 1.10-1.22x v5 and 1.07-1.18x t64 (412-526 "
+                   "TFLOP/s, 1.03-1.12x cuDNN); at 512 and 1024 keys 0.93x and 0.98x v5, which "
+                   "runs them (three rounds, each kernel a process of its own; H200)",
+                   log("fair_rounds_fwd.md", kRun1207h)),
       on(Op::Fwd, "07/t60_v5_wide_o_stores")
           .hopper()
           .dims({128})

@@ -142,15 +142,15 @@ TEST(Dispatch, ProtocolShapesOnHopperRunChapter07) {
   // The rows that measured another rung faster (dispatch.cpp).
   constexpr const char* kT56 = "07/t56_wide_o_stores";     // t52 with O in 16-byte stores
   constexpr const char* kT60 = "07/t60_v5_wide_o_stores";  // v5 with O in 16-byte stores
-  // D 64: v1 up to 1024 full keys, t64 (three consumers, 192-row Q tiles) past them and on
-  // causal rows from 4096 keys; v5 on the shorter causal rows.
-  constexpr const char* kT64 = "07/t64_three_consumers";
-  EXPECT_EQ(fa::pick(fwd(DType::BF16, 64, 1024, false), 90).kernel, "07/v1_tma_wgmma");
-  EXPECT_EQ(fa::pick(fwd(DType::BF16, 64, 2048, false), 90).kernel, kT64);
-  EXPECT_EQ(fa::pick(fwd(DType::BF16, 64, 16384, false), 90).kernel, kT64);
+  // D 64: t66 (three consumers on 192-row Q tiles, each its own key tiles, the list schedule)
+  // on every full row and on causal rows from 2048 keys; v5 on the shorter causal rows.
+  constexpr const char* kT66 = "07/t66_dynamic_schedule";
+  EXPECT_EQ(fa::pick(fwd(DType::BF16, 64, 512, false), 90).kernel, kT66);
+  EXPECT_EQ(fa::pick(fwd(DType::BF16, 64, 1024, false), 90).kernel, kT66);
+  EXPECT_EQ(fa::pick(fwd(DType::BF16, 64, 16384, false), 90).kernel, kT66);
   EXPECT_EQ(fa::pick(fwd(DType::BF16, 64, 1024, true), 90).kernel, "07/v5_persistent");
-  EXPECT_EQ(fa::pick(fwd(DType::BF16, 64, 2048, true), 90).kernel, "07/v5_persistent");
-  EXPECT_EQ(fa::pick(fwd(DType::BF16, 64, 4096, true), 90).kernel, kT64);
+  EXPECT_EQ(fa::pick(fwd(DType::BF16, 64, 2048, true), 90).kernel, kT66);
+  EXPECT_EQ(fa::pick(fwd(DType::BF16, 64, 4096, true), 90).kernel, kT66);
   EXPECT_EQ(fa::pick(fwd(DType::BF16, 128, 16384, true), 90).kernel, kT56);
   EXPECT_EQ(fa::pick(fwd(DType::BF16, 128, 512, false), 90).kernel, kT56);
   EXPECT_EQ(fa::pick(fwd(DType::BF16, 128, 4096, false), 90).kernel, kT56);
@@ -335,7 +335,7 @@ TEST(Dispatch, HeadDimsBetweenInstancesRoundUpOnHopper) {
   // 1.2-1.8x faster (notes/measured/h200-2026-12-03/head_dims_between.log).
   EXPECT_EQ(fa::pick(fwd(DType::BF16, 32, 4096, false), 90).kernel, "05/v5_fewer_instructions");
   // Listed head dims keep their rows: the rounded rows hold only for head dims the kernel lacks.
-  EXPECT_EQ(fa::pick(fwd(DType::BF16, 64, 1024, false), 90).kernel, "07/v1_tma_wgmma");
+  EXPECT_EQ(fa::pick(fwd(DType::BF16, 64, 1024, false), 90).kernel, "07/t66_dynamic_schedule");
   EXPECT_EQ(fa::pick(bwd(DType::BF16, 128, 4096, true), 90).explain(true).find("rounded"),
             std::string::npos);
   // Packed batches and the window: chapter 09's Hopper rungs round as well; before sm_90
@@ -532,6 +532,13 @@ TEST(Dispatch, EachKindOfProblemGoesWhereItsRowSays) {
     fa::Problem gqa_short = fwd(DType::BF16, 128, 2048, true);
     gqa_short.gqa = true;
     EXPECT_EQ(fa::pick(gqa_short, 90).kernel, "07/v5_persistent");
+    // D 64: t66 on full rows and from 2048 causal keys, v5 below them.
+    fa::Problem gqa64 = fwd(DType::BF16, 64, 4096, false);
+    gqa64.gqa = true;
+    EXPECT_EQ(fa::pick(gqa64, 90).kernel, "07/t66_dynamic_schedule");
+    gqa64.causal = true;
+    gqa64.seq_k = gqa64.seq_q = 1024;
+    EXPECT_EQ(fa::pick(gqa64, 90).kernel, "07/v5_persistent");
     EXPECT_EQ(fa::pick(window, 90).kernel, "09/hopper_v5_window_single_units");
   }
   EXPECT_EQ(fa::pick(gqa, 80).kernel, "09/v1_varlen");

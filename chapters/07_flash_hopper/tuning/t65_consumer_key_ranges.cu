@@ -28,6 +28,15 @@
 //   head's last tile, whose third consumer now idles, are the lightest already). Against t60,
 //   causal 0.98x, 0.94x, 1.01x at N 512-2048: the work skipped does not balance the blocks, which
 //   is the next step's question.
+//
+// Measured (NVIDIA H200, 2026-12-07, bf16, three rounds, each kernel an fa_bench process of its
+//   own, the order rotated; notes/measured/h200-2026-12-07/fair_rounds_fwd.md): causal 1.16x t64
+//   at N 512, 1.07x at 1024, 1.06x at 2048, 1.03-1.04x from 4096; full 1.02-1.05x (predicted
+//   level: the third consumer of a head's ragged last tile idles now, and its turns cost less than
+//   the model's strips). N 512 causal gained a third of the prediction: there a unit walks one to
+//   four key tiles, and what a work tile costs besides its strips (Q, the epilogue, the ring's
+//   turns, empty ones included) does not shrink with them. The base of t66 (tuning/README.md,
+//   "What t65 and t66 say").
 #include <cuda.h>
 
 #include <climits>

@@ -35,6 +35,22 @@
 //   8192. Against t60 about 1.2x at every shape, full and causal (the 1.18x of t64's strips over
 //   t60's with every block as busy as the average); the counter's reset and the unit hand-over
 //   cost a few microseconds of the shortest rows.
+//
+// Measured (NVIDIA H200, 2026-12-07, bf16, three rounds, each kernel an fa_bench process of its
+//   own, the order rotated; notes/measured/h200-2026-12-07/fair_rounds_fwd.md): against t65
+//   causal 1.22x at N 512, 1.10x at 1024, 1.12x at 2048, 1.04-1.05x from 4096; full 1.03x at 512,
+//   1.06x at 1024, level at 2048 and 4096, 0.99x at 8192 and 16384 (predicted 1.14x at 512 and
+//   1024 and 1.05x at 2048 and 4096: the model counts strips only, and a short row's work tile
+//   costs more than its strips). Against t64 1.01-1.08x full, 1.42x, 1.18x, 1.18x causal at N
+//   512-2048 and 1.07-1.09x from 4096; against v5 1.15-1.23x full and 1.10-1.22x causal from N
+//   2048, but 0.93x at causal N 512 and 0.98x at 1024 (predicted 1.2x): a diagonal tile of 192
+//   rows leaves one consumer walking its last key tiles alone, a chain of S, softmax and P V with
+//   no other warpgroup's products under it, where v5's two consumers of a 128-row diagonal tile
+//   walk the same count. Against cuDNN in the same run (compare_sdpa.py) 1.01-1.12x full at every
+//   N (394-545 TFLOP/s) and 1.03-1.12x causal from 2048; 0.84x and 0.90x at causal 512 and 1024.
+//   On grouped heads (H 32, H_kv 32/8/4/1, N 4096 and 8192) 1.12-1.24x v5. The dispatch's
+//   forward at D 64 on full rows and from 2048 causal keys (tuning/README.md, "What t65 and t66
+//   say").
 #include <cuda.h>
 
 #include <climits>
