@@ -47,7 +47,7 @@
 //   tiles 2 and 0, 6 key tiles, and leave tile 1 alone, 3; with 128 rows, two units of 5), and a
 //   diagonal tile of 192 rows masks more of its keys. Against cuDNN in the same run
 //   (compare_sdpa.py) 1.06-1.11x full from N 2048 (511-543 TFLOP/s) and 1.05-1.08x causal from
-//   4096: the dispatch runs it there (tuning/README.md, "What t62, t63 and t64 say").
+//   4096: the dispatch ran it there until t66 (tuning/README.md, "What t62, t63 and t64 say").
 #include <cuda.h>
 
 #include <climits>
