@@ -106,7 +106,7 @@ struct Schedule {
   uint32_t section;      // heads per section: their K and V fit half the L2 (make_schedule)
   uint32_t group;        // query heads per K/V head: head bh reads K/V head bh / group
   uint32_t* counter;     // units handed out after each block's first, zero at launch; nullptr:
-                         // no buffer could be had, and block b takes b, b + G, ... (v5's order)
+                         // no buffer could be had, and block b takes units b, b + G, ...
 };
 
 // Which head and query tile unit x is. The order is bwd_v6's head-group order (head_group_place,
@@ -428,7 +428,7 @@ struct Launch {
     const int num_q_tiles = int((s.seq_q + kBr - 1) / kBr);  // seq_q < 2^31 - 512 (tma_can_load)
     Schedule sched = make_schedule(num_q_tiles, s);
     // t66: the counter, zero at launch, in a stream-ordered buffer of its own (two calls on two
-    // streams never share one); without it the blocks take v5's static order.
+    // streams never share one); without it block b takes units b, b + G, ... of the same order.
     StreamBuffer counter(sizeof(uint32_t), stream);
     if (counter.as<uint32_t>() != nullptr) {
       FA_CUDA_CHECK(cudaMemsetAsync(counter.as<uint32_t>(), 0, sizeof(uint32_t), stream));
