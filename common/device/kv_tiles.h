@@ -43,6 +43,18 @@ FA_HD KvTiles kv_tiles(int64_t q0, int64_t rows, int64_t seq_q, int64_t seq_k, i
   return t;
 }
 
+// Whether the rows [row0, row0 + rows) of a work tile that visits `visit` >= 1 K/V tiles leave the
+// second half of the last one unseen: no real row sees any of its keys from (visit - 1) bc + bc / 2
+// on (past its causal diagonal, or at or past seq_k). 07/t68_half_last_key_tile computes that
+// tile's S and P V over its first bc / 2 keys then. Rows at or past seq_q are not real: a
+// consumer without any (the last query tile's) needs nothing of the tile.
+FA_HD bool half_last_tile(int64_t row0, int64_t rows, int64_t seq_q, int64_t seq_k, int64_t bc,
+                          bool causal, int64_t visit) {
+  if (row0 >= seq_q) return true;
+  const int64_t last_row = (row0 + rows < seq_q ? row0 + rows : seq_q) - 1;
+  return last_visible_key(last_row, seq_q, seq_k, causal) < (visit - 1) * bc + bc / 2;
+}
+
 // The same two numbers from their definition, element by element: the slow check that kv_tiles
 // is measured against (chapter 07's program, its CPU tier, and tests/cpu/test_ch07_tiles.cpp).
 // A tile is visited when some real row sees some key in it; it needs no mask when every real row
