@@ -26,6 +26,7 @@ constexpr const char* kRun1207d = "notes/measured/h100-2026-12-07d/";  // an H10
 constexpr const char* kRun1207e = "notes/measured/h100-2026-12-07e/";  // an H100
 constexpr const char* kRun1207f = "notes/measured/h100-2026-12-07f/";  // an H100
 constexpr const char* kRun1207h = "notes/measured/h200-2026-12-07/";   // an H200
+constexpr const char* kRun1208 = "notes/measured/h100-2026-12-08/";    // an H100
 std::string log(const char* file, const char* run = kRun) {
   return std::string(run) + file;
 }
@@ -309,16 +310,36 @@ const std::vector<Rule>& dispatch_table() {
                    "TFLOP/s, 1.03-1.12x cuDNN); at 512 and 1024 keys 0.93x and 0.98x v5, which "
                    "runs them (three rounds, each kernel a process of its own; H200)",
                    log("fair_rounds_fwd.md", kRun1207h)),
+      // t60 whose consumers compute the last key tile of a causal work tile over its first half
+      // where their rows see no more (t68): three rounds on the causal rows up to 4096 keys and
+      // two on every row, each kernel a process of its own, beside t60 and v5 (an H100).
+      on(Op::Fwd, "07/t68_half_last_key_tile")
+          .hopper()
+          .dims({64})
+          .causal()
+          .keys(0, 2047)
+          .because("D 64 causal below 2048 keys: 1.01x and 1.07x v5 at 512 and 1024 keys (v5 ran "
+                   "them), 1.00-1.02x and 1.04-1.07x t60 (240.0 and 323.2 TFLOP/s, 0.91x and 0.94x "
+                   "cuDNN in the same run; H100)",
+                   log("fair_rounds_t68.md", kRun1208)),
+      on(Op::Fwd, "07/t68_half_last_key_tile")
+          .hopper()
+          .dims({128})
+          .causal()
+          .keys(1024, 4095)
+          .because("D 128 causal from 1024 to 4095 keys: 1.01-1.02x t60 at 1024, 1.03-1.04x at "
+                   "2048, 1.02-1.06x at 4096 (427.7-601.4 TFLOP/s, 0.97-1.04x cuDNN in the same "
+                   "run; two runs, H100)",
+                   log("fair_rounds_short_causal.md", kRun1208)),
       on(Op::Fwd, "07/t60_v5_wide_o_stores")
           .hopper()
           .dims({128})
           .causal()
-          .keys(0, 4095)
-          .because("D 128 causal below 4096 keys: v5's 128-key tiles with O in 16-byte stores, "
-                   "1.12x v5 at 512 keys, 1.10x at 1024, 1.06x at 2048, and 1.37x, 1.18x, 1.10x "
-                   "t56 there (whose 176-key tiles waste more of a short causal tile); level with "
-                   "t56 at 4096 (three rounds, each kernel a process of its own, the order "
-                   "rotated)",
+          .keys(0, 1023)
+          .because("D 128 causal below 1024 keys: v5's 128-key tiles with O in 16-byte stores, "
+                   "1.12x v5 and 1.37x t56 at 512 keys (whose 176-key tiles waste more of a short "
+                   "causal tile; three rounds, each kernel a process of its own, the order "
+                   "rotated); t68 level with it there (0.985-1.01x, two runs, 2026-12-08)",
                    log("fair_rounds_fwd.md", kRun1207e)),
       // FlashAttention-3's K/V tile widths (176 keys at D 128, 80 at D 256) on v4 (t51) and on
       // v5 (t52), and t52 with O stored 16 bytes a thread (t56): three rounds, each kernel a

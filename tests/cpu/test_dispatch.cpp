@@ -143,19 +143,24 @@ TEST(Dispatch, ProtocolShapesOnHopperRunChapter07) {
   constexpr const char* kT56 = "07/t56_wide_o_stores";     // t52 with O in 16-byte stores
   constexpr const char* kT60 = "07/t60_v5_wide_o_stores";  // v5 with O in 16-byte stores
   // D 64: t66 (three consumers on 192-row Q tiles, each its own key tiles, the list schedule)
-  // on every full row and on causal rows from 2048 keys; v5 on the shorter causal rows.
+  // on every full row and on causal rows from 2048 keys; t68 (t60 with the last key tile over
+  // half its keys where a consumer's rows see no more) on the shorter causal rows, and on D 128
+  // causal rows from 1024 to 4095 keys.
   constexpr const char* kT66 = "07/t66_dynamic_schedule";
+  constexpr const char* kT68 = "07/t68_half_last_key_tile";
   EXPECT_EQ(fa::pick(fwd(DType::BF16, 64, 512, false), 90).kernel, kT66);
   EXPECT_EQ(fa::pick(fwd(DType::BF16, 64, 1024, false), 90).kernel, kT66);
   EXPECT_EQ(fa::pick(fwd(DType::BF16, 64, 16384, false), 90).kernel, kT66);
-  EXPECT_EQ(fa::pick(fwd(DType::BF16, 64, 1024, true), 90).kernel, "07/v5_persistent");
+  EXPECT_EQ(fa::pick(fwd(DType::BF16, 64, 512, true), 90).kernel, kT68);
+  EXPECT_EQ(fa::pick(fwd(DType::BF16, 64, 1024, true), 90).kernel, kT68);
   EXPECT_EQ(fa::pick(fwd(DType::BF16, 64, 2048, true), 90).kernel, kT66);
   EXPECT_EQ(fa::pick(fwd(DType::BF16, 64, 4096, true), 90).kernel, kT66);
   EXPECT_EQ(fa::pick(fwd(DType::BF16, 128, 16384, true), 90).kernel, kT56);
   EXPECT_EQ(fa::pick(fwd(DType::BF16, 128, 512, false), 90).kernel, kT56);
   EXPECT_EQ(fa::pick(fwd(DType::BF16, 128, 4096, false), 90).kernel, kT56);
   EXPECT_EQ(fa::pick(fwd(DType::BF16, 128, 512, true), 90).kernel, kT60);
-  EXPECT_EQ(fa::pick(fwd(DType::BF16, 128, 2048, true), 90).kernel, kT60);
+  EXPECT_EQ(fa::pick(fwd(DType::BF16, 128, 1024, true), 90).kernel, kT68);
+  EXPECT_EQ(fa::pick(fwd(DType::BF16, 128, 2048, true), 90).kernel, kT68);
   EXPECT_EQ(fa::pick(fwd(DType::BF16, 128, 4096, true), 90).kernel, kT56);
   EXPECT_EQ(fa::pick(fwd(DType::BF16, 256, 2048, false), 90).kernel, kT56);
   EXPECT_EQ(fa::pick(fwd(DType::BF16, 256, 4096, false), 90).kernel, "07/t51_wide_kv_tiles");

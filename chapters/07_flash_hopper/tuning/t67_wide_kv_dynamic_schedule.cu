@@ -24,6 +24,19 @@
 //   model): causal 1.14x at N 512, 1.09x at 1024, 1.07x at 2048, 1.03x from 4096; full level.
 //   Against t60 on causal rows below 4096 (1.06-1.37x t56 there): level to 1.05x behind at 512 and
 //   1024, where 128-key tiles waste less of a diagonal tile than 176-key ones.
+//
+// Measured (NVIDIA H100 80GB HBM3, 2026-12-08, bf16, three rounds, each kernel an fa_bench process
+//   of its own, the order rotated; notes/measured/h100-2026-12-08/fair_rounds_fwd_d128.md):
+//   against t56 causal 1.10x at N 512, level at 1024 and 2048 (0.99x, 1.00x), 0.97-0.98x at 4096
+//   and 8192, 1.05x at 16384; full 0.93x at 512, 0.95x at 1024, 0.96x at 2048, 0.98-1.01x after.
+//   Against t60, which the dispatch runs on causal rows below 4096 keys, 0.79x, 0.85x, 0.94x at
+//   N 512-2048. Grouped heads (H 32, H_kv 32/8/4/1, N 4096 and 8192, two rounds) 0.95-1.01x t56
+//   full, 0.98-1.03x causal. Against cuDNN in the same run 0.99x, 1.02x, 1.07x at causal N 4096,
+//   8192, 16384. Only N 512 and 16384 came out as predicted; the model counts strips, and at
+//   N 1024-8192 the static deal's busiest block is not what the time follows. On full rows,
+//   where the model predicts nothing, every unit costs the counter's atomicAdd and a round trip
+//   through the ring, which the shortest rows feel most. The dispatch keeps t56 and t60
+//   (tuning/README.md, "What t67 and t68 say").
 #include <cuda.h>
 
 #include <climits>
@@ -390,10 +403,10 @@ struct Launch {
 // 0, L = -inf); unaligned or oversized grouped inputs are refused rather than read wrongly.
 void attention_fwd_t67(const AttentionFwdArgs& a, cudaStream_t stream) {
   FA_REQUIRE(a.shape.valid_heads(), std::string(kName) + ": heads must be a multiple of heads_kv");
-  FA_UNSUPPORTED_IF(head_dim_instance(a.shape.head_dim) != 128,
+  FA_UNSUPPORTED_IF(a.shape.head_dim != 128,
                     std::string(kName) +
-                        " is instantiated for head_dim 128 (and 104-120 rounded up) only: the head "
-                        "dim it was timed at (header)");
+                        " is instantiated for head_dim 128 only: the head dim it was timed at "
+                        "(header)");
   if (a.shape.is_gqa() && (!tma_can_load(a) || !aligned(a.o, 16))) {  // t56: O too
     FA_UNSUPPORTED_IF(a.shape.seq_k > 0,
                       std::string(kName) +
@@ -418,6 +431,6 @@ FA_REGISTER(AttentionFwdKernel,
              90,
              /*gqa=*/true,
              /*decoding=*/false,
-             /*rounds_head_dim=*/true});
+             /*rounds_head_dim=*/false});  // D 128 only
 
 }  // namespace fa::ch07

@@ -26,6 +26,25 @@
 //   fixed costs (its barriers, the token, the wgmma waits), so about two thirds of it: 1.06-1.07x
 //   at N 512, 1.03-1.04x at 1024, 1.02x at 2048, level from 4096. Full rows (N a multiple of 128)
 //   never narrow: level.
+//
+// Measured (NVIDIA H100 80GB HBM3, 2026-12-08, bf16, each kernel an fa_bench process of its own,
+//   the order rotated; notes/measured/h100-2026-12-08/): against t60, three rounds on the causal
+//   rows up to 4096 keys, D 64 1.00x at N 512, 1.04x at 1024 to 4096; D 128 1.01x, 1.02x, 1.03x,
+//   1.02x (fair_rounds_short_causal.md). Two rounds on every row (fair_rounds_t68.md): D 64
+//   causal 1.02x, 1.07x, 1.03x, 1.04x at N 512-4096, 1.01x after; D 128 causal 0.985x, 1.01x,
+//   1.04x, 1.06x and 1.07-1.08x at 8192 and 16384 (those two spread 1.02-1.14x by round); full
+//   rows level to 1.035x. Against v5 at D 64 causal 1.01x, 1.07x, 1.05x at N 512-2048. At or
+//   past the prediction at 1024 and 2048, short of it at 512. Under Nsight Compute (one launch, D 128
+//   causal N 512) t68 issued 2.2% fewer instructions than t60 but took 127.4 us to t60's 120.5:
+//   at N 512 the two are level at best.
+//   Lesson: the first version wrote the middle turns' loop twice, once in each branch (8 inlined
+//   turns where t60 has 3): 5104 SASS instructions at D 128 against t60's 2632. It measured 0.90x
+//   t60 at causal N 512 (D 64 and 128) and 0.96x at 1024 (fair_rounds_fwd_d64.md,
+//   fair_rounds_fwd_d128.md). Written as here, the loop once (6 turns, 3744 instructions), the
+//   same arithmetic came out 1.00-1.07x: a turn inlines about 600 instructions, and the copies
+//   cost more than the masked half saved (code_size.txt; the instruction cache is the likely
+//   reason, not profiled). The dispatch runs t68 at D 64 on causal rows below 2048 keys and at
+//   D 128 on causal rows from 1024 to 4095 keys (tuning/README.md, "What t67 and t68 say").
 #include <cuda.h>
 
 #include <climits>
@@ -281,17 +300,18 @@ __global__ void __launch_bounds__(kThreads, 1)
 
       if (n_tiles > 0) {  // a tile whose rows see no key has no Q and no turns (header)
         hopper::mbar_wait(q_full, q_loads & 1);
+        // t68: the tiles whose S covers all kBc keys; a narrow work tile's last covers kHalf. The
+        // loop over the middle tiles is written once, for both (each turn call inlines a copy).
+        const int n_whole = narrow ? n_tiles - 1 : n_tiles;
+        if (n_whole > 0) turn(0, Whole{}, None{});  // S_0 only
+        for (int j = 1; j < n_whole; ++j) turn(j, Whole{}, Whole{});
         if (!narrow) {
-          turn(0, Whole{}, None{});  // S_0 only
-          for (int j = 1; j < n_tiles; ++j) turn(j, Whole{}, Whole{});
           turn(n_tiles, None{}, Whole{});  // P_{n-1} V_{n-1} only
-        } else if (n_tiles == 1) {         // t68: the one tile is the last
-          turn(0, Half{}, None{});
-          turn(1, None{}, Half{});
-        } else {  // t68: the same turns, the last S and the last P V over half the keys
-          turn(0, Whole{}, None{});
-          for (int j = 1; j < n_tiles - 1; ++j) turn(j, Whole{}, Whole{});
-          turn(n_tiles - 1, Half{}, Whole{});
+        } else {
+          if (n_tiles == 1)
+            turn(0, Half{}, None{});  // the one tile is the last
+          else
+            turn(n_tiles - 1, Half{}, Whole{});
           turn(n_tiles, None{}, Half{});
         }
         ++q_loads;
