@@ -394,7 +394,8 @@ void attention_fwd_t68(const AttentionFwdArgs& a, cudaStream_t stream) {
 FA_REGISTER(AttentionFwdKernel,
             {kName,
              attention_fwd_t68,
-             "v5 with O stored 16 bytes a thread (t56's epilogue on v5's 128- and 64-key tiles)",
+             "t60 whose consumers compute the last key tile of a work tile over its first half "
+             "where their rows see no more (the causal diagonal)",
              {DType::BF16, DType::F16},
              {64, 128, 256},
              90,
