@@ -339,7 +339,8 @@ const std::vector<Rule>& dispatch_table() {
           .because("D 128 causal below 1024 keys: v5's 128-key tiles with O in 16-byte stores, "
                    "1.12x v5 and 1.37x t56 at 512 keys (whose 176-key tiles waste more of a short "
                    "causal tile; three rounds, each kernel a process of its own, the order "
-                   "rotated); t68 level with it there (0.985-1.01x, two runs, 2026-12-08)",
+                   "rotated); t68 level with it there (0.985-1.01x, two runs, 2026-12-08: "
+                   "h100-2026-12-08/fair_rounds_short_causal.md, fair_rounds_t68.md)",
                    log("fair_rounds_fwd.md", kRun1207e)),
       // FlashAttention-3's K/V tile widths (176 keys at D 128, 80 at D 256) on v4 (t51) and on
       // v5 (t52), and t52 with O stored 16 bytes a thread (t56): three rounds, each kernel a
