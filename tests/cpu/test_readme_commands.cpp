@@ -26,10 +26,12 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <regex>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -64,14 +66,34 @@ struct Ran {
   std::string output;
 };
 
+// The scratch directory of this test process: made on first use, removed with everything the
+// commands wrote in it when the process exits (one per test; thousands of runs would otherwise
+// leave thousands behind in /tmp).
+class ScratchDir {
+ public:
+  ScratchDir() {
+    char dir[] = "/tmp/fa_readme_XXXXXX";
+    if (mkdtemp(dir) == nullptr)
+      throw std::runtime_error("mkdtemp: cannot make a scratch directory");
+    path_ = dir;
+  }
+  ~ScratchDir() {
+    std::error_code ignored;  // a destructor must not throw; a leftover directory is harmless
+    std::filesystem::remove_all(path_, ignored);
+  }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
 // Runs `program args` from a scratch directory (files a command writes land there).
 Ran run(const std::string& program, const std::string& args) {
-  static const std::string scratch = [] {
-    char dir[] = "/tmp/fa_readme_XXXXXX";
-    return std::string(mkdtemp(dir) != nullptr ? dir : "/tmp");
-  }();
-  const std::string cmd = "cd " + scratch + " && FA_README_TEST_CHILD=1 timeout 600 " + bin_dir() +
-                          "/" + program + " " + args + " 2>&1";
+  static const ScratchDir scratch;
+  const std::string cmd = "cd " + scratch.path() + " && FA_README_TEST_CHILD=1 timeout 600 " +
+                          bin_dir() + "/" + program + " " + args + " 2>&1";
   Ran r;
   FILE* pipe = popen(cmd.c_str(), "r");
   if (pipe == nullptr) return r;
